@@ -1,0 +1,62 @@
+"""DistributedDataParallel: one process per device, each training on its slice of the batch.
+
+Every rank holds a full copy of the model. Each step, a rank computes gradients
+on its own 1/N of the global batch; DDP all-reduces (averages) them during
+backward, so every copy takes the same optimizer step as the single-device
+baseline on the whole batch. Run it:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.ddp --device cpu
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from mgpu_tui.demos import harness
+from mgpu_tui.engine.reporter import Reporter
+
+
+@record  # on failure, write the traceback where torchrun (and mgpu-tui) look for it
+def main() -> None:
+    args = harness.parse_args(__doc__.splitlines()[0])
+    # torchrun tells each process who it is through the environment.
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = harness.pick_device(args.device, int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if args.batch_size % world:
+        raise SystemExit(f"--batch-size {args.batch_size} does not split over {world} ranks.")
+    local_batch = args.batch_size // world
+
+    # Same seed, same initial weights everywhere (DDP also broadcasts rank 0's at wrap time).
+    model = harness.build_model(args).to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr, momentum=0.9)
+    scaler = harness.grad_scaler(args, device)
+    task = harness.SyntheticTask(args)
+
+    with Reporter() as reporter:
+        reporter.hello(mode="ddp", device=str(device), device_uuid=harness.device_uuid(device),
+                       config=harness.config(args))
+        for step in range(1, args.steps + 1):
+            x, y = task.batch(step, args.batch_size)
+            # This rank's slice of the global batch: rank r takes rows [r*b, (r+1)*b).
+            x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
+            loss = harness.train_step(ddp_model, optimizer, scaler, x.to(device), y.to(device), args,
+                                      device, no_sync=ddp_model.no_sync)
+            harness.report_step(reporter, step, len(x), loss, device)
+        if rank == 0:
+            harness.save_params(model, args.save_params)
+        reporter.done(args.steps)
+
+    # Free DDP before the process group: destroying the group under a live DDP
+    # module aborts the process at exit in about one gloo run in five.
+    del ddp_model, optimizer
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""The one place that builds a launch command: a pure function, spec in, argv and env out.
+
+Nothing here starts a process or reads the machine: everything it depends on
+(the interpreter, the CPU count, the environment) comes in as arguments, so it
+is tested exactly as it will run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from mgpu_tui.engine.reporter import RUN_DIR_ENV
+from mgpu_tui.engine.rundir import RunDir
+from mgpu_tui.engine.spec import ResolvedSpec
+
+RUN_ID_ENV = "MGPU_RUN_ID"
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[str, ...]
+    env: dict[str, str]  # the whole environment for the child
+    env_changes: dict[str, str | None]  # what differs from the parent's (None: removed)
+
+
+def demo_argv(resolved: ResolvedSpec) -> list[str]:
+    spec = resolved.spec
+    return [
+        "--steps", str(spec.steps),
+        "--batch-size", str(spec.batch_size),
+        "--device", resolved.device,
+        *spec.demo_args,
+    ]  # fmt: skip
+
+
+def build_command(
+    resolved: ResolvedSpec,
+    run_dir: RunDir,
+    run_id: str,
+    *,
+    python: str,
+    cpu_count: int,
+    base_env: Mapping[str, str],
+) -> Launch:
+    """The argv and environment that start ``resolved`` with its output in ``run_dir``."""
+    mode = resolved.mode
+    if mode.multi_process:
+        argv = [
+            python, "-m", "torch.distributed.run",
+            # Standalone: a local c10d rendezvous on a free port the OS picks, so
+            # two runs at once never collide.
+            "--standalone",
+            "--nproc-per-node", str(resolved.spec.nproc),
+            # Every rank's stdout and stderr in its own file: nothing interleaves, nothing is lost.
+            "--log-dir", str(run_dir.logs_dir),
+            "--redirects", "3",
+            "-m", mode.module,
+        ]  # fmt: skip
+    else:
+        argv = [python, "-m", mode.module]
+    argv += demo_argv(resolved)
+
+    changes: dict[str, str | None] = {}
+    # torchrun reads PET_<FLAG> as a default for each flag: a stray one from the
+    # user's shell would silently change the launch.
+    for name in base_env:
+        if name.startswith("PET_"):
+            changes[name] = None
+    changes[RUN_DIR_ENV] = str(run_dir.path)
+    changes[RUN_ID_ENV] = run_id
+    # Logs go to files; unbuffered output reaches them as it is printed.
+    changes["PYTHONUNBUFFERED"] = "1"
+    if "OMP_NUM_THREADS" not in base_env:
+        # Share the cores out, so ranks do not fight over them.
+        changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.world_size))
+    if not mode.multi_process:
+        # torchrun sets this for its ranks; a one-process mode gets the same, so
+        # @record writes its error file where the engine looks for it.
+        changes["TORCHELASTIC_ERROR_FILE"] = str(run_dir.python_rank_dir() / "error.json")
+
+    env = {k: v for k, v in base_env.items() if changes.get(k, "") is not None}
+    env.update({k: v for k, v in changes.items() if v is not None})
+    return Launch(tuple(argv), env, changes)

@@ -1,0 +1,343 @@
+"""One run of a mode: start it, follow it, stop it, and leave nothing behind.
+
+The launcher (torchrun, or python for one-process modes) starts in its own
+session, so a Ctrl-C at the terminal reaches mgpu-tui alone, which then stops
+the run in order. torchrun also starts each rank in a session of its own, so
+killing torchrun alone would orphan them: every descendant seen while the run
+lived is recorded (pid and start time, so a reused pid is never hit), and the
+child environment carries ``MGPU_RUN_ID`` so a final sweep finds any rank that
+was born and missed between two polls.
+
+Stopping: SIGTERM to the launcher (torchrun passes it on to its ranks), a grace
+period, then SIGKILL to the launcher and every recorded descendant still alive.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+import psutil
+
+from mgpu_tui.engine import host as host_module
+from mgpu_tui.engine.aggregate import Aggregator, RunStats
+from mgpu_tui.engine.command import RUN_ID_ENV, Launch, build_command
+from mgpu_tui.engine.events import MAX_LINE_BYTES, MalformedEvent, parse_line
+from mgpu_tui.engine.rootcause import RootCause, find_root_cause
+from mgpu_tui.engine.rundir import RunDir
+from mgpu_tui.engine.spec import LaunchSpec, ResolvedSpec, resolve
+from mgpu_tui.engine.summary import build_summary
+from mgpu_tui.engine.tail import FileTail
+
+# Lines of each rank's log kept in memory for display; the files keep everything.
+LOG_LINES_KEPT = 2000
+
+
+class RunState(str, Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # stopped on request before it finished
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunState.OK, RunState.FAILED, RunState.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    state: RunState
+    exit_code: int | None  # the launcher's
+    root_cause: RootCause | None
+    started_at: float
+    ended_at: float
+    summary: dict
+
+
+class Run:
+    """A run of one resolved spec in one run directory."""
+
+    def __init__(
+        self,
+        resolved: ResolvedSpec,
+        run_dir: RunDir,
+        *,
+        python: str = sys.executable,
+        environ: Mapping[str, str] | None = None,
+        cpu_count: int | None = None,
+    ) -> None:
+        self.resolved = resolved
+        self.run_dir = run_dir
+        self.run_id = uuid.uuid4().hex
+        self.launch: Launch = build_command(
+            resolved,
+            run_dir,
+            self.run_id,
+            python=python,
+            cpu_count=cpu_count or host_module.cpu_count(),
+            base_env=os.environ if environ is None else environ,
+        )
+        self.state = RunState.CREATED
+        self.aggregator = Aggregator()
+        self.malformed_events = 0
+        self.logs: dict[int, collections.deque[str]] = {}
+        self.result: RunResult | None = None
+        self._proc: subprocess.Popen | None = None
+        self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
+        self._event_tails: dict[int, FileTail] = {}
+        self._log_tails: dict[tuple[int, str], FileTail] = {}
+        self._started_at = 0.0
+        self._stop_requested = False
+
+    # ---- construction from a user's request ----------------------------------
+
+    @classmethod
+    def prepare(cls, spec: LaunchSpec, host: host_module.Host | None = None, **kwargs) -> Run:
+        """Resolve the spec, create its run directory and write ``spec.json``.
+
+        Raises SpecError, EnvironmentUnusable or RunDirError, each with a sentence for the user.
+        """
+        resolved = resolve(spec, host or host_module.probe())
+        run_dir = RunDir.create(spec.run_root, spec.mode)
+        run = cls(resolved, run_dir, **kwargs)
+        run_dir.write_json(
+            run_dir.spec_path,
+            {
+                "spec": resolved.to_json(),
+                "run_id": run.run_id,
+                "argv": list(run.launch.argv),
+                "env_changes": run.launch.env_changes,
+                "created_at": time.time(),
+            },
+        )
+        return run
+
+    # ---- lifecycle ---------------------------------------------------------------
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    @property
+    def started_at(self) -> float:
+        return self._started_at
+
+    def start(self) -> None:
+        if self._proc is not None:
+            raise RuntimeError("this run was already started")
+        self.run_dir.logs_dir.mkdir(exist_ok=True)
+        if self.resolved.mode.multi_process:
+            out = err = open(self.run_dir.launcher_log, "wb")
+        else:
+            # One process is rank 0 itself: its output goes where torchrun would put it.
+            rank_dir = self.run_dir.python_rank_dir()
+            rank_dir.mkdir(parents=True, exist_ok=True)
+            out, err = open(rank_dir / "stdout.log", "wb"), open(rank_dir / "stderr.log", "wb")
+        try:
+            self._started_at = time.time()
+            self._proc = subprocess.Popen(
+                self.launch.argv,
+                env=self.launch.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+                cwd=os.getcwd(),
+            )
+        finally:
+            out.close()
+            err.close()
+        self._known[self._proc.pid] = _create_time(self._proc.pid) or 0.0
+        self.state = RunState.RUNNING
+
+    def poll(self) -> RunState:
+        """Read what is new, and notice the end of the run. Never blocks for long."""
+        if self._proc is None or self.state.finished:
+            return self.state
+        self._record_descendants()
+        self._read_files()
+        returncode = self._proc.poll()
+        if returncode is not None:
+            self._finish(returncode)
+        return self.state
+
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        interval: float = 0.25,
+        on_poll: Callable[[Run], None] | None = None,
+    ) -> RunState:
+        """Poll until the run ends (or ``timeout`` passes); ``on_poll`` is called after each poll."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self.poll().finished:
+            if on_poll:
+                on_poll(self)
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            try:
+                # Sleep until the launcher exits or the next poll is due, whichever is first.
+                self._proc.wait(interval)
+            except subprocess.TimeoutExpired:
+                pass
+        if on_poll and self.state.finished:
+            on_poll(self)
+        return self.state
+
+    def stop(self, grace: float = 5.0) -> RunState:
+        """Stop every process of the run: SIGTERM, ``grace`` seconds, then SIGKILL."""
+        if self._proc is None or self.state.finished:
+            return self.state
+        self._stop_requested = True
+        self._record_descendants()
+        try:
+            self._proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while self._proc.poll() is None and time.monotonic() < deadline:
+            self._record_descendants()
+            time.sleep(0.05)
+        if self._proc.poll() is None:
+            self._kill_known()
+        self._proc.wait()
+        return self.poll()
+
+    def close(self) -> None:
+        """Make sure nothing of this run is alive, whatever state it is in."""
+        if self._proc is not None and not self.state.finished:
+            self.stop(grace=0)
+        self._kill_known()
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # ---- reading -----------------------------------------------------------------
+
+    def stats(self) -> RunStats:
+        return self.aggregator.stats()
+
+    def _read_files(self) -> None:
+        for rank, path in self.run_dir.event_files().items():
+            tail = self._event_tails.get(rank)
+            if tail is None:
+                tail = self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
+            before = tail.dropped_long_lines
+            for line in tail.read_lines():
+                try:
+                    self.aggregator.add(parse_line(line))
+                except MalformedEvent:
+                    self.malformed_events += 1
+            self.malformed_events += tail.dropped_long_lines - before
+        for local, files in self.run_dir.rank_files().items():
+            kept = self.logs.setdefault(local, collections.deque(maxlen=LOG_LINES_KEPT))
+            for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
+                tail = self._log_tails.get((local, stream))
+                if tail is None or tail.path != path:  # a new attempt has new files
+                    tail = self._log_tails[(local, stream)] = FileTail(path, max_line=64 * 1024)
+                kept.extend(line.decode("utf-8", "replace") for line in tail.read_lines())
+
+    # ---- processes ---------------------------------------------------------------
+
+    def _record_descendants(self) -> None:
+        try:
+            children = psutil.Process(self._proc.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            if child.pid not in self._known:
+                ctime = _create_time(child.pid)
+                if ctime is not None:
+                    self._known[child.pid] = ctime
+
+    def _alive_known(self) -> list[psutil.Process]:
+        alive = []
+        for pid, ctime in self._known.items():
+            try:
+                proc = psutil.Process(pid)
+                if ctime and abs(proc.create_time() - ctime) > 0.01:
+                    continue  # the pid was reused by an unrelated process
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.Error:
+                continue
+        return alive
+
+    def _tagged_processes(self) -> list[psutil.Process]:
+        """Processes whose environment names this run: ranks born between two polls."""
+        found = []
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            try:
+                if proc.environ().get(RUN_ID_ENV) == self.run_id:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def _kill_known(self) -> None:
+        victims = {p.pid: p for p in self._alive_known() + self._tagged_processes()}
+        for proc in victims.values():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(list(victims.values()), timeout=3)
+
+    # ---- the end -----------------------------------------------------------------
+
+    def _finish(self, returncode: int) -> None:
+        # torchrun has ended its ranks when it exits normally; anything still alive
+        # (after a hard kill, say) must not outlive the run.
+        self._kill_known()
+        self._read_files()
+        if self._stop_requested:
+            state = RunState.INTERRUPTED
+        elif returncode == 0:
+            state = RunState.OK
+        else:
+            state = RunState.FAILED
+        root_cause = None
+        if state is RunState.FAILED:
+            root_cause = find_root_cause(
+                self.run_dir,
+                launcher_exit_code=returncode,
+                single_process=not self.resolved.mode.multi_process,
+            )
+        ended = time.time()
+        stats = self.stats()
+        summary = build_summary(
+            self.resolved,
+            self.run_dir,
+            stats,
+            status=state.value,
+            exit_code=returncode,
+            root_cause=root_cause,
+            started_at=self._started_at,
+            ended_at=ended,
+            malformed_events=self.malformed_events,
+        )
+        self.run_dir.write_json(self.run_dir.summary_path, summary)
+        self.result = RunResult(state, returncode, root_cause, self._started_at, ended, summary)
+        self.state = state
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None

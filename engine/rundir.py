@@ -1,0 +1,145 @@
+"""The run directory: where everything about one run lives, and can be reopened from.
+
+Layout::
+
+    runs/20261121T070323Z-ddp/
+        spec.json             the resolved launch spec, argv and environment changes
+        launcher.log          torchrun's (or python's) own stdout and stderr
+        logs/<id>/attempt_<k>/<local rank>/stdout.log, stderr.log, error.json
+                              written by torchrun --log-dir --redirects 3; single-process
+                              modes use the same shape with <id> = "python"
+        events/rank<N>.jsonl  the rank event stream (see events.py)
+        summary.json          written when the run ends
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import errno
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_RANK_FILE = re.compile(r"rank(\d+)\.jsonl$")
+
+
+class RunDirError(OSError):
+    """The run directory cannot be created or written."""
+
+
+@dataclass(frozen=True)
+class RankFiles:
+    """Where one local rank's output went, in the latest attempt."""
+
+    local_rank: int
+    stdout: Path
+    stderr: Path
+    error_json: Path
+
+
+class RunDir:
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    # ---- creation ----------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: str | os.PathLike, mode: str, now: dt.datetime | None = None) -> RunDir:
+        """Make a new, empty run folder ``<root>/<UTC timestamp>-<mode>``.
+
+        Two runs started in the same second get ``-2``, ``-3``... so they never share one.
+        """
+        now = now or dt.datetime.now(dt.timezone.utc)
+        stem = f"{now.strftime('%Y%m%dT%H%M%SZ')}-{mode}"
+        root = Path(root)
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            for n in range(1, 1000):
+                path = root / (stem if n == 1 else f"{stem}-{n}")
+                try:
+                    path.mkdir()
+                except FileExistsError:
+                    continue
+                run = cls(path)
+                run.events_dir.mkdir()
+                return run
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
+                reason = "permission denied" if exc.errno != errno.EROFS else "read-only file system"
+            raise RunDirError(f"cannot create a run directory under {root}: {reason}") from None
+        raise RunDirError(f"too many runs named {stem} under {root}")
+
+    # ---- well-known paths --------------------------------------------------
+
+    @property
+    def spec_path(self) -> Path:
+        return self.path / "spec.json"
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / "summary.json"
+
+    @property
+    def launcher_log(self) -> Path:
+        return self.path / "launcher.log"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.path / "logs"
+
+    @property
+    def events_dir(self) -> Path:
+        return self.path / "events"
+
+    def python_rank_dir(self) -> Path:
+        """Where a single-process mode's output goes: torchrun's shape, id "python"."""
+        return self.logs_dir / "python" / "attempt_0" / "0"
+
+    # ---- discovery (files appear while the run goes) -------------------------
+
+    def event_files(self) -> dict[int, Path]:
+        """Global rank -> its event file, for the files that exist now."""
+        try:
+            names = os.listdir(self.events_dir)
+        except FileNotFoundError:
+            return {}
+        found = {}
+        for name in names:
+            match = _RANK_FILE.fullmatch(name)
+            if match:
+                found[int(match.group(1))] = self.events_dir / name
+        return found
+
+    def rank_files(self) -> dict[int, RankFiles]:
+        """Local rank -> its log files in the latest attempt, for the ranks started so far."""
+        latest: dict[int, tuple[int, Path]] = {}
+        for attempt_dir in self.logs_dir.glob("*/attempt_*"):
+            try:
+                attempt = int(attempt_dir.name.split("_", 1)[1])
+            except ValueError:
+                continue
+            for rank_dir in attempt_dir.iterdir():
+                if not rank_dir.name.isdigit():
+                    continue
+                local = int(rank_dir.name)
+                if local not in latest or latest[local][0] < attempt:
+                    latest[local] = (attempt, rank_dir)
+        return {
+            local: RankFiles(local, d / "stdout.log", d / "stderr.log", d / "error.json")
+            for local, (_, d) in sorted(latest.items())
+        }
+
+    # ---- JSON documents ----------------------------------------------------
+
+    def write_json(self, path: Path, document: Any) -> None:
+        """Write atomically, so a reader never sees half a file."""
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+        os.replace(tmp, path)
+
+    def read_json(self, path: Path) -> Any:
+        return json.loads(path.read_text())

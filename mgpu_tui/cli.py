@@ -1,0 +1,125 @@
+"""The ``mgpu-tui`` command line: parse, dispatch, and turn every error into a sentence.
+
+This module imports only the standard library at start-up, so ``--help`` is
+instant; each command imports what it needs when it runs. Nothing here, or
+anywhere in the app process, imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Sequence
+
+from mgpu_tui import __version__
+from mgpu_tui.exit_codes import ExitCode
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class UsageError(Exception):
+    """Bad input: one sentence for the user, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises instead of printing usage and exiting, so every
+    usage error comes out as one sentence."""
+
+    def error(self, message: str):  # noqa: D401 (argparse's name)
+        match = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message)
+        if match:
+            option, detail = match.groups()
+            message = detail if detail.startswith(option) else f"{option}: {detail}"
+        message = message.replace("unrecognized arguments:", "unknown option(s):")
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+
+def _whole_number(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mgpu-tui",
+        description="See and compare every PyTorch multi-GPU strategy on this machine.",
+        epilog="Exit codes: 0 ok, 1 a run failed, 2 usage error, 3 environment unusable, "
+        "130 interrupted.",
+    )
+    parser.add_argument("--version", action="version", version=f"mgpu-tui {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = commands.add_parser(
+        "run",
+        help="run a parallelism mode headless, with live progress and a summary",
+        description="Run a parallelism mode as real processes (torchrun for multi-process modes) "
+        "and summarise it. Arguments after -- go to the demo (for example -- --lr 0.1 --amp).",
+    )
+    run.add_argument("mode", metavar="MODE", help="a mode from `mgpu-tui list`")
+    run.add_argument(
+        "--nproc",
+        "--nproc-per-node",
+        type=_whole_number(1),
+        default=None,
+        help="ranks to start (default: one per GPU, or 2 on the CPU; 1 for one-process modes)",
+    )
+    run.add_argument("--steps", type=_whole_number(1), default=100, help="training steps (default 100)")
+    run.add_argument(
+        "--batch-size", type=_whole_number(1), default=64, help="the global batch (default 64)"
+    )
+    run.add_argument(
+        "--device",
+        choices=DEVICES,
+        default="auto",
+        help="auto: CUDA when there are GPUs, else the CPU (gloo)",
+    )
+    run.add_argument(
+        "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
+    )
+    run.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
+
+    listing = commands.add_parser("list", help="the modes, and whether each can run here")
+    listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
+    return parser
+
+
+def _split_demo_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" in argv:
+        at = argv.index("--")
+        return argv[:at], argv[at + 1 :]
+    return argv, []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, demo_args = _split_demo_args(argv)
+    parser = build_parser()
+    try:
+        args = parser.parse_args(ours)
+        if args.command is None:
+            parser.print_help()
+            return ExitCode.USAGE
+        if demo_args and args.command != "run":
+            raise UsageError("arguments after -- are only for `mgpu-tui run`.")
+        if args.command == "run":
+            from mgpu_tui.run_command import run_command
+
+            return run_command(args, demo_args)
+        from mgpu_tui.list_command import list_command
+
+        return list_command(args)
+    except UsageError as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except KeyboardInterrupt:
+        return ExitCode.INTERRUPTED

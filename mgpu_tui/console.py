@@ -1,0 +1,49 @@
+"""Plain-text rendering for the headless commands: progress lines and tables.
+
+No textual or rich here: the headless commands must start fast and write text
+that reads well in a terminal, a CI log or a pipe alike.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+
+def fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def fmt_rate(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.0f}"
+
+
+def fmt_loss(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.4f}" if math.isfinite(x) else str(x)
+
+
+def fmt_seconds(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x * 1000:.1f} ms" if x < 1 else f"{x:.2f} s"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """A plain aligned table; columns listed in ``right`` are right-aligned (numbers)."""
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+
+    def line(cells) -> str:
+        out = []
+        for i, (cell, width) in enumerate(zip(cells, widths)):
+            out.append(str(cell).rjust(width) if i in right else str(cell).ljust(width))
+        return "  ".join(out).rstrip()
+
+    return "\n".join([line(headers), line("-" * w for w in widths), *(line(r) for r in rows)])

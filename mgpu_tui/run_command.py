@@ -1,0 +1,161 @@
+"""``mgpu-tui run``: start a mode headless, show live progress, summarise, exit with its status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.exit_codes import ExitCode
+from mgpu_tui.engine.aggregate import RunStats
+from mgpu_tui.engine.run import Run, RunState
+from mgpu_tui.engine.rundir import RunDirError
+from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
+
+_EXIT = {RunState.OK: ExitCode.OK, RunState.FAILED: ExitCode.FAILED, RunState.INTERRUPTED: ExitCode.INTERRUPTED}
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+class Progress:
+    """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
+
+    def __init__(self, steps: int, stream=sys.stderr) -> None:
+        self.steps = steps
+        self.stream = stream
+        self.live = stream.isatty()
+        self._next_milestone = max(1, steps // 10)
+        self._last_draw = 0.0
+
+    def line(self, stats: RunStats) -> str:
+        ranks = "  ".join(
+            f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}" for r in stats.ranks
+        )
+        return (
+            f"step {stats.steps}/{self.steps}  {fmt_rate(stats.samples_per_s)} samples/s  "
+            f"loss {fmt_loss(stats.final_loss)}  |  {ranks}"
+        )
+
+    def update(self, run: Run) -> None:
+        now = time.monotonic()
+        if self.live:
+            if now - self._last_draw >= 0.2 or run.state.finished:
+                self.stream.write("\r\x1b[K" + self.line(run.stats()))
+                self.stream.flush()
+                self._last_draw = now
+            return
+        stats = run.stats()
+        if stats.steps >= self._next_milestone:
+            print(self.line(stats), file=self.stream, flush=True)
+            while self._next_milestone <= stats.steps:
+                self._next_milestone += max(1, self.steps // 10)
+
+    def end(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def summary_text(summary: dict) -> str:
+    head = (
+        f"mode {summary['mode']}  status {summary['status']}  world size {summary['world_size']}  "
+        f"device {summary['device']} ({summary['backend']})  steps {summary['steps']}"
+    )
+    rows = [
+        [
+            f"rank {r['rank']}",
+            str(r["last_step"]),
+            fmt_rate(r["samples_per_s"]),
+            fmt_loss(r["loss"]),
+            fmt_bytes(r["peak_mem_bytes"]),
+        ]
+        for r in summary["ranks"]
+    ]
+    rows.append(
+        [
+            "all",
+            str(summary["steps"]),
+            fmt_rate(summary["samples_per_s"]),
+            fmt_loss(summary["final_loss"]),
+            "",
+        ]
+    )
+    body = table(["", "steps", "samples/s", "loss", "peak mem"], rows, right=(1, 2, 3, 4))
+    spread = summary["step_time_s_p10_p90"]
+    timing = f"step time (median) {fmt_seconds(summary['step_time_s_median'])}"
+    if spread:
+        timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
+    timing += f"  launch to first step {fmt_seconds(summary['launch_to_first_step_s'])}"
+    notes = [f"run directory {summary['run_dir']}"]
+    if summary["malformed_events"]:
+        notes.append(f"{summary['malformed_events']} malformed event line(s) skipped")
+    return "\n".join([head, body, timing, *notes])
+
+
+def root_cause_text(cause: dict) -> str:
+    who = "the launcher" if cause["rank"] is None else f"rank {cause['rank']}"
+    how = f"exit code {cause['exit_code']}"
+    if cause["signal"]:
+        how = cause["signal"]
+    text = f"{who} failed first ({how}): {cause['message']}"
+    if cause["traceback"]:
+        text += "\n" + cause["traceback"].rstrip()
+    return text
+
+
+def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
+    spec = LaunchSpec(
+        mode=args.mode,
+        nproc=args.nproc,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        device=args.device,
+        run_root=Path(args.run_dir),
+        demo_args=tuple(demo_args),
+    )
+    try:
+        run = Run.prepare(spec)
+    except (SpecError, RunDirError) as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except EnvironmentUnusable as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+
+    # SIGTERM and SIGHUP stop the run the way Ctrl-C does: every rank first, then exit 130.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)
+    progress = Progress(spec.steps)
+    resolved = run.resolved
+    print(
+        f"mgpu-tui: {resolved.mode.name} on {resolved.world_size} rank(s), {resolved.device} "
+        f"({resolved.backend}); run directory {run.run_dir.path}",
+        file=sys.stderr,
+    )
+    with run:
+        try:
+            run.start()
+            run.wait(on_poll=progress.update)
+        except KeyboardInterrupt:
+            progress.end()
+            print("mgpu-tui: interrupted; stopping every rank", file=sys.stderr)
+            # A second Ctrl-C must not abandon the ranks half-stopped.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            run.stop()
+        else:
+            progress.end()
+
+    summary = run.result.summary
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(summary_text(summary))
+    if summary["root_cause"]:
+        print(root_cause_text(summary["root_cause"]), file=sys.stderr)
+    return _EXIT[run.result.state]
