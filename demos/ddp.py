@@ -41,9 +41,11 @@ def main() -> None:
         reporter.hello(mode="ddp", device=str(device), device_uuid=harness.device_uuid(device),
                        config=harness.config(args))
         for step in range(1, args.steps + 1):
+            harness.maybe_fail(args, step, rank)
             x, y = task.batch(step, args.batch_size)
             # This rank's slice of the global batch: rank r takes rows [r*b, (r+1)*b).
-            x, y = x[rank * local_batch:(rank + 1) * local_batch], y[rank * local_batch:(rank + 1) * local_batch]
+            mine = slice(rank * local_batch, (rank + 1) * local_batch)
+            x, y = x[mine], y[mine]
             loss = harness.train_step(ddp_model, optimizer, scaler, x.to(device), y.to(device), args,
                                       device, no_sync=ddp_model.no_sync)
             harness.report_step(reporter, step, len(x), loss, device)

@@ -45,6 +45,9 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--width", type=int, default=256, help="hidden width (default 256)")
     parser.add_argument("--depth", type=int, default=4, help="hidden blocks (default 4)")
     parser.add_argument("--save-params", metavar="PATH", help="save the trained parameters here")
+    faults = parser.add_argument_group("fault injection (off unless asked for)")
+    faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail at step K")
+    faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "accum", "width", "depth"):
         if getattr(args, name) < 1:
@@ -182,6 +185,12 @@ def train_step(
 def report_step(reporter: Reporter, step: int, samples: int, loss: torch.Tensor, device) -> None:
     current, peak = memory(device)
     reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak)
+
+
+def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0) -> None:
+    """Raise at the step and rank asked for with --fail-at-step/--fail-rank, to test failure handling."""
+    if args.fail_at_step == step and args.fail_rank == rank:
+        raise RuntimeError(f"injected failure at step {step} on rank {rank}")
 
 
 def config(args: argparse.Namespace) -> dict:

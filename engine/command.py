@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
 from mgpu_tui.engine.reporter import RUN_DIR_ENV
 from mgpu_tui.engine.rundir import RunDir
 from mgpu_tui.engine.spec import ResolvedSpec

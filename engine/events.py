@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -81,7 +81,7 @@ class Error:
     traceback: str
 
 
-Event = Union[Hello, Step, Done, Error]
+Event = Hello | Step | Done | Error
 
 
 # ---- writing (the reporter's side) ------------------------------------------------

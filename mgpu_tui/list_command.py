@@ -6,9 +6,9 @@ import argparse
 import json
 
 from mgpu_tui.console import table
-from mgpu_tui.exit_codes import ExitCode
 from mgpu_tui.engine import host as host_module
 from mgpu_tui.engine.modes import MODES, availability
+from mgpu_tui.exit_codes import ExitCode
 
 
 def list_command(args: argparse.Namespace) -> int:

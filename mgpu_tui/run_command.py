@@ -10,13 +10,17 @@ import time
 from pathlib import Path
 
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
-from mgpu_tui.exit_codes import ExitCode
 from mgpu_tui.engine.aggregate import RunStats
 from mgpu_tui.engine.run import Run, RunState
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.exit_codes import ExitCode
 
-_EXIT = {RunState.OK: ExitCode.OK, RunState.FAILED: ExitCode.FAILED, RunState.INTERRUPTED: ExitCode.INTERRUPTED}
+_EXIT = {
+    RunState.OK: ExitCode.OK,
+    RunState.FAILED: ExitCode.FAILED,
+    RunState.INTERRUPTED: ExitCode.INTERRUPTED,
+}
 
 
 def _raise_interrupt(signum, frame) -> None:

@@ -1,0 +1,31 @@
+# The two commands of the README:  make run  |  make test
+# Both create a local virtual environment (.venv) and install what is needed first.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+
+.PHONY: run test install lint bench clean
+
+run: install
+	$(BIN)/mgpu-tui run ddp --steps 300
+
+test: install
+	$(BIN)/python -m pytest
+
+install: $(VENV)/.installed
+
+# Reinstall when the dependencies change.
+$(VENV)/.installed: pyproject.toml scripts/install-torch.sh
+	bash scripts/install-torch.sh "$(PYTHON)" "$(VENV)"
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+lint: install
+	$(BIN)/ruff check .
+
+bench: install
+	$(BIN)/python bench/run.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,66 @@
+"""The figures shown for a run, computed from events by hand-checkable definitions."""
+
+import pytest
+
+from mgpu_tui.engine.aggregate import Aggregator, warmup_steps
+from mgpu_tui.engine.events import Hello, Step
+
+
+def step(rank, n, samples=32, loss=1.0, step_s=0.1, peak=None, t=None):
+    return Step(rank, t or 100.0 + n, n, samples, 0, loss, step_s, None, peak)
+
+
+def test_warmup_is_five_steps_or_a_fifth_of_a_short_run():
+    assert [warmup_steps(n) for n in (0, 3, 10, 25, 300)] == [0, 0, 2, 5, 5]
+
+
+def test_steady_state_rates_leave_out_warmup_and_sum_over_ranks():
+    agg = Aggregator()
+    for n in range(1, 31):  # 30 steps: warm-up is 5
+        agg.add(step(0, n, step_s=1.0 if n <= 5 else 0.1))
+        agg.add(step(1, n, step_s=1.0 if n <= 5 else 0.2))
+    stats = agg.stats()
+    rank0, rank1 = stats.ranks
+    assert rank0.samples_per_s == pytest.approx(320.0)
+    assert rank1.samples_per_s == pytest.approx(160.0)
+    assert stats.samples_per_s == pytest.approx(480.0)
+    # The job moves at its slowest rank's pace.
+    assert stats.step_time_s_median == pytest.approx(0.2)
+    assert stats.steps == 30
+
+
+def test_zero_sample_ranks_add_no_throughput():
+    agg = Aggregator()
+    for n in range(1, 11):
+        agg.add(step(0, n, samples=64, step_s=0.1))
+        agg.add(step(1, n, samples=0, loss=None, step_s=0.1))  # a tensor-parallel peer
+    assert agg.stats().samples_per_s == pytest.approx(640.0)
+
+
+def test_final_loss_is_the_global_batch_loss_at_the_last_common_step():
+    agg = Aggregator()
+    for n in range(1, 5):
+        agg.add(step(0, n, samples=48, loss=2.0))
+        agg.add(step(1, n, samples=16, loss=1.0))
+    agg.add(step(0, 5, samples=48, loss=0.1))  # rank 1 has not reached step 5
+    stats = agg.stats()
+    assert stats.steps == 4
+    assert stats.final_loss == pytest.approx((2.0 * 48 + 1.0 * 16) / 64)
+
+
+def test_peak_memory_is_the_largest_reported_per_rank():
+    agg = Aggregator()
+    agg.add(Hello(0, 1.0, 0, 2, 10, "h", "cpu", None, "ddp", {}))
+    for n, peak in enumerate([100, 300, 200], start=1):
+        agg.add(step(0, n, peak=peak))
+    agg.add(step(1, 1, peak=50))
+    stats = agg.stats()
+    assert stats.peak_mem_bytes() == {0: 300, 1: 50}
+    assert stats.world_size == 2
+    assert stats.first_step_t == pytest.approx(101.0)
+
+
+def test_no_events_gives_no_numbers_rather_than_zeros():
+    stats = Aggregator().stats()
+    assert stats.samples_per_s is None and stats.final_loss is None
+    assert stats.step_time_s_median is None and stats.steps == 0

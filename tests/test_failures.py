@@ -1,0 +1,55 @@
+"""A rank that fails, and a run that is interrupted: named, stopped, nothing left behind."""
+
+import json
+import signal
+import subprocess
+import time
+
+from conftest import CLI, live_processes_of, only_run_dir, run_cli
+
+
+def test_a_rank_that_raises_is_the_root_cause(runs_root):
+    started = time.monotonic()
+    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "200", "--device", "cpu",
+                     "--run-dir", str(runs_root), "--json", "--", "--fail-at-step", "3",
+                     "--fail-rank", "1")
+    assert result.returncode == 1
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "failed" and summary["exit_code"] == 1
+    cause = summary["root_cause"]
+    assert cause["rank"] == 1 and cause["exit_code"] == 1 and cause["signal"] is None
+    assert cause["message"] == "RuntimeError: injected failure at step 3 on rank 1"
+    assert "raise RuntimeError" in cause["traceback"] and "maybe_fail" in cause["traceback"]
+    assert "rank 1 failed first" in result.stderr
+    assert "Traceback" not in result.stderr.split("rank 1 failed first")[0]  # no traceback of ours
+    assert time.monotonic() - started < 60
+    assert live_processes_of(only_run_dir(runs_root)) == []
+
+
+def test_the_single_process_baseline_failing_is_named_too(runs_root):
+    result = run_cli("run", "single", "--steps", "50", "--device", "cpu", "--run-dir", str(runs_root),
+                     "--json", "--", "--fail-at-step", "2")
+    assert result.returncode == 1
+    cause = json.loads(result.stdout.strip().splitlines()[-1])["root_cause"]
+    assert cause["rank"] == 0 and "injected failure at step 2" in cause["message"]
+
+
+def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
+    proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
+                             "--run-dir", str(runs_root), "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Wait until both ranks are training, so there is something to stop.
+    deadline = time.monotonic() + 60
+    events = None
+    while time.monotonic() < deadline:
+        found = list(runs_root.glob("*/events/rank1.jsonl"))
+        if found and found[0].read_text().count('"step"') >= 3:
+            events = found[0]
+            break
+        time.sleep(0.2)
+    assert events is not None, "the ranks never started stepping"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert json.loads(out.strip().splitlines()[-1])["status"] == "interrupted"
+    assert live_processes_of(only_run_dir(runs_root)) == []

@@ -1,0 +1,45 @@
+"""Import boundaries, checked in fresh interpreters: the app and CLI never import torch,
+the engine never imports textual, the reporter brings no torch into a rank."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def modules_after(code: str) -> set[str]:
+    probe = code + "\nimport sys\nprint('\\n'.join(sys.modules))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return {name.split(".")[0] for name in result.stdout.split()}
+
+
+CLI_PATHS = [
+    "from mgpu_tui.cli import main; main(['--help'])",
+    "from mgpu_tui.cli import main; main(['list', '--json'])",
+    "from mgpu_tui.cli import main; main(['run', 'no-such-mode'])",
+]
+
+
+@pytest.mark.parametrize("code", CLI_PATHS)
+def test_cli_never_imports_torch_or_textual(code):
+    loaded = modules_after("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    "
+                           + code.replace("; ", "\n    "))
+    assert "torch" not in loaded
+    assert "textual" not in loaded and "rich" not in loaded
+
+
+def test_engine_imports_no_ui_and_no_torch():
+    from pathlib import Path
+
+    import mgpu_tui.engine as engine_package
+
+    names = [p.stem for p in Path(engine_package.__file__).parent.glob("*.py") if p.stem != "__init__"]
+    loaded = modules_after("\n".join(f"import mgpu_tui.engine.{n}" for n in names))
+    assert "textual" not in loaded and "rich" not in loaded
+    assert "torch" not in loaded
+
+
+def test_reporter_imports_only_the_standard_library_and_the_protocol():
+    loaded = modules_after("import mgpu_tui.engine.reporter")
+    assert not loaded & {"torch", "numpy", "psutil", "pynvml", "textual"}

@@ -1,0 +1,55 @@
+"""The reporter, as rank code uses it: with a run directory, and without."""
+
+import io
+import json
+
+from mgpu_tui.engine.events import parse_line
+from mgpu_tui.engine.reporter import Reporter
+
+
+def test_with_a_run_directory_every_call_is_one_flushed_event(tmp_path):
+    reporter = Reporter(rank=1, world_size=2, run_dir=tmp_path, stream=io.StringIO())
+    reporter.hello(mode="ddp", device="cpu", config={"steps": 2})
+    path = tmp_path / "events" / "rank1.jsonl"
+    assert parse_line(path.read_text().splitlines()[0]).mode == "ddp"  # readable before close
+    reporter.step(1, samples=32, loss=0.5, mem_peak_bytes=7)
+    reporter.done(2)
+    reporter.close()
+    events = [parse_line(line) for line in path.read_text().splitlines()]
+    assert [type(e).__name__ for e in events] == ["Hello", "Step", "Done"]
+    assert events[1].samples == 32 and events[1].loss == 0.5 and events[1].step_s >= 0
+
+
+def test_an_exception_inside_is_recorded_as_an_error_event(tmp_path):
+    try:
+        with Reporter(rank=0, run_dir=tmp_path) as reporter:
+            reporter.hello(mode="single", device="cpu")
+            raise ValueError("bad batch")
+    except ValueError:
+        pass
+    last = json.loads((tmp_path / "events" / "rank0.jsonl").read_text().splitlines()[-1])
+    assert last["kind"] == "error" and last["message"] == "ValueError: bad batch"
+    assert "raise ValueError" in last["traceback"]
+
+
+def test_without_a_run_directory_it_writes_nothing_and_prints_every_nth_step(tmp_path, monkeypatch):
+    monkeypatch.delenv("MGPU_RUN_DIR", raising=False)
+    monkeypatch.chdir(tmp_path)
+    out = io.StringIO()
+    reporter = Reporter(rank=0, stream=out)
+    reporter.hello(mode="single", device="cpu", config={"steps": 50})
+    for step in range(1, 51):
+        reporter.step(step, samples=8, loss=1.0)
+    assert not reporter.recording
+    assert list(tmp_path.iterdir()) == []
+    assert len(out.getvalue().splitlines()) == 10 and "step 50" in out.getvalue()
+
+
+def test_other_ranks_stay_quiet_without_a_run_directory(monkeypatch):
+    monkeypatch.delenv("MGPU_RUN_DIR", raising=False)
+    out = io.StringIO()
+    reporter = Reporter(rank=1, stream=out)
+    reporter.hello(mode="ddp", device="cpu", config={"steps": 10})
+    for step in range(1, 11):
+        reporter.step(step, samples=8)
+    assert out.getvalue() == ""

@@ -1,0 +1,52 @@
+"""Validation of a launch request: each refusal is one sentence, of the right kind."""
+
+import pytest
+
+from mgpu_tui.engine.host import Host, visible_gpu_count
+from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError, resolve
+
+CPU = Host(cpu_count=2, gpu_count=0, gpu_note="no NVIDIA GPU: no driver", torch_available=True)
+TWO_GPUS = Host(cpu_count=16, gpu_count=2, gpu_note="2 GPU(s)", torch_available=True)
+
+
+@pytest.mark.parametrize(
+    "spec, host, words",
+    [
+        (LaunchSpec("no-such-mode"), CPU, "unknown mode 'no-such-mode'"),
+        (LaunchSpec("ddp", nproc=0), CPU, "--nproc must be at least 1, got 0"),
+        (LaunchSpec("ddp", nproc=-1), CPU, "--nproc must be at least 1, got -1"),
+        (LaunchSpec("ddp", steps=0), CPU, "--steps must be at least 1"),
+        (LaunchSpec("ddp", batch_size=0), CPU, "--batch-size must be at least 1"),
+        (LaunchSpec("ddp", device="tpu"), CPU, "--device must be one of"),
+        (LaunchSpec("ddp", device="cuda"), CPU, "--device cuda needs an NVIDIA GPU"),
+        (LaunchSpec("ddp", nproc=4, device="cuda"), TWO_GPUS, "needs 4 GPUs, but 2 are visible"),
+        (LaunchSpec("ddp", nproc=3, batch_size=64), CPU, "does not split evenly over 3 ranks"),
+        (LaunchSpec("single", nproc=2), CPU, "runs as one process"),
+    ],
+)
+def test_bad_requests_are_usage_errors_with_one_sentence(spec, host, words):
+    with pytest.raises(SpecError) as info:
+        resolve(spec, host)
+    message = str(info.value)
+    assert words in message
+    assert "\n" not in message and message.endswith(".")
+
+
+def test_missing_torch_makes_the_environment_unusable():
+    no_torch = Host(cpu_count=2, gpu_count=0, gpu_note="", torch_available=False)
+    with pytest.raises(EnvironmentUnusable, match="torch is not installed"):
+        resolve(LaunchSpec("ddp"), no_torch)
+
+
+def test_cuda_with_enough_gpus_resolves():
+    resolved = resolve(LaunchSpec("ddp", nproc=2, device="cuda"), TWO_GPUS)
+    assert (resolved.device, resolved.backend, resolved.world_size) == ("cuda", "nccl", 2)
+
+
+@pytest.mark.parametrize(
+    "physical, visible, expected",
+    [(8, None, 8), (8, "", 0), (8, "-1", 0), (8, "0,1", 2), (8, "0,-1,1", 1), (2, "0,1,2,3", 2),
+     (4, "GPU-1a2b,GPU-3c4d", 2), (4, "3,9", 1), (0, "0", 0)],
+)
+def test_visible_gpus_follow_cuda_visible_devices(physical, visible, expected):
+    assert visible_gpu_count(physical, visible) == expected

@@ -1,0 +1,71 @@
+"""The tailer on real files that grow while it reads them."""
+
+from mgpu_tui.engine.tail import FileTail
+
+
+def test_file_that_appears_late(tmp_path):
+    tail = FileTail(tmp_path / "late.log")
+    assert tail.read_lines() == []
+    (tmp_path / "late.log").write_bytes(b"one\ntwo\n")
+    assert tail.read_lines() == [b"one", b"two"]
+    assert tail.read_lines() == []
+
+
+def test_partial_last_line_waits_for_its_newline(tmp_path):
+    path = tmp_path / "f"
+    tail = FileTail(path)
+    with open(path, "ab") as f:
+        f.write(b"first\nsec")
+        f.flush()
+        assert tail.read_lines() == [b"first"]
+        assert tail.pending == b"sec"
+        f.write(b"ond\nthird")
+        f.flush()
+        assert tail.read_lines() == [b"second"]
+        f.write(b"\n")
+        f.flush()
+        assert tail.read_lines() == [b"third"]
+
+
+def test_reads_incrementally_never_from_the_start(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"a\n")
+    tail = FileTail(path)
+    tail.read_lines()
+    assert tail.offset == 2
+    with open(path, "ab") as f:
+        f.write(b"b\n")
+    assert tail.read_lines() == [b"b"]
+    assert tail.offset == 4
+
+
+def test_over_long_line_is_dropped_and_counted(tmp_path):
+    path = tmp_path / "f"
+    tail = FileTail(path, max_line=10)
+    with open(path, "ab") as f:
+        f.write(b"ok\n" + b"x" * 25)
+        f.flush()
+        assert tail.read_lines() == [b"ok"]
+        assert tail.pending == b""  # not held in memory
+        f.write(b"y" * 25 + b"\nafter\n" + b"z" * 11 + b"\nlast\n")
+    assert tail.read_lines() == [b"after", b"last"]
+    assert tail.dropped_long_lines == 2
+
+
+def test_big_growth_is_read_in_bounded_chunks(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"".join(b"line %d\n" % i for i in range(10_000)))
+    tail = FileTail(path)
+    got = []
+    while chunk := tail.read_lines(max_bytes=4096):
+        got += chunk
+    assert got == [b"line %d" % i for i in range(10_000)]
+
+
+def test_truncated_file_is_read_again(tmp_path):
+    path = tmp_path / "f"
+    path.write_bytes(b"old line\n")
+    tail = FileTail(path)
+    assert tail.read_lines() == [b"old line"]
+    path.write_bytes(b"new\n")
+    assert tail.read_lines() == [b"new"]
