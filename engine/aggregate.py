@@ -106,6 +106,10 @@ class Aggregator:
         elif isinstance(event, Error):
             track.error = event
 
+    def pids(self) -> dict[int, int]:
+        """Rank -> pid, for the ranks that have said hello."""
+        return {rank: t.hello.pid for rank, t in self._ranks.items() if t.hello}
+
     def extend(self, events) -> None:
         for event in events:
             self.add(event)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -39,6 +40,10 @@ from mgpu_tui.engine.tail import FileTail
 
 # Lines of each rank's log kept in memory for display; the files keep everything.
 LOG_LINES_KEPT = 2000
+# Once every rank has said hello, the process tree is rescanned this rarely: each
+# scan reads all of /proc, and on a machine whose cores the ranks fill, every
+# wake-up of the monitor delays a rank (and so the whole synchronous job).
+TREE_RESCAN_S = 5.0
 
 
 class RunState(str, Enum):
@@ -97,6 +102,8 @@ class Run:
         self._log_tails: dict[tuple[int, str], FileTail] = {}
         self._started_at = 0.0
         self._stop_requested = False
+        self._tree_scanned_at = 0.0
+        self._pidfd: int | None = None
 
     # ---- construction from a user's request ----------------------------------
 
@@ -163,8 +170,10 @@ class Run:
         """Read what is new, and notice the end of the run. Never blocks for long."""
         if self._proc is None or self.state.finished:
             return self.state
-        self._record_descendants()
         self._read_files()
+        all_ranks_known = len(self.aggregator.pids()) >= self.resolved.world_size
+        if not all_ranks_known or time.monotonic() - self._tree_scanned_at >= TREE_RESCAN_S:
+            self._record_descendants()
         returncode = self._proc.poll()
         if returncode is not None:
             self._finish(returncode)
@@ -174,7 +183,7 @@ class Run:
         self,
         timeout: float | None = None,
         *,
-        interval: float = 0.25,
+        interval: float = 0.5,
         on_poll: Callable[[Run], None] | None = None,
     ) -> RunState:
         """Poll until the run ends (or ``timeout`` passes); ``on_poll`` is called after each poll."""
@@ -184,11 +193,7 @@ class Run:
                 on_poll(self)
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            try:
-                # Sleep until the launcher exits or the next poll is due, whichever is first.
-                self._proc.wait(interval)
-            except subprocess.TimeoutExpired:
-                pass
+            self._sleep_unless_exit(interval)
         if on_poll and self.state.finished:
             on_poll(self)
         return self.state
@@ -224,6 +229,21 @@ class Run:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def _sleep_unless_exit(self, seconds: float) -> None:
+        """Sleep until the launcher exits or ``seconds`` pass, whichever is first.
+
+        A pidfd wakes us exactly once; Popen.wait(timeout) would wake every 50 ms.
+        """
+        if self._pidfd is None:
+            try:
+                self._pidfd = os.pidfd_open(self._proc.pid)
+            except (AttributeError, OSError):  # not Linux 5.3+: plain sleep
+                self._pidfd = -1
+        if self._pidfd >= 0:
+            select.select([self._pidfd], [], [], seconds)
+        else:
+            time.sleep(seconds)
+
     # ---- reading -----------------------------------------------------------------
 
     def stats(self) -> RunStats:
@@ -252,6 +272,7 @@ class Run:
     # ---- processes ---------------------------------------------------------------
 
     def _record_descendants(self) -> None:
+        self._tree_scanned_at = time.monotonic()
         try:
             children = psutil.Process(self._proc.pid).children(recursive=True)
         except psutil.Error:
@@ -332,6 +353,9 @@ class Run:
             malformed_events=self.malformed_events,
         )
         self.run_dir.write_json(self.run_dir.summary_path, summary)
+        if self._pidfd is not None and self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
         self.result = RunResult(state, returncode, root_cause, self._started_at, ended, summary)
         self.state = state
 

@@ -1,0 +1,186 @@
+"""Benchmarks of mgpu-tui itself, each printed as a table.
+
+    python bench/run.py                  # every entry
+    python bench/run.py overhead --pairs 5
+    python bench/run.py reporter help
+
+Entries:
+
+- ``overhead``: the same ddp demo with the same flags under bare torchrun and under
+  ``mgpu-tui run``, alternated pair by pair so drifts in the machine hit both
+  alike. Both write events (MGPU_RUN_DIR is set for the bare run too), so the
+  ranks do the same work and both are measured from the same events. Goals:
+  steady-state throughput ratio >= 0.99, launch-to-first-step within 0.2 s of
+  bare torchrun, wall time at most 5% more.
+- ``reporter``: the cost of one step event written by the reporter. Goal: < 20 us.
+- ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mgpu_tui.engine.aggregate import Aggregator
+from mgpu_tui.engine.events import parse_line
+
+CLI = str(Path(sys.executable).with_name("mgpu-tui"))
+
+
+def table(headers, rows) -> str:
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
+    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
+    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))] +
+                     [fmt.format(*map(str, r)) for r in rows])
+
+
+# ---- overhead ---------------------------------------------------------------------
+
+
+def _events_stats(run_dir: Path):
+    agg = Aggregator()
+    for path in sorted((run_dir / "events").glob("rank*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            agg.add(parse_line(line))
+    return agg.stats()
+
+
+def _clean_env() -> dict:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PET_", "MGPU_"))}
+
+
+def _bare(work: Path, demo_flags: list[str], nproc: int) -> dict:
+    run_dir = work / f"bare-{time.monotonic_ns()}"
+    run_dir.mkdir()
+    env = _clean_env() | {"MGPU_RUN_DIR": str(run_dir)}
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
+            "-m", "mgpu_tui.demos.ddp", *demo_flags]
+    started = time.time()
+    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    return _measure(run_dir, started, time.time())
+
+
+def _engine(work: Path, demo_flags: list[str], nproc: int) -> dict:
+    root = work / f"engine-{time.monotonic_ns()}"
+    argv = [CLI, "run", "ddp", "--nproc", str(nproc), "--run-dir", str(root), *demo_flags]
+    started = time.time()
+    subprocess.run(argv, env=_clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    ended = time.time()
+    (run_dir,) = root.iterdir()
+    return _measure(run_dir, started, ended)
+
+
+def _measure(run_dir: Path, started: float, ended: float) -> dict:
+    stats = _events_stats(run_dir)
+    return {
+        "wall": ended - started,
+        "first_step": stats.first_step_t - started,
+        "throughput": stats.samples_per_s,
+    }
+
+
+def bench_overhead(pairs: int, steps: int, nproc: int) -> str:
+    demo_flags = ["--steps", str(steps), "--batch-size", "64", "--device", "cpu"]
+    rows, bare_all, engine_all = [], [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        _bare(work, ["--steps", "5", "--device", "cpu"], nproc)  # warm the file cache once
+        for i in range(pairs):
+            # Alternate which goes first, so neither always runs on a warmer machine.
+            first, second = (_bare, _engine) if i % 2 == 0 else (_engine, _bare)
+            a = first(work, demo_flags, nproc)
+            b = second(work, demo_flags, nproc)
+            bare, engine = (a, b) if first is _bare else (b, a)
+            bare_all.append(bare)
+            engine_all.append(engine)
+            rows.append([
+                i + 1,
+                f"{bare['throughput']:,.0f}", f"{engine['throughput']:,.0f}",
+                f"{engine['throughput'] / bare['throughput']:.3f}",
+                f"{bare['first_step']:.2f}", f"{engine['first_step']:.2f}",
+                f"{engine['first_step'] - bare['first_step']:+.2f}",
+                f"{bare['wall']:.2f}", f"{engine['wall']:.2f}", f"{engine['wall'] / bare['wall']:.3f}",
+            ])  # fmt: skip
+
+    def med(runs, key):
+        return statistics.median(r[key] for r in runs)
+
+    rows.append([
+        "median",
+        f"{med(bare_all, 'throughput'):,.0f}", f"{med(engine_all, 'throughput'):,.0f}",
+        f"{med(engine_all, 'throughput') / med(bare_all, 'throughput'):.3f}",
+        f"{med(bare_all, 'first_step'):.2f}", f"{med(engine_all, 'first_step'):.2f}",
+        f"{med(engine_all, 'first_step') - med(bare_all, 'first_step'):+.2f}",
+        f"{med(bare_all, 'wall'):.2f}", f"{med(engine_all, 'wall'):.2f}",
+        f"{med(engine_all, 'wall') / med(bare_all, 'wall'):.3f}",
+    ])  # fmt: skip
+    headers = ["pair", "bare samples/s", "mgpu-tui samples/s", "ratio", "bare 1st step s",
+               "mgpu-tui 1st step s", "diff s", "bare wall s", "mgpu-tui wall s", "wall ratio"]
+    title = (f"engine overhead: ddp, {nproc} ranks, {steps} steps, global batch 64, cpu/gloo; "
+             f"goals: ratio >= 0.99, 1st-step diff <= +0.20 s, wall ratio <= 1.05")
+    return title + "\n" + table(headers, rows)
+
+
+# ---- reporter ----------------------------------------------------------------------
+
+
+def bench_reporter(events: int) -> str:
+    from mgpu_tui.engine.reporter import Reporter
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        reporter = Reporter(rank=0, world_size=1, run_dir=tmp, print_every=10**9)
+        reporter.hello(mode="bench", device="cpu")
+        costs = []
+        for _ in range(5):
+            start = time.perf_counter()
+            for i in range(events):
+                reporter.step(i + 1, samples=32, loss=0.5, mem_bytes=123456789, mem_peak_bytes=223456789)
+            costs.append((time.perf_counter() - start) / events * 1e6)
+        reporter.close()
+    rows.append(["step event", events, f"{statistics.median(costs):.2f}", f"{min(costs):.2f}"])
+    return "reporter cost per event (goal < 20 us)\n" + table(["event", "n", "median us", "best us"], rows)
+
+
+# ---- help --------------------------------------------------------------------------
+
+
+def bench_help(repeats: int) -> str:
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run([CLI, "--help"], stdout=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - start)
+    row = ["mgpu-tui --help", repeats, f"{statistics.median(times):.3f}", f"{max(times):.3f}"]
+    return "CLI start-up (goal < 0.2 s)\n" + table(["command", "n", "median s", "worst s"], [row])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("entries", nargs="*", choices=("overhead", "reporter", "help", []), default=[])
+    parser.add_argument("--pairs", type=int, default=3, help="overhead: bare/engine pairs (default 3)")
+    parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
+    parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
+    args = parser.parse_args()
+    entries = args.entries or ["help", "reporter", "overhead"]
+    print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
+    for entry in entries:
+        if entry == "overhead":
+            print(bench_overhead(args.pairs, args.steps, args.nproc), flush=True)
+        elif entry == "reporter":
+            print(bench_reporter(20_000), flush=True)
+        else:
+            print(bench_help(20), flush=True)
+        print(flush=True)
+
+
+if __name__ == "__main__":
+    main()
