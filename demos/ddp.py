@@ -54,10 +54,9 @@ def main() -> None:
         reporter.done(args.steps)
 
     # Free DDP before the process group: destroying the group under a live DDP
-    # module aborts the process at exit in about one gloo run in five.
+    # module can abort the process at exit.
     del ddp_model, optimizer
-    dist.barrier()
-    dist.destroy_process_group()
+    harness.shutdown_distributed()
 
 
 if __name__ == "__main__":

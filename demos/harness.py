@@ -13,11 +13,13 @@ can make it, and every mode trains on exactly the same data as the baseline.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import resource
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from mgpu_tui.engine.reporter import Reporter
@@ -195,6 +197,20 @@ def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0) -> None:
 
 def config(args: argparse.Namespace) -> dict:
     return {k: v for k, v in vars(args).items() if k != "save_params"}
+
+
+def shutdown_distributed() -> None:
+    """End the process group cleanly. Delete the wrapped model (DDP, FSDP) and its optimizer first.
+
+    A wrapper caught in reference cycles outlives ``del``; DDP's reducer then holds
+    gloo work with tensors until interpreter shutdown, where freeing them aborts the
+    process (SIGABRT, "terminate called without an active exception") in a rare run.
+    Collecting now frees it while Python is still whole. The barrier keeps a rank
+    from tearing down while another is still communicating.
+    """
+    gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def save_params(model: nn.Module, path: str | None) -> None:
