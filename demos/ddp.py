@@ -8,10 +8,7 @@ baseline on the whole batch. Run it:
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.ddp --device cpu
 """
 
-import os
-
 import torch
-import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -22,35 +19,31 @@ from mgpu_tui.engine.reporter import Reporter
 @record  # on failure, write the traceback where torchrun (and mgpu-tui) look for it
 def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
-    # torchrun tells each process who it is through the environment.
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = harness.pick_device(args.device, int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-    if args.batch_size % world:
-        raise SystemExit(f"--batch-size {args.batch_size} does not split over {world} ranks.")
-    local_batch = args.batch_size // world
+    # torchrun tells each process who it is; rank r uses the GPU of its local rank.
+    d = harness.start_distributed("ddp", args)
+    local_batch = args.batch_size // d.world
 
     # Same seed, same initial weights everywhere (DDP also broadcasts rank 0's at wrap time).
-    model = harness.build_model(args).to(device)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    model = harness.build_model(args).to(d.device)
+    ddp_model = DDP(model, device_ids=[d.device.index] if d.device.type == "cuda" else None)
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr, momentum=0.9)
-    scaler = harness.grad_scaler(args, device)
+    scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)
 
     with Reporter() as reporter:
-        reporter.hello(mode="ddp", device=str(device), device_uuid=harness.device_uuid(device),
+        reporter.hello(mode="ddp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                        config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, rank)
+            harness.maybe_fail(args, step, d.rank)
             x, y = task.batch(step, args.batch_size)
             # This rank's slice of the global batch: rank r takes rows [r*b, (r+1)*b).
-            mine = slice(rank * local_batch, (rank + 1) * local_batch)
-            x, y = x[mine], y[mine]
-            loss = harness.train_step(ddp_model, optimizer, scaler, x.to(device), y.to(device), args,
-                                      device, no_sync=ddp_model.no_sync)
-            harness.report_step(reporter, step, len(x), loss, device)
-        if rank == 0:
-            harness.save_params(model, args.save_params)
+            mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
+            x, y = x[mine].to(d.device), y[mine].to(d.device)
+            loss = harness.train_step(ddp_model, optimizer, scaler, x, y, args, d.device,
+                                      no_sync=ddp_model.no_sync)
+            harness.report_step(reporter, step, len(x), loss, d.device)
+        if d.rank == 0:  # every rank holds the same parameters
+            harness.save_params(model.state_dict(), args.save_params)
         reporter.done(args.steps)
 
     # Free DDP before the process group: destroying the group under a live DDP

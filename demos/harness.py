@@ -16,18 +16,29 @@ import argparse
 import gc
 import os
 import resource
+from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from mgpu_tui.engine.placement import PlacementError, rank_devices, split_layers
 from mgpu_tui.engine.reporter import Reporter
 
 CLASSES = 10
 
 
-def parse_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
+def parse_args(
+    description: str,
+    argv: list[str] | None = None,
+    mode_args: Callable[[argparse.ArgumentParser], None] | None = None,
+    known_only: bool = False,
+) -> argparse.Namespace:
+    """The arguments every demo takes; ``mode_args`` adds a mode's own."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
     parser.add_argument(
@@ -46,11 +57,15 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per step (default 1)")
     parser.add_argument("--width", type=int, default=256, help="hidden width (default 256)")
     parser.add_argument("--depth", type=int, default=4, help="hidden blocks (default 4)")
-    parser.add_argument("--save-params", metavar="PATH", help="save the trained parameters here")
+    parser.add_argument(
+        "--save-params", metavar="DIR", help="save the trained parameters here (one file per rank)"
+    )
     faults = parser.add_argument_group("fault injection (off unless asked for)")
     faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail at step K")
     faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
-    args = parser.parse_args(argv)
+    if mode_args is not None:
+        mode_args(parser)
+    args = parser.parse_known_args(argv)[0] if known_only else parser.parse_args(argv)
     for name in ("steps", "batch_size", "accum", "width", "depth"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -60,21 +75,45 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
 # ---- devices ---------------------------------------------------------------------
 
 
-def pick_device(requested: str, local_rank: int = 0) -> torch.device:
-    """The device for this process; "auto" means CUDA when there is one."""
+def place(mode: str, args: argparse.Namespace, local_rank: int = 0, nproc: int = 1) -> list[torch.device]:
+    """The devices this process puts its model on (see engine/placement.py for each mode)."""
+    requested = args.device
     if requested == "auto":
         requested = "cuda" if torch.cuda.is_available() else "cpu"
-    if requested == "cpu":
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
+    if requested == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device.")
-    if local_rank >= torch.cuda.device_count():
-        raise SystemExit(
-            f"local rank {local_rank} needs cuda:{local_rank}, "
-            f"but only {torch.cuda.device_count()} CUDA device(s) are visible."
-        )
-    torch.cuda.set_device(local_rank)
-    return torch.device("cuda", local_rank)
+    gpus = torch.cuda.device_count() if requested == "cuda" else 0
+    try:
+        names = rank_devices(mode, local_rank, gpus, nproc=nproc, stages=getattr(args, "stages", 2),
+                             device=requested)
+    except PlacementError as exc:
+        raise SystemExit(str(exc)) from None
+    devices = [torch.device(name) for name in names]
+    cuda = [d for d in devices if d.type == "cuda"]
+    if cuda:
+        torch.cuda.set_device(cuda[0])  # this process's default GPU, for NCCL and new tensors
+    return devices
+
+
+@dataclass
+class Distributed:
+    rank: int
+    world: int
+    local_rank: int
+    devices: list[torch.device]
+
+    @property
+    def device(self) -> torch.device:
+        return self.devices[0]
+
+
+def start_distributed(mode: str, args: argparse.Namespace) -> Distributed:
+    """Read who this rank is from torchrun's environment, place it, join the process group."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    devices = place(mode, args, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    dist.init_process_group("nccl" if devices[0].type == "cuda" else "gloo")
+    return Distributed(rank, world, local_rank, devices)
 
 
 def device_uuid(device: torch.device) -> str | None:
@@ -98,21 +137,68 @@ def memory(device: torch.device) -> tuple[int, int]:
 
 
 class Block(nn.Module):
-    """A residual MLP block: the unit that later modes place on devices or shard."""
+    """A residual MLP block (x + fc2(gelu(fc1(x)))): the unit modes place on devices or shard.
+
+    Two matrices, so tensor parallelism can split the first by columns and the
+    second by rows, with one all-reduce per block.
+    """
 
     def __init__(self, width: int) -> None:
         super().__init__()
-        self.linear = nn.Linear(width, width)
+        self.fc1 = nn.Linear(width, 2 * width)
         self.act = nn.GELU()
+        self.fc2 = nn.Linear(2 * width, width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.act(self.linear(x))
+        return x + self.fc2(self.act(self.fc1(x)))
 
 
 def build_model(args: argparse.Namespace) -> nn.Sequential:
-    """The same weights on every rank and in every mode: they come from the seed alone."""
+    """The same weights on every rank and in every mode: they come from the seed alone.
+
+    Layers 0..depth-1 are blocks, layer ``depth`` the classifier head.
+    """
     torch.manual_seed(args.seed)
     return nn.Sequential(*(Block(args.width) for _ in range(args.depth)), nn.Linear(args.width, CLASSES))
+
+
+class Stage(nn.Sequential):
+    """Layers ``[first, last)`` of the model, with the weights and names they have in the whole model.
+
+    Built from the arguments alone, so any process (a pipeline rank, an RPC worker)
+    makes exactly its part of the same model, and its parameters are named as the
+    baseline's ("2.fc1.weight"), so they compare by name.
+    """
+
+    def __init__(self, args: argparse.Namespace, first: int, last: int) -> None:
+        model = build_model(args)
+        super().__init__(OrderedDict((str(i), model[i]) for i in range(first, last)))
+
+
+class Placed(nn.Sequential):
+    """The model with each layer on its own device; the activations follow the layers.
+
+    Parameter names stay those of the model, so a placed model compares with the baseline.
+    """
+
+    def __init__(self, model: nn.Sequential, layer_devices: list[torch.device]) -> None:
+        super().__init__(OrderedDict(model.named_children()))
+        self.layer_devices = layer_devices
+        for layer, device in zip(self, layer_devices):
+            layer.to(device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer, device in zip(self, self.layer_devices):
+            x = layer(x.to(device))  # the hop between devices: a copy over PCIe or NVLink
+        return x
+
+
+def layer_devices(stage_devices: list[str], n_layers: int) -> list[torch.device]:
+    """Spread ``n_layers`` over the stages' devices in contiguous, balanced runs."""
+    per_layer = []
+    for device, layers in zip(stage_devices, split_layers(n_layers, len(stage_devices))):
+        per_layer += [torch.device(device)] * len(layers)
+    return per_layer
 
 
 class SyntheticTask:
@@ -159,11 +245,13 @@ def train_step(
     args: argparse.Namespace,
     device: torch.device,
     no_sync=None,
+    use_autocast: bool = True,
 ) -> torch.Tensor:
     """One optimizer step over ``args.accum`` micro-batches; returns the mean loss (detached).
 
     ``no_sync`` (DDP's ``model.no_sync``) skips the gradient all-reduce on every
     micro-batch but the last, so accumulation costs one all-reduce per step.
+    ``device`` is where the loss is computed: the device of the model's output.
     """
     optimizer.zero_grad(set_to_none=True)
     total = torch.zeros((), device=device)
@@ -171,7 +259,7 @@ def train_step(
     for i, (mx, my) in enumerate(zip(micro_x, micro_y)):
         last = i == len(micro_x) - 1
         with (no_sync() if no_sync is not None and not last else nullcontext()):
-            with autocast(args, device):
+            with autocast(args, device) if use_autocast else nullcontext():
                 # Each micro-batch's mean loss, weighted by its share of the batch.
                 loss = nn.functional.cross_entropy(model(mx), my) * (len(mx) / len(x))
             scaler.scale(loss).backward()
@@ -184,7 +272,8 @@ def train_step(
 # ---- reporting and the end ---------------------------------------------------------
 
 
-def report_step(reporter: Reporter, step: int, samples: int, loss: torch.Tensor, device) -> None:
+def report_step(reporter: Reporter, step: int, samples: int, loss, device) -> None:
+    """Report a step; ``samples`` counts only samples new to the job (0 on TP peers, later stages)."""
     current, peak = memory(device)
     reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak)
 
@@ -213,7 +302,14 @@ def shutdown_distributed() -> None:
     dist.destroy_process_group()
 
 
-def save_params(model: nn.Module, path: str | None) -> None:
-    """Save the trained parameters (on the CPU) so that modes can be compared exactly."""
-    if path:
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, path)
+def save_params(params: dict[str, torch.Tensor], directory: str | None, rank: int = 0) -> None:
+    """Save the parameters this rank is responsible for, named as in the whole model.
+
+    One file per rank (``rank<N>.pt``); --verify merges them, so a mode whose
+    parameters live on several ranks (pipeline stages, RPC workers) saves each part
+    where it is, with no gather.
+    """
+    if directory:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().cpu().float() for k, v in params.items()}
+        torch.save(tensors, Path(directory) / f"rank{rank}.pt")

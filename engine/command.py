@@ -24,14 +24,26 @@ class Launch:
     env_changes: dict[str, str | None]  # what differs from the parent's (None: removed)
 
 
-def demo_argv(resolved: ResolvedSpec) -> list[str]:
+def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
+    """The demo's arguments: everything that decides what is trained, spelled out."""
     spec = resolved.spec
-    return [
+    argv = [
         "--steps", str(spec.steps),
         "--batch-size", str(spec.batch_size),
         "--device", resolved.device,
-        *spec.demo_args,
+        "--width", str(spec.width),
+        "--depth", str(spec.depth),
+        "--accum", str(spec.accum),
     ]  # fmt: skip
+    if spec.amp:
+        argv.append("--amp")
+    if resolved.mode.name == "mp":
+        argv += ["--stages", str(spec.stages)]
+    if resolved.mode.name == "pipeline":
+        argv += ["--microbatches", str(spec.microbatches)]
+    if spec.verify:
+        argv += ["--save-params", str(run_dir.params_dir)]
+    return argv + list(spec.demo_args)
 
 
 def build_command(
@@ -59,7 +71,7 @@ def build_command(
         ]  # fmt: skip
     else:
         argv = [python, "-m", mode.module]
-    argv += demo_argv(resolved)
+    argv += demo_argv(resolved, run_dir)
 
     changes: dict[str, str | None] = {}
     # torchrun reads PET_<FLAG> as a default for each flag: a stray one from the

@@ -37,6 +37,7 @@ from mgpu_tui.engine.rundir import RunDir
 from mgpu_tui.engine.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.summary import build_summary
 from mgpu_tui.engine.tail import FileTail
+from mgpu_tui.engine.verify import run_verify
 
 # Lines of each rank's log kept in memory for display; the files keep everything.
 LOG_LINES_KEPT = 2000
@@ -83,6 +84,7 @@ class Run:
         self.resolved = resolved
         self.run_dir = run_dir
         self.run_id = uuid.uuid4().hex
+        self.python = python
         self.launch: Launch = build_command(
             resolved,
             run_dir,
@@ -216,6 +218,18 @@ class Run:
             self._kill_known()
         self._proc.wait()
         return self.poll()
+
+    def verify(self) -> dict:
+        """Compare the finished run's parameters with the baseline; adds ``verify`` to the summary.
+
+        Takes a few seconds (it retrains the baseline in a child process).
+        """
+        if self.result is None or self.result.state is not RunState.OK:
+            raise RuntimeError("only a run that finished ok can be verified")
+        outcome = run_verify(self.resolved, self.run_dir, python=self.python, env=self.launch.env)
+        self.result.summary["verify"] = outcome
+        self.run_dir.write_json(self.run_dir.summary_path, self.result.summary)
+        return outcome
 
     def close(self) -> None:
         """Make sure nothing of this run is alive, whatever state it is in."""

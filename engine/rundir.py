@@ -9,6 +9,7 @@ Layout::
                               written by torchrun --log-dir --redirects 3; single-process
                               modes use the same shape with <id> = "python"
         events/rank<N>.jsonl  the rank event stream (see events.py)
+        params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
         summary.json          written when the run ends
 """
 
@@ -90,6 +91,11 @@ class RunDir:
     @property
     def logs_dir(self) -> Path:
         return self.path / "logs"
+
+    @property
+    def params_dir(self) -> Path:
+        """Trained parameters, one file per rank, saved for --verify."""
+        return self.path / "params"
 
     @property
     def events_dir(self) -> Path:

@@ -15,6 +15,7 @@ from typing import Literal
 
 from mgpu_tui.engine.host import Host
 from mgpu_tui.engine.modes import MODES, Mode
+from mgpu_tui.engine.placement import gpus_needed
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES = ("auto", "cpu", "cuda")
@@ -36,7 +37,14 @@ class LaunchSpec:
     batch_size: int = 64  # the global batch: every rank together
     device: Device = "auto"
     run_root: Path = Path("runs")
-    # Further arguments for the demo (--lr 0.1, --amp, ...), passed through as given.
+    width: int = 256
+    depth: int = 4  # hidden blocks; the model has depth + 1 layers (the blocks and the head)
+    amp: bool = False
+    accum: int = 1  # micro-batches per optimizer step
+    stages: int = 2  # mp: how many GPUs the model spreads over
+    microbatches: int = 4  # pipeline
+    verify: bool = False  # compare the final parameters with the single-device baseline
+    # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
 
 
@@ -66,6 +74,10 @@ class ResolvedSpec:
         }
 
 
+def _stages(mode: Mode, spec: LaunchSpec) -> int:
+    return spec.stages if mode.name == "mp" else spec.nproc
+
+
 def mode_names() -> str:
     return ", ".join(MODES)
 
@@ -74,7 +86,16 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
     mode = MODES.get(spec.mode)
     if mode is None:
         raise SpecError(f"unknown mode {spec.mode!r}; the modes are: {mode_names()}.")
-    for name, value in (("--nproc", spec.nproc), ("--steps", spec.steps), ("--batch-size", spec.batch_size)):
+    for name, value in (
+        ("--nproc", spec.nproc),
+        ("--steps", spec.steps),
+        ("--batch-size", spec.batch_size),
+        ("--accum", spec.accum),
+        ("--stages", spec.stages),
+        ("--microbatches", spec.microbatches),
+        ("--width", spec.width),
+        ("--depth", spec.depth),
+    ):
         if value is not None and value < 1:
             raise SpecError(f"{name} must be at least 1, got {value}.")
     if spec.device not in DEVICES:
@@ -94,11 +115,15 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
             nproc = max(1, host.gpu_count // mode.devices_per_rank)
         else:
             nproc = 2
-        spec = dataclasses.replace(spec, nproc=nproc)
+        spec = dataclasses.replace(spec, nproc=max(nproc, mode.min_nproc))
+    if spec.nproc < mode.min_nproc:
+        raise SpecError(
+            f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {spec.nproc}."
+        )
     if device == "cuda":
         if not host.has_cuda:
             raise SpecError(f"--device cuda needs an NVIDIA GPU, but there is none here ({host.gpu_note}).")
-        needed = (spec.nproc if mode.multi_process else 1) * mode.devices_per_rank
+        needed = gpus_needed(mode.name, spec.nproc, spec.stages)
         if needed > host.gpu_count:
             raise SpecError(
                 f"mode {mode.name!r} with --nproc {spec.nproc} needs {needed} GPUs, "
@@ -108,5 +133,14 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         raise SpecError(
             f"--batch-size {spec.batch_size} does not split evenly over {spec.nproc} ranks; "
             f"use a multiple of {spec.nproc}."
+        )
+    if mode.name == "pipeline" and spec.batch_size % (spec.microbatches * spec.accum):
+        raise SpecError(
+            f"--batch-size {spec.batch_size} does not split into {spec.accum} x {spec.microbatches} "
+            "equal micro-batches; choose sizes that divide it."
+        )
+    if mode.name in ("pipeline", "rpc", "mp") and (stages := _stages(mode, spec)) > spec.depth + 1:
+        raise SpecError(
+            f"{stages} stages is more than the model's {spec.depth + 1} layers; raise --depth."
         )
     return ResolvedSpec(spec, mode, device, "nccl" if device == "cuda" else "gloo")

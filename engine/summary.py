@@ -9,7 +9,8 @@ Fields (a stable contract; new ones may be added):
 - ``peak_mem_bytes``: a list indexed by rank (allocator peak on CUDA, peak RSS on the CPU),
 - ``ranks``: per-rank figures, ``launch_to_first_step_s``, ``duration_s``,
   ``malformed_events``, ``run_dir``, ``root_cause`` (null, or rank, exit_code, signal,
-  message, traceback).
+  message, traceback), ``note`` (what a degenerate CPU path does not show, or null),
+  ``verify`` (with --verify: max_abs_diff, max_rel_diff, tolerance, ok; else null).
 
 See aggregate.py for how each figure is computed.
 """
@@ -71,4 +72,7 @@ def build_summary(
         "malformed_events": malformed_events,
         "run_dir": str(run_dir.path),
         "root_cause": root_cause.to_json() if root_cause else None,
+        # What this run does not show on this device (degenerate CPU paths), in one sentence.
+        "note": resolved.mode.cpu_note if resolved.device == "cpu" and resolved.mode.cpu_note else None,
+        "verify": None,  # filled in by --verify
     }

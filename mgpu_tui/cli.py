@@ -13,13 +13,10 @@ import sys
 from collections.abc import Sequence
 
 from mgpu_tui import __version__
+from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.exit_codes import ExitCode
 
 DEVICES = ("auto", "cpu", "cuda")
-
-
-class UsageError(Exception):
-    """Bad input: one sentence for the user, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,6 +43,16 @@ def _whole_number(minimum: int):
         return value
 
     return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,6 +93,28 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
     )
     run.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
+    run.add_argument(
+        "--verify",
+        action="store_true",
+        help="afterwards, compare the trained parameters with the single-device baseline",
+    )
+    training = run.add_argument_group("training (the same for every mode)")
+    training.add_argument("--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, "
+                          "bf16 on the CPU")
+    training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
+    training.add_argument("--accum", type=_whole_number(1), default=1, help="micro-batches per step")
+    training.add_argument("--lr", type=_positive_float, help="learning rate (demo default 0.02)")
+    training.add_argument("--seed", type=_whole_number(0), help="seed for weights and data (default 0)")
+    training.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
+    training.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
+    modes = run.add_argument_group("mode options")
+    modes.add_argument("--stages", type=_whole_number(1), default=2, help="mp: GPUs to spread over")
+    modes.add_argument("--microbatches", type=_whole_number(1), default=4, help="pipeline (default 4)")
+    modes.add_argument("--schedule", choices=("gpipe", "1f1b"), help="pipeline schedule (default gpipe)")
+    modes.add_argument("--manual", action="store_true",
+                       help="dp: show replicate/scatter/parallel_apply/gather by hand (CUDA)")
+    modes.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
+                       help="fsdp: free gathered parameters after forward (default on)")
 
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")

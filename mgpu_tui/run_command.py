@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
 from mgpu_tui.engine.aggregate import RunStats
 from mgpu_tui.engine.run import Run, RunState
@@ -97,9 +98,24 @@ def summary_text(summary: dict) -> str:
         timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
     timing += f"  launch to first step {fmt_seconds(summary['launch_to_first_step_s'])}"
     notes = [f"run directory {summary['run_dir']}"]
+    if summary["note"]:
+        notes.insert(0, f"note: on the CPU {summary['note']}")
+    if summary["verify"]:
+        verdict = "ok" if summary["verify"]["ok"] else "FAILED"
+        notes.insert(0, f"verify {verdict}: {verify_text(summary['verify'])}")
     if summary["malformed_events"]:
         notes.append(f"{summary['malformed_events']} malformed event line(s) skipped")
     return "\n".join([head, body, timing, *notes])
+
+
+def verify_text(verify: dict) -> str:
+    if "error" in verify:
+        return verify["error"]
+    text = (f"max abs diff {verify['max_abs_diff']:.2e} vs the baseline "
+            f"(tolerance {verify['tolerance']:.0e}, {verify['precision']})")
+    if verify["missing"] or verify["unexpected"]:
+        text += f"; missing {verify['missing']}, unexpected {verify['unexpected']}"
+    return text
 
 
 def root_cause_text(cause: dict) -> str:
@@ -113,6 +129,28 @@ def root_cause_text(cause: dict) -> str:
     return text
 
 
+# Options that belong to one mode: (option, attribute, the mode it applies to).
+_MODE_ONLY = (("--schedule", "schedule", "pipeline"), ("--manual", "manual", "dp"),
+              ("--reshard-after-forward", "reshard_after_forward", "fsdp"))
+
+
+def _passthrough(args: argparse.Namespace) -> list[str]:
+    """The demo flags the CLI takes itself but the engine only passes on."""
+    for option, attribute, mode in _MODE_ONLY:
+        if getattr(args, attribute) not in (None, False) and args.mode != mode:
+            raise UsageError(f"{option} applies to mode {mode} only.")
+    out = []
+    for option, value in (("--lr", args.lr), ("--seed", args.seed), ("--amp-dtype", args.amp_dtype),
+                          ("--schedule", args.schedule)):
+        if value is not None:
+            out += [option, str(value)]
+    if args.manual:
+        out.append("--manual")
+    if args.reshard_after_forward is not None:
+        out.append("--reshard-after-forward" if args.reshard_after_forward else "--no-reshard-after-forward")
+    return out
+
+
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     spec = LaunchSpec(
         mode=args.mode,
@@ -121,7 +159,14 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         batch_size=args.batch_size,
         device=args.device,
         run_root=Path(args.run_dir),
-        demo_args=tuple(demo_args),
+        width=args.width,
+        depth=args.depth,
+        amp=args.amp,
+        accum=args.accum,
+        stages=args.stages,
+        microbatches=args.microbatches,
+        verify=args.verify,
+        demo_args=tuple(_passthrough(args) + demo_args),
     )
     try:
         run = Run.prepare(spec)
@@ -155,6 +200,10 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         else:
             progress.end()
 
+    verified_ok = True
+    if spec.verify and run.result.state is RunState.OK:
+        print("mgpu-tui: verifying against the single-device baseline", file=sys.stderr)
+        verified_ok = run.verify()["ok"]
     summary = run.result.summary
     if args.json:
         print(json.dumps(summary))
@@ -162,4 +211,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         print(summary_text(summary))
     if summary["root_cause"]:
         print(root_cause_text(summary["root_cause"]), file=sys.stderr)
+    if not verified_ok:
+        print(f"mgpu-tui: verification failed: {verify_text(summary['verify'])}", file=sys.stderr)
+        return ExitCode.FAILED
     return _EXIT[run.result.state]

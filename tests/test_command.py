@@ -24,7 +24,8 @@ def test_multi_process_mode_goes_through_torchrun_with_per_rank_files():
     assert launch.argv == (
         "/py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
         "--log-dir", "/runs/r1/logs", "--redirects", "3", "-m", "mgpu_tui.demos.ddp",
-        "--steps", "30", "--batch-size", "64", "--device", "cpu",
+        "--steps", "30", "--batch-size", "64", "--device", "cpu", "--width", "256", "--depth", "4",
+        "--accum", "1",
     )
 
 
@@ -69,6 +70,14 @@ def test_auto_device_on_the_cpu_is_gloo_with_two_ranks():
     resolved = resolve(LaunchSpec("ddp"), CPU_HOST)
     assert (resolved.device, resolved.backend, resolved.spec.nproc) == ("cpu", "gloo", 2)
     assert resolve(LaunchSpec("single"), CPU_HOST).world_size == 1
+
+
+def test_mode_options_reach_only_their_mode_and_verify_saves_parameters():
+    pipeline = build(LaunchSpec("pipeline", nproc=2, device="cpu", microbatches=8, verify=True))
+    assert pipeline.argv[-4:] == ("--microbatches", "8", "--save-params", "/runs/r1/params")
+    mp = build(LaunchSpec("mp", device="cpu", stages=3, amp=True, accum=2))
+    assert "--stages" in mp.argv and "--microbatches" not in mp.argv and "--amp" in mp.argv
+    assert mp.argv[mp.argv.index("--accum") + 1] == "2"
 
 
 def test_demo_arguments_pass_through_last():

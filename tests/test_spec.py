@@ -22,6 +22,12 @@ TWO_GPUS = Host(cpu_count=16, gpu_count=2, gpu_note="2 GPU(s)", torch_available=
         (LaunchSpec("ddp", nproc=4, device="cuda"), TWO_GPUS, "needs 4 GPUs, but 2 are visible"),
         (LaunchSpec("ddp", nproc=3, batch_size=64), CPU, "does not split evenly over 3 ranks"),
         (LaunchSpec("single", nproc=2), CPU, "runs as one process"),
+        (LaunchSpec("ddp_mp", nproc=2, device="cuda"), TWO_GPUS, "needs 4 GPUs, but 2 are visible"),
+        (LaunchSpec("mp", stages=3, device="cuda"), TWO_GPUS, "needs 3 GPUs, but 2 are visible"),
+        (LaunchSpec("rpc", nproc=1), CPU, "needs at least 2 ranks"),
+        (LaunchSpec("pipeline", nproc=2, batch_size=64, microbatches=5), CPU, "equal micro-batches"),
+        (LaunchSpec("pipeline", nproc=6, depth=4), CPU, "6 stages is more than the model's 5 layers"),
+        (LaunchSpec("ddp", accum=0), CPU, "--accum must be at least 1"),
     ],
 )
 def test_bad_requests_are_usage_errors_with_one_sentence(spec, host, words):

@@ -1,0 +1,69 @@
+"""nn.DataParallel: one process drives every GPU, splitting each batch between them.
+
+Each forward, DataParallel copies the model to every GPU (replicate), splits the
+batch along its first dimension (scatter), runs the copies in threads
+(parallel_apply) and collects the outputs on the first GPU (gather); gradients
+flow back and sum on the first GPU's parameters. --manual spells those four
+steps out. DDP does the same job faster, with one process per GPU. On a machine
+without CUDA, DataParallel just calls the model. Run it:
+
+    python -m mgpu_tui.demos.dp --steps 300
+"""
+
+import torch
+from torch import nn
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import gather, parallel_apply, replicate, scatter
+
+from mgpu_tui.demos import harness
+from mgpu_tui.engine.reporter import Reporter
+
+
+class ManualDataParallel(nn.Module):
+    """What nn.DataParallel does in forward, one primitive per line (CUDA only)."""
+
+    def __init__(self, module: nn.Module, device_ids: list[int]) -> None:
+        super().__init__()
+        self.module, self.device_ids = module, device_ids
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        chunks = scatter(x, self.device_ids)                            # 1/N of the batch per GPU
+        replicas = replicate(self.module, self.device_ids[: len(chunks)])  # a copy of the model per GPU
+        outputs = parallel_apply(replicas, [(c,) for c in chunks])      # one thread per GPU
+        return gather(outputs, self.device_ids[0])                      # outputs back on GPU 0
+
+
+@record
+def main() -> None:
+    def dp_args(parser):
+        parser.add_argument("--manual", action="store_true", help="replicate/scatter/apply/gather by hand")
+
+    args = harness.parse_args(__doc__.splitlines()[0], mode_args=dp_args)
+    devices = harness.place("dp", args)  # every visible GPU; the first holds the master copy
+    model = harness.build_model(args).to(devices[0])
+    if devices[0].type == "cuda":
+        ids = [d.index for d in devices]
+        wrapped = ManualDataParallel(model, ids) if args.manual else nn.DataParallel(model, device_ids=ids)
+    elif args.manual:
+        raise SystemExit("--manual needs CUDA: scatter, parallel_apply and gather refuse CPU tensors.")
+    else:
+        wrapped = nn.DataParallel(model)  # no CUDA: it simply calls the model
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    scaler = harness.grad_scaler(args, devices[0])
+    task = harness.SyntheticTask(args)
+
+    with Reporter() as reporter:
+        reporter.hello(mode="dp", device=",".join(map(str, devices)),
+                       device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
+        for step in range(1, args.steps + 1):
+            harness.maybe_fail(args, step)
+            x, y = task.batch(step, args.batch_size)
+            loss = harness.train_step(wrapped, optimizer, scaler, x.to(devices[0]), y.to(devices[0]),
+                                      args, devices[0])
+            harness.report_step(reporter, step, len(x), loss, devices[0])
+        harness.save_params(model.state_dict(), args.save_params)
+        reporter.done(args.steps)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,80 @@
+"""Fully sharded data parallel (FSDP2): data parallel, with the model's state split over ranks.
+
+Like DDP, each rank trains on its slice of the batch. Unlike DDP, no rank keeps
+the whole model: each holds 1/N of every parameter, gradient and optimizer
+state. Before a block runs, its parameters are all-gathered; after backward,
+gradients are reduce-scattered so each rank gets the averaged shard it owns.
+--no-reshard-after-forward keeps gathered parameters until backward (more memory,
+one all-gather less). Run it:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.fsdp
+"""
+
+import argparse
+from contextlib import contextmanager
+from functools import partial
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from mgpu_tui.demos import harness
+from mgpu_tui.engine.reporter import Reporter
+
+
+@contextmanager
+def gradient_sync_off(model):
+    """FSDP2's no_sync: accumulate locally; reduce-scatter only on the last micro-batch."""
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
+
+
+@record
+def main() -> None:
+    def fsdp_args(parser):
+        parser.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True)
+
+    args = harness.parse_args(__doc__.splitlines()[0], mode_args=fsdp_args)
+    d = harness.start_distributed("fsdp", args)
+    mesh = init_device_mesh(d.device.type, (d.world,))
+    local_batch = args.batch_size // d.world
+
+    # With --amp, FSDP itself computes in low precision and reduces gradients in float32.
+    policy = MixedPrecisionPolicy(param_dtype=harness.amp_dtype(args, d.device) if args.amp else None,
+                                  reduce_dtype=torch.float32 if args.amp else None)
+    model = harness.build_model(args).to(d.device)
+    for layer in model:  # each block is a unit: gathered just before it runs, freed after
+        fully_shard(layer, mesh=mesh, reshard_after_forward=args.reshard_after_forward, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    # Only now: the optimizer must see the sharded parameters.
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    scaler = harness.grad_scaler(args, d.device)
+    task = harness.SyntheticTask(args)
+
+    with Reporter() as reporter:
+        reporter.hello(mode="fsdp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                       config=harness.config(args))
+        for step in range(1, args.steps + 1):
+            harness.maybe_fail(args, step, d.rank)
+            x, y = task.batch(step, args.batch_size)
+            mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
+            loss = harness.train_step(model, optimizer, scaler, x[mine].to(d.device), y[mine].to(d.device),
+                                      args, d.device, no_sync=partial(gradient_sync_off, model),
+                                      use_autocast=False)
+            harness.report_step(reporter, step, local_batch, loss, d.device)
+        # Each rank holds shards: full_tensor() all-gathers them (every rank must call it).
+        full = {name: value.full_tensor() for name, value in model.state_dict().items()}
+        if d.rank == 0:
+            harness.save_params(full, args.save_params)
+        reporter.done(args.steps)
+
+    del model, optimizer, full
+    harness.shutdown_distributed()
+
+
+if __name__ == "__main__":
+    main()

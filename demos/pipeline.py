@@ -1,0 +1,78 @@
+"""Pipeline parallel with torch.distributed.pipelining: one stage per rank, micro-batches in flight.
+
+The model is cut into one run of consecutive layers per rank. The batch is split
+into --microbatches pieces that flow through the stages, so while stage 1 works
+on micro-batch 0, stage 0 already works on micro-batch 1. GPipe runs every
+forward and then every backward; 1F1B alternates them, so fewer activations wait
+in memory. Gradients are averaged over the micro-batches, so one step equals the
+baseline's step on the whole batch. Run it:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.pipeline --schedule 1f1b
+"""
+
+import torch
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.nn import functional as F
+
+from mgpu_tui.demos import harness
+from mgpu_tui.engine.placement import split_layers
+from mgpu_tui.engine.reporter import Reporter
+
+
+@record
+def main() -> None:
+    def pipeline_args(parser):
+        parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
+        parser.add_argument("--microbatches", type=int, default=4, help="micro-batches per step")
+
+    args = harness.parse_args(__doc__.splitlines()[0], mode_args=pipeline_args)
+    d = harness.start_distributed("pipeline", args)
+    first_stage, last_stage = d.rank == 0, d.rank == d.world - 1
+
+    # This rank's layers, named as in the whole model.
+    mine = split_layers(args.depth + 1, d.world)[d.rank]
+    module = harness.Stage(args, mine.start, mine.stop).to(d.device)
+    stage = PipelineStage(module, d.rank, d.world, d.device)
+    scaler = harness.grad_scaler(args, d.device)
+
+    def loss_fn(output, target):  # runs on the last stage, once per micro-batch
+        return scaler.scale(F.cross_entropy(output, target))
+
+    # A pipeline already accumulates over its micro-batches: --accum N means N times as many.
+    Schedule = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
+    schedule = Schedule(stage, n_microbatches=args.microbatches * args.accum, loss_fn=loss_fn)
+    optimizer = torch.optim.SGD(module.parameters(), lr=args.lr, momentum=0.9)
+    task = harness.SyntheticTask(args)
+
+    with Reporter() as reporter:
+        reporter.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                       config={**harness.config(args), "layers": [mine.start, mine.stop]})
+        for step in range(1, args.steps + 1):
+            harness.maybe_fail(args, step, d.rank)
+            x, y = task.batch(step, args.batch_size)
+            optimizer.zero_grad(set_to_none=True)
+            losses = []
+            with harness.autocast(args, d.device):
+                if first_stage and last_stage:
+                    schedule.step(x.to(d.device), target=y.to(d.device), losses=losses)
+                elif first_stage:
+                    schedule.step(x.to(d.device))  # feeds the micro-batches in
+                elif last_stage:
+                    schedule.step(target=y.to(d.device), losses=losses)  # computes the loss
+                else:
+                    schedule.step()  # middle stages only pass activations along
+            scaler.step(optimizer)
+            scaler.update()
+            # Only the first stage counts samples (they enter there); only the last has a loss.
+            loss = torch.stack(losses).mean() / scaler.get_scale() if losses else None
+            harness.report_step(reporter, step, len(x) if first_stage else 0, loss, d.device)
+        harness.save_params(module.state_dict(), args.save_params, d.rank)
+        reporter.done(args.steps)
+
+    del schedule, stage, optimizer
+    harness.shutdown_distributed()
+
+
+if __name__ == "__main__":
+    main()

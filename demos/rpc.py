@@ -1,0 +1,90 @@
+"""Distributed model parallel with torch.distributed.rpc: one trainer, the later blocks remote.
+
+Rank 0 is the trainer: it keeps the first layers and drives training. Every
+other rank owns a later run of layers as a RemoteModule, and does nothing but
+answer calls. Forward calls each remote part in turn; distributed autograd
+records the graph across processes, so one backward reaches every part; the
+DistributedOptimizer steps each parameter where it lives. Run it:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.rpc
+"""
+
+import os
+
+import torch
+import torch.distributed.autograd as dist_autograd
+import torch.distributed.rpc as rpc
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.nn import RemoteModule
+from torch.distributed.optim import DistributedOptimizer
+from torch.nn import functional as F
+
+from mgpu_tui.demos import harness
+from mgpu_tui.engine.placement import split_layers
+from mgpu_tui.engine.reporter import Reporter
+
+
+def train(args, world: int, device: torch.device, reporter: Reporter) -> None:
+    parts = split_layers(args.depth + 1, world)
+    local = harness.Stage(args, parts[0].start, parts[0].stop).to(device)
+    # Rank r builds layers parts[r] itself, on its own device: the same weights as the baseline's.
+    remote_device = "cuda:{}" if device.type == "cuda" else "cpu"
+    remotes = [
+        RemoteModule(f"worker{r}/{remote_device.format(r)}", harness.Stage, args=(args, p.start, p.stop))
+        for r, p in enumerate(parts)
+        if r > 0
+    ]
+    params = [rpc.RRef(p) for p in local.parameters()]
+    for remote in remotes:
+        params += remote.remote_parameters()
+    optimizer = DistributedOptimizer(torch.optim.SGD, params, lr=args.lr, momentum=0.9)
+    task = harness.SyntheticTask(args)
+
+    for step in range(1, args.steps + 1):
+        harness.maybe_fail(args, step)
+        x, y = task.batch(step, args.batch_size)
+        total = 0.0
+        with dist_autograd.context() as context:  # gradients live in the context, not in .grad
+            for mx, my in zip(x.chunk(args.accum), y.chunk(args.accum)):
+                with harness.autocast(args, device):  # autocast covers the trainer's layers only
+                    out = local(mx.to(device))
+                for remote in remotes:
+                    out = remote(out)  # runs on the remote rank; the result comes back here
+                loss = F.cross_entropy(out.float(), my.to(out.device)) * (len(mx) / len(x))
+                dist_autograd.backward(context, [loss])  # reaches every remote part
+                total += loss.item()
+            optimizer.step(context)
+        harness.report_step(reporter, step, len(x), total, device)
+
+    state = dict(local.state_dict())
+    for remote in remotes:  # fetch each remote part's weights to compare with the baseline
+        state.update(remote.get_module_rref().to_here().state_dict())
+    harness.save_params(state, args.save_params)
+
+
+@record
+def main() -> None:
+    args = harness.parse_args(__doc__.splitlines()[0])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = harness.place("rpc", args, int(os.environ["LOCAL_RANK"]), world)[0]
+    if args.amp and device.type == "cuda":
+        args.amp_dtype = "bf16"  # bf16 needs no GradScaler, which distributed autograd cannot use
+    options = rpc.TensorPipeRpcBackendOptions()
+    if device.type == "cuda":  # tensors sent to rank r land on its GPU, r's local rank
+        for peer in range(world):
+            if peer != rank:
+                options.set_device_map(f"worker{peer}", {device.index: peer})
+    # torchrun's MASTER_ADDR and MASTER_PORT tell RPC where to meet.
+    rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=options)
+
+    with Reporter() as reporter:
+        reporter.hello(mode="rpc", device=str(device), device_uuid=harness.device_uuid(device),
+                       config={**harness.config(args), "role": "trainer" if rank == 0 else "remote"})
+        if rank == 0:
+            train(args, world, device, reporter)
+        reporter.done(args.steps if rank == 0 else 0)
+        rpc.shutdown()  # waits for every rank: the remotes serve until the trainer is done
+
+
+if __name__ == "__main__":
+    main()

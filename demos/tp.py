@@ -1,0 +1,56 @@
+"""Tensor parallel: every block's matrices split over the ranks.
+
+In each block, fc1 is split by columns (each rank computes some of the hidden
+units) and fc2 by rows (each rank multiplies its hidden units by its slice of
+fc2); one all-reduce sums the partial outputs. Every rank sees the same batch,
+so throughput counts its samples once (rank 0 reports them). The classifier
+head stays whole on every rank. Run it:
+
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.tp
+"""
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+from mgpu_tui.demos import harness
+from mgpu_tui.engine.reporter import Reporter
+
+
+@record
+def main() -> None:
+    args = harness.parse_args(__doc__.splitlines()[0])
+    d = harness.start_distributed("tp", args)
+    mesh = init_device_mesh(d.device.type, (d.world,))
+
+    model = harness.build_model(args).to(d.device)
+    for block in model[:-1]:
+        # fc1: columns split, output stays sharded; fc2: rows split, all-reduce gives the full output.
+        parallelize_module(block, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    scaler = harness.grad_scaler(args, d.device)
+    task = harness.SyntheticTask(args)
+
+    with Reporter() as reporter:
+        reporter.hello(mode="tp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                       config=harness.config(args))
+        for step in range(1, args.steps + 1):
+            harness.maybe_fail(args, step, d.rank)
+            x, y = task.batch(step, args.batch_size)  # the same whole batch on every rank
+            x, y = x.to(d.device), y.to(d.device)
+            loss = harness.train_step(model, optimizer, scaler, x, y, args, d.device)
+            harness.report_step(reporter, step, len(x) if d.rank == 0 else 0, loss, d.device)
+        # Sharded weights are DTensors; full_tensor() gathers them (every rank must call it).
+        full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
+        if d.rank == 0:
+            harness.save_params(full, args.save_params)
+        reporter.done(args.steps)
+
+    del model, optimizer, full
+    harness.shutdown_distributed()
+
+
+if __name__ == "__main__":
+    main()
