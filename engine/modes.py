@@ -114,4 +114,4 @@ def availability(mode: Mode, host: Host) -> Availability:
     if mode.cpu_path == "degenerate":
         return Availability(True, "cpu", f"runs, degenerate: {mode.cpu_note}")
     backend = " with gloo" if mode.multi_process else ""
-    return Availability(True, "cpu", f"on the CPU{backend} ({host.gpu_note})")
+    return Availability(True, "cpu", f"on the CPU{backend}")

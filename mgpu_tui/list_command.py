@@ -44,6 +44,7 @@ def list_command(args: argparse.Namespace) -> int:
             )
         )
         return ExitCode.OK
+    print(f"this machine: {host.cpu_count} CPU(s); {host.gpu_note}\n")
     print(
         table(
             ["mode", "what", "launcher", "here"],
