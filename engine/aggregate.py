@@ -106,9 +106,9 @@ class Aggregator:
         elif isinstance(event, Error):
             track.error = event
 
-    def pids(self) -> dict[int, int]:
-        """Rank -> pid, for the ranks that have said hello."""
-        return {rank: t.hello.pid for rank, t in self._ranks.items() if t.hello}
+    def rank_processes(self) -> dict[int, tuple[int, str | None]]:
+        """Rank -> (pid, CUDA UUID or None), for the ranks that have said hello."""
+        return {rank: (t.hello.pid, t.hello.device_uuid) for rank, t in self._ranks.items() if t.hello}
 
     def extend(self, events) -> None:
         for event in events:

@@ -173,7 +173,7 @@ class Run:
         if self._proc is None or self.state.finished:
             return self.state
         self._read_files()
-        all_ranks_known = len(self.aggregator.pids()) >= self.resolved.world_size
+        all_ranks_known = len(self.aggregator.rank_processes()) >= self.resolved.world_size
         if not all_ranks_known or time.monotonic() - self._tree_scanned_at >= TREE_RESCAN_S:
             self._record_descendants()
         returncode = self._proc.poll()
@@ -262,6 +262,10 @@ class Run:
 
     def stats(self) -> RunStats:
         return self.aggregator.stats()
+
+    def rank_processes(self) -> dict[int, tuple[int, str | None]]:
+        """Rank -> (pid, CUDA UUID): a telemetry Sampler's ``ranks`` source."""
+        return self.aggregator.rank_processes()
 
     def _read_files(self) -> None:
         for rank, path in self.run_dir.event_files().items():

@@ -116,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
     modes.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
                        help="fsdp: free gathered parameters after forward (default on)")
 
+    topo = commands.add_parser(
+        "topo", help="the GPU interconnect (NVLink, PCIe, NUMA), like nvidia-smi topo -m, and its reading"
+    )
+    topo.add_argument("--json", action="store_true", help='print JSON: {"gpus": [...], "matrix": [...]}')
+    topo.add_argument("--from-file", metavar="FILE", help="read saved `nvidia-smi topo -m` output instead")
+
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
     return parser
@@ -144,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mgpu_tui.run_command import run_command
 
             return run_command(args, demo_args)
+        if args.command == "topo":
+            from mgpu_tui.topo_command import topo_command
+
+            return topo_command(args)
         from mgpu_tui.list_command import list_command
 
         return list_command(args)

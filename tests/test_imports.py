@@ -18,6 +18,7 @@ CLI_PATHS = [
     "from mgpu_tui.cli import main; main(['--help'])",
     "from mgpu_tui.cli import main; main(['list', '--json'])",
     "from mgpu_tui.cli import main; main(['run', 'no-such-mode'])",
+    "from mgpu_tui.cli import main; main(['topo', '--json'])",
 ]
 
 

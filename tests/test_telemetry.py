@@ -1,0 +1,107 @@
+"""The sampler: GPUs through NVML (a stand-in here), the host, and a real run's rank processes."""
+
+import time
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from mgpu_tui.engine import nvml
+from mgpu_tui.engine.run import Run
+from mgpu_tui.engine.spec import LaunchSpec
+from mgpu_tui.engine.telemetry import Sampler
+from mgpu_tui.engine.topology import parse_topo_text
+from nvml_standin import FakeMachine, machine_from_topology, standin
+
+H100 = Path(__file__).parent / "fixtures" / "topology" / "h100-sxm-8x-nvswitch.txt"
+
+
+@pytest.fixture
+def h100_box():
+    machine = machine_from_topology(parse_topo_text(H100.read_text()), "NVIDIA H100 80GB HBM3", 80,
+                                    nvlink_rate=100 << 30)
+    nvml.use_library(standin(machine))
+    yield machine
+    nvml.use_library(None)
+
+
+def test_every_gpu_is_sampled_with_its_fields(h100_box):
+    h100_box.gpus[2].memory_used, h100_box.gpus[2].util = 40 << 30, 80
+    h100_box.gpus[2].processes = [(4242, 39 << 30)]
+    snap = Sampler().sample()
+    assert snap.nvml.ok and len(snap.gpus) == 8
+    gpu = snap.gpus[2].readings
+    assert (gpu.memory_used, gpu.memory_total, gpu.util_gpu) == (40 << 30, 80 << 30, 80)
+    assert gpu.power_w == pytest.approx(470.0) and gpu.power_limit_w == pytest.approx(700.0)
+    assert gpu.processes == ((4242, 39 << 30),)
+    assert snap.host.memory_total > 0 and len(snap.host.cpu_percent) >= 1
+
+
+def test_unsupported_fields_are_none_and_the_rest_still_reads(h100_box):
+    h100_box.gpus[0].unsupported = {"nvmlDeviceGetPowerUsage", "nvmlDeviceGetTemperature"}
+    readings = Sampler().sample().gpus[0].readings
+    assert readings.power_w is None and readings.temperature_c is None
+    assert readings.memory_total == 80 << 30
+
+
+def test_nvlink_rates_come_from_cumulative_counters(h100_box):
+    sampler = Sampler(interval=0.1)
+    first = sampler.sample()
+    assert first.gpus[0].nvlink_tx_bps is None  # one reading is no rate
+    time.sleep(0.3)
+    second = sampler.sample()
+    assert second.gpus[0].readings.nvlink_tx_bytes > first.gpus[0].readings.nvlink_tx_bytes
+    assert second.gpus[0].nvlink_tx_bps == pytest.approx(100 << 30, rel=0.15)
+
+
+def test_a_lost_gpu_is_marked_lost_and_the_others_go_on(h100_box):
+    sampler = Sampler()
+    sampler.sample()
+    h100_box.gpus[5].lost = True
+    snap = sampler.sample()
+    assert snap.gpus[5].lost and snap.gpus[5].readings is None
+    assert snap.gpus[5].uuid == h100_box.gpus[5].uuid
+    assert not snap.gpus[4].lost and snap.gpus[4].readings is not None
+
+
+def test_no_driver_still_samples_the_host():
+    nvml.use_library(standin(FakeMachine([], {}, init_error=pynvml.NVML_ERROR_DRIVER_NOT_LOADED)))
+    try:
+        snap = Sampler().sample()
+    finally:
+        nvml.use_library(None)
+    assert snap.gpus == () and snap.nvml.state is nvml.NvmlState.DRIVER_NOT_LOADED
+    assert snap.host.memory_total > 0
+
+
+def test_the_thread_books_samples_and_keeps_a_bounded_history(h100_box):
+    sampler = Sampler(interval=0.1, history=3)
+    seen = []
+    sampler.start(on_sample=seen.append)
+    time.sleep(0.8)
+    sampler.stop()
+    assert len(seen) >= 4 and len(sampler.history()) == 3
+    assert sampler.latest() is seen[-1]
+    with pytest.raises(ValueError):
+        Sampler(interval=0.05)
+
+
+def test_ranks_of_a_real_cpu_run_show_their_processes(tmp_path):
+    run = Run.prepare(LaunchSpec("ddp", nproc=2, steps=100_000, device="cpu", run_root=tmp_path))
+    sampler = Sampler(ranks=run.rank_processes)
+    with run:
+        run.start()
+        deadline = time.monotonic() + 60
+        while len(run.rank_processes()) < 2 and time.monotonic() < deadline:
+            run.poll()
+            time.sleep(0.2)
+        sampler.sample()
+        time.sleep(0.5)
+        ranks = sampler.sample().ranks
+        run.stop()
+    assert [r.rank for r in ranks] == [0, 1]
+    for r in ranks:
+        assert r.alive and r.rss_bytes > 10 << 20 and r.threads >= 1 and r.cpu_percent > 0
+        assert r.gpu_uuid is None  # CPU ranks have no GPU
+    after = sampler.sample().ranks
+    assert not any(r.alive for r in after)
