@@ -14,6 +14,9 @@ Entries:
   bare torchrun, wall time at most 5% more.
 - ``reporter``: the cost of one step event written by the reporter. Goal: < 20 us.
 - ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
+- ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
+  the tests, an HGX H100 box), the host and 16 real processes; and the share of
+  a core that sampling at 1 Hz takes. Goals: <= 5 ms a sample, <= 1% of a core.
 """
 
 from __future__ import annotations
@@ -161,22 +164,67 @@ def bench_help(repeats: int) -> str:
     return "CLI start-up (goal < 0.2 s)\n" + table(["command", "n", "median s", "worst s"], [row])
 
 
+# ---- telemetry ---------------------------------------------------------------------
+
+
+def bench_telemetry(samples: int, seconds: float) -> str:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+    from mgpu_tui.engine import nvml
+    from mgpu_tui.engine.telemetry import Sampler
+    from mgpu_tui.engine.topology import parse_topo_text
+    from nvml_standin import machine_from_topology, standin
+
+    fixture = Path(__file__).resolve().parent.parent / "tests/fixtures/topology/h100-sxm-8x-nvswitch.txt"
+    machine = machine_from_topology(parse_topo_text(fixture.read_text()), "NVIDIA H100 80GB HBM3", 80,
+                                    nvlink_rate=100 << 30)
+    nvml.use_library(standin(machine))
+    sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(16)]
+    try:
+        ranks = {r: (p.pid, machine.gpus[r % 8].uuid) for r, p in enumerate(sleepers)}
+        sampler = Sampler(interval=1.0, ranks=lambda: ranks)
+        for _ in range(3):
+            sampler.sample()  # first samples set up process handles and counters
+        start = time.process_time()
+        for _ in range(samples):
+            snap = sampler.sample()
+        per_sample_ms = (time.process_time() - start) / samples * 1000
+        assert len(snap.gpus) == 8 and len(snap.ranks) == 16
+
+        sampler.start()
+        start_cpu, start_wall = time.process_time(), time.monotonic()
+        time.sleep(seconds)
+        share = (time.process_time() - start_cpu) / (time.monotonic() - start_wall) * 100
+        sampler.stop()
+    finally:
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        nvml.use_library(None)
+    rows = [["one sample: 8 GPUs + host + 16 processes", f"{per_sample_ms:.2f} ms CPU", "<= 5 ms"],
+            [f"sampling at 1 Hz for {seconds:.0f} s", f"{share:.2f}% of a core", "<= 1%"]]
+    return "telemetry cost (NVML stand-in)\n" + table(["what", "measured", "goal"], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("entries", nargs="*", choices=("overhead", "reporter", "help", []), default=[])
+    parser.add_argument(
+        "entries", nargs="*", choices=("overhead", "reporter", "help", "telemetry", []), default=[]
+    )
     parser.add_argument("--pairs", type=int, default=3, help="overhead: bare/engine pairs (default 3)")
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
     args = parser.parse_args()
-    entries = args.entries or ["help", "reporter", "overhead"]
+    entries = args.entries or ["help", "reporter", "telemetry", "overhead"]
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in entries:
         if entry == "overhead":
             print(bench_overhead(args.pairs, args.steps, args.nproc), flush=True)
         elif entry == "reporter":
             print(bench_reporter(20_000), flush=True)
+        elif entry == "telemetry":
+            print(bench_telemetry(200, 10.0), flush=True)
         else:
             print(bench_help(20), flush=True)
         print(flush=True)
