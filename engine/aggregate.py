@@ -110,6 +110,27 @@ class Aggregator:
         """Rank -> (pid, CUDA UUID or None), for the ranks that have said hello."""
         return {rank: (t.hello.pid, t.hello.device_uuid) for rank, t in self._ranks.items() if t.hello}
 
+    def series(self, max_points: int = 200) -> tuple[list[int], list[float], list[float | None]]:
+        """(steps, global samples/s, global-batch loss) per step every rank reached, the last points.
+
+        A step's rate is the samples of all ranks over the slowest rank's step time.
+        """
+        tracks = [t for t in self._ranks.values() if t.steps]
+        if not tracks:
+            return [], [], []
+        common = min(t.steps[-1] for t in tracks)
+        samples: dict[int, int] = {}
+        slowest: dict[int, float] = {}
+        for t in tracks:
+            for i in range(max(0, len(t.steps) - max_points - 1), len(t.steps)):
+                step = t.steps[i]
+                if step <= common:
+                    samples[step] = samples.get(step, 0) + t.samples[i]
+                    slowest[step] = max(slowest.get(step, 0.0), t.step_s[i])
+        steps = sorted(samples)[-max_points:]
+        rates = [samples[s] / slowest[s] if slowest[s] > 0 else 0.0 for s in steps]
+        return steps, rates, [self._loss_at(s) for s in steps]
+
     def extend(self, events) -> None:
         for event in events:
             self.add(event)

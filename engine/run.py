@@ -20,6 +20,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -41,6 +42,8 @@ from mgpu_tui.engine.verify import run_verify
 
 # Lines of each rank's log kept in memory for display; the files keep everything.
 LOG_LINES_KEPT = 2000
+# New lines waiting for a display to drain them; beyond this the oldest are dropped (and counted).
+NEW_LINES_KEPT = 5000
 # Once every rank has said hello, the process tree is rescanned this rarely: each
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
 # wake-up of the monitor delays a rank (and so the whole synchronous job).
@@ -97,6 +100,9 @@ class Run:
         self.aggregator = Aggregator()
         self.malformed_events = 0
         self.logs: dict[int, collections.deque[str]] = {}
+        self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
+        self._new_lines_seen = 0
+        self._lines_lock = threading.Lock()
         self.result: RunResult | None = None
         self._proc: subprocess.Popen | None = None
         self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
@@ -263,6 +269,18 @@ class Run:
     def stats(self) -> RunStats:
         return self.aggregator.stats()
 
+    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
+        """(rank, stream, line) read since the last drain, and how many were dropped unshown.
+
+        A display that cannot keep up loses only lines from its screen: the files keep them all.
+        """
+        with self._lines_lock:
+            lines = list(self._new_lines)
+            dropped = self._new_lines_seen - len(lines)
+            self._new_lines.clear()
+            self._new_lines_seen = 0
+        return lines, dropped
+
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Rank -> (pid, CUDA UUID): a telemetry Sampler's ``ranks`` source."""
         return self.aggregator.rank_processes()
@@ -285,7 +303,12 @@ class Run:
                 tail = self._log_tails.get((local, stream))
                 if tail is None or tail.path != path:  # a new attempt has new files
                     tail = self._log_tails[(local, stream)] = FileTail(path, max_line=64 * 1024)
-                kept.extend(line.decode("utf-8", "replace") for line in tail.read_lines())
+                lines = [line.decode("utf-8", "replace") for line in tail.read_lines()]
+                kept.extend(lines)
+                if lines:
+                    with self._lines_lock:
+                        self._new_lines.extend((local, stream, line) for line in lines)
+                        self._new_lines_seen += len(lines)
 
     # ---- processes ---------------------------------------------------------------
 

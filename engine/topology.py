@@ -271,6 +271,27 @@ def describe(topology: Topology | None, reason: str = "") -> str:
     return f"{_pair(*best)}; {_pair(*worst)}."
 
 
+def numa_summary(topology: Topology) -> str:
+    """Which GPUs sit on which NUMA node, with the CPUs near them."""
+    groups: dict[tuple, list[int]] = {}
+    for g in topology.gpus:
+        groups.setdefault((g.numa_affinity, g.cpu_affinity), []).append(g.index)
+    parts = [f"GPU {','.join(map(str, idx))} on NUMA node {node} (CPUs {cpus})"
+             for (node, cpus), idx in groups.items()]  # fmt: skip
+    return "NUMA: " + "; ".join(parts)
+
+
+def p2p_summary(topology: Topology) -> str | None:
+    """How many GPU pairs support peer-to-peer read, write and NVLink (NVML only)."""
+    if topology.p2p is None:
+        return None
+    n = len(topology.gpus)
+    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
+    counts = [f"{kind} {sum(1 for i, j in pairs if topology.p2p[kind][i][j])}/{len(pairs)} pairs"
+              for kind in ("read", "write", "nvlink")]  # fmt: skip
+    return "P2P: " + ", ".join(counts)
+
+
 def render(topology: Topology) -> str:
     """The matrix as nvidia-smi prints it, with the affinity columns."""
     n = len(topology.gpus)

@@ -58,7 +58,8 @@ def _positive_float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mgpu-tui",
-        description="See and compare every PyTorch multi-GPU strategy on this machine.",
+        description="See and compare every PyTorch multi-GPU strategy on this machine. "
+        "Without a command, opens the terminal app.",
         epilog="Exit codes: 0 ok, 1 a run failed, 2 usage error, 3 environment unusable, "
         "130 interrupted.",
     )
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
     )
     run.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
+    run.add_argument("--tui", action="store_true", help="open the app on the Run view with this run started")
     run.add_argument(
         "--verify",
         action="store_true",
@@ -142,8 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = parser.parse_args(ours)
         if args.command is None:
-            parser.print_help()
-            return ExitCode.USAGE
+            from mgpu_tui.tui_command import tui_command
+
+            return tui_command(None)
         if demo_args and args.command != "run":
             raise UsageError("arguments after -- are only for `mgpu-tui run`.")
         if args.command == "run":

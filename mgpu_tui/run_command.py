@@ -168,6 +168,12 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         verify=args.verify,
         demo_args=tuple(_passthrough(args) + demo_args),
     )
+    if args.tui:
+        from mgpu_tui.tui_command import tui_command
+
+        if args.json:
+            raise UsageError("--json and --tui do not go together.")
+        return tui_command(spec)
     try:
         run = Run.prepare(spec)
     except (SpecError, RunDirError) as exc:

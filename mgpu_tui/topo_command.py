@@ -13,6 +13,8 @@ from mgpu_tui.engine.topology import (
     TopologyParseError,
     describe,
     from_nvml,
+    numa_summary,
+    p2p_summary,
     parse_topo_text,
     render,
 )
@@ -33,27 +35,6 @@ def _load(args: argparse.Namespace) -> tuple[Topology | None, str]:
     return topology, "" if topology is not None else nvml.status().detail
 
 
-def _numa_text(topology: Topology) -> str:
-    groups: dict[tuple, list[int]] = {}
-    for g in topology.gpus:
-        groups.setdefault((g.numa_affinity, g.cpu_affinity), []).append(g.index)
-    parts = [f"GPU {','.join(map(str, idx))} on NUMA node {node} (CPUs {cpus})"
-             for (node, cpus), idx in groups.items()]  # fmt: skip
-    return "NUMA: " + "; ".join(parts)
-
-
-def _p2p_text(topology: Topology) -> str | None:
-    if topology.p2p is None:
-        return None
-    n = len(topology.gpus)
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    lines = []
-    for kind in ("read", "write", "nvlink"):
-        ok = sum(1 for i, j in pairs if topology.p2p[kind][i][j])
-        lines.append(f"{kind} {ok}/{len(pairs)} pairs")
-    return "P2P: " + ", ".join(lines)
-
-
 def topo_command(args: argparse.Namespace) -> int:
     topology, reason = _load(args)
     if args.json:
@@ -67,7 +48,7 @@ def topo_command(args: argparse.Namespace) -> int:
         return ExitCode.OK
     print(render(topology))
     print()
-    for line in (_p2p_text(topology), _numa_text(topology), describe(topology)):
+    for line in (p2p_summary(topology), numa_summary(topology), describe(topology)):
         if line:
             print(line)
     return ExitCode.OK

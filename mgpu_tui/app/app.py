@@ -1,0 +1,172 @@
+"""The mgpu-tui app: Dashboard, Topology and Run, fed by worker threads that only post messages.
+
+:func:`create_app` is the one factory the CLI and the tests use. Inputs can be
+given instead of read live (a topology, recorded telemetry), so views can be
+tested on machines this one is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.app import App, ComposeResult
+from textual.widgets import Footer, Header, TabbedContent, TabPane
+
+from mgpu_tui.app.confirm_quit import ConfirmQuit
+from mgpu_tui.app.dashboard import Dashboard
+from mgpu_tui.app.help_screen import HelpScreen
+from mgpu_tui.app.messages import RunEnded, RunUpdated, TelemetryUpdated
+from mgpu_tui.app.run_controller import RunController
+from mgpu_tui.app.run_form import RunForm
+from mgpu_tui.app.run_view import RunView
+from mgpu_tui.app.topology_view import TopologyView
+from mgpu_tui.cli_errors import UsageError
+from mgpu_tui.engine import host as host_module
+from mgpu_tui.engine import nvml
+from mgpu_tui.engine.rundir import RunDirError
+from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.engine.telemetry import Sampler, Snapshot
+from mgpu_tui.engine.topology import Topology, from_nvml
+
+_LIVE = object()  # "read it from this machine"
+
+
+class MgpuApp(App):
+    TITLE = "mgpu-tui"
+    SUB_TITLE = "every PyTorch multi-GPU strategy, on this machine"
+    CSS_PATH = "app.tcss"
+    BINDINGS = [
+        ("q", "quit_app", "Quit"),
+        ("question_mark", "help", "Help"),
+        ("d", "show_tab('dashboard')", "Dashboard"),
+        ("t", "show_tab('topology')", "Topology"),
+        ("r", "show_tab('run')", "Run"),
+        ("s", "stop_run", "Stop run"),
+    ]
+
+    def __init__(
+        self,
+        *,
+        start: LaunchSpec | None = None,
+        topology=_LIVE,
+        telemetry: Iterable[Snapshot] | None = None,
+        interval: float = 1.0,
+        host: host_module.Host | None = None,
+    ) -> None:
+        super().__init__()
+        self.start_spec = start
+        self.host = host or host_module.probe()
+        self._topology = topology
+        self._recorded = list(telemetry) if telemetry is not None else None
+        self.controller = RunController(self)
+        self.sampler = Sampler(interval=interval, ranks=self.controller.rank_processes)
+        self._quitting = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with TabbedContent(initial="run" if self.start_spec else "dashboard", id="tabs"):
+            with TabPane("Dashboard", id="dashboard"):
+                yield Dashboard(id="dashboard-view")
+            with TabPane("Topology", id="topology"):
+                yield TopologyView(id="topology-view")
+            with TabPane("Run", id="run"):
+                yield RunView(self.host, id="run-view")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        if self._topology is _LIVE:
+            self.load_topology()
+        else:
+            self.query_one(TopologyView).show(self._topology)
+        if self._recorded is not None:
+            for snapshot in self._recorded:
+                self.post_message(TelemetryUpdated(snapshot))
+        else:
+            self.sampler.start(on_sample=lambda snap: self.post_message(TelemetryUpdated(snap)))
+        if self.start_spec is not None:
+            self.start_run(self.start_spec)
+
+    def load_topology(self) -> None:
+        def work() -> None:
+            topology: Topology | None = from_nvml()
+            reason = "" if topology is not None else nvml.status().detail
+            self.call_from_thread(self.query_one(TopologyView).show, topology, reason)
+
+        self.run_worker(work, thread=True, exclusive=True, group="topology")
+
+    # ---- messages from the workers ---------------------------------------------------
+
+    def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
+        self.query_one(Dashboard).show(message.snapshot)
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        view = self.query_one(RunView)
+        view.show(message.stats, message.series)
+        lines, dropped = self.controller.drain_log_lines()
+        if lines or dropped:
+            view.query_one("#logs").add(lines, dropped)
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        lines, dropped = self.controller.drain_log_lines()
+        view = self.query_one(RunView)
+        view.query_one("#logs").add(lines, dropped)
+        run = self.controller.run
+        view.ended(message.summary, run.stats() if run else None)
+        if self._quitting:
+            self.exit()
+
+    # ---- starting and stopping -----------------------------------------------------------
+
+    def start_run(self, spec: LaunchSpec) -> None:
+        try:
+            self.controller.start(spec)
+        except (SpecError, EnvironmentUnusable, RunDirError, UsageError) as exc:
+            self.notify(str(exc), title="Cannot start", severity="error", timeout=8)
+            return
+        run = self.controller.run
+        self.query_one(RunForm).fill(spec, run.resolved.spec.nproc)
+        self.query_one(RunView).started(spec.mode, run.resolved.world_size, spec.steps, str(run.run_dir.path))
+        self.query_one(TabbedContent).active = "run"
+
+    def on_button_pressed(self, event) -> None:
+        if event.button.id == "start":
+            try:
+                spec = self.query_one(RunForm).spec()
+            except UsageError as exc:
+                self.notify(str(exc), title="Cannot start", severity="error")
+                return
+            self.start_run(spec)
+        elif event.button.id == "stop":
+            self.action_stop_run()
+
+    def action_stop_run(self) -> None:
+        if self.controller.active:
+            self.controller.request_stop()
+            self.notify("Stopping every rank…")
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_quit_app(self) -> None:
+        if not self.controller.active:
+            self.exit()
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._quitting = True
+                self.controller.request_stop()
+                self.notify("Stopping every rank, then quitting…")
+
+        self.push_screen(ConfirmQuit(), answered)
+
+    def on_unmount(self) -> None:
+        self.sampler.stop()
+        self.controller.close()  # whatever happened, no rank outlives the app
+
+
+def create_app(**kwargs) -> MgpuApp:
+    return MgpuApp(**kwargs)

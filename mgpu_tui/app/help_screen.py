@@ -1,0 +1,28 @@
+"""? : what every key does."""
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+HELP = """\
+[b]mgpu-tui[/b]: every PyTorch multi-GPU strategy, run on this machine.
+
+  d   Dashboard: every GPU, the host, the run's rank processes
+  t   Topology: which GPUs talk over NVLink, PCIe or across the CPU socket
+  r   Run: start a mode, watch every rank, its logs and its throughput
+  s   stop the current run (every rank)
+  ?   this help          q   quit (asks first while a run is going)
+
+Every line every rank prints is kept in the run directory (runs/ by default),
+even when the screen shows only the latest.
+
+Press Escape or ? to close."""
+
+
+class HelpScreen(ModalScreen):
+    BINDINGS = [("escape", "dismiss", "Close"), ("question_mark", "dismiss", "Close")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="help"):
+            yield Static(HELP)

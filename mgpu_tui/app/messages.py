@@ -1,0 +1,38 @@
+"""Messages that worker threads post to the app. They carry data; they never touch widgets.
+
+Telemetry and run progress arrive faster than they matter: a newer one replaces an
+older one still waiting in the queue (``can_replace``), so a slow frame never
+builds a backlog. The end of a run is never replaced.
+"""
+
+from __future__ import annotations
+
+from textual.message import Message
+
+from mgpu_tui.engine.aggregate import RunStats
+from mgpu_tui.engine.telemetry import Snapshot
+
+
+class TelemetryUpdated(Message):
+    def __init__(self, snapshot: Snapshot) -> None:
+        super().__init__()
+        self.snapshot = snapshot
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, TelemetryUpdated)
+
+
+class RunUpdated(Message):
+    def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]]) -> None:
+        super().__init__()
+        self.stats = stats
+        self.series = series
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunUpdated)
+
+
+class RunEnded(Message):
+    def __init__(self, summary: dict) -> None:
+        super().__init__()
+        self.summary = summary

@@ -1,0 +1,68 @@
+"""The run controls: mode (with whether it can run here), ranks, steps, batch, device, AMP; start and stop."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import Button, Checkbox, Input, Label, Select
+
+from mgpu_tui.cli_errors import UsageError
+from mgpu_tui.engine.host import Host
+from mgpu_tui.engine.modes import MODES, availability
+from mgpu_tui.engine.spec import LaunchSpec
+
+
+class RunForm(Horizontal):
+    def __init__(self, host: Host, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+
+    def compose(self) -> ComposeResult:
+        options = []
+        for mode in MODES.values():
+            here = availability(mode, self.host)
+            label = f"{mode.name}: {'' if here.runnable else 'cannot run: '}{here.reason}"
+            options.append((label, mode.name))
+        yield Select(options, value="ddp", allow_blank=False, id="mode")
+        yield Label("ranks")
+        yield Input("2", id="nproc", restrict=r"[0-9]*", max_length=3)
+        yield Label("steps")
+        yield Input("1000", id="steps", restrict=r"[0-9]*", max_length=9)
+        yield Label("batch")
+        yield Input("64", id="batch", restrict=r"[0-9]*", max_length=7)
+        yield Select([("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")], value="auto", allow_blank=False,
+                     id="device")  # fmt: skip
+        yield Checkbox("AMP", id="amp")
+        yield Button("Start", id="start", variant="success")
+        yield Button("Stop", id="stop", variant="error", disabled=True)
+
+    def spec(self) -> LaunchSpec:
+        """The launch the form describes; UsageError with one sentence when a field is wrong."""
+        numbers = {}
+        for field, name in (("nproc", "ranks"), ("steps", "steps"), ("batch", "batch")):
+            text = self.query_one(f"#{field}", Input).value.strip()
+            if not text.isdigit() or int(text) < 1:
+                raise UsageError(f"{name} must be a whole number of at least 1.")
+            numbers[field] = int(text)
+        mode = MODES[self.query_one("#mode", Select).value]
+        return LaunchSpec(
+            mode=mode.name,
+            nproc=numbers["nproc"] if mode.multi_process else None,
+            steps=numbers["steps"],
+            batch_size=numbers["batch"],
+            device=self.query_one("#device", Select).value,
+            amp=self.query_one("#amp", Checkbox).value,
+        )
+
+    def fill(self, spec: LaunchSpec, nproc: int) -> None:
+        """Show a run started from elsewhere (``mgpu-tui run ... --tui``) as the form's values."""
+        self.query_one("#mode", Select).value = spec.mode
+        self.query_one("#nproc", Input).value = str(nproc)
+        self.query_one("#steps", Input).value = str(spec.steps)
+        self.query_one("#batch", Input).value = str(spec.batch_size)
+        self.query_one("#device", Select).value = spec.device
+        self.query_one("#amp", Checkbox).value = spec.amp
+
+    def running(self, active: bool) -> None:
+        self.query_one("#start", Button).disabled = active
+        self.query_one("#stop", Button).disabled = not active

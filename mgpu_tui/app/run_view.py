@@ -1,0 +1,122 @@
+"""The Run view: start a mode and watch every rank: state, step, samples/s, loss, memory, logs.
+
+It only draws what the app hands it (RunUpdated / RunEnded); the RunController owns the run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
+from textual.widgets import DataTable, Label, ProgressBar, Sparkline, Static
+
+from mgpu_tui.app.log_view import LogView
+from mgpu_tui.app.run_form import RunForm
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate
+from mgpu_tui.engine.aggregate import RankStats, RunStats
+from mgpu_tui.engine.host import Host
+
+STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
+               "stalled": "bold yellow", "stopped": "yellow"}  # fmt: skip
+
+
+def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_rank: int | None,
+               finished: bool) -> str:  # fmt: skip
+    """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped."""
+    if rank is None or (rank.last_step == 0 and not rank.done):
+        if failed_rank is not None and rank is not None and rank.rank == failed_rank:
+            return "failed"
+        return "stopped" if finished else "starting"
+    if rank.error or rank.rank == failed_rank:
+        return "failed"
+    if rank.done:
+        return "done"
+    if finished:
+        return "stopped"
+    if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
+        return "stalled"
+    return "running"
+
+
+class RunView(Widget):
+    def __init__(self, host: Host, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+        self.world_size = 0
+        self.steps = 0
+        self.failed_rank: int | None = None
+        self.finished = False
+
+    def compose(self) -> ComposeResult:
+        yield RunForm(self.host, id="run-form")
+        with Horizontal(id="run-status-row"):
+            yield Static("No run yet: choose a mode and press Start.", id="run-status")
+            yield ProgressBar(total=None, id="run-progress", show_eta=False)
+        with Horizontal(id="run-middle"):
+            table = DataTable(id="ranks", cursor_type="none")
+            table.add_columns("rank", "state", "step", "samples/s", "loss", "peak memory")
+            yield table
+            with Vertical(id="charts"):
+                yield Label("throughput (samples/s), last steps", id="throughput-label")
+                yield Sparkline([], id="throughput")
+                yield Label("loss (global batch), last steps", id="loss-label")
+                yield Sparkline([], id="loss")
+        yield Static("", id="root-cause")
+        yield LogView(id="logs")
+
+    def started(self, mode: str, world_size: int, steps: int, run_dir: str) -> None:
+        self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
+        self.query_one("#run-status", Static).update(f"{mode} on {world_size} rank(s): starting…  {run_dir}")
+        self.query_one("#run-progress", ProgressBar).update(total=steps, progress=0)
+        self.query_one("#root-cause", Static).display = False
+        self.query_one(LogView).reset(world_size)
+        self.query_one(RunForm).running(True)
+        self._fill_table(None)
+
+    def show(self, stats: RunStats, series) -> None:
+        steps, rates, losses = series
+        status = (f"step {stats.steps}/{self.steps}   {fmt_rate(stats.samples_per_s)} samples/s   "
+                  f"loss {fmt_loss(stats.final_loss)}")  # fmt: skip
+        self.query_one("#run-status", Static).update(status)
+        self.query_one("#run-progress", ProgressBar).update(progress=stats.steps)
+        self.query_one("#throughput", Sparkline).data = rates
+        self.query_one("#loss", Sparkline).data = [x for x in losses if x is not None]
+        self._fill_table(stats)
+
+    def _fill_table(self, stats: RunStats | None) -> None:
+        table = self.query_one("#ranks", DataTable)
+        table.clear()
+        by_rank = {r.rank: r for r in stats.ranks} if stats else {}
+        median = stats.step_time_s_median if stats else None
+        stall_after = max(30.0, 10 * median) if median else 30.0
+        now = time.time()
+        for rank in range(max(self.world_size, len(by_rank))):
+            r = by_rank.get(rank)
+            state = rank_state(r, now, stall_after, self.failed_rank, self.finished)
+            table.add_row(
+                f"rank {rank}", Text(state, style=STATE_STYLE[state]),
+                str(r.last_step) if r else "0", fmt_rate(r.samples_per_s) if r else "n/a",
+                fmt_loss(r.loss) if r else "n/a", fmt_bytes(r.mem_peak_bytes) if r else "n/a",
+            )  # fmt: skip
+
+    def ended(self, summary: dict, stats: RunStats | None) -> None:
+        self.finished = True
+        cause = summary.get("root_cause")
+        self.failed_rank = cause["rank"] if cause else None
+        verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary["status"]]
+        self.query_one("#run-status", Static).update(
+            f"{summary['mode']} {verdict}: {summary['steps']} steps, {fmt_rate(summary['samples_per_s'])} "
+            f"samples/s, loss {fmt_loss(summary['final_loss'])}   {summary['run_dir']}"
+        )
+        if cause:
+            panel = self.query_one("#root-cause", Static)
+            who = "the launcher" if cause["rank"] is None else f"rank {cause['rank']}"
+            how = cause["signal"] or f"exit code {cause['exit_code']}"
+            panel.update(Text.assemble((f"Root cause: {who} failed first ({how}): {cause['message']}\n",
+                                        "bold red"), cause["traceback"][-3000:]))  # fmt: skip
+            panel.display = True
+        self.query_one(RunForm).running(False)
+        self._fill_table(stats)

@@ -1,0 +1,87 @@
+"""The app, driven with Textual's Pilot, on the real engine: real ranks, real files."""
+
+import asyncio
+import time
+
+from textual.widgets import Input, Select, Static
+
+from conftest import live_processes_of
+from mgpu_tui.app import create_app
+from mgpu_tui.app.confirm_quit import ConfirmQuit
+from mgpu_tui.app.log_view import LogView
+from mgpu_tui.app.run_view import RunView
+
+
+async def wait_for(pilot, condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        await pilot.pause(0.2)
+    return False
+
+
+async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the run directory lands under ./runs
+    app = create_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        form = app.query_one("#run-form")
+        form.query_one("#mode", Select).value = "ddp"
+        form.query_one("#nproc", Input).value = "2"
+        form.query_one("#steps", Input).value = "400"  # the demo prints every 40 steps
+        form.query_one("#device", Select).value = "cpu"
+        await pilot.click("#start")
+        logs = app.query_one(LogView)
+        both_ranks_logged = await wait_for(pilot, lambda: {r for r, _, _ in logs._lines} >= {0, 1})
+        assert both_ranks_logged, "no log lines from both ranks"
+        status = app.query_one("#run-status", Static)
+        assert await wait_for(pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in
+                              str(status.render()))
+        table = app.query_one("#ranks")
+        assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == ["rank 0", "rank 1"]
+        run_dir = app.controller.run.run_dir.path
+        await pilot.press("s")
+        assert await wait_for(pilot, lambda: not app.controller.active, timeout=30)
+        await pilot.pause(0.3)
+        assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
+    assert live_processes_of(run_dir) == []
+
+
+async def test_quitting_during_a_run_asks_then_stops_every_rank(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from mgpu_tui.engine.spec import LaunchSpec
+
+    app = create_app(start=LaunchSpec("ddp", nproc=2, steps=100_000, device="cpu"))
+    async with app.run_test(size=(160, 50)) as pilot:
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: view.query_one("#ranks").row_count == 2)
+        assert await wait_for(pilot, lambda: bool(app.controller.rank_processes()))
+        run_dir = app.controller.run.run_dir.path
+        await pilot.press("q")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, ConfirmQuit)
+        await pilot.press("n")  # no: the run goes on
+        await pilot.pause(0.3)
+        assert app.controller.active and not isinstance(app.screen, ConfirmQuit)
+        await pilot.press("q")
+        await pilot.pause(0.3)
+        await pilot.press("y")
+        for _ in range(100):
+            if not app.is_running:
+                break
+            await asyncio.sleep(0.1)
+    assert live_processes_of(run_dir) == []
+
+
+async def test_bad_form_input_is_one_sentence_and_starts_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    app = create_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        app.query_one("#steps", Input).value = ""
+        await pilot.click("#start")
+        await pilot.pause(0.3)
+        assert not app.controller.active
+        assert any("steps must be a whole number" in str(n.message) for n in app._notifications)
+    assert not (tmp_path / "runs").exists()
