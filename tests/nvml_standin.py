@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import types
+import zlib
 from dataclasses import dataclass, field
 
 import pynvml as real
@@ -258,7 +259,7 @@ def machine_from_topology(topology, name: str, memory_gib: int, *, nvlink_rate: 
                  if j != g.index and topology.matrix[g.index][j].startswith("NV")}  # fmt: skip
         gpus.append(FakeGpu(
             name=name,
-            uuid=f"GPU-{g.index:08x}-0000-0000-0000-{abs(hash(name)) % 10**12:012d}",
+            uuid=f"GPU-{g.index:08x}-0000-0000-0000-{zlib.crc32(name.encode()):012d}",
             bus_id=f"00000000:{0x10 + 0x10 * g.index:02X}:00.0",
             memory_total=memory_gib << 30,
             cpus=_cpus(g.cpu_affinity),

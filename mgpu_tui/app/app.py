@@ -79,8 +79,9 @@ class MgpuApp(App):
         else:
             self.query_one(TopologyView).show(self._topology)
         if self._recorded is not None:
+            # Recorded telemetry is shown in full, in order: no message may replace another.
             for snapshot in self._recorded:
-                self.post_message(TelemetryUpdated(snapshot))
+                self.query_one(Dashboard).show(snapshot)
         else:
             self.sampler.start(on_sample=lambda snap: self.post_message(TelemetryUpdated(snap)))
         if self.start_spec is not None:
