@@ -17,6 +17,11 @@ Entries:
 - ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
   the tests, an HGX H100 box), the host and 16 real processes; and the share of
   a core that sampling at 1 Hz takes. Goals: <= 5 ms a sample, <= 1% of a core.
+- ``app``: the app in a real 160x50 terminal (tmux): time to the first frame;
+  CPU while idle; and under a flood of 4 ranks x 5,000 log lines a second for
+  10 s, how long a key press takes to show, the app's memory, and whether every
+  line reached the log files. Goals: first frame <= 0.6 s, idle <= 1% of a core,
+  key p99 <= 100 ms, memory <= 250 MB, no line lost.
 """
 
 from __future__ import annotations
@@ -205,18 +210,123 @@ def bench_telemetry(samples: int, seconds: float) -> str:
     return "telemetry cost (NVML stand-in)\n" + table(["what", "measured", "goal"], rows)
 
 
+# ---- app -----------------------------------------------------------------------------
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True).stdout
+
+
+def _app_process(session: str):
+    import psutil
+
+    shell = psutil.Process(int(_tmux("list-panes", "-t", session, "-F", "#{pane_pid}").strip()))
+    for _ in range(100):
+        for proc in [shell, *shell.children(recursive=True)]:
+            if "mgpu-tui" in " ".join(proc.cmdline()[:2]):  # the shell may have exec'd the app
+                return proc
+        time.sleep(0.05)
+    raise RuntimeError("the app did not start")
+
+
+def _start_app(session: str, command: str) -> float:
+    start = time.perf_counter()
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
+    return start
+
+
+def _wait_screen(session: str, text: str | tuple[str, ...], timeout: float = 30) -> float:
+    texts = (text,) if isinstance(text, str) else text
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        screen = _tmux("capture-pane", "-t", session, "-p")
+        if any(t in screen for t in texts):
+            return time.perf_counter()
+        time.sleep(0.005)
+    raise RuntimeError(f"{text!r} never appeared")
+
+
+def bench_app(flood_seconds: float) -> str:
+    rows = []
+    work = Path(tempfile.mkdtemp())
+    # A session that outlives the others, so the tmux server never shuts down between them.
+    subprocess.run(["tmux", "new-session", "-d", "-s", "mgpu-bench-keeper", "sleep 3600"], check=True)
+    try:
+        return _bench_app(work, rows, flood_seconds)
+    finally:
+        _tmux("kill-session", "-t", "mgpu-bench-keeper")
+
+
+def _bench_app(work: Path, rows: list, flood_seconds: float) -> str:
+    # First frame: from starting the command to the tabs on screen.
+    firsts = []
+    for i in range(5):
+        session = f"mgpu-bench-{i}"
+        start = _start_app(session, f"cd {work} && {CLI}")
+        firsts.append(_wait_screen(session, "Dashboard") - start)
+        if i < 4:
+            _tmux("kill-session", "-t", session)
+    rows.append(["first frame (median of 5)", f"{statistics.median(firsts):.2f} s", "<= 0.6 s"])
+    # Idle: the last one, sampling at 1 Hz, for 20 s.
+    app = _app_process("mgpu-bench-4")
+    time.sleep(3)
+    before = sum(app.cpu_times()[:2])
+    time.sleep(20)
+    idle = (sum(app.cpu_times()[:2]) - before) / 20 * 100
+    _tmux("kill-session", "-t", "mgpu-bench-4")
+    rows.append(["idle, sampling at 1 Hz", f"{idle:.2f}% of a core", "<= 1%"])
+
+    # Flood: 4 ranks x 5,000 lines/s; keys t and r switch views; time until the screen shows it.
+    session = "mgpu-bench-flood"
+    runs = work / "runs"
+    _start_app(session, f"cd {work} && {CLI} run ddp --nproc 4 --steps 1000000 --device cpu --tui "
+                        f"--run-dir {runs} -- --log-rate 5000")  # fmt: skip
+    app = _app_process(session)
+    _wait_screen(session, "flood", timeout=60)
+    latencies, peak_rss = [], 0
+    end = time.monotonic() + flood_seconds
+    key = "t"
+    while time.monotonic() < end:
+        pressed = time.perf_counter()
+        _tmux("send-keys", "-t", session, key)
+        shown = ("Legend", "no NVIDIA GPU here") if key == "t" else "search the logs"
+        latencies.append(_wait_screen(session, shown) - pressed)
+        peak_rss = max(peak_rss, app.memory_info().rss)
+        key = "r" if key == "t" else "t"
+        time.sleep(0.1)
+    _tmux("send-keys", "-t", session, "q")
+    time.sleep(0.5)
+    _tmux("send-keys", "-t", session, "y")
+    app.wait(30)
+    _tmux("kill-session", "-t", session)
+    lost = checked = 0
+    for log in runs.glob("*/logs/*/attempt_0/*/stdout.log"):
+        numbers = [int(line.split()[1]) for line in log.read_text().splitlines() if line.startswith("flood ")]
+        checked += len(numbers)
+        lost += (max(numbers) + 1 - len(numbers)) if numbers else 0
+    latencies.sort()
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))]
+    rows += [
+        [f"flood: key to screen, p50 / p99 of {len(latencies)}",
+         f"{statistics.median(latencies) * 1000:.0f} / {p99 * 1000:.0f} ms", "p99 <= 100 ms"],
+        ["flood: app memory (peak RSS)", f"{peak_rss / 2**20:.0f} MB", "<= 250 MB"],
+        ["flood: lines on disk, lost", f"{checked:,} written, {lost} lost", "0 lost"],
+    ]  # fmt: skip
+    return "the app in a 160x50 tmux terminal\n" + table(["what", "measured", "goal"], rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "entries", nargs="*", choices=("overhead", "reporter", "help", "telemetry", []), default=[]
+        "entries", nargs="*", choices=("overhead", "reporter", "help", "telemetry", "app", []), default=[]
     )
     parser.add_argument("--pairs", type=int, default=3, help="overhead: bare/engine pairs (default 3)")
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
     args = parser.parse_args()
-    entries = args.entries or ["help", "reporter", "telemetry", "overhead"]
+    entries = args.entries or ["help", "reporter", "telemetry", "app", "overhead"]
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in entries:
         if entry == "overhead":
@@ -225,6 +335,8 @@ def main() -> None:
             print(bench_reporter(20_000), flush=True)
         elif entry == "telemetry":
             print(bench_telemetry(200, 10.0), flush=True)
+        elif entry == "app":
+            print(bench_app(10.0), flush=True)
         else:
             print(bench_help(20), flush=True)
         print(flush=True)

@@ -16,6 +16,9 @@ import argparse
 import gc
 import os
 import resource
+import sys
+import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -63,9 +66,12 @@ def parse_args(
     faults = parser.add_argument_group("fault injection (off unless asked for)")
     faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail at step K")
     faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
+    faults.add_argument("--log-rate", type=int, default=0, metavar="N",
+                        help="also print N numbered lines a second, to test log handling")
     if mode_args is not None:
         mode_args(parser)
     args = parser.parse_known_args(argv)[0] if known_only else parser.parse_args(argv)
+    start_log_flood(args)
     for name in ("steps", "batch_size", "accum", "width", "depth"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -278,6 +284,24 @@ def report_step(reporter: Reporter, step: int, samples: int, loss, device) -> No
     reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak)
 
 
+def start_log_flood(args: argparse.Namespace) -> None:
+    """With --log-rate N, print N numbered lines a second from a daemon thread ("flood <i>")."""
+    if not args.log_rate:
+        return
+
+    def flood() -> None:
+        i, start = 0, time.monotonic()
+        while True:
+            due = int((time.monotonic() - start) * args.log_rate)
+            while i < due:
+                print(f"flood {i}", flush=False)
+                i += 1
+            sys.stdout.flush()
+            time.sleep(0.01)
+
+    threading.Thread(target=flood, name="log-flood", daemon=True).start()
+
+
 def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0) -> None:
     """Raise at the step and rank asked for with --fail-at-step/--fail-rank, to test failure handling."""
     if args.fail_at_step == step and args.fail_rank == rank:
@@ -285,7 +309,7 @@ def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0) -> None:
 
 
 def config(args: argparse.Namespace) -> dict:
-    return {k: v for k, v in vars(args).items() if k != "save_params"}
+    return {k: v for k, v in vars(args).items() if k not in ("save_params", "log_rate")}
 
 
 def shutdown_distributed() -> None:

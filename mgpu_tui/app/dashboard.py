@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 
 from mgpu_tui.app.bars import bar
 from mgpu_tui.app.gpu_card import GpuCard
+from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes
 from mgpu_tui.engine.telemetry import Snapshot
 
@@ -22,10 +23,11 @@ class Dashboard(Widget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._util: dict[str, collections.deque[float]] = {}
+        self._rank_rows: list[tuple] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
-        yield Static("waiting for the first sample…", id="host")
+        yield TextPanel("waiting for the first sample…", id="host")
         yield VerticalScroll(id="gpus")
         yield Static("Rank processes of the current run", classes="section-title")
         table = DataTable(id="rank-processes", cursor_type="none")
@@ -42,7 +44,7 @@ class Dashboard(Widget):
         host = snap.host
         cpu = sum(host.cpu_percent) / max(1, len(host.cpu_percent))
         cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
-        self.query_one("#host", Static).update(Text.assemble(
+        self.query_one("#host", TextPanel).update(Text.assemble(
             ("Host  ", "bold"), f"CPU {len(host.cpu_percent)} cores ", bar(cpu / 100), f" {cpu:3.0f}%   ",
             "memory ", bar(host.memory_used / host.memory_total), f" {fmt_bytes(host.memory_used)} / "
             f"{fmt_bytes(host.memory_total)}   load {host.load_avg[0]:.2f} {host.load_avg[1]:.2f} "
@@ -69,13 +71,19 @@ class Dashboard(Widget):
             card.show(gpu, list(history), ranks_on.get(gpu.uuid, []))
 
     def _show_ranks(self, snap: Snapshot) -> None:
-        table = self.query_one("#rank-processes", DataTable)
-        table.clear()
+        rows = []
         for r in snap.ranks:
             gpu = next((f"GPU{g.index}" for g in snap.gpus if g.uuid == r.gpu_uuid), "CPU")
-            table.add_row(
+            rows.append((
                 f"rank {r.rank}", str(r.pid),
                 "-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}",
                 fmt_bytes(r.rss_bytes), "-" if r.threads is None else str(r.threads),
                 gpu if r.alive else f"{gpu} (exited)",
-            )  # fmt: skip
+            ))  # fmt: skip
+        if rows == self._rank_rows:
+            return  # an unchanged table is not redrawn: each redraw re-lays out the screen
+        self._rank_rows = rows
+        table = self.query_one("#rank-processes", DataTable)
+        table.clear()
+        for row in rows:
+            table.add_row(*row)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.widgets import Static
 
 from mgpu_tui.app.bars import bar, rate, spark
+from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes
 from mgpu_tui.engine.telemetry import GpuSample
 
@@ -14,7 +14,7 @@ def _na(value, fmt: str) -> str:
     return "n/a" if value is None else fmt.format(value)
 
 
-class GpuCard(Static):
+class GpuCard(TextPanel):
     DEFAULT_CLASSES = "gpu-card"
 
     def show(self, gpu: GpuSample, util_history: list[float], ranks: list[int]) -> None:

@@ -1,7 +1,7 @@
 """Every rank's log lines: merged and coloured by rank, or one rank, with a search.
 
-Lines arrive in batches; at most ``MAX_LINES_PER_BATCH`` of each batch are drawn
-(the newest), so a flood cannot freeze the screen. Every line is in the run
+Lines arrive in batches (about four a second); at most ``MAX_LINES_PER_BATCH`` of
+each are drawn (the newest), as one Text, so a flood cannot freeze the screen. Every line is in the run
 directory's log files whatever is drawn.
 """
 
@@ -17,7 +17,7 @@ from textual.widgets import Input, RichLog, Select
 RANK_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 KEPT = 5000
 SHOWN = 2000
-MAX_LINES_PER_BATCH = 400
+MAX_LINES_PER_BATCH = 100
 
 
 class LogView(Vertical):
@@ -25,6 +25,8 @@ class LogView(Vertical):
         super().__init__(**kwargs)
         self._lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=KEPT)
         self._ranks = 0
+        self._pending_dropped = 0
+        self._unseen = 0  # lines that arrived while the view was hidden
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="log-controls"):
@@ -40,32 +42,61 @@ class LogView(Vertical):
         self.query_one("#log-rank", Select).value = -1
         self.query_one("#log", RichLog).clear()
 
-    def _matches(self, rank: int, line: str) -> bool:
+    def _filter(self):
+        """A predicate for the current rank filter and search, read from the widgets once."""
         wanted = self.query_one("#log-rank", Select).value
-        search = self.query_one("#log-search", Input).value
-        return (wanted == -1 or wanted == rank) and (not search or search.lower() in line.lower())
+        search = self.query_one("#log-search", Input).value.lower()
+
+        def matches(entry: tuple[int, str, str]) -> bool:
+            rank, _, line = entry
+            return (wanted == -1 or wanted == rank) and (not search or search in line.lower())
+
+        return matches
 
     @staticmethod
-    def _format_line(rank: int, stream: str, line: str) -> Text:
-        colour = RANK_COLOURS[rank % len(RANK_COLOURS)]
-        return Text.assemble((f"rank {rank} ", f"bold {colour}"), (line, "red" if stream == "stderr" else ""))
+    def _format(lines: list[tuple[int, str, str]]) -> Text:
+        """Many lines as one Text: one render for the whole batch instead of one per line."""
+        text = Text()
+        for i, (rank, stream, line) in enumerate(lines):
+            if i:
+                text.append("\n")
+            colour = RANK_COLOURS[rank % len(RANK_COLOURS)]
+            text.append(f"rank {rank} ", style=f"bold {colour}")
+            text.append(line, style="red" if stream == "stderr" else "")
+        return text
 
     def add(self, lines: list[tuple[int, str, str]], dropped: int = 0) -> None:
         self._lines.extend(lines)
+        if not self.is_on_screen:
+            # Drawn when the view shows again: a hidden log costs nothing.
+            self._unseen += len(lines)
+            self._pending_dropped += dropped
+            return
+        self._draw(lines, dropped)
+
+    def _draw(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
         log = self.query_one("#log", RichLog)
-        shown = [entry for entry in lines if self._matches(entry[0], entry[2])]
+        shown = list(filter(self._filter(), lines))
         skipped = dropped + max(0, len(shown) - MAX_LINES_PER_BATCH)
         if skipped:
             note = f"… {skipped} lines not drawn here (every line is in the run's log files)"
             log.write(Text(note, style="dim"))
-        for entry in shown[-MAX_LINES_PER_BATCH:]:
-            log.write(self._format_line(*entry))
+        if shown:
+            log.write(self._format(shown[-MAX_LINES_PER_BATCH:]))
 
     def refilter(self) -> None:
         log = self.query_one("#log", RichLog)
         log.clear()
-        for entry in [e for e in self._lines if self._matches(e[0], e[2])][-SHOWN:]:
-            log.write(self._format_line(*entry))
+        shown = list(filter(self._filter(), self._lines))[-SHOWN:]
+        if shown:
+            log.write(self._format(shown))
+
+    def on_show(self) -> None:
+        unseen = list(self._lines)[-self._unseen:] if self._unseen else []
+        dropped = self._pending_dropped + max(0, self._unseen - len(unseen))
+        self._unseen = self._pending_dropped = 0
+        if unseen or dropped:
+            self._draw(unseen, dropped)
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "log-rank":
