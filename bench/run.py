@@ -295,7 +295,7 @@ def _bench_app(work: Path, rows: list, flood_seconds: float) -> str:
         key = "r" if key == "t" else "t"
         time.sleep(0.1)
     _tmux("send-keys", "-t", session, "q")
-    time.sleep(0.5)
+    _wait_screen(session, "Quit and stop every rank")
     _tmux("send-keys", "-t", session, "y")
     app.wait(30)
     _tmux("kill-session", "-t", session)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 
 from mgpu_tui.engine import host as host_module
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError, resolve
@@ -26,9 +28,17 @@ def tui_command(spec: LaunchSpec | None) -> int:
 
     app = create_app(start=spec, host=host)
 
-    def stop_and_exit(signum, frame) -> None:  # the terminal closed, or we were told to stop
-        app.controller.close()
-        sys.exit(ExitCode.INTERRUPTED)
+    def stop_and_exit(signum, frame) -> None:
+        # The terminal closed (SIGHUP) or we were told to stop (SIGTERM). This runs on the
+        # app's own thread, between two steps of its event loop: ask the app to end, and
+        # the `finally` below stops every rank once it has.
+        app.exit(return_code=ExitCode.INTERRUPTED)
+
+        def force() -> None:  # the app did not end (the signal came mid start-up, say)
+            app.controller.close()
+            os._exit(ExitCode.INTERRUPTED)
+
+        threading.Timer(5.0, force).start()
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, stop_and_exit)
@@ -36,4 +46,6 @@ def tui_command(spec: LaunchSpec | None) -> int:
         app.run()
     finally:
         app.controller.close()  # no rank outlives the app, however it ended
+    if app.return_code == ExitCode.INTERRUPTED:
+        return ExitCode.INTERRUPTED
     return ExitCode.OK if not app.return_code else ExitCode.FAILED

@@ -3,13 +3,14 @@
 import asyncio
 import time
 
-from textual.widgets import Input, Select, Static
+from textual.widgets import Input, Select
 
 from conftest import live_processes_of
 from mgpu_tui.app import create_app
 from mgpu_tui.app.confirm_quit import ConfirmQuit
 from mgpu_tui.app.log_view import LogView
 from mgpu_tui.app.run_view import RunView
+from mgpu_tui.app.text_panel import TextPanel
 
 
 async def wait_for(pilot, condition, timeout=60.0):
@@ -35,7 +36,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         logs = app.query_one(LogView)
         both_ranks_logged = await wait_for(pilot, lambda: {r for r, _, _ in logs._lines} >= {0, 1})
         assert both_ranks_logged, "no log lines from both ranks"
-        status = app.query_one("#run-status", Static)
+        status = app.query_one("#run-status", TextPanel)
         assert await wait_for(pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in
                               str(status.render()))
         table = app.query_one("#ranks")
@@ -58,9 +59,12 @@ async def test_quitting_during_a_run_asks_then_stops_every_rank(tmp_path, monkey
         assert await wait_for(pilot, lambda: view.query_one("#ranks").row_count == 2)
         assert await wait_for(pilot, lambda: bool(app.controller.rank_processes()))
         run_dir = app.controller.run.run_dir.path
+        await pilot.press("t", "r")  # on the Run tab, letters must still be the app's keys
         await pilot.press("q")
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmQuit)
+        assert "Quit and stop every rank?" in str(app.screen.query_one("Static").render())
+        assert app.screen.query_one("#confirm").size.width > 40  # the box is drawn, not collapsed
         await pilot.press("n")  # no: the run goes on
         await pilot.pause(0.3)
         assert app.controller.active and not isinstance(app.screen, ConfirmQuit)
@@ -85,3 +89,18 @@ async def test_bad_form_input_is_one_sentence_and_starts_nothing(tmp_path, monke
         assert not app.controller.active
         assert any("steps must be a whole number" in str(n.message) for n in app._notifications)
     assert not (tmp_path / "runs").exists()
+
+
+async def test_help_lists_the_keys_and_closes_on_escape():
+    from mgpu_tui.app.help_screen import HelpScreen
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        assert app.screen.query_one("#help").size.width > 40
+        assert "quit (asks first while a run is going)" in str(app.screen.query_one("Static").render())
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, HelpScreen)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from textual.app import App, ComposeResult
+from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from mgpu_tui.app.confirm_quit import ConfirmQuit
@@ -42,6 +43,8 @@ class MgpuApp(App):
         ("t", "show_tab('topology')", "Topology"),
         ("r", "show_tab('run')", "Run"),
         ("s", "stop_run", "Stop run"),
+        # Typing in a field takes letters; Escape leaves the field so the keys above work again.
+        Binding("escape", "leave_field", "Leave field", show=False),
     ]
 
     def __init__(
@@ -144,6 +147,9 @@ class MgpuApp(App):
         if self.controller.active:
             self.controller.request_stop()
             self.notify("Stopping every rank…")
+
+    def action_leave_field(self) -> None:
+        self.set_focus(None)
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab

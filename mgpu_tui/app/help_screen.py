@@ -13,6 +13,7 @@ HELP = """\
   r   Run: start a mode, watch every rank, its logs and its throughput
   s   stop the current run (every rank)
   ?   this help          q   quit (asks first while a run is going)
+  Esc leave a text field, so that the keys above work again
 
 Every line every rank prints is kept in the run directory (runs/ by default),
 even when the screen shows only the latest.

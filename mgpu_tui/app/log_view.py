@@ -30,7 +30,8 @@ class LogView(Vertical):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="log-controls"):
-            yield Select([("all ranks", -1)], value=-1, allow_blank=False, id="log-rank")
+            yield Select([("all ranks", -1)], value=-1, allow_blank=False, id="log-rank",
+                         type_to_search=False)  # fmt: skip
             yield Input(placeholder="search the logs", id="log-search")
         yield RichLog(id="log", max_lines=SHOWN, wrap=False, markup=False)
 

@@ -23,7 +23,8 @@ class RunForm(Horizontal):
             here = availability(mode, self.host)
             label = f"{mode.name}: {'' if here.runnable else 'cannot run: '}{here.reason}"
             options.append((label, mode.name))
-        yield Select(options, value="ddp", allow_blank=False, id="mode")
+        # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
+        yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
         yield Label("ranks")
         yield Input("2", id="nproc", restrict=r"[0-9]*", max_length=3)
         yield Label("steps")
@@ -31,7 +32,7 @@ class RunForm(Horizontal):
         yield Label("batch")
         yield Input("64", id="batch", restrict=r"[0-9]*", max_length=7)
         yield Select([("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")], value="auto", allow_blank=False,
-                     id="device")  # fmt: skip
+                     id="device", type_to_search=False)  # fmt: skip
         yield Checkbox("AMP", id="amp")
         yield Button("Start", id="start", variant="success")
         yield Button("Stop", id="stop", variant="error", disabled=True)

@@ -15,6 +15,7 @@ from textual.widgets import DataTable, Label, ProgressBar, Sparkline, Static
 
 from mgpu_tui.app.log_view import LogView
 from mgpu_tui.app.run_form import RunForm
+from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate
 from mgpu_tui.engine.aggregate import RankStats, RunStats
 from mgpu_tui.engine.host import Host
@@ -53,11 +54,11 @@ class RunView(Widget):
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, id="run-form")
         with Horizontal(id="run-status-row"):
-            yield Static("No run yet: choose a mode and press Start.", id="run-status")
+            yield TextPanel("No run yet: choose a mode and press Start.", id="run-status")
             yield ProgressBar(total=None, id="run-progress", show_eta=False)
         with Horizontal(id="run-middle"):
             table = DataTable(id="ranks", cursor_type="none")
-            table.add_columns("rank", "state", "step", "samples/s", "loss", "peak memory")
+            self._columns = table.add_columns("rank", "state", "step", "samples/s", "loss", "peak memory")
             yield table
             with Vertical(id="charts"):
                 yield Label("throughput (samples/s), last steps", id="throughput-label")
@@ -69,18 +70,20 @@ class RunView(Widget):
 
     def started(self, mode: str, world_size: int, steps: int, run_dir: str) -> None:
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
-        self.query_one("#run-status", Static).update(f"{mode} on {world_size} rank(s): starting…  {run_dir}")
+        status = self.query_one("#run-status", TextPanel)
+        status.update(f"{mode} on {world_size} rank(s): starting…  {run_dir}")
         self.query_one("#run-progress", ProgressBar).update(total=steps, progress=0)
         self.query_one("#root-cause", Static).display = False
         self.query_one(LogView).reset(world_size)
         self.query_one(RunForm).running(True)
+        self.query_one("#ranks", DataTable).clear()
         self._fill_table(None)
 
     def show(self, stats: RunStats, series) -> None:
         steps, rates, losses = series
         status = (f"step {stats.steps}/{self.steps}   {fmt_rate(stats.samples_per_s)} samples/s   "
                   f"loss {fmt_loss(stats.final_loss)}")  # fmt: skip
-        self.query_one("#run-status", Static).update(status)
+        self.query_one("#run-status", TextPanel).update(status)
         self.query_one("#run-progress", ProgressBar).update(progress=stats.steps)
         self.query_one("#throughput", Sparkline).data = rates
         self.query_one("#loss", Sparkline).data = [x for x in losses if x is not None]
@@ -88,7 +91,6 @@ class RunView(Widget):
 
     def _fill_table(self, stats: RunStats | None) -> None:
         table = self.query_one("#ranks", DataTable)
-        table.clear()
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
         median = stats.step_time_s_median if stats else None
         stall_after = max(30.0, 10 * median) if median else 30.0
@@ -96,18 +98,25 @@ class RunView(Widget):
         for rank in range(max(self.world_size, len(by_rank))):
             r = by_rank.get(rank)
             state = rank_state(r, now, stall_after, self.failed_rank, self.finished)
-            table.add_row(
+            cells = (
                 f"rank {rank}", Text(state, style=STATE_STYLE[state]),
                 str(r.last_step) if r else "0", fmt_rate(r.samples_per_s) if r else "n/a",
                 fmt_loss(r.loss) if r else "n/a", fmt_bytes(r.mem_peak_bytes) if r else "n/a",
             )  # fmt: skip
+            key = f"rank{rank}"
+            if key not in table.rows:
+                table.add_row(*cells, key=key)
+                continue
+            # In place: clearing and refilling four times a second would re-lay out the screen.
+            for column, value in zip(self._columns, cells):
+                table.update_cell(key, column, value)
 
     def ended(self, summary: dict, stats: RunStats | None) -> None:
         self.finished = True
         cause = summary.get("root_cause")
         self.failed_rank = cause["rank"] if cause else None
         verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary["status"]]
-        self.query_one("#run-status", Static).update(
+        self.query_one("#run-status", TextPanel).update(
             f"{summary['mode']} {verdict}: {summary['steps']} steps, {fmt_rate(summary['samples_per_s'])} "
             f"samples/s, loss {fmt_loss(summary['final_loss'])}   {summary['run_dir']}"
         )
