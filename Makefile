@@ -1,4 +1,4 @@
-# The two commands of the README:  make run  |  make test
+# The two commands of the README:  make run (the app)  |  make test
 # Both create a local virtual environment (.venv) and install what is needed first.
 
 PYTHON ?= python3
@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 .PHONY: run test install lint bench clean
 
 run: install
-	$(BIN)/mgpu-tui run ddp --steps 300
+	$(BIN)/mgpu-tui
 
 test: install
 	$(BIN)/python -m pytest

@@ -44,3 +44,9 @@ def test_engine_imports_no_ui_and_no_torch():
 def test_reporter_imports_only_the_standard_library_and_the_protocol():
     loaded = modules_after("import mgpu_tui.engine.reporter")
     assert not loaded & {"torch", "numpy", "psutil", "pynvml", "textual"}
+
+
+def test_the_app_never_imports_torch():
+    loaded = modules_after("from mgpu_tui.app import create_app\ncreate_app(telemetry=[], topology=None)")
+    assert "textual" in loaded  # the probe really built the app
+    assert "torch" not in loaded
