@@ -37,3 +37,31 @@ def test_app_in_a_real_terminal_shows_the_host_and_quits_on_q(tmp_path):
         assert marker.read_text().strip() == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left(tmp_path):
+    """The issue's own check: rows and samples/s within 20 s, then q, y, and nothing left."""
+    from conftest import live_processes_of, only_run_dir
+
+    session = f"mgpu-test-{time.monotonic_ns()}"
+    marker = tmp_path / "exit"
+    runs = tmp_path / "runs"
+    command = (f"cd {tmp_path} && {CLI[0]} run ddp --nproc 2 --steps 100000 --device cpu --tui "
+               f"--run-dir {runs} ; echo $? > {marker}")
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
+    try:
+        started = time.monotonic()
+        assert wait_screen(session, "rank 1  running", timeout=20), screen(session)
+        text = screen(session)
+        assert "rank 0  running" in text and "samples/s" in text
+        assert time.monotonic() - started < 20
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        assert wait_screen(session, "Quit and stop every rank"), screen(session)
+        subprocess.run(["tmux", "send-keys", "-t", session, "y"], check=True)
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.read_text().strip() == "0"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert live_processes_of(only_run_dir(runs)) == []

@@ -24,6 +24,7 @@ class Dashboard(Widget):
         super().__init__(**kwargs)
         self._util: dict[str, collections.deque[float]] = {}
         self._rank_rows: list[tuple] | None = None
+        self._banner: str | None = ""
 
     def compose(self) -> ComposeResult:
         yield Static("", id="banner")
@@ -35,12 +36,14 @@ class Dashboard(Widget):
         yield table
 
     def show(self, snap: Snapshot) -> None:
-        banner = self.query_one("#banner", Static)
-        if snap.nvml.ok:
-            banner.display = False
-        else:
-            banner.display = True
-            banner.update(f"No NVIDIA GPU here ({snap.nvml.detail}): ranks run on the CPU with gloo.")
+        text = None
+        if not snap.nvml.ok:
+            text = f"No NVIDIA GPU here ({snap.nvml.detail}): ranks run on the CPU with gloo."
+        if text != self._banner:  # set only on change: each update re-lays out the screen
+            self._banner = text
+            banner = self.query_one("#banner", Static)
+            banner.display = text is not None
+            banner.update(text or "")
         host = snap.host
         cpu = sum(host.cpu_percent) / max(1, len(host.cpu_percent))
         cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])

@@ -55,7 +55,8 @@ class RunView(Widget):
         yield RunForm(self.host, id="run-form")
         with Horizontal(id="run-status-row"):
             yield TextPanel("No run yet: choose a mode and press Start.", id="run-status")
-            yield ProgressBar(total=None, id="run-progress", show_eta=False)
+            # A total from the start: without one the bar animates forever, even on a hidden tab.
+            yield ProgressBar(total=1, id="run-progress", show_eta=False)
         with Horizontal(id="run-middle"):
             table = DataTable(id="ranks", cursor_type="none")
             self._columns = table.add_columns("rank", "state", "step", "samples/s", "loss", "peak memory")
