@@ -46,6 +46,20 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
     return argv + list(spec.demo_args)
 
 
+def _rendezvous(resolved: ResolvedSpec) -> list[str]:
+    """How the ranks find each other, with torchrun's own flags."""
+    spec = resolved.spec
+    if spec.nnodes > 1 or spec.rdzv_endpoint:
+        # Several nodes: torchrun's c10d rendezvous at an endpoint every node names alike.
+        return ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id", spec.rdzv_id or "mgpu-tui"]  # fmt: skip
+    if spec.master_port is not None:
+        # One node, a port the user chose: the static rendezvous, on loopback.
+        return ["--master-addr", "127.0.0.1", "--master-port", str(spec.master_port)]
+    # Standalone: a local c10d rendezvous on a free port the OS picks, so two runs never collide.
+    return ["--standalone"]
+
+
 def build_command(
     resolved: ResolvedSpec,
     run_dir: RunDir,
@@ -56,22 +70,24 @@ def build_command(
     base_env: Mapping[str, str],
 ) -> Launch:
     """The argv and environment that start ``resolved`` with its output in ``run_dir``."""
-    mode = resolved.mode
+    mode, spec = resolved.mode, resolved.spec
     if mode.multi_process:
-        argv = [
-            python, "-m", "torch.distributed.run",
-            # Standalone: a local c10d rendezvous on a free port the OS picks, so
-            # two runs at once never collide.
-            "--standalone",
-            "--nproc-per-node", str(resolved.spec.nproc),
+        argv = [python, "-m", "torch.distributed.run", *_rendezvous(resolved),
+            "--nproc-per-node", str(spec.nproc),
             # Every rank's stdout and stderr in its own file: nothing interleaves, nothing is lost.
             "--log-dir", str(run_dir.logs_dir),
             "--redirects", "3",
-            "-m", mode.module,
         ]  # fmt: skip
+        if spec.max_restarts:
+            argv += ["--max-restarts", str(spec.max_restarts)]
     else:
-        argv = [python, "-m", mode.module]
-    argv += demo_argv(resolved, run_dir)
+        argv = [python]
+    if spec.script:
+        argv += [spec.script, *spec.demo_args]  # the user's own arguments, untouched
+    elif spec.module:
+        argv += ["-m", spec.module, *spec.demo_args]
+    else:
+        argv += ["-m", mode.module, *demo_argv(resolved, run_dir)]
 
     changes: dict[str, str | None] = {}
     # torchrun reads PET_<FLAG> as a default for each flag: a stray one from the

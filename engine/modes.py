@@ -94,6 +94,19 @@ MODES: dict[str, Mode] = {
 }  # fmt: skip
 
 
+# A user's own script or module: launched by torchrun like the multi-process modes.
+SCRIPT = Mode(
+    name="script",
+    title="Your own script",
+    demo="",
+    launcher="torchrun",
+    devices_per_rank=1,
+    cpu_path="real",
+    teaches="Whatever your script does: its logs, processes, exit status, and with the reporter its figures.",
+    choose="To see your own training job the way mgpu-tui shows the demos.",
+)
+
+
 @dataclass(frozen=True)
 class Availability:
     runnable: bool

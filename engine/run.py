@@ -122,7 +122,11 @@ class Run:
         Raises SpecError, EnvironmentUnusable or RunDirError, each with a sentence for the user.
         """
         resolved = resolve(spec, host or host_module.probe())
-        run_dir = RunDir.create(spec.run_root, spec.mode)
+        name = resolved.mode.name
+        if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
+            run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
+        else:
+            run_dir = RunDir.create(spec.run_root, name)
         run = cls(resolved, run_dir, **kwargs)
         run_dir.write_json(
             run_dir.spec_path,
@@ -149,7 +153,7 @@ class Run:
     def start(self) -> None:
         if self._proc is not None:
             raise RuntimeError("this run was already started")
-        self.run_dir.logs_dir.mkdir(exist_ok=True)
+        self.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
         if self.resolved.mode.multi_process:
             out = err = open(self.run_dir.launcher_log, "wb")
         else:
@@ -379,6 +383,7 @@ class Run:
                 self.run_dir,
                 launcher_exit_code=returncode,
                 single_process=not self.resolved.mode.multi_process,
+                rank_offset=self.resolved.spec.node_rank * (self.resolved.spec.nproc or 1),
             )
         ended = time.time()
         stats = self.stats()

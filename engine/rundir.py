@@ -42,29 +42,50 @@ class RankFiles:
 
 
 class RunDir:
-    def __init__(self, path: str | os.PathLike) -> None:
+    """One run's folder. With several nodes, each node's own files carry ``-node<R>``
+    (and its logs sit under ``logs/node<R>``), so nodes can share one folder on a
+    shared file system; event files are named by global rank and never collide."""
+
+    def __init__(self, path: str | os.PathLike, node: int | None = None) -> None:
         self.path = Path(path)
+        self.node = node
+        self._suffix = "" if node is None else f"-node{node}"
 
     # ---- creation ----------------------------------------------------------
 
     @classmethod
-    def create(cls, root: str | os.PathLike, mode: str, now: dt.datetime | None = None) -> RunDir:
+    def create(
+        cls,
+        root: str | os.PathLike,
+        mode: str,
+        now: dt.datetime | None = None,
+        *,
+        node: int | None = None,
+        shared: str | None = None,
+    ) -> RunDir:
         """Make a new, empty run folder ``<root>/<UTC timestamp>-<mode>``.
 
         Two runs started in the same second get ``-2``, ``-3``... so they never share one.
+        ``shared`` names a folder that the nodes of one job share (``<root>/<shared>-<mode>``).
         """
         now = now or dt.datetime.now(dt.timezone.utc)
         stem = f"{now.strftime('%Y%m%dT%H%M%SZ')}-{mode}"
         root = Path(root)
         try:
             root.mkdir(parents=True, exist_ok=True)
+            if shared is not None:
+                run = cls(root / f"{shared}-{mode}", node)
+                run.events_dir.mkdir(parents=True, exist_ok=True)
+                if run.spec_path.exists():
+                    raise RunDirError(f"{run.path} already holds node {node}'s files; use a new --rdzv-id.")
+                return run
             for n in range(1, 1000):
                 path = root / (stem if n == 1 else f"{stem}-{n}")
                 try:
                     path.mkdir()
                 except FileExistsError:
                     continue
-                run = cls(path)
+                run = cls(path, node)
                 run.events_dir.mkdir()
                 return run
         except OSError as exc:
@@ -78,19 +99,19 @@ class RunDir:
 
     @property
     def spec_path(self) -> Path:
-        return self.path / "spec.json"
+        return self.path / f"spec{self._suffix}.json"
 
     @property
     def summary_path(self) -> Path:
-        return self.path / "summary.json"
+        return self.path / f"summary{self._suffix}.json"
 
     @property
     def launcher_log(self) -> Path:
-        return self.path / "launcher.log"
+        return self.path / f"launcher{self._suffix}.log"
 
     @property
     def logs_dir(self) -> Path:
-        return self.path / "logs"
+        return self.path / "logs" if self.node is None else self.path / "logs" / f"node{self.node}"
 
     @property
     def params_dir(self) -> Path:

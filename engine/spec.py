@@ -9,12 +9,13 @@ run anything: exit code 3). Each carries one sentence meant for the user.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from mgpu_tui.engine.host import Host
-from mgpu_tui.engine.modes import MODES, Mode
+from mgpu_tui.engine.modes import MODES, SCRIPT, Mode
 from mgpu_tui.engine.placement import gpus_needed
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -44,6 +45,16 @@ class LaunchSpec:
     stages: int = 2  # mp: how many GPUs the model spreads over
     microbatches: int = 4  # pipeline
     verify: bool = False  # compare the final parameters with the single-device baseline
+    # A user's own program instead of a mode: a script path or a module name (`-m`).
+    script: str | None = None
+    module: str | None = None
+    # torchrun's own options, with its names and meanings.
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None  # HOST:PORT of the c10d rendezvous, for several nodes
+    rdzv_id: str | None = None
+    max_restarts: int = 0
+    master_port: int | None = None
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
 
@@ -57,7 +68,7 @@ class ResolvedSpec:
     world_size: int = field(init=False)
 
     def __post_init__(self) -> None:
-        world = self.spec.nproc if self.mode.multi_process else 1
+        world = self.spec.nproc * self.spec.nnodes if self.mode.multi_process else 1
         object.__setattr__(self, "world_size", world)
 
     def to_json(self) -> dict:
@@ -82,10 +93,48 @@ def mode_names() -> str:
     return ", ".join(MODES)
 
 
+def _check_program(spec: LaunchSpec) -> None:
+    if spec.script and spec.module:
+        raise SpecError("give --script or --module, not both.")
+    if spec.script:
+        path = Path(spec.script)
+        if not path.is_file():
+            raise SpecError(f"no such script: {spec.script}.")
+        if not os.access(path, os.R_OK):
+            raise SpecError(f"the script {spec.script} cannot be read (permission denied).")
+    if spec.module and not all(part.isidentifier() for part in spec.module.split(".")):
+        raise SpecError(f"{spec.module!r} is not a Python module name.")
+
+
+def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
+    if spec.nnodes < 1:
+        raise SpecError(f"--nnodes must be at least 1, got {spec.nnodes}.")
+    if not 0 <= spec.node_rank < spec.nnodes:
+        raise SpecError(f"--node-rank must be between 0 and {spec.nnodes - 1}, got {spec.node_rank}.")
+    if spec.nnodes > 1:
+        if not mode.multi_process:
+            raise SpecError(f"mode {mode.name!r} runs as one process, on one node.")
+        if not spec.rdzv_endpoint:
+            raise SpecError("several nodes need --rdzv-endpoint HOST:PORT, the same on every node.")
+    if spec.rdzv_endpoint:
+        host, _, port = spec.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {spec.rdzv_endpoint!r}.")
+    if spec.master_port is not None and not 0 < spec.master_port < 65536:
+        raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
+    if spec.max_restarts < 0:
+        raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}.")
+
+
 def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
-    mode = MODES.get(spec.mode)
+    if spec.script or spec.module:
+        _check_program(spec)
+        mode = SCRIPT
+    else:
+        mode = MODES.get(spec.mode)
     if mode is None:
         raise SpecError(f"unknown mode {spec.mode!r}; the modes are: {mode_names()}.")
+    _check_nodes(spec, mode)
     for name, value in (
         ("--nproc", spec.nproc),
         ("--steps", spec.steps),

@@ -39,11 +39,14 @@ def build_summary(
     peaks = stats.peak_mem_bytes()
     return {
         "mode": resolved.mode.name,
+        "program": resolved.spec.script or resolved.spec.module,  # with --script / --module
         "status": status,
         "exit_code": exit_code,
         "device": resolved.device,
         "backend": resolved.backend,
         "world_size": world,
+        "nnodes": resolved.spec.nnodes,
+        "node_rank": resolved.spec.node_rank,
         "steps": stats.steps,
         "steps_requested": resolved.spec.steps,
         "batch_size": resolved.spec.batch_size,

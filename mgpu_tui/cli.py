@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a parallelism mode as real processes (torchrun for multi-process modes) "
         "and summarise it. Arguments after -- go to the demo (for example -- --lr 0.1 --amp).",
     )
-    run.add_argument("mode", metavar="MODE", help="a mode from `mgpu-tui list`")
+    run.add_argument("mode", metavar="MODE", nargs="?", help="a mode from `mgpu-tui list`")
+    run.add_argument("--script", metavar="PATH", help="run your own training script (as torchrun would)")
+    run.add_argument("--module", metavar="NAME", help="run your own module instead (python -m NAME)")
     run.add_argument(
         "--nproc",
         "--nproc-per-node",
@@ -109,6 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--seed", type=_whole_number(0), help="seed for weights and data (default 0)")
     training.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
     training.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
+    nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
+    nodes.add_argument("--nnodes", type=_whole_number(1), default=1, help="nodes in the job (default 1)")
+    nodes.add_argument("--node-rank", type=_whole_number(0), default=0, help="this node's rank")
+    nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
+    nodes.add_argument("--rdzv-id", metavar="ID", help="the job's id, the same on every node")
+    nodes.add_argument("--max-restarts", type=_whole_number(0), default=0, help="restarts on failure")
+    nodes.add_argument("--master-port", type=_whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
     modes.add_argument("--stages", type=_whole_number(1), default=2, help="mp: GPUs to spread over")
     modes.add_argument("--microbatches", type=_whole_number(1), default=4, help="pipeline (default 4)")

@@ -151,9 +151,34 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
     return out
 
 
+def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
+    """The arguments for what runs: a mode's demo flags, or a script's own arguments untouched."""
+    choices = (("MODE", args.mode), ("--script", args.script), ("--module", args.module))
+    chosen = [name for name, given in choices if given]
+    if len(chosen) != 1:
+        raise UsageError("give a MODE, --script PATH or --module NAME: exactly one of them.")
+    if args.mode:
+        return _passthrough(args) + demo_args
+    flags = (("--verify", args.verify), ("--amp", args.amp), ("--accum", args.accum != 1),
+             ("--lr", args.lr is not None), ("--seed", args.seed is not None))
+    demo_only = [flag for flag, given in flags if given]
+    if demo_only:
+        raise UsageError(f"{', '.join(demo_only)} are for the modes; pass your script's own flags after --.")
+    return demo_args
+
+
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
+    program_args = _program_args(args, demo_args)
     spec = LaunchSpec(
-        mode=args.mode,
+        mode=args.mode or "script",
+        script=args.script,
+        module=args.module,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        max_restarts=args.max_restarts,
+        master_port=args.master_port,
         nproc=args.nproc,
         steps=args.steps,
         batch_size=args.batch_size,
@@ -166,7 +191,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         stages=args.stages,
         microbatches=args.microbatches,
         verify=args.verify,
-        demo_args=tuple(_passthrough(args) + demo_args),
+        demo_args=tuple(program_args),
     )
     if args.tui:
         from mgpu_tui.tui_command import tui_command
@@ -188,11 +213,10 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         signal.signal(sig, _raise_interrupt)
     progress = Progress(spec.steps)
     resolved = run.resolved
-    print(
-        f"mgpu-tui: {resolved.mode.name} on {resolved.world_size} rank(s), {resolved.device} "
-        f"({resolved.backend}); run directory {run.run_dir.path}",
-        file=sys.stderr,
-    )
+    program = spec.script or spec.module
+    what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
+    print(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}",
+          file=sys.stderr)  # fmt: skip
     with run:
         try:
             run.start()

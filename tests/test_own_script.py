@@ -1,0 +1,130 @@
+"""Your own training script under mgpu-tui: unchanged scripts, the reporter, real failures, two nodes."""
+
+import json
+import socket
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from conftest import CLI, live_processes_of, only_run_dir, run_cli
+
+PLAIN = """
+    import torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)
+    print(f"rank {rank} of {dist.get_world_size()}: sum {total.item()}", flush=True)
+    dist.destroy_process_group()
+"""
+WITH_REPORTER = """
+    import torch, torch.distributed as dist
+    from mgpu_tui.engine.reporter import Reporter
+    dist.init_process_group("gloo")
+    reporter = Reporter()
+    for step in range(1, 31):
+        x = torch.randn(256, 256)
+        loss = (x @ x).mean()
+        reporter.step(step, samples=32, loss=loss)
+    dist.destroy_process_group()
+"""
+GPU_ONLY = """
+    import os, torch, torch.distributed as dist
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+"""
+
+
+def write(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def last_json(result):
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("style", ["--script", "--module"])
+def test_a_script_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp_path, runs_root, style):
+    script = write(tmp_path, "plain_job.py", PLAIN)
+    target = str(script) if style == "--script" else "plain_job"
+    result = run_cli("run", style, target, "--nproc", "2", "--run-dir", str(runs_root), "--json",
+                     cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = last_json(result)
+    assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["program"] == target
+    run_dir = only_run_dir(runs_root)
+    outputs = sorted(p.read_text() for p in run_dir.glob("logs/*/attempt_0/*/stdout.log"))
+    assert outputs == ["rank 0 of 2: sum 3.0\n", "rank 1 of 2: sum 3.0\n"]
+    assert live_processes_of(run_dir) == []
+
+
+def test_the_reporters_two_lines_add_throughput(tmp_path, runs_root):
+    script = write(tmp_path, "job.py", WITH_REPORTER)
+    result = run_cli("run", "--script", str(script), "--nproc", "2", "--run-dir", str(runs_root), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = last_json(result)
+    assert summary["steps"] == 30 and summary["samples_per_s"] > 0 and summary["final_loss"] is not None
+
+
+def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
+    script = write(tmp_path, "gpu_job.py", GPU_ONLY)
+    started = time.monotonic()
+    result = run_cli("run", "--script", str(script), "--nproc", "2", "--run-dir", str(runs_root), "--json")
+    assert result.returncode == 1
+    cause = last_json(result)["root_cause"]
+    assert cause["rank"] in (0, 1) and "cuda" in (cause["message"] + cause["traceback"]).lower()
+    assert "Traceback" in cause["traceback"]  # the script's own, from its stderr
+    assert time.monotonic() - started < 30
+    assert live_processes_of(only_run_dir(runs_root)) == []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_this_machine_form_one_job(tmp_path):
+    port, runs = free_port(), tmp_path / "shared-runs"
+    nodes = [
+        subprocess.Popen([*CLI, "run", "ddp", "--nnodes", "2", "--node-rank", str(rank), "--nproc", "1",
+                          "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7", "--steps", "20",
+                          "--device", "cpu", "--run-dir", str(runs), "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    outputs = [node.communicate(timeout=120) for node in nodes]
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode == 0, err
+        summary = json.loads(out.strip().splitlines()[-1])
+        assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 20
+    run_dir = runs / "job7-ddp"  # one shared folder: each node's files carry its node rank
+    summaries = {p.name for p in run_dir.glob("summary-node*.json")}
+    assert summaries == {"summary-node0.json", "summary-node1.json"}
+    assert {p.name for p in run_dir.glob("events/*")} == {"rank0.jsonl", "rank1.jsonl"}
+
+
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--script", "/nonexistent.py"], "no such script: /nonexistent.py"),
+        (["ddp", "--script", "x.py"], "exactly one of them"),
+        ([], "exactly one of them"),
+        (["ddp", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"],
+         "--node-rank must be between 0 and 1"),
+        (["ddp", "--nnodes", "2"], "several nodes need --rdzv-endpoint"),
+        (["ddp", "--nnodes", "2", "--rdzv-endpoint", "nohost"], "--rdzv-endpoint must be HOST:PORT"),
+        (["single", "--nnodes", "2", "--rdzv-endpoint", "h:1"], "runs as one process"),
+        (["--module", "not a module"], "is not a Python module name"),
+        (["--module", "json", "--amp"], "--amp are for the modes"),
+        (["ddp", "--nnodes", "zero"], "--nnodes: must be a whole number"),
+    ],
+)
+def test_bad_script_and_node_arguments_are_one_sentence(args, words, runs_root):
+    result = run_cli("run", *args, "--run-dir", str(runs_root))
+    assert result.returncode == 2, result.stderr
+    assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
