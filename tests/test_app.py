@@ -104,3 +104,20 @@ async def test_help_lists_the_keys_and_closes_on_escape():
         await pilot.press("escape")
         await pilot.pause(0.2)
         assert not isinstance(app.screen, HelpScreen)
+
+
+def test_rank_states_read_as_a_user_expects():
+    from mgpu_tui.app.run_view import rank_state
+    from mgpu_tui.engine.aggregate import RankStats
+
+    def rank(step, last_t=100.0, done=False, error=None):
+        return RankStats(0, step, 10.0, 1.0, None, None, last_t, done, error, "cpu", 1)
+
+    assert rank_state(None, 100, 30, None, finished=False) == "starting"
+    assert rank_state(rank(5), 110, 30, None, finished=False) == "running"
+    assert rank_state(rank(5), 200, 30, None, finished=False) == "stalled"
+    assert rank_state(rank(5, done=True), 200, 30, None, finished=True) == "done"
+    assert rank_state(rank(5), 200, 30, 0, finished=True) == "failed"
+    assert rank_state(rank(5, error="boom"), 110, 30, None, finished=False) == "failed"
+    assert rank_state(rank(5), 200, 30, None, finished=True) == "stopped"
+    assert rank_state(None, 200, 30, None, finished=True, ok=True) == "done"  # a script without reporter

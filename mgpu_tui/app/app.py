@@ -129,7 +129,8 @@ class MgpuApp(App):
             return
         run = self.controller.run
         self.query_one(RunForm).fill(spec, run.resolved.spec.nproc)
-        self.query_one(RunView).started(spec.mode, run.resolved.world_size, spec.steps, str(run.run_dir.path))
+        label = spec.script or spec.module or spec.mode
+        self.query_one(RunView).started(label, run.resolved.world_size, spec.steps, str(run.run_dir.path))
         self.query_one(TabbedContent).active = "run"
 
     def on_button_pressed(self, event) -> None:

@@ -57,7 +57,8 @@ class RunForm(Horizontal):
 
     def fill(self, spec: LaunchSpec, nproc: int) -> None:
         """Show a run started from elsewhere (``mgpu-tui run ... --tui``) as the form's values."""
-        self.query_one("#mode", Select).value = spec.mode
+        if spec.mode in MODES:  # a user's own script is no entry of the catalogue
+            self.query_one("#mode", Select).value = spec.mode
         self.query_one("#nproc", Input).value = str(nproc)
         self.query_one("#steps", Input).value = str(spec.steps)
         self.query_one("#batch", Input).value = str(spec.batch_size)

@@ -25,15 +25,21 @@ STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "fai
 
 
 def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_rank: int | None,
-               finished: bool) -> str:  # fmt: skip
-    """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped."""
+               finished: bool, ok: bool = False) -> str:  # fmt: skip
+    """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped.
+
+    ``ok``: the run ended ok, so a rank that reported nothing (a script without the
+    reporter) is done, not stopped.
+    """
     if rank is None or (rank.last_step == 0 and not rank.done):
         if failed_rank is not None and rank is not None and rank.rank == failed_rank:
             return "failed"
-        return "stopped" if finished else "starting"
+        if finished:
+            return "done" if ok else "stopped"
+        return "starting"
     if rank.error or rank.rank == failed_rank:
         return "failed"
-    if rank.done:
+    if rank.done or (finished and ok):
         return "done"
     if finished:
         return "stopped"
@@ -50,6 +56,7 @@ class RunView(Widget):
         self.steps = 0
         self.failed_rank: int | None = None
         self.finished = False
+        self.ended_ok = False
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, id="run-form")
@@ -71,6 +78,7 @@ class RunView(Widget):
 
     def started(self, mode: str, world_size: int, steps: int, run_dir: str) -> None:
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
+        self.ended_ok = False
         status = self.query_one("#run-status", TextPanel)
         status.update(f"{mode} on {world_size} rank(s): starting…  {run_dir}")
         self.query_one("#run-progress", ProgressBar).update(total=steps, progress=0)
@@ -98,7 +106,7 @@ class RunView(Widget):
         now = time.time()
         for rank in range(max(self.world_size, len(by_rank))):
             r = by_rank.get(rank)
-            state = rank_state(r, now, stall_after, self.failed_rank, self.finished)
+            state = rank_state(r, now, stall_after, self.failed_rank, self.finished, self.ended_ok)
             cells = (
                 f"rank {rank}", Text(state, style=STATE_STYLE[state]),
                 str(r.last_step) if r else "0", fmt_rate(r.samples_per_s) if r else "n/a",
@@ -114,6 +122,7 @@ class RunView(Widget):
 
     def ended(self, summary: dict, stats: RunStats | None) -> None:
         self.finished = True
+        self.ended_ok = summary["status"] == "ok"
         cause = summary.get("root_cause")
         self.failed_rank = cause["rank"] if cause else None
         verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary["status"]]
