@@ -19,7 +19,7 @@ from conftest import run_cli
         (["run", "ddp", "--device", "tpu"], "--device: invalid choice"),
         (["run", "ddp", "--device", "cuda"], "--device cuda needs an NVIDIA GPU"),
         (["run", "ddp", "--frobnicate"], "unknown option(s): --frobnicate"),
-        (["run"], "the following arguments are required: MODE"),
+        (["run"], "give a MODE, --script PATH or --module NAME"),
         (["explode"], "invalid choice: 'explode'"),
         (["list", "--", "--x"], "only for `mgpu-tui run`"),
     ],
