@@ -66,13 +66,10 @@ def main() -> None:
                                       args, d.device, no_sync=partial(gradient_sync_off, model),
                                       use_autocast=False)
             harness.report_step(reporter, step, local_batch, loss, d.device)
-        # Each rank holds shards: full_tensor() all-gathers them (every rank must call it).
-        full = {name: value.full_tensor() for name, value in model.state_dict().items()}
-        if d.rank == 0:
-            harness.save_params(full, args.save_params)
+        harness.save_gathered_params(model, args.save_params, d.rank)  # each rank holds only shards
         reporter.done(args.steps)
 
-    del model, optimizer, full
+    del model, optimizer
     harness.shutdown_distributed()
 
 

@@ -326,6 +326,19 @@ def shutdown_distributed() -> None:
     dist.destroy_process_group()
 
 
+def save_gathered_params(model: nn.Module, directory: str | None, rank: int) -> None:
+    """Save a model whose parameters are sharded DTensors (FSDP, TP) as whole tensors, from rank 0.
+
+    full_tensor() all-gathers a DTensor's shards, so every rank must call this.
+    """
+    from torch.distributed.tensor import DTensor
+
+    state = model.state_dict()
+    full = {name: v.full_tensor() if isinstance(v, DTensor) else v for name, v in state.items()}
+    if rank == 0:
+        save_params(full, directory)
+
+
 def save_params(params: dict[str, torch.Tensor], directory: str | None, rank: int = 0) -> None:
     """Save the parameters this rank is responsible for, named as in the whole model.
 

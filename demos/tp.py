@@ -12,7 +12,6 @@ head stays whole on every rank. Run it:
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from mgpu_tui.demos import harness
@@ -42,13 +41,10 @@ def main() -> None:
             x, y = x.to(d.device), y.to(d.device)
             loss = harness.train_step(model, optimizer, scaler, x, y, args, d.device)
             harness.report_step(reporter, step, len(x) if d.rank == 0 else 0, loss, d.device)
-        # Sharded weights are DTensors; full_tensor() gathers them (every rank must call it).
-        full = {k: v.full_tensor() if isinstance(v, DTensor) else v for k, v in model.state_dict().items()}
-        if d.rank == 0:
-            harness.save_params(full, args.save_params)
+        harness.save_gathered_params(model, args.save_params, d.rank)  # fc1/fc2 are sharded DTensors
         reporter.done(args.steps)
 
-    del model, optimizer, full
+    del model, optimizer
     harness.shutdown_distributed()
 
 

@@ -20,21 +20,31 @@ def wait_screen(session: str, text: str, timeout: float = 20) -> bool:
     return False
 
 
-def test_app_in_a_real_terminal_shows_the_host_and_quits_on_q(tmp_path):
+def start(args: str, tmp_path) -> tuple[str, object]:
+    """Run `mgpu-tui ARGS` in a new 160x50 tmux session; its exit code lands in the returned file."""
     session = f"mgpu-test-{time.monotonic_ns()}"
     marker = tmp_path / "exit"
-    command = f"cd {tmp_path} && {CLI[0]} ; echo $? > {marker}"
+    command = f"cd {tmp_path} && {CLI[0]} {args} ; echo $? > {marker}"
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
+    return session, marker
+
+
+def wait_exit(marker, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return marker.read_text().strip()
+
+
+def test_app_in_a_real_terminal_shows_the_host_and_quits_on_q(tmp_path):
+    session, marker = start("", tmp_path)
     try:
         assert wait_screen(session, "Host"), screen(session)
         assert "CPU" in screen(session) and "Dashboard" in screen(session)
         subprocess.run(["tmux", "send-keys", "-t", session, "t"], check=True)
         assert wait_screen(session, "no NVIDIA GPU here") or wait_screen(session, "GPU0")
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        deadline = time.monotonic() + 10
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marker.read_text().strip() == "0"
+        assert wait_exit(marker, 10) == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
 
@@ -43,12 +53,8 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left(tmp_path):
     """The issue's own check: rows and samples/s within 20 s, then q, y, and nothing left."""
     from conftest import live_processes_of, only_run_dir
 
-    session = f"mgpu-test-{time.monotonic_ns()}"
-    marker = tmp_path / "exit"
     runs = tmp_path / "runs"
-    command = (f"cd {tmp_path} && {CLI[0]} run ddp --nproc 2 --steps 100000 --device cpu --tui "
-               f"--run-dir {runs} ; echo $? > {marker}")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
+    session, marker = start(f"run ddp --nproc 2 --steps 100000 --device cpu --tui --run-dir {runs}", tmp_path)
     try:
         started = time.monotonic()
         assert wait_screen(session, "rank 1  running", timeout=20), screen(session)
@@ -58,10 +64,7 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left(tmp_path):
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         assert wait_screen(session, "Quit and stop every rank"), screen(session)
         subprocess.run(["tmux", "send-keys", "-t", session, "y"], check=True)
-        deadline = time.monotonic() + 20
-        while not marker.exists() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert marker.read_text().strip() == "0"
+        assert wait_exit(marker, 20) == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     assert live_processes_of(only_run_dir(runs)) == []
