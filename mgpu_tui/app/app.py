@@ -100,24 +100,32 @@ class MgpuApp(App):
 
     # ---- messages from the workers ---------------------------------------------------
 
+    # Worker threads may post after the app began to close and its views are gone;
+    # such late messages are dropped.
+
     def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
-        self.query_one(Dashboard).show(message.snapshot)
+        for dashboard in self.query(Dashboard):
+            dashboard.show(message.snapshot)
 
     def on_run_updated(self, message: RunUpdated) -> None:
-        view = self.query_one(RunView)
+        view = next(iter(self.query(RunView)), None)
+        if view is None:
+            return
         view.show(message.stats, message.series)
         lines, dropped = self.controller.drain_log_lines()
         if lines or dropped:
             view.query_one("#logs").add(lines, dropped)
 
     def on_run_ended(self, message: RunEnded) -> None:
+        if self._quitting:
+            self.exit()
+        view = next(iter(self.query(RunView)), None)
+        if view is None:
+            return
         lines, dropped = self.controller.drain_log_lines()
-        view = self.query_one(RunView)
         view.query_one("#logs").add(lines, dropped)
         run = self.controller.run
         view.ended(message.summary, run.stats() if run else None)
-        if self._quitting:
-            self.exit()
 
     # ---- starting and stopping -----------------------------------------------------------
 
