@@ -66,6 +66,8 @@ def parse_args(
     faults = parser.add_argument_group("fault injection (off unless asked for)")
     faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail at step K")
     faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
+    faults.add_argument("--fail-kind", choices=("exception", "hang"), default="exception",
+                        help="raise, or hang forever (to test the stall watch)")
     faults.add_argument("--log-rate", type=int, default=0, metavar="N",
                         help="also print N numbered lines a second, to test log handling")
     if mode_args is not None:
@@ -305,6 +307,9 @@ def start_log_flood(args: argparse.Namespace) -> None:
 def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0) -> None:
     """Raise at the step and rank asked for with --fail-at-step/--fail-rank, to test failure handling."""
     if args.fail_at_step == step and args.fail_rank == rank:
+        if args.fail_kind == "hang":
+            while True:  # the other ranks will wait for this one in their next collective
+                time.sleep(1)
         raise RuntimeError(f"injected failure at step {step} on rank {rank}")
 
 

@@ -106,6 +106,16 @@ class Aggregator:
         elif isinstance(event, Error):
             track.error = event
 
+    def liveness(self) -> list[tuple[int, float | None, int, bool]]:
+        """(rank, time of its last event, its last step, done) for every rank heard from."""
+        return [(rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
+                for rank, t in sorted(self._ranks.items())]  # fmt: skip
+
+    def recent_step_time(self, last: int = 50) -> float | None:
+        """The median step time over the last steps of every rank: what "slow" means for this job."""
+        recent = [x for t in self._ranks.values() for x in t.step_s[-last:]]
+        return statistics.median(recent) if recent else None
+
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Rank -> (pid, CUDA UUID or None), for the ranks that have said hello."""
         return {rank: (t.hello.pid, t.hello.device_uuid) for rank, t in self._ranks.items() if t.hello}

@@ -18,7 +18,9 @@ which the caller would pay for anyway. A step event costs a few microseconds
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import signal
 import socket
 import sys
 import time
@@ -59,14 +61,32 @@ class Reporter:
         self.print_every = print_every
         self._stream = stream
         self._file = None
+        self._stacks = None
         if self.run_dir is not None:
             events_dir = self.run_dir / "events"
             events_dir.mkdir(parents=True, exist_ok=True)
             # Line buffered, so every event reaches the file as soon as it is written.
             self._file = open(events_dir / f"rank{self.rank}.jsonl", "a", buffering=1)
+            self._register_stacks()
         self._last = time.time()
         self._samples_since_print = 0
         self._time_at_print = self._last
+
+    def _register_stacks(self) -> None:
+        """On SIGUSR2, write every thread's Python stack to stacks/rank<N>.txt.
+
+        The engine sends SIGUSR2 when this rank stops reporting (a hang). faulthandler
+        writes from the signal handler itself, so it works even when the rank is stuck
+        inside C code, in a collective, say. SIGUSR1 is left alone: NCCL uses it.
+        """
+        stacks_dir = self.run_dir / "stacks"
+        stacks_dir.mkdir(exist_ok=True)
+        self._stacks = open(stacks_dir / f"rank{self.rank}.txt", "w")
+        try:
+            faulthandler.register(signal.SIGUSR2, file=self._stacks, all_threads=True)
+        except (AttributeError, ValueError, RuntimeError):  # no SIGUSR2 on this platform
+            self._stacks.close()
+            self._stacks = None
 
     @property
     def recording(self) -> bool:
@@ -164,6 +184,10 @@ class Reporter:
         if self._file is not None:
             self._file.close()
             self._file = None
+        if self._stacks is not None:
+            faulthandler.unregister(signal.SIGUSR2)
+            self._stacks.close()
+            self._stacks = None
 
     def __enter__(self) -> Reporter:
         return self

@@ -26,6 +26,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 import psutil
 
@@ -48,6 +49,8 @@ NEW_LINES_KEPT = 5000
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
 # wake-up of the monitor delays a rank (and so the whole synchronous job).
 TREE_RESCAN_S = 5.0
+STALL_CHECK_S = 2.0
+STACKS_WAIT_S = 3.0  # how long ranks get to write their stacks after SIGUSR2
 
 
 class RunState(str, Enum):
@@ -111,6 +114,8 @@ class Run:
         self._started_at = 0.0
         self._stop_requested = False
         self._tree_scanned_at = 0.0
+        self._stall_checked_at = 0.0
+        self.stall: dict | None = None  # filled when some rank stopped reporting
         self._pidfd: int | None = None
 
     # ---- construction from a user's request ----------------------------------
@@ -183,6 +188,11 @@ class Run:
         if self._proc is None or self.state.finished:
             return self.state
         self._read_files()
+        if time.monotonic() - self._stall_checked_at >= STALL_CHECK_S:
+            self._stall_checked_at = time.monotonic()
+            self._watch_stall()
+            if self.state.finished:
+                return self.state
         all_ranks_known = len(self.aggregator.rank_processes()) >= self.resolved.world_size
         if not all_ranks_known or time.monotonic() - self._tree_scanned_at >= TREE_RESCAN_S:
             self._record_descendants()
@@ -252,6 +262,59 @@ class Run:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def _watch_stall(self) -> None:
+        """A rank that reported before but has been silent for the stall timeout stalls the run.
+
+        Then every rank is asked for its Python stacks (SIGUSR2; the reporter writes them to
+        stacks/rank<N>.txt), and with on_stall "stop" the run is stopped and fails with the stall
+        as its root cause. Ranks that have not said hello yet are still starting, not stalled.
+        """
+        if self.stall is not None or self._stop_requested:
+            return
+        spec = self.resolved.spec
+        timeout = spec.stall_timeout or max(30.0, 10 * (self.aggregator.recent_step_time() or 0.0))
+        now = time.time()
+        stuck = [(rank, last_step, now - last_t)
+                 for rank, last_t, last_step, done in self.aggregator.liveness()
+                 if not done and last_t is not None and now - last_t > timeout]  # fmt: skip
+        if not stuck:
+            return
+        for pid, _ in self.aggregator.rank_processes().values():
+            try:
+                os.kill(pid, signal.SIGUSR2)
+            except OSError:
+                pass
+        stacks_dir = self.run_dir.path / "stacks"
+        deadline = time.monotonic() + STACKS_WAIT_S
+        while time.monotonic() < deadline and not all(
+            (stacks_dir / f"rank{rank}.txt").exists() and (stacks_dir / f"rank{rank}.txt").stat().st_size
+            for rank, _, _ in stuck
+        ):
+            time.sleep(0.1)
+        self.stall = {
+            "timeout_s": timeout,
+            "ranks": [{"rank": r, "last_step": step, "silent_s": round(silent, 1)}
+                      for r, step, silent in stuck],  # fmt: skip
+            "stacks_dir": str(stacks_dir),
+        }
+        if spec.on_stall == "stop":
+            self.stop()
+
+    def _stall_cause(self) -> RootCause:
+        """The stall as a root cause: every stuck rank's stacks, since steps alone cannot tell
+        the rank that hung from the ranks waiting for it in a collective."""
+        stuck = sorted(self.stall["ranks"], key=lambda r: (r["last_step"], r["rank"]))
+        where = ", ".join(f"rank {r['rank']} at step {r['last_step']}" for r in stuck)
+        parts = []
+        for r in stuck:
+            try:
+                text = (Path(self.stall["stacks_dir"]) / f"rank{r['rank']}.txt").read_text().strip()
+            except OSError:
+                text = ""
+            parts.append(f"--- rank {r['rank']} ---\n{text or '(no stacks: the rank has no reporter)'}")
+        message = f"stalled: no progress for {self.stall['timeout_s']:.0f} s ({where})"
+        return RootCause(stuck[0]["rank"], None, None, message, "\n".join(parts))
 
     def _sleep_unless_exit(self, seconds: float) -> None:
         """Sleep until the launcher exits or ``seconds`` pass, whichever is first.
@@ -371,14 +434,18 @@ class Run:
         # (after a hard kill, say) must not outlive the run.
         self._kill_known()
         self._read_files()
-        if self._stop_requested:
+        if self.stall is not None and self.resolved.spec.on_stall == "stop":
+            state = RunState.FAILED
+        elif self._stop_requested:
             state = RunState.INTERRUPTED
         elif returncode == 0:
             state = RunState.OK
         else:
             state = RunState.FAILED
         root_cause = None
-        if state is RunState.FAILED:
+        if state is RunState.FAILED and self.stall is not None:
+            root_cause = self._stall_cause()
+        elif state is RunState.FAILED:
             root_cause = find_root_cause(
                 self.run_dir,
                 launcher_exit_code=returncode,
@@ -398,6 +465,7 @@ class Run:
             ended_at=ended,
             malformed_events=self.malformed_events,
         )
+        summary["stall"] = self.stall
         self.run_dir.write_json(self.run_dir.summary_path, summary)
         if self._pidfd is not None and self._pidfd >= 0:
             os.close(self._pidfd)

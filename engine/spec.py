@@ -55,6 +55,9 @@ class LaunchSpec:
     rdzv_id: str | None = None
     max_restarts: int = 0
     master_port: int | None = None
+    # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
+    stall_timeout: float | None = None
+    on_stall: Literal["stop", "report"] = "stop"
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
 
@@ -122,6 +125,10 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
             raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {spec.rdzv_endpoint!r}.")
     if spec.master_port is not None and not 0 < spec.master_port < 65536:
         raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
+    if spec.stall_timeout is not None and spec.stall_timeout <= 0:
+        raise SpecError(f"--stall-timeout must be more than 0 seconds, got {spec.stall_timeout}.")
+    if spec.on_stall not in ("stop", "report"):
+        raise SpecError(f"--on-stall must be stop or report, got {spec.on_stall!r}.")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}.")
 

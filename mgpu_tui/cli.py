@@ -111,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--seed", type=_whole_number(0), help="seed for weights and data (default 0)")
     training.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
     training.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
+    run.add_argument("--stall-timeout", type=_positive_float, metavar="S",
+                     help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
+    run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
+                     help="stop the run with exit 1 (default), or report the stall and go on")
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
     nodes.add_argument("--nnodes", type=_whole_number(1), default=1, help="nodes in the job (default 1)")
     nodes.add_argument("--node-rank", type=_whole_number(0), default=0, help="this node's rank")

@@ -179,6 +179,8 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         rdzv_id=args.rdzv_id,
         max_restarts=args.max_restarts,
         master_port=args.master_port,
+        stall_timeout=args.stall_timeout,
+        on_stall=args.on_stall,
         nproc=args.nproc,
         steps=args.steps,
         batch_size=args.batch_size,

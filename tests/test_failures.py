@@ -53,3 +53,48 @@ def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
     assert proc.returncode == 130, err
     assert json.loads(out.strip().splitlines()[-1])["status"] == "interrupted"
     assert live_processes_of(only_run_dir(runs_root)) == []
+
+
+def test_a_hung_rank_stalls_the_run_which_stops_with_every_ranks_stacks(runs_root):
+    started = time.monotonic()
+    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "1000", "--device", "cpu",
+                     "--stall-timeout", "5", "--run-dir", str(runs_root), "--json",
+                     "--", "--fail-at-step", "5", "--fail-rank", "1", "--fail-kind", "hang")
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 30
+    summary = json.loads(result.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "failed"
+    assert {r["rank"] for r in summary["stall"]["ranks"]} == {0, 1}
+    assert all(r["last_step"] == 4 for r in summary["stall"]["ranks"])
+    cause = summary["root_cause"]
+    assert cause["message"].startswith("stalled: no progress for 5 s")
+    run_dir = only_run_dir(runs_root)
+    hung = (run_dir / "stacks" / "rank1.txt").read_text()
+    assert "in maybe_fail" in hung  # the hung rank's stack shows where it hangs
+    assert "--- rank 1 ---" in cause["traceback"] and "maybe_fail" in cause["traceback"]
+    assert "backward" in (run_dir / "stacks" / "rank0.txt").read_text()  # waiting in the all-reduce
+    assert live_processes_of(run_dir) == []
+
+
+def test_on_stall_report_keeps_the_run_going(runs_root):
+    proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "1000", "--device", "cpu",
+                             "--stall-timeout", "3", "--on-stall", "report", "--run-dir", str(runs_root),
+                             "--json", "--", "--fail-at-step", "3", "--fail-rank", "0",
+                             "--fail-kind", "hang"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 40
+    stacks = None
+    while time.monotonic() < deadline:
+        found = list(runs_root.glob("*/stacks/rank0.txt"))
+        if found and found[0].stat().st_size:
+            stacks = found[0]
+            break
+        time.sleep(0.3)
+    assert stacks is not None, "no stacks were taken"
+    time.sleep(1)
+    assert proc.poll() is None  # reported, not stopped
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "interrupted" and summary["stall"]["ranks"]
+    assert live_processes_of(only_run_dir(runs_root)) == []
