@@ -15,6 +15,7 @@ period, then SIGKILL to the launcher and every recorded descendant still alive.
 from __future__ import annotations
 
 import collections
+import ctypes
 import os
 import select
 import signal
@@ -176,6 +177,7 @@ class Run:
                 stderr=err,
                 start_new_session=True,
                 cwd=os.getcwd(),
+                preexec_fn=_term_when_parent_dies,
             )
         finally:
             out.close()
@@ -472,6 +474,22 @@ class Run:
             self._pidfd = -1
         self.result = RunResult(state, returncode, root_cause, self._started_at, ended, summary)
         self.state = state
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _term_when_parent_dies() -> None:
+    """In the launcher, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
+
+    torchrun then stops its ranks, so a killed mgpu-tui leaves none behind. Linux ties
+    this to the thread that started the child: runs are started from the main thread.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the other safeguards remain
+        pass
 
 
 def _create_time(pid: int) -> float | None:

@@ -75,6 +75,7 @@ class RunDir:
             root.mkdir(parents=True, exist_ok=True)
             if shared is not None:
                 run = cls(root / f"{shared}-{mode}", node)
+                run.path.mkdir(mode=0o700, exist_ok=True)
                 run.events_dir.mkdir(parents=True, exist_ok=True)
                 if run.spec_path.exists():
                     raise RunDirError(f"{run.path} already holds node {node}'s files; use a new --rdzv-id.")
@@ -82,7 +83,7 @@ class RunDir:
             for n in range(1, 1000):
                 path = root / (stem if n == 1 else f"{stem}-{n}")
                 try:
-                    path.mkdir()
+                    path.mkdir(mode=0o700)  # logs and environment changes: the owner's alone
                 except FileExistsError:
                     continue
                 run = cls(path, node)

@@ -98,3 +98,20 @@ def test_on_stall_report_keeps_the_run_going(runs_root):
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["status"] == "interrupted" and summary["stall"]["ranks"]
     assert live_processes_of(only_run_dir(runs_root)) == []
+
+
+def test_sigkill_of_mgpu_tui_leaves_no_rank_behind(runs_root):
+    proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
+                             "--run-dir", str(runs_root)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not list(runs_root.glob("*/events/rank1.jsonl")):
+        time.sleep(0.2)
+    run_dir = only_run_dir(runs_root)
+    assert live_processes_of(run_dir), "the ranks never started"
+    proc.kill()  # SIGKILL: no chance to clean up; the launcher's parent-death signal must
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and live_processes_of(run_dir):
+        time.sleep(0.2)
+    assert live_processes_of(run_dir) == []

@@ -69,3 +69,12 @@ def test_truncated_file_is_read_again(tmp_path):
     assert tail.read_lines() == [b"old line"]
     path.write_bytes(b"new\n")
     assert tail.read_lines() == [b"new"]
+
+
+def test_a_run_directory_is_readable_by_its_owner_only(tmp_path):
+    from mgpu_tui.engine.rundir import RunDir
+
+    run = RunDir.create(tmp_path / "runs", "ddp")
+    assert run.path.stat().st_mode & 0o777 == 0o700
+    shared = RunDir.create(tmp_path / "runs", "ddp", node=1, shared="job")
+    assert shared.path.stat().st_mode & 0o777 == 0o700 and shared.spec_path.name == "spec-node1.json"
