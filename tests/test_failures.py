@@ -109,7 +109,7 @@ def test_sigkill_of_mgpu_tui_leaves_no_rank_behind(runs_root):
         time.sleep(0.2)
     run_dir = only_run_dir(runs_root)
     assert live_processes_of(run_dir), "the ranks never started"
-    proc.kill()  # SIGKILL: no chance to clean up; the launcher's parent-death signal must
+    proc.kill()  # SIGKILL: no clean-up here; the launcher's parent-death signal stops the ranks
     proc.wait()
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and live_processes_of(run_dir):
