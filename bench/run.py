@@ -35,6 +35,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from mgpu_tui.console import table as console_table
 from mgpu_tui.engine.aggregate import Aggregator
 from mgpu_tui.engine.events import parse_line
 
@@ -42,10 +43,7 @@ CLI = str(Path(sys.executable).with_name("mgpu-tui"))
 
 
 def table(headers, rows) -> str:
-    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows)]
-    fmt = "  ".join(f"{{:>{w}}}" for w in widths)
-    return "\n".join([fmt.format(*headers), fmt.format(*("-" * w for w in widths))] +
-                     [fmt.format(*map(str, r)) for r in rows])
+    return console_table(headers, [[str(c) for c in r] for r in rows], right=range(len(headers)))
 
 
 # ---- overhead ---------------------------------------------------------------------

@@ -141,10 +141,6 @@ class Aggregator:
         rates = [samples[s] / slowest[s] if slowest[s] > 0 else 0.0 for s in steps]
         return steps, rates, [self._loss_at(s) for s in steps]
 
-    def extend(self, events) -> None:
-        for event in events:
-            self.add(event)
-
     def stats(self) -> RunStats:
         tracks = self._ranks
         stepping = {r: t for r, t in tracks.items() if t.steps}

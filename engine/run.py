@@ -42,8 +42,6 @@ from mgpu_tui.engine.summary import build_summary
 from mgpu_tui.engine.tail import FileTail
 from mgpu_tui.engine.verify import run_verify
 
-# Lines of each rank's log kept in memory for display; the files keep everything.
-LOG_LINES_KEPT = 2000
 # New lines waiting for a display to drain them; beyond this the oldest are dropped (and counted).
 NEW_LINES_KEPT = 5000
 # Once every rank has said hello, the process tree is rescanned this rarely: each
@@ -103,7 +101,6 @@ class Run:
         self.state = RunState.CREATED
         self.aggregator = Aggregator()
         self.malformed_events = 0
-        self.logs: dict[int, collections.deque[str]] = {}
         self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
         self._new_lines_seen = 0
         self._lines_lock = threading.Lock()
@@ -147,14 +144,6 @@ class Run:
         return run
 
     # ---- lifecycle ---------------------------------------------------------------
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc else None
-
-    @property
-    def started_at(self) -> float:
-        return self._started_at
 
     def start(self) -> None:
         if self._proc is not None:
@@ -255,9 +244,10 @@ class Run:
 
     def close(self) -> None:
         """Make sure nothing of this run is alive, whatever state it is in."""
+        # Stopping ends in _finish, which kills and sweeps whatever is left; a run
+        # that already finished was swept then.
         if self._proc is not None and not self.state.finished:
             self.stop(grace=0)
-        self._kill_known()
 
     def __enter__(self) -> Run:
         return self
@@ -367,13 +357,11 @@ class Run:
                     self.malformed_events += 1
             self.malformed_events += tail.dropped_long_lines - before
         for local, files in self.run_dir.rank_files().items():
-            kept = self.logs.setdefault(local, collections.deque(maxlen=LOG_LINES_KEPT))
             for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
                 tail = self._log_tails.get((local, stream))
                 if tail is None or tail.path != path:  # a new attempt has new files
                     tail = self._log_tails[(local, stream)] = FileTail(path, max_line=64 * 1024)
                 lines = [line.decode("utf-8", "replace") for line in tail.read_lines()]
-                kept.extend(lines)
                 if lines:
                     with self._lines_lock:
                         self._new_lines.extend((local, stream, line) for line in lines)

@@ -168,6 +168,3 @@ class RunDir:
         tmp = path.with_suffix(path.suffix + ".tmp")
         tmp.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
         os.replace(tmp, path)
-
-    def read_json(self, path: Path) -> Any:
-        return json.loads(path.read_text())

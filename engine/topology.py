@@ -58,9 +58,6 @@ class Topology:
     p2p: dict[str, tuple[tuple[bool | None, ...], ...]] | None = None  # from NVML only
     source: str = "nvml"
 
-    def label(self, i: int, j: int) -> str:
-        return self.matrix[i][j]
-
     def to_json(self) -> dict:
         document = asdict(self)
         document["matrix"] = [list(row) for row in self.matrix]

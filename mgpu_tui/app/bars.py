@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 from rich.text import Text
 
+from mgpu_tui.console import fmt_bytes
+
 _SPARKS = "▁▂▃▄▅▆▇█"
 
 
@@ -27,10 +29,4 @@ def spark(values: Sequence[float], width: int = 20, top: float = 100.0) -> Text:
 
 
 def rate(bytes_per_s: float | None) -> str:
-    if bytes_per_s is None:
-        return "n/a"
-    for unit in ("B/s", "KiB/s", "MiB/s", "GiB/s"):
-        if bytes_per_s < 1024 or unit == "GiB/s":
-            return f"{bytes_per_s:.0f} {unit}" if unit == "B/s" else f"{bytes_per_s:.1f} {unit}"
-        bytes_per_s /= 1024
-    raise AssertionError("unreachable")
+    return "n/a" if bytes_per_s is None else f"{fmt_bytes(bytes_per_s)}/s"
