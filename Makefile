@@ -10,8 +10,10 @@ BIN := $(VENV)/bin
 run: install
 	$(BIN)/mgpu-tui
 
+# Two workers: most of a test's time is processes starting (torchrun, torch imports),
+# so two overlap well even on two cores.
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2
 
 install: $(VENV)/.installed
 

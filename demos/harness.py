@@ -115,12 +115,24 @@ class Distributed:
         return self.devices[0]
 
 
+# Whether start_distributed made the process group (and so shutdown_distributed ends it).
+_owns_process_group = False
+
+
 def start_distributed(mode: str, args: argparse.Namespace) -> Distributed:
-    """Read who this rank is from torchrun's environment, place it, join the process group."""
+    """Read who this rank is from torchrun's environment, place it, join the process group.
+
+    A process that already has a group (``mgpu-tui --check`` runs every mode in
+    one launch) keeps it: a second init after destroy would rendezvous again on
+    the same store and hang on the first run's stale keys.
+    """
+    global _owns_process_group
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
     devices = place(mode, args, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
-    dist.init_process_group("nccl" if devices[0].type == "cuda" else "gloo")
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if devices[0].type == "cuda" else "gloo")
+        _owns_process_group = True
     return Distributed(rank, world, local_rank, devices)
 
 
@@ -326,9 +338,12 @@ def shutdown_distributed() -> None:
     Collecting now frees it while Python is still whole. The barrier keeps a rank
     from tearing down while another is still communicating.
     """
+    global _owns_process_group
     gc.collect()
     dist.barrier()
-    dist.destroy_process_group()
+    if _owns_process_group:
+        dist.destroy_process_group()
+        _owns_process_group = False
 
 
 def save_gathered_params(model: nn.Module, directory: str | None, rank: int) -> None:

@@ -119,13 +119,16 @@ class Run:
     # ---- construction from a user's request ----------------------------------
 
     @classmethod
-    def prepare(cls, spec: LaunchSpec, host: host_module.Host | None = None, **kwargs) -> Run:
+    def prepare(
+        cls, spec: LaunchSpec, host: host_module.Host | None = None, *, name: str | None = None, **kwargs
+    ) -> Run:
         """Resolve the spec, create its run directory and write ``spec.json``.
 
-        Raises SpecError, EnvironmentUnusable or RunDirError, each with a sentence for the user.
+        ``name`` ends the run folder's name (default: the mode's). Raises SpecError,
+        EnvironmentUnusable or RunDirError, each with a sentence for the user.
         """
         resolved = resolve(spec, host or host_module.probe())
-        name = resolved.mode.name
+        name = name or resolved.mode.name
         if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
             run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
         else:

@@ -60,10 +60,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mgpu-tui",
         description="See and compare every PyTorch multi-GPU strategy on this machine. "
         "Without a command, opens the terminal app.",
-        epilog="Exit codes: 0 ok, 1 a run failed, 2 usage error, 3 environment unusable, "
+        epilog="Exit codes: 0 ok, 1 a run or check failed, 2 usage error, 3 environment unusable, "
         "130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"mgpu-tui {__version__}")
+    parser.add_argument("--check", action="store_true",
+                        help="run the diagnostic suite headless (see mgpu-tui --check --help)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = commands.add_parser(
@@ -142,6 +144,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_check_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mgpu-tui --check",
+        description="Diagnose this machine for multi-GPU PyTorch, headless: the environment, NVML, "
+        "topology, collective correctness and bandwidth, and a smoke run of every mode.",
+        epilog="Levels: 1 the environment, no rank started (seconds); 2 (default) adds collectives, "
+        "all_reduce bandwidth and a smoke run of every mode in one launch; 3 adds --verify for every mode, "
+        "an all_reduce size sweep, a ddp scaling run and a GPU copy matrix. Exit codes: 0 passed "
+        "(skips and warnings allowed), 1 a check failed, 2 usage, 3 torch unusable, 130 interrupted.",
+    )
+    parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--level", type=_whole_number(0), default=2, help="1, 2 (default) or 3")
+    parser.add_argument("--json", metavar="PATH", help="write the report as JSON (- for stdout)")
+    parser.add_argument("--junit", metavar="PATH", help="write JUnit XML, one testcase per check")
+    parser.add_argument("--require-gpus", type=_whole_number(0), default=0, metavar="N",
+                        help="fail, not skip, when fewer than N GPUs are usable")
+    parser.add_argument("--nproc", type=_whole_number(1),
+                        help="ranks (default: one per GPU, or 2 on the CPU)")
+    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
+    parser.add_argument("--run-dir", default="runs", metavar="DIR",
+                        help="where the ranks' logs go (default ./runs)")
+    return parser
+
+
 def _split_demo_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     argv = list(argv)
     if "--" in argv:
@@ -155,6 +181,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ours, demo_args = _split_demo_args(argv)
     parser = build_parser()
     try:
+        if "--check" in ours:
+            if demo_args:
+                raise UsageError("arguments after -- are only for `mgpu-tui run`.")
+            from mgpu_tui.check_command import check_command
+
+            return check_command(build_check_parser().parse_args(ours))
         args = parser.parse_args(ours)
         if args.command is None:
             from mgpu_tui.tui_command import tui_command

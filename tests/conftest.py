@@ -14,8 +14,9 @@ import pytest
 CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
 
 
-def run_cli(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
+def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:
+    """Run mgpu-tui; ``env`` (default: this process's) goes without torchrun's PET_* variables."""
+    env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PET_")}
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
     )

@@ -1,0 +1,94 @@
+"""``mgpu-tui --check``: the diagnostic suite, headless, for CI and for new machines.
+
+The table goes to stdout as checks finish (to stderr when ``--json -`` takes
+stdout); progress goes to stderr. Exit codes: 0 every check passed (skips and
+warnings allowed), 1 a check failed, 2 usage, 3 torch cannot be imported, 130
+interrupted. The JSON and JUnit files are written in every one of those cases
+but usage errors, so CI keeps what ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+
+from mgpu_tui import check_output
+from mgpu_tui.cli_errors import UsageError
+from mgpu_tui.engine.check_suite import CheckOptions, CheckSuite, EnvironmentUnusableForChecks
+from mgpu_tui.engine.rundir import RunDirError
+from mgpu_tui.engine.spec import SpecError
+from mgpu_tui.exit_codes import ExitCode
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _writable(path: str) -> None:
+    """Refuse an output path that cannot be written before spending a minute on checks."""
+    target = Path(path)
+    if target.is_dir():
+        raise UsageError(f"{path} is a folder; give a file name.")
+    parent = target.parent.resolve()
+    while not parent.exists():
+        parent = parent.parent
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"cannot write {path}: permission denied.")
+
+
+def check_command(args: argparse.Namespace) -> int:
+    for path in (args.json, args.junit):
+        if path and path != "-":
+            _writable(path)
+    if args.junit == "-":
+        raise UsageError("--junit needs a file name; only --json can go to stdout (-).")
+    table_stream = sys.stderr if args.json == "-" else sys.stdout
+
+    def show(result) -> None:
+        print(check_output.row(result), file=table_stream, flush=True)
+
+    def progress(text: str) -> None:
+        print(f"mgpu-tui: {text}", file=sys.stderr, flush=True)
+
+    options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device,
+                           require_gpus=args.require_gpus, run_root=Path(args.run_dir))  # fmt: skip
+    try:
+        suite = CheckSuite(options, on_result=show, on_progress=progress)
+    except SpecError as exc:
+        raise UsageError(str(exc).rstrip(".")) from None
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)
+    print(f"mgpu-tui --check, level {args.level}", file=table_stream)
+    print(check_output.header(suite.report), file=table_stream, flush=True)
+    code = ExitCode.OK
+    try:
+        report = suite.run()
+    except (SpecError, RunDirError) as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except EnvironmentUnusableForChecks as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        report, code = suite.report, ExitCode.ENVIRONMENT
+    except KeyboardInterrupt:
+        print("mgpu-tui: interrupted; every rank was stopped", file=sys.stderr)
+        report, code = suite.report, ExitCode.INTERRUPTED
+    else:
+        code = ExitCode.FAILED if report.failed else ExitCode.OK
+    print(check_output.footer(report), file=table_stream, flush=True)
+    _write_reports(args, report)
+    return code
+
+
+def _write_reports(args: argparse.Namespace, report) -> None:
+    if args.json == "-":
+        sys.stdout.write(check_output.json_text(report))
+        sys.stdout.flush()
+    for path, text in ((args.json, check_output.json_text), (args.junit, check_output.junit_text)):
+        if path and path != "-":
+            try:
+                check_output.write_text(path, text(report))
+            except OSError as exc:
+                print(f"mgpu-tui: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)

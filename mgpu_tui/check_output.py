@@ -1,0 +1,87 @@
+"""How ``mgpu-tui --check`` reports: a table row per check, a JSON document, a JUnit file.
+
+JUnit XML as CI systems read it (Jenkins, GitLab, GitHub test reporters): one
+``<testcase>`` per check, ``<failure>`` for a failed one, ``<skipped>`` for a
+skipped one; a warning passes and says so in ``<system-out>``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from mgpu_tui.engine.checks import CheckReport, CheckResult, Status
+
+NAME_WIDTH = 26
+
+
+def row(result: CheckResult) -> str:
+    return (f"{result.status.value.upper():<4}  {result.name:<{NAME_WIDTH}} {result.seconds:6.2f} s  "
+            f"{result.detail}")  # fmt: skip
+
+
+def header(report: CheckReport) -> str:
+    return f"{'':<4}  {'check':<{NAME_WIDTH}} {'time':>8}  detail"
+
+
+def footer(report: CheckReport) -> str:
+    counts = report.counts()
+    seconds = (report.ended_at or time.time()) - report.started_at
+    text = (f"{len(report.results)} checks: {counts['pass']} passed, {counts['fail']} failed, "
+            f"{counts['skip']} skipped, {counts['warn']} warned, in {seconds:.1f} s")  # fmt: skip
+    if report.run_dir:
+        text += f"; rank logs in {report.run_dir}"
+    return text
+
+
+def write_text(path: str, text: str) -> None:
+    """Write a report file; the parent folder is made if needed. Raises OSError."""
+    target = Path(path)
+    if target.parent != Path(""):
+        target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(target)  # a reader never sees half a file
+
+
+def json_text(report: CheckReport) -> str:
+    return json.dumps(report.to_json(), indent=2) + "\n"
+
+
+def _group(name: str) -> str:
+    prefix, sep, _ = name.partition(":")
+    return f"mgpu-tui.check.{prefix if sep else 'environment'}"
+
+
+def junit_text(report: CheckReport) -> str:
+    counts = report.counts()
+    seconds = f"{(report.ended_at or time.time()) - report.started_at:.3f}"
+    suites = ET.Element("testsuites", name="mgpu-tui --check", tests=str(len(report.results)),
+                        failures=str(counts["fail"]), skipped=str(counts["skip"]), errors="0",
+                        time=seconds)  # fmt: skip
+    suite = ET.SubElement(
+        suites, "testsuite", name="mgpu-tui.check", tests=str(len(report.results)),
+        failures=str(counts["fail"]), skipped=str(counts["skip"]), errors="0", time=seconds,
+        timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(report.started_at)),
+        hostname=socket.gethostname(),
+    )  # fmt: skip
+    properties = ET.SubElement(suite, "properties")
+    for key, value in (("level", report.level), ("nproc", report.nproc), ("device", report.device),
+                       ("run_dir", report.run_dir)):
+        ET.SubElement(properties, "property", name=key, value="" if value is None else str(value))
+    for result in report.results:
+        case = ET.SubElement(suite, "testcase", classname=_group(result.name), name=result.name,
+                             time=f"{result.seconds:.3f}")  # fmt: skip
+        if result.status is Status.FAIL:
+            failure = ET.SubElement(case, "failure", message=result.detail, type="CheckFailed")
+            failure.text = result.detail + ("\n" + json.dumps(result.metrics) if result.metrics else "")
+        elif result.status is Status.SKIP:
+            ET.SubElement(case, "skipped", message=result.detail)
+        out = ET.SubElement(case, "system-out")
+        out.text = ("warning: " if result.status is Status.WARN else "") + result.detail
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

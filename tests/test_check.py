@@ -1,0 +1,223 @@
+"""`mgpu-tui --check`: every level on this machine, and each failure path made real.
+
+The rank checks run in one launch; a wrong collective result and a crashing mode
+are injected through MGPU_CHECK_INJECT (engine/rank_checks.py), torch is made
+unimportable by a shadowing package, and the environment checks are handed the
+reading of broken machines (an NVML stand-in where a GPU is needed).
+"""
+
+import json
+import os
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from conftest import live_processes_of, run_cli
+from mgpu_tui.engine import env_checks, nvml
+from mgpu_tui.engine.checks import Status
+from mgpu_tui.engine.topology import parse_topo_text
+from nvml_standin import machine_from_topology, standin
+
+SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "check-schema.json").read_text())
+FIXTURES = Path(__file__).parent / "fixtures" / "topology"
+LEVEL_ONE = ["python", "torch", "cuda", "nccl", "backends", "nvml", "gpu_count", "pynvml_package", "topology",
+             "p2p", "shm", "open_files", "env_vars", "omp_num_threads"]
+MODES = ["single", "dp", "mp", "hybrid", "ddp", "ddp_mp", "pipeline", "fsdp", "tp", "rpc"]
+
+
+def check(*args, env=None, timeout=180):
+    environ = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MGPU_CHECK_INJECT")}
+    return run_cli("--check", *args, env={**environ, **(env or {})}, timeout=timeout)
+
+
+def junit_cases(path: Path) -> dict[str, ET.Element]:
+    suites = ET.parse(path).getroot()
+    assert suites.tag == "testsuites"
+    return {case.get("name"): case for case in suites.iter("testcase")}
+
+
+def no_rank_left(check_dir: Path) -> None:
+    launches = [p for p in check_dir.iterdir() if (p / "spec.json").exists()]
+    assert launches
+    for launch in launches:
+        assert live_processes_of(launch) == []
+
+
+def test_level_one_reads_the_environment_and_starts_no_rank(tmp_path):
+    result = check("--level", "1", "--json", "-", "--run-dir", str(tmp_path / "runs"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)  # with --json -, stdout is the JSON alone
+    jsonschema.validate(report, SCHEMA)
+    assert [c["name"] for c in report["checks"]] == LEVEL_ONE
+    by_name = {c["name"]: c for c in report["checks"]}
+    assert by_name["torch"]["status"] == "pass" and by_name["torch"]["metrics"]["torch_version"]
+    assert by_name["backends"]["metrics"]["gloo"] is True
+    assert by_name["nvml"]["status"] == "skip" and "library not found" in by_name["nvml"]["detail"]
+    assert report["run_dir"] is None and not (tmp_path / "runs").exists()
+    assert "PASS  python" in result.stderr  # the table moved to stderr
+
+
+def test_level_two_passes_here_with_json_and_junit(tmp_path):
+    runs = tmp_path / "runs"
+    result = check("--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
+                   "--run-dir", str(runs))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert len(checks) >= 10 and report["passed"] and report["nproc"] == 2 and report["device"] == "cpu"
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        assert checks[f"collective:{op}"]["status"] == "pass", checks[f"collective:{op}"]
+    bandwidth = checks["bandwidth:all_reduce"]["metrics"]
+    # nccl-tests' definitions, with n = 2: busbw = algbw x 2(n-1)/n = algbw.
+    assert bandwidth["algbw_GBps"] == pytest.approx(bandwidth["size_bytes"] / bandwidth["time_us"] / 1e3)
+    assert bandwidth["busbw_GBps"] == pytest.approx(bandwidth["algbw_GBps"])
+    for mode in MODES:
+        smoke = checks[f"smoke:{mode}"]
+        assert smoke["status"] == "pass", smoke
+        assert smoke["metrics"]["final_loss"] < smoke["metrics"]["first_loss"]
+    # The table: one row per check, then the counts.
+    assert "PASS  collective:all_reduce" in result.stdout
+    assert f"{len(checks)} checks: " in result.stdout.splitlines()[-1]
+    # JUnit, parsed back: one testcase per check, skips as <skipped>, no failure.
+    cases = junit_cases(tmp_path / "r.xml")
+    assert set(cases) == set(checks)
+    skipped = {n for n, c in cases.items() if c.find("skipped") is not None}
+    assert skipped == {n for n, c in checks.items() if c["status"] == "skip"}
+    assert not any(c.find("failure") is not None for c in cases.values())
+    no_rank_left(Path(report["run_dir"]))
+
+
+def test_a_wrong_collective_and_a_crashing_mode_fail_and_the_rest_still_run(tmp_path):
+    result = check("--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
+                   "--run-dir", str(tmp_path / "runs"), env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    checks = {c["name"]: c for c in report["checks"]}
+    assert checks["collective:all_reduce"]["status"] == "fail"
+    assert checks["collective:all_reduce"]["detail"].startswith("rank 1 got 1 of 4096 values wrong")
+    assert checks["collective:all_gather"]["status"] == "pass"
+    # The crash names the rank that raised, not a peer that lost its connection.
+    assert checks["smoke:fsdp"]["status"] == "fail"
+    assert checks["smoke:fsdp"]["detail"] == "rank 1: RuntimeError: injected failure at step 2 on rank 1"
+    # The modes after it ran in a new launch.
+    assert checks["smoke:tp"]["status"] == "pass" and checks["smoke:rpc"]["status"] == "pass"
+    assert report["counts"]["fail"] == 2 and not report["passed"]
+    failures = {n for n, c in junit_cases(tmp_path / "r.xml").items() if c.find("failure") is not None}
+    assert failures == {"collective:all_reduce", "smoke:fsdp"}
+    no_rank_left(Path(report["run_dir"]))
+
+
+def test_usage_errors_are_one_sentence_and_exit_2(tmp_path):
+    cases = [
+        (["--level", "9"], "--level must be 1, 2 or 3, got 9"),
+        (["--level", "two"], "--level: must be a whole number, got 'two'"),
+        (["--nproc", "0"], "--nproc: must be at least 1, got 0"),
+        (["--device", "cuda", "--level", "2"], "--device cuda needs an NVIDIA GPU"),
+        (["--junit", "-"], "--junit needs a file name"),
+        (["--json", str(tmp_path)], "is a folder; give a file name"),
+        (["--level", "1", "--", "x"], "arguments after -- are only for `mgpu-tui run`"),
+    ]
+    for args, sentence in cases:
+        result = check(*args, "--run-dir", str(tmp_path / "runs"))
+        assert result.returncode == 2, (args, result.stderr)
+        assert sentence in result.stderr and "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def test_required_gpus_missing_fails_level_one():
+    result = check("--level", "1", "--require-gpus", "1")
+    assert result.returncode == 1
+    assert "FAIL  gpu_count" in result.stdout and "--require-gpus 1" in result.stdout
+
+
+def test_torch_that_cannot_be_imported(tmp_path):
+    # A package named torch earlier on the path that fails to import, as a broken install does.
+    (tmp_path / "shadow" / "torch").mkdir(parents=True)
+    broken = tmp_path / "shadow" / "torch" / "__init__.py"
+    broken.write_text("raise ImportError('libtorch_cpu.so: cannot open')\n")
+    env = {"PYTHONPATH": str(tmp_path / "shadow")}
+    level_one = check("--level", "1", env=env)
+    assert level_one.returncode == 1
+    assert "FAIL  torch" in level_one.stdout and "libtorch_cpu.so: cannot open" in level_one.stdout
+    level_two = check("--junit", str(tmp_path / "r.xml"), "--run-dir", str(tmp_path / "runs"), env=env)
+    assert level_two.returncode == 3
+    assert "torch cannot be imported" in level_two.stderr and "Traceback" not in level_two.stderr
+    assert "torch" in junit_cases(tmp_path / "r.xml")  # what ran is kept
+
+
+# ---- the environment checks, handed the reading of other machines ----------------------------
+
+
+@pytest.fixture(scope="module")
+def here():
+    return env_checks.gather()
+
+
+@pytest.fixture(autouse=True)
+def no_standin_left():
+    yield
+    nvml.use_library(None)
+
+
+def statuses(env, require_gpus=0):
+    return {r.name: r for r in env_checks.level_one(env, require_gpus)}
+
+
+@pytest.mark.parametrize(
+    "environ, name, status, words",
+    [
+        ({"OMP_NUM_THREADS": "lots"}, "omp_num_threads", Status.FAIL, "must be a whole number"),
+        ({"OMP_NUM_THREADS": "0"}, "omp_num_threads", Status.FAIL, "got '0'"),
+        ({"OMP_NUM_THREADS": "512"}, "omp_num_threads", Status.WARN, "more than the"),
+        ({"OMP_NUM_THREADS": "1"}, "omp_num_threads", Status.PASS, "OMP_NUM_THREADS=1"),
+        ({"PET_NPROC_PER_NODE": "8"}, "env_vars", Status.WARN, "PET_NPROC_PER_NODE=8"),
+        ({"NCCL_DEBUG": "INFO", "TORCH_CPP_LOG_LEVEL": "INFO"}, "env_vars", Status.PASS, "NCCL_DEBUG=INFO"),
+    ],
+)
+def test_variables_set_wrong(here, environ, name, status, words):
+    result = statuses(replace(here, environ=environ))[name]
+    assert result.status is status and words in result.detail, result
+
+
+def test_small_shm_low_file_limit_and_the_deprecated_pynvml_warn(here):
+    results = statuses(replace(here, shm_bytes=64 * 2**20, open_files=(1024, 4096),
+                               pynvml_distribution="11.5.0"))
+    assert results["shm"].status is Status.WARN and "64 MiB" in results["shm"].detail
+    assert results["open_files"].status is Status.WARN and "ulimit -n 4096" in results["open_files"].detail
+    package = results["pynvml_package"]
+    assert package.status is Status.WARN and "pip uninstall pynvml" in package.detail
+
+
+def test_a_missing_backend_fails(here):
+    torch = {**here.torch, "backends": {"gloo": False, "nccl": False, "mpi": False}}
+    result = statuses(replace(here, torch=torch))["backends"]
+    assert result.status is Status.FAIL and "gloo is missing" in result.detail
+
+
+def test_nvml_mismatch_is_a_failure_with_its_diagnosis(here):
+    import pynvml
+
+    from nvml_standin import FakeMachine
+
+    nvml.use_library(standin(FakeMachine([], {}, init_error=pynvml.NVML_ERROR_LIB_RM_VERSION_MISMATCH)))
+    result = statuses(replace(here, nvml=nvml.status()))["nvml"]
+    assert result.status is Status.FAIL and "reboot or reload the driver" in result.detail
+
+
+def test_an_8_gpu_nvswitch_box_with_a_cpu_torch(here):
+    parsed = parse_topo_text((FIXTURES / "h100-sxm-8x-nvswitch.txt").read_text())
+    nvml.use_library(standin(machine_from_topology(parsed, "NVIDIA H100 80GB HBM3", 80)))
+    env = env_checks.gather()  # NVML through the stand-in; torch (a CPU build) for real
+    results = statuses(env, require_gpus=8)
+    assert results["nvml"].status is Status.PASS and results["nvml"].metrics["device_count"] == 8
+    assert results["topology"].status is Status.PASS and "NVSwitch" in results["topology"].detail
+    assert results["p2p"].status is Status.PASS
+    # What such a machine really has wrong: torch cannot use its GPUs.
+    assert results["cuda"].status is Status.FAIL and "CPU build" in results["cuda"].detail
+    limited = statuses(replace(env, environ={"CUDA_VISIBLE_DEVICES": "0,1"}, visible_gpus=2), require_gpus=4)
+    count = limited["gpu_count"]
+    assert count.status is Status.FAIL and "CUDA_VISIBLE_DEVICES 0,1" in count.detail
