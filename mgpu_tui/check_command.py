@@ -10,7 +10,6 @@ but usage errors, so CI keeps what ran.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 from pathlib import Path
@@ -21,28 +20,17 @@ from mgpu_tui.engine.check_suite import CheckOptions, CheckSuite, EnvironmentUnu
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import SpecError
 from mgpu_tui.exit_codes import ExitCode
+from mgpu_tui.report_files import ensure_writable, write_atomic
 
 
 def _raise_interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
-def _writable(path: str) -> None:
-    """Refuse an output path that cannot be written before spending a minute on checks."""
-    target = Path(path)
-    if target.is_dir():
-        raise UsageError(f"{path} is a folder; give a file name.")
-    parent = target.parent.resolve()
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"cannot write {path}: permission denied.")
-
-
 def check_command(args: argparse.Namespace) -> int:
     for path in (args.json, args.junit):
         if path and path != "-":
-            _writable(path)
+            ensure_writable(path)
     if args.junit == "-":
         raise UsageError("--junit needs a file name; only --json can go to stdout (-).")
     table_stream = sys.stderr if args.json == "-" else sys.stdout
@@ -89,6 +77,6 @@ def _write_reports(args: argparse.Namespace, report) -> None:
     for path, text in ((args.json, check_output.json_text), (args.junit, check_output.junit_text)):
         if path and path != "-":
             try:
-                check_output.write_text(path, text(report))
+                write_atomic(path, text(report))
             except OSError as exc:
                 print(f"mgpu-tui: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)

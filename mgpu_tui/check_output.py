@@ -8,11 +8,9 @@ skipped one; a warning passes and says so in ``<system-out>``.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 import xml.etree.ElementTree as ET
-from pathlib import Path
 
 from mgpu_tui.engine.checks import CheckReport, CheckResult, Status
 
@@ -36,16 +34,6 @@ def footer(report: CheckReport) -> str:
     if report.run_dir:
         text += f"; rank logs in {report.run_dir}"
     return text
-
-
-def write_text(path: str, text: str) -> None:
-    """Write a report file; the parent folder is made if needed. Raises OSError."""
-    target = Path(path)
-    if target.parent != Path(""):
-        target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)  # a reader never sees half a file
 
 
 def json_text(report: CheckReport) -> str:

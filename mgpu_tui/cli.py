@@ -133,6 +133,46 @@ def build_parser() -> argparse.ArgumentParser:
     modes.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
                        help="fsdp: free gathered parameters after forward (default on)")
 
+    def add_shared(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--steps", type=_whole_number(1), default=100,
+                             help="steps per run (default 100)")
+        command.add_argument("--batch-size", type=_whole_number(1), default=64,
+                             help="the global batch, the same for every run (default 64)")
+        command.add_argument("--device", choices=DEVICES, default="auto",
+                             help="auto: CUDA when there are GPUs")
+        command.add_argument("--amp", action="store_true",
+                             help="mixed precision (fp16 on CUDA, bf16 on the CPU)")
+        command.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
+        command.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
+        command.add_argument("--out", metavar="FILE", help="write a report: .json, .md or .csv (and a .png "
+                             "beside it when matplotlib is installed)")
+        command.add_argument("--json", action="store_true", help="print the report as one JSON line")
+        command.add_argument("--run-dir", default="runs", metavar="DIR",
+                             help="where each run's folder goes (default ./runs)")
+
+    comparing = commands.add_parser(
+        "compare", help="run several modes one after another and compare them in one table",
+        description="Run each mode on the same model, data, seed and global batch, then compare step time, "
+        "throughput, FLOP/s, memory and loss. A mode that fails is a row with its cause; "
+        "the others still run.",
+    )
+    comparing.add_argument("modes", metavar="MODE", nargs="+", help="modes from `mgpu-tui list`")
+    comparing.add_argument("--nproc", type=_whole_number(1), default=None,
+                           help="ranks for the multi-process modes (default: one per GPU, or 2 on the CPU)")
+    comparing.add_argument("--parallel", action="store_true",
+                           help="run the modes at the same time, each on its own GPUs (not a fair race)")
+    add_shared(comparing)
+
+    scaling = commands.add_parser(
+        "scale", help="run one mode over several rank counts: speedup and scaling efficiency",
+        description="Run MODE with each rank count and report speedup and efficiency = "
+        "throughput(N) / (N x throughput(1)).",
+    )
+    scaling.add_argument("mode", metavar="MODE", help="a multi-process mode (ddp, fsdp, ...)")
+    scaling.add_argument("--nproc", type=_counts, required=True, metavar="N,N,...",
+                         help="rank counts, for example 1,2,4,8")
+    add_shared(scaling)
+
     topo = commands.add_parser(
         "topo", help="the GPU interconnect (NVLink, PCIe, NUMA), like nvidia-smi topo -m, and its reading"
     )
@@ -142,6 +182,16 @@ def build_parser() -> argparse.ArgumentParser:
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
     return parser
+
+
+def _counts(text: str) -> list[int]:
+    parts = [part.strip() for part in text.split(",")]
+    if not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}")
+    counts = [int(part) for part in parts]
+    if min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"rank counts must be at least 1, got {text!r}")
+    return counts
 
 
 def build_check_parser() -> argparse.ArgumentParser:
@@ -198,6 +248,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mgpu_tui.run_command import run_command
 
             return run_command(args, demo_args)
+        if args.command in ("compare", "scale"):
+            from mgpu_tui.compare_command import compare_command, scale_command
+
+            return (compare_command if args.command == "compare" else scale_command)(args)
         if args.command == "topo":
             from mgpu_tui.topo_command import topo_command
 

@@ -1,0 +1,121 @@
+"""`mgpu-tui compare` and `mgpu-tui scale`: real CPU runs reduced to rows, and the reports they write."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import live_processes_of, run_cli
+from mgpu_tui import compare_output
+from mgpu_tui.engine import compare
+from mgpu_tui.engine import host as host_module
+from mgpu_tui.engine.compare import Comparison, Row
+from mgpu_tui.engine.spec import LaunchSpec
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def nothing_left(rows: list[dict]) -> None:
+    for row in rows:
+        assert live_processes_of(Path(row["run_dir"])) == []
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory) -> tuple[dict, Path, str]:
+    out = tmp_path_factory.mktemp("compare") / "r.json"
+    result = run_cli("compare", "ddp", "fsdp", "pipeline", "--nproc", "2", "--steps", "12", "--device", "cpu",
+                     "--out", str(out), "--run-dir", str(out.parent / "runs"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text()), out, result.stdout
+
+
+def test_compare_gives_three_ok_rows_that_trained_the_same_function(compared):
+    report, out, stdout = compared
+    rows = report["rows"]
+    assert [r["mode"] for r in rows] == ["ddp", "fsdp", "pipeline"]
+    for r in rows:
+        assert r["status"] == "ok" and r["world_size"] == 2 and r["samples_per_s"] > 0
+        assert r["step_time_s_median"] > 0 and r["peak_mem_bytes"] > 0 and len(r["loss_curve"]) == 12
+        # samples/s per device and TFLOP/s follow from samples/s: per rank on the CPU, 3 x forward FLOPs.
+        assert r["samples_per_s_per_device"] == pytest.approx(r["samples_per_s"] / 2)
+        flops = compare.train_flops_per_sample(256, 4)
+        assert r["tflops_per_device"] == pytest.approx(r["samples_per_s_per_device"] * flops / 1e12)
+        assert r["mfu"] is None and r["tokens_per_s"] is None  # no GPU peak here; the demos have no tokens
+    losses = [r["final_loss"] for r in rows]
+    assert max(losses) == pytest.approx(min(losses), rel=1e-3)
+    nothing_left(rows)
+    # The table marks one best value per marked column; the chart image sits beside the report.
+    assert stdout.count("*") >= 5 and "samples/s over steps" in stdout
+    assert out.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
+
+
+def test_the_markdown_and_csv_reports_parse(compared):
+    report = compared[0]
+    comparison = Comparison("compare", report["settings"], [Row(**r) for r in report["rows"]])
+    markdown = compare_output.markdown_text(comparison).splitlines()
+    table = [line for line in markdown if line.startswith("|")]
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header[:4] == ["mode", "status", "ranks", "samples/s"]
+    body = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
+    assert [cells[0] for cells in body] == ["ddp", "fsdp", "pipeline"]
+    assert sum(cells[3].startswith("**") for cells in body) == 1  # one best throughput, in bold
+    rows = list(csv.DictReader(io.StringIO(compare_output.csv_text(comparison))))
+    assert [r["mode"] for r in rows] == ["ddp", "fsdp", "pipeline"]
+    assert [float(r["samples_per_s"]) for r in rows] == [r["samples_per_s"] for r in report["rows"]]
+
+
+def test_scale_of_ddp_over_one_and_two_ranks(tmp_path):
+    out = tmp_path / "s.json"
+    result = run_cli("scale", "ddp", "--nproc", "1,2", "--steps", "12", "--device", "cpu", "--out", str(out),
+                     "--run-dir", str(tmp_path / "runs"), timeout=180)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(out.read_text())
+    one, two = report["points"]
+    assert (one["nproc"], two["nproc"]) == (1, 2)
+    assert one["speedup"] == 1.0 and one["efficiency"] == 1.0
+    assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
+    assert 0 < two["efficiency"] <= 1.2
+    assert "efficiency" in result.stdout and "speedup (ideal: 1x, 2x)" in result.stdout
+    nothing_left(report["rows"])
+
+
+def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):
+    # Two modes at once (--parallel on the CPU), the second made to raise at step 3 on rank 1.
+    template = LaunchSpec(mode="ddp", nproc=2, steps=8, device="cpu", run_root=tmp_path)
+    ok, failing = compare.compare_specs(["ddp", "tp"], template)
+    failing = compare.dataclasses.replace(failing, demo_args=("--fail-at-step", "3", "--fail-rank", "1"))
+    comparison = compare.new_comparison(["ddp", "tp"], template, parallel=True)
+    runner = compare.Runner([ok, failing], comparison, host=host_module.probe())
+    runner.check()
+    runner.run()
+    rows = {r.mode: r for r in comparison.rows}
+    assert rows["ddp"].status == "ok" and rows["ddp"].samples_per_s > 0
+    assert rows["tp"].status == "failed"
+    assert rows["tp"].root_cause == "rank 1: RuntimeError: injected failure at step 3 on rank 1"
+    assert comparison.failed and comparison.to_json()["note"] == compare.PARALLEL_NOTE
+    assert "tp failed: rank 1: RuntimeError" in compare_output.compare_table(comparison)
+    nothing_left([r.to_json() for r in comparison.rows])
+
+
+@pytest.mark.parametrize(
+    "args, sentence",
+    [
+        (["compare", "ddp", "nope"], "unknown mode 'nope'"),
+        (["compare", "ddp", "ddp"], "a mode is named twice"),
+        (["compare", "ddp", "--out", "r.txt"], "--out must end in .json, .md or .csv"),
+        (["compare", "rpc", "--nproc", "1", "--device", "cpu"], "needs at least 2 ranks"),
+        (["compare", "ddp", "--batch-size", "3", "--nproc", "2", "--device", "cpu"], "does not split evenly"),
+        (["scale", "single", "--nproc", "1,2"], "runs as one process"),
+        (["scale", "ddp", "--nproc", "0,2"], "rank counts must be at least 1"),
+        (["scale", "ddp", "--nproc", "two"], "must be whole numbers separated by commas"),
+        (["scale", "ddp", "--nproc", "2,2"], "lists a rank count twice"),
+        (["scale", "ddp"], "the following arguments are required: --nproc"),
+    ],
+)
+def test_bad_input_is_one_sentence_and_exit_2(args, sentence, tmp_path):
+    result = run_cli(*args, "--run-dir", str(tmp_path / "runs"), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert sentence in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs").exists()  # refused before anything ran
