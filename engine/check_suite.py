@@ -4,8 +4,10 @@ Level 1 reads the environment (``env_checks``). Level 2 starts N ranks once and
 has them run the collectives, the bandwidth measurement and a smoke run of
 every mode that can run here (``rank_checks``); a launch that dies is followed
 by a new one for the tasks left, so one crashing mode does not hide the rest.
-Level 3 adds the all_reduce size sweep, the GPU copy matrix, ``--verify`` for
-every mode and a ddp scaling run.
+Level 3 adds, in the same launch, the all_reduce size sweep, the GPU copy
+matrix, every mode's parameters checked against the baseline (the smoke runs
+save them; the baseline is trained once) and a ddp scaling run over 1..N ranks
+on subgroups.
 
 Results are handed to ``on_result`` as they come, for progress on long work.
 No rank outlives :meth:`CheckSuite.run`, however it ends.
@@ -18,7 +20,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgpu_tui.engine import host as host_module
@@ -36,7 +38,7 @@ LEVELS = (1, 2, 3)
 RANK_MODULE = "mgpu_tui.engine.rank_checks"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 START_BUDGET_S = 90.0  # torchrun, torch imports and the rendezvous, on a loaded machine
-TASK_BUDGET_S = {"sweep": 600.0, "copy_matrix": 300.0, "smoke": 120.0}
+TASK_BUDGET_S = {"sweep": 600.0, "copy_matrix": 300.0, "smoke": 120.0, "scaling": 300.0, "verify": 120.0}
 DEFAULT_TASK_BUDGET_S = 60.0
 MAX_LAUNCHES = 4  # one, and up to three more after crashes
 # Smoke: a few steps, enough for the loss to fall on the synthetic task.
@@ -57,6 +59,7 @@ class CheckOptions:
     run_root: Path = Path("runs")
     smoke_steps: int = SMOKE_STEPS
     bandwidth_bytes: int | None = None  # default: 16 MiB on the CPU, 256 MiB on GPUs
+    modes: tuple[str, ...] | None = None  # smoke (and verify) only these; default: every mode
     environ: Mapping[str, str] | None = None
 
 
@@ -79,6 +82,9 @@ class CheckSuite:
                  on_progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
         if options.level not in LEVELS:
             raise SpecError(f"--level must be 1, 2 or 3, got {options.level}.")
+        unknown = [m for m in options.modes or () if m not in MODES]
+        if unknown:
+            raise SpecError(f"unknown mode {unknown[0]!r}; the modes are: {', '.join(MODES)}.")
         self.options = options
         self.on_result = on_result or (lambda result: None)
         self.on_progress = on_progress or (lambda text: None)
@@ -131,14 +137,13 @@ class CheckSuite:
         tasks += [f"smoke:{m}" for m in modes]
         for name, reason in skipped.items():
             self._add(CheckResult(f"smoke:{name}", Status.SKIP, reason))
+        if opts.level >= 3:
+            tasks += [f"verify:{m}" for m in modes]
+            if "ddp" in modes:
+                tasks.append("scaling:ddp")
         self._check_dir = RunDir.create(opts.run_root, "check")
         self.report.run_dir = str(self._check_dir.path)
         self._run_rank_tasks(tasks, host, device, nproc)
-        if opts.level >= 3:
-            from mgpu_tui.engine.deep_checks import run_level_three
-
-            for result in run_level_three(self, host, device, nproc, modes):
-                self._add(result)
 
     def _placement(self, env: Environment) -> tuple[str, int]:
         opts = self.options
@@ -169,6 +174,8 @@ class CheckSuite:
         """The modes that can run here with ``nproc`` ranks (one-process modes first, rpc last)."""
         runnable, skipped = [], {}
         for mode in MODES.values():
+            if self.options.modes is not None and mode.name not in self.options.modes:
+                continue
             needed = gpus_needed(mode.name, nproc if mode.multi_process else 1)
             if not availability(mode, host).runnable:
                 skipped[mode.name] = availability(mode, host).reason
@@ -206,13 +213,21 @@ class CheckSuite:
             self._add(CheckResult(_check_name(outcome.failed), Status.FAIL, outcome.failure, {}, seconds))
             at = pending.index(outcome.failed)
             pending = [t for t in pending[at + 1 :] if t not in outcome.finished]
+            if outcome.failed.startswith("smoke:"):  # nothing of it to verify
+                mode = outcome.failed.partition(":")[2]
+                if f"verify:{mode}" in pending:
+                    pending.remove(f"verify:{mode}")
+                    self._add(CheckResult(f"verify:{mode}", Status.SKIP, "its smoke run failed"))
             if pending:
                 self.on_progress(f"starting the ranks again for the {len(pending)} check(s) left")
 
     def _launch(self, tasks: list[str], host, device: str, nproc: int) -> _LaunchOutcome:
         opts = self.options
         args = ("--tasks", ",".join(tasks), "--device", device, "--steps", str(opts.smoke_steps),
-                "--batch-size", str(SMOKE_BATCH_PER_RANK * nproc))  # fmt: skip
+                "--batch-size", str(SMOKE_BATCH_PER_RANK * nproc),
+                "--smoke-dir", str(self._check_dir.path / "smoke"))  # fmt: skip
+        if any(t.startswith("verify:") for t in tasks):
+            args += ("--save-params",)
         spec = LaunchSpec(mode="check", module=RANK_MODULE, nproc=nproc, device=device,
                           run_root=self._check_dir.path, demo_args=args)  # fmt: skip
         self._run = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)
@@ -236,7 +251,7 @@ class CheckSuite:
                         self.on_progress(f"running {_check_name(current)}")
                 elif record.get("state") == "finished":
                     outcome.finished[record["task"]] = record
-                    self._add(self._judge(record["task"], record, run.run_dir, device))
+                    self._add(self._judge(record["task"], record, device))
             seen = len(records)
 
         try:
@@ -269,26 +284,14 @@ class CheckSuite:
 
     # ---- reading a task's result ----------------------------------------------------------
 
-    def _judge(self, task: str, record: dict, run_dir: RunDir, device: str) -> CheckResult:
+    def _judge(self, task: str, record: dict, device: str) -> CheckResult:
         name = _check_name(task)
         seconds = float(record.get("seconds", 0.0))
         if task.startswith("smoke:"):
             mode = task.partition(":")[2]
-            return judge_smoke(mode, run_dir.path / "smoke" / mode, seconds, device)
+            return judge_smoke(mode, self._check_dir.path / "smoke" / mode, seconds, device)
         return CheckResult(name, Status(record["status"]), record.get("detail", ""),
                            record.get("metrics", {}), seconds)
-
-    def run_quiet(self, spec: LaunchSpec, host, timeout: float) -> Run:
-        """Run one spec to its end (for level 3), stopping it after ``timeout`` seconds."""
-        self._run = run = Run.prepare(replace(spec, run_root=self._check_dir.path), host)
-        run.start()
-        try:
-            run.wait(timeout=timeout, interval=0.2)
-            if not run.state.finished:
-                run.stop(grace=3)
-        finally:
-            run.close()
-        return run
 
 
 def _check_name(task: str) -> str:

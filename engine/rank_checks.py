@@ -8,10 +8,13 @@ starts N ranks once and hands them a list of tasks:
     sweep                                               all_reduce from 8 B to 256 MiB
     copy_matrix                                         GPU-to-GPU copy bandwidth (rank 0)
     smoke:MODE                                          a few steps of a demo, in this process
+    verify:MODE                                         its parameters against the baseline (rank 0)
+    scaling:ddp                                         DDP on subgroups of 1..N ranks
 
 The ranks join one process group and keep it; each demo's ``start_distributed``
 finds it and joins it (rpc goes last: it adds its own agent beside the group).
 
+Smoke runs write their events (and parameters) under ``--smoke-dir``/MODE.
 Results are JSON lines in ``$MGPU_RUN_DIR/checks/rank<N>.jsonl``: rank 0 writes
 ``{"task", "state": "started"}`` before a task and the result after it. A rank
 whose task raises writes the failure to its own file and exits at once, so
@@ -211,14 +214,90 @@ def smoke(mode: str, args: argparse.Namespace, run_dir: Path, rank: int, world: 
     argv = [mode, "--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size)]
     if f"smoke:{mode}" in _injected():
         argv += ["--fail-at-step", "2", "--fail-rank", str(world - 1 if multi else 0)]
+    if args.save_params:  # for verify:MODE later in this launch
+        argv += ["--save-params", str(args.smoke_dir / mode / "params")]
     start = time.perf_counter()
     if multi or rank == 0:  # a one-process mode runs on rank 0 while the others wait
-        os.environ[RUN_DIR_ENV] = str(run_dir / "smoke" / mode)
+        os.environ[RUN_DIR_ENV] = str(args.smoke_dir / mode)
         sys.argv = argv  # the demo parses its own arguments, exactly as when run alone
         main = importlib.import_module(f"mgpu_tui.demos.{mode}").main
         getattr(main, "__wrapped__", main)()  # past @record: a failure here is ours to report
     dist.barrier()
     return {"status": "ran", "seconds": time.perf_counter() - start}
+
+
+_baseline: dict | None = None
+
+
+def check_verify(mode: str, args: argparse.Namespace, run_dir: Path) -> dict:
+    """Compare what smoke:MODE saved with the baseline, trained once here with the same arguments."""
+    from mgpu_tui.demos import harness, single, verify
+
+    global _baseline
+    if _baseline is None:
+        argv = ["--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size)]
+        baseline_args = harness.parse_args("baseline", argv=argv)
+        _baseline = {k: v.detach().cpu().float() for k, v in single.train(baseline_args).state_dict().items()}
+    params = verify.load_parts(args.smoke_dir / mode / "params")
+    if not params:
+        return {"status": "fail", "detail": "its smoke run saved no parameters", "metrics": {}}
+    outcome = verify.compare(params, _baseline, verify.TOLERANCE["float32"])
+    detail = (f"max abs diff {outcome['max_abs_diff']:.1e} vs the baseline "
+              f"(tolerance {outcome['tolerance']:.0e}, {outcome['compared']} tensors)")
+    if outcome["missing"] or outcome["unexpected"]:
+        detail += f"; missing {outcome['missing']}, unexpected {outcome['unexpected']}"
+    metrics = {k: outcome[k] for k in ("max_abs_diff", "max_rel_diff", "tolerance", "compared")}
+    return {"status": "pass" if outcome["ok"] else "fail", "detail": detail, "metrics": metrics}
+
+
+def check_scaling(args: argparse.Namespace, rank: int, world: int, device: torch.device) -> dict:
+    """DDP with the same global batch on the first k ranks, k = 1..N: throughput, speedup, efficiency.
+
+    Every k runs inside this launch on a subgroup, so no extra torchrun start is paid.
+    efficiency(k) = throughput(k) / (k x throughput(1)).
+    """
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from mgpu_tui.demos import harness
+
+    train_args = harness.parse_args("scaling", argv=["--device", device.type])
+    task = harness.SyntheticTask(train_args)
+    steps, warmup = 30, 5
+    points = []
+    for k in range(1, world + 1):
+        group = dist.new_group(list(range(k)))  # every rank takes part in creating it
+        seconds = torch.zeros(1, dtype=torch.float64, device=device)
+        local = args.batch_size // k
+        if rank < k:
+            model = DDP(harness.build_model(train_args).to(device),
+                        device_ids=[device.index] if device.type == "cuda" else None, process_group=group)
+            optimizer = torch.optim.SGD(model.parameters(), lr=train_args.lr)
+            scaler = harness.grad_scaler(train_args, device)
+            for step in range(1, steps + 1):
+                if step == warmup + 1:
+                    _sync(device)
+                    start = time.perf_counter()
+                x, y = task.batch(step, local * k)
+                mine = slice(rank * local, (rank + 1) * local)
+                harness.train_step(model, optimizer, scaler, x[mine].to(device), y[mine].to(device),
+                                   train_args, device)
+            _sync(device)
+            seconds[0] = time.perf_counter() - start
+            dist.all_reduce(seconds, op=dist.ReduceOp.MAX, group=group)
+            del model, optimizer
+        dist.barrier()
+        rate = local * k * (steps - warmup) / seconds.item() if rank == 0 else 0.0
+        points.append({"nproc": k, "samples_per_s": rate})
+    if rank != 0:
+        return {}
+    base = points[0]["samples_per_s"]
+    for p in points:
+        p["speedup"] = p["samples_per_s"] / base
+        p["efficiency"] = p["speedup"] / p["nproc"]
+    last = points[-1]
+    detail = (f"ddp, global batch {args.batch_size}: {last['nproc']} rank(s) run {last['speedup']:.2f}x "
+              f"the speed of one (efficiency {100 * last['efficiency']:.0f}%)")
+    return {"status": "pass", "detail": detail, "metrics": {"points": points}}
 
 
 # ---- the loop ------------------------------------------------------------------
@@ -239,6 +318,12 @@ def run_task(task: str, args: argparse.Namespace, run_dir: Path, rank: int, worl
         return outcome
     if name == "smoke":
         return smoke(arg, args, run_dir, rank, world)
+    if name == "verify":
+        outcome = check_verify(arg, args, run_dir) if rank == 0 else {}
+        dist.barrier()
+        return outcome
+    if name == "scaling":
+        return check_scaling(args, rank, world, device)
     raise ValueError(f"unknown task {task!r}")
 
 
@@ -248,6 +333,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--steps", type=int, default=12, help="steps of each smoke run")
     parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--save-params", action="store_true", help="smoke runs save parameters, to verify")
+    # Outside the launch's own folder: a later launch (after a crash) verifies what an earlier one saved.
+    parser.add_argument("--smoke-dir", type=Path, required=True, help="where smoke runs write")
     return parser.parse_args(argv)
 
 

@@ -41,7 +41,8 @@ def check_command(args: argparse.Namespace) -> int:
     def progress(text: str) -> None:
         print(f"mgpu-tui: {text}", file=sys.stderr, flush=True)
 
-    options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device,
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None
+    options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
                            require_gpus=args.require_gpus, run_root=Path(args.run_dir))  # fmt: skip
     try:
         suite = CheckSuite(options, on_result=show, on_progress=progress)
@@ -65,6 +66,9 @@ def check_command(args: argparse.Namespace) -> int:
         report, code = suite.report, ExitCode.INTERRUPTED
     else:
         code = ExitCode.FAILED if report.failed else ExitCode.OK
+    extra = check_output.details(report)
+    if extra:
+        print("\n" + extra + "\n", file=table_stream)
     print(check_output.footer(report), file=table_stream, flush=True)
     _write_reports(args, report)
     return code

@@ -36,6 +36,51 @@ def footer(report: CheckReport) -> str:
     return text
 
 
+def sweep_table(points: list[dict], nproc: int | None) -> str:
+    """The all_reduce sweep as nccl-tests prints it: size, count, type, time, algbw, busbw."""
+    lines = [f"all_reduce sweep on {nproc} rank(s), in place, sum (nccl-tests columns)",
+             f"{'size (B)':>12} {'count':>12} {'type':>8} {'time (us)':>12} {'algbw (GB/s)':>13} "
+             f"{'busbw (GB/s)':>13}"]  # fmt: skip
+    for p in points:
+        lines.append(f"{p['size_bytes']:>12} {p['count']:>12} {p['type']:>8} {p['time_us']:>12.1f} "
+                     f"{p['algbw_GBps']:>13.2f} {p['busbw_GBps']:>13.2f}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def scaling_table(points: list[dict]) -> str:
+    lines = [f"{'ranks':>5} {'samples/s':>12} {'speedup':>8} {'efficiency':>10}"]
+    for p in points:
+        lines.append(f"{p['nproc']:>5} {p['samples_per_s']:>12,.0f} {p['speedup']:>7.2f}x "
+                     f"{100 * p['efficiency']:>9.0f}%")  # fmt: skip
+    return "\n".join(lines)
+
+
+def copy_matrix_table(matrix: list[list[float | None]]) -> str:
+    n = len(matrix)
+    lines = ["GPU-to-GPU copy bandwidth (GB/s), row: from, column: to",
+             "      " + "".join(f"{f'GPU{j}':>8}" for j in range(n))]  # fmt: skip
+    for i, row_values in enumerate(matrix):
+        cells = "".join(f"{'X' if v is None else f'{v:.1f}':>8}" for v in row_values)
+        lines.append(f"GPU{i:<3}" + cells)
+    return "\n".join(lines)
+
+
+def details(report: CheckReport) -> str:
+    """The tables behind the level-3 checks, printed after the check table."""
+    parts = []
+    for result in report.results:
+        if result.status is not Status.PASS:
+            continue
+        if result.name == "sweep:all_reduce":
+            parts.append(sweep_table(result.metrics["points"], report.nproc))
+        elif result.name == "scaling:ddp":
+            parts.append("ddp scaling, " + result.detail.split(":", 1)[0] + "\n"
+                         + scaling_table(result.metrics["points"]))  # fmt: skip
+        elif result.name == "copy_matrix":
+            parts.append(copy_matrix_table(result.metrics["matrix_GBps"]))
+    return "\n\n".join(parts)
+
+
 def json_text(report: CheckReport) -> str:
     return json.dumps(report.to_json(), indent=2) + "\n"
 

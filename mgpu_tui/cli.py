@@ -213,6 +213,7 @@ def build_check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--nproc", type=_whole_number(1),
                         help="ranks (default: one per GPU, or 2 on the CPU)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
+    parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
     parser.add_argument("--run-dir", default="runs", metavar="DIR",
                         help="where the ranks' logs go (default ./runs)")
     return parser

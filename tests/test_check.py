@@ -93,7 +93,8 @@ def test_level_two_passes_here_with_json_and_junit(tmp_path):
 
 def test_a_wrong_collective_and_a_crashing_mode_fail_and_the_rest_still_run(tmp_path):
     result = check("--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
-                   "--run-dir", str(tmp_path / "runs"), env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})
+                   "--modes", "ddp,fsdp,tp,rpc", "--run-dir", str(tmp_path / "runs"),
+                   env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     jsonschema.validate(report, SCHEMA)
@@ -112,6 +113,31 @@ def test_a_wrong_collective_and_a_crashing_mode_fail_and_the_rest_still_run(tmp_
     no_rank_left(Path(report["run_dir"]))
 
 
+def test_level_three_sweeps_verifies_and_scales_in_the_same_launch(tmp_path):
+    # fsdp crashes in its smoke run: its verify is skipped, ddp's still runs in the next launch.
+    result = check("--level", "3", "--modes", "ddp,fsdp", "--json", str(tmp_path / "r.json"),
+                   "--run-dir", str(tmp_path / "runs"), env={"MGPU_CHECK_INJECT": "smoke:fsdp"})
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    jsonschema.validate(report, SCHEMA)
+    checks = {c["name"]: c for c in report["checks"]}
+    points = checks["sweep:all_reduce"]["metrics"]["points"]
+    assert [p["size_bytes"] for p in points] == [2**k for k in range(3, 29)]  # 8 B .. 256 MiB
+    for p in points:
+        assert p["algbw_GBps"] == pytest.approx(p["size_bytes"] / p["time_us"] / 1e3)
+    assert "all_reduce sweep on 2 rank(s)" in result.stdout and "268435456" in result.stdout
+    assert checks["copy_matrix"]["status"] == "skip"
+    assert checks["smoke:fsdp"]["status"] == "fail"
+    skipped = checks["verify:fsdp"]
+    assert (skipped["status"], skipped["detail"]) == ("skip", "its smoke run failed")
+    verified = checks["verify:ddp"]
+    assert verified["status"] == "pass" and verified["metrics"]["max_abs_diff"] <= 1e-5
+    one, two = checks["scaling:ddp"]["metrics"]["points"]
+    assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
+    assert {c for c in checks if c.startswith("smoke:")} == {"smoke:ddp", "smoke:fsdp"}
+    no_rank_left(Path(report["run_dir"]))
+
+
 def test_usage_errors_are_one_sentence_and_exit_2(tmp_path):
     cases = [
         (["--level", "9"], "--level must be 1, 2 or 3, got 9"),
@@ -119,6 +145,7 @@ def test_usage_errors_are_one_sentence_and_exit_2(tmp_path):
         (["--nproc", "0"], "--nproc: must be at least 1, got 0"),
         (["--device", "cuda", "--level", "2"], "--device cuda needs an NVIDIA GPU"),
         (["--junit", "-"], "--junit needs a file name"),
+        (["--modes", "ddp,nope"], "unknown mode 'nope'"),
         (["--json", str(tmp_path)], "is a folder; give a file name"),
         (["--level", "1", "--", "x"], "arguments after -- are only for `mgpu-tui run`"),
     ]

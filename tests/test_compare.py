@@ -66,6 +66,7 @@ def test_the_markdown_and_csv_reports_parse(compared):
     assert [float(r["samples_per_s"]) for r in rows] == [r["samples_per_s"] for r in report["rows"]]
 
 
+@pytest.mark.serial  # the efficiency bound needs a machine nothing else is using
 def test_scale_of_ddp_over_one_and_two_ranks(tmp_path):
     out = tmp_path / "s.json"
     result = run_cli("scale", "ddp", "--nproc", "1,2", "--steps", "12", "--device", "cpu", "--out", str(out),
