@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -205,6 +206,7 @@ class Runner:
         self.on_update = on_update or (lambda comparison, running: None)
         self.environ = dict(os.environ if environ is None else environ)
         self.running: list[Run] = []
+        self._stop = threading.Event()
         self._gpu_name = None
         if host.has_cuda and nvml.status().ok:
             self._gpu_name = nvml.identity(0).name
@@ -245,13 +247,20 @@ class Runner:
             return self.host
         return dataclasses.replace(self.host, gpu_count=len(gpus))
 
+    def stop(self) -> None:
+        """Ask :meth:`run` (in another thread) to stop every rank and return; later modes do not start."""
+        self._stop.set()
+
     def run(self) -> Comparison:
         try:
             if self.comparison.parallel:
                 self._run_together()
             else:
                 for spec in self.specs:
+                    if self._stop.is_set():
+                        break
                     self._run_together([spec])
+            self.comparison.interrupted = self._stop.is_set()
         except KeyboardInterrupt:
             self.comparison.interrupted = True
             raise
@@ -271,6 +280,9 @@ class Runner:
             run.start()
         pending = list(self.running)
         while pending:
+            if self._stop.is_set():
+                for run in pending:
+                    run.stop()
             for run in list(pending):
                 if run.poll().finished:
                     pending.remove(run)
@@ -278,7 +290,7 @@ class Runner:
                                                              gpu_name=self._gpu_name))  # fmt: skip
             self.on_update(self.comparison, pending)
             if pending:
-                time.sleep(0.2)
+                self._stop.wait(0.2)
         self.running = []
 
     def close(self) -> None:

@@ -52,7 +52,7 @@ def _best(rows: Sequence[Row]) -> dict[str, float]:
     return best
 
 
-def _cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str], str] = str,
+def cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str], str] = str,
            ) -> tuple[list[str], list[list[str]]]:
     """Headers and cells; ``mark`` dresses a column's best value, ``other`` the rest of that column."""
     best = _best(rows)
@@ -71,7 +71,7 @@ def _cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str
 
 
 def compare_table(comparison: Comparison) -> str:
-    headers, rows = _cells(comparison.rows, lambda text: text + "*", lambda text: text + " ")
+    headers, rows = cells(comparison.rows, lambda text: text + "*", lambda text: text + " ")
     lines = [table(headers, rows, right=tuple(range(2, len(headers))))]
     lines.append("* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
                  "TFLOP/s from the model's training FLOPs (3 x forward).")  # fmt: skip
@@ -166,7 +166,7 @@ def markdown_text(comparison: Comparison) -> str:
             body += (f"| {p['nproc']} | {p['status']} | {fmt_rate(p['samples_per_s'])} | {speedup} | "
                      f"{_fmt_pct(p['efficiency'])} |\n")
         return f"# mgpu-tui scale {comparison.settings['mode']}\n\n{head}{body}"
-    headers, rows = _cells(comparison.rows, lambda text: f"**{text}**")
+    headers, rows = cells(comparison.rows, lambda text: f"**{text}**")
     lines = ["# mgpu-tui compare", "",
              "| " + " | ".join(headers) + " |",
              "|" + "|".join(["---"] * 2 + ["---:"] * (len(headers) - 2)) + "|"]  # fmt: skip

@@ -2,6 +2,7 @@
 
 import asyncio
 import time
+from pathlib import Path
 
 from textual.widgets import Input, Select
 
@@ -11,6 +12,7 @@ from mgpu_tui.app.confirm_quit import ConfirmQuit
 from mgpu_tui.app.log_view import LogView
 from mgpu_tui.app.run_view import RunView
 from mgpu_tui.app.text_panel import TextPanel
+from mgpu_tui.console import fmt_rate
 
 
 async def wait_for(pilot, condition, timeout=60.0):
@@ -121,3 +123,41 @@ def test_rank_states_read_as_a_user_expects():
     assert rank_state(rank(5, error="boom"), 110, 30, None, finished=False) == "failed"
     assert rank_state(rank(5), 200, 30, None, finished=True) == "stopped"
     assert rank_state(None, 200, 30, None, finished=True, ok=True) == "done"  # a script without reporter
+
+
+async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypatch):
+    from textual.widgets import SelectionList, Static
+
+    from mgpu_tui.app.compare_view import CompareView
+
+    monkeypatch.chdir(tmp_path)
+    app = create_app()
+    async with app.run_test(size=(180, 50)) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.2)
+        view = app.query_one(CompareView)
+        modes = view.query_one("#compare-modes", SelectionList)
+        assert set(modes.selected) == {"ddp", "fsdp", "pipeline"}  # the default choice
+        modes.deselect("fsdp")
+        view.query_one("#compare-steps", Input).value = "10"
+        view.query_one("#compare-device", Select).value = "cpu"
+        view.query_one("#compare-nproc", Input).value = "2"
+        await pilot.click("#compare-start")
+        assert await wait_for(pilot, lambda: app.comparing.active, timeout=10)
+        assert await wait_for(pilot, lambda: not app.comparing.active, timeout=120)
+        await pilot.pause(0.3)
+        table = view.query_one("#compare-table")
+        rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[0] for r in rows] == ["ddp", "pipeline"] and all(r[1] == "ok" for r in rows)
+        assert sum("*" in cell for r in rows for cell in r) >= 4  # best values marked
+        charts = str(view.query_one("#compare-charts", Static).render())
+        assert "samples/s" in charts and "loss over steps" in charts
+        status = str(view.query_one("#compare-status", TextPanel).render())
+        assert "2 run(s) done" in status
+        comparison = app.comparing.runner.comparison
+        app.save_screenshot("compare.svg", path=str(tmp_path.parent))
+        assert [r.status for r in comparison.rows] == ["ok", "ok"]
+        # The same numbers as the CLI: the rows the engine made.
+        assert rows[0][3].rstrip(" *") == fmt_rate(comparison.rows[0].samples_per_s)
+    for row in comparison.rows:
+        assert live_processes_of(Path(row.run_dir)) == []

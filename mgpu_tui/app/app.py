@@ -1,4 +1,4 @@
-"""The mgpu-tui app: Dashboard, Topology and Run, fed by worker threads that only post messages.
+"""The mgpu-tui app: Dashboard, Topology, Run and Compare, fed by worker threads that only post messages.
 
 :func:`create_app` is the one factory the CLI and the tests use. Inputs can be
 given instead of read live (a topology, recorded telemetry), so views can be
@@ -13,10 +13,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
+from mgpu_tui.app.compare_controller import CompareController
+from mgpu_tui.app.compare_view import CompareView
 from mgpu_tui.app.confirm_quit import ConfirmQuit
 from mgpu_tui.app.dashboard import Dashboard
 from mgpu_tui.app.help_screen import HelpScreen
-from mgpu_tui.app.messages import RunEnded, RunUpdated, TelemetryUpdated
+from mgpu_tui.app.messages import CompareEnded, CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
 from mgpu_tui.app.run_controller import RunController
 from mgpu_tui.app.run_form import RunForm
 from mgpu_tui.app.run_view import RunView
@@ -42,7 +44,8 @@ class MgpuApp(App):
         ("d", "show_tab('dashboard')", "Dashboard"),
         ("t", "show_tab('topology')", "Topology"),
         ("r", "show_tab('run')", "Run"),
-        ("s", "stop_run", "Stop run"),
+        ("c", "show_tab('compare')", "Compare"),
+        ("s", "stop_run", "Stop"),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -62,7 +65,8 @@ class MgpuApp(App):
         self._topology = topology
         self._recorded = list(telemetry) if telemetry is not None else None
         self.controller = RunController(self)
-        self.sampler = Sampler(interval=interval, ranks=self.controller.rank_processes)
+        self.comparing = CompareController(self, self.host)
+        self.sampler = Sampler(interval=interval, ranks=self._rank_processes)
         self._quitting = False
 
     def compose(self) -> ComposeResult:
@@ -74,6 +78,8 @@ class MgpuApp(App):
                 yield TopologyView(id="topology-view")
             with TabPane("Run", id="run"):
                 yield RunView(self.host, id="run-view")
+            with TabPane("Compare", id="compare"):
+                yield CompareView(self.host, id="compare-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -117,7 +123,7 @@ class MgpuApp(App):
             view.query_one("#logs").add(lines, dropped)
 
     def on_run_ended(self, message: RunEnded) -> None:
-        if self._quitting:
+        if self._quitting and not self.comparing.active:
             self.exit()
         view = next(iter(self.query(RunView)), None)
         if view is None:
@@ -127,9 +133,30 @@ class MgpuApp(App):
         run = self.controller.run
         view.ended(message.summary, run.stats() if run else None)
 
+    def on_compare_updated(self, message: CompareUpdated) -> None:
+        for view in self.query(CompareView):
+            view.show(message.rows, message.progress)
+
+    def on_compare_ended(self, message: CompareEnded) -> None:
+        if self._quitting and not self.controller.active:
+            self.exit()
+        for view in self.query(CompareView):
+            view.ended(message.comparison)
+
+    def _rank_processes(self) -> dict[int, tuple[int, str | None]]:
+        """The ranks the Dashboard shows: the run's, or the comparison's current run's."""
+        return self.controller.rank_processes() or self.comparing.rank_processes()
+
+    @property
+    def busy(self) -> bool:
+        return self.controller.active or self.comparing.active
+
     # ---- starting and stopping -----------------------------------------------------------
 
     def start_run(self, spec: LaunchSpec) -> None:
+        if self.comparing.active:
+            self.notify("A comparison is going; stop it first (s).", title="Cannot start", severity="error")
+            return
         try:
             self.controller.start(spec)
         except (SpecError, EnvironmentUnusable, RunDirError, UsageError) as exc:
@@ -149,13 +176,31 @@ class MgpuApp(App):
                 self.notify(str(exc), title="Cannot start", severity="error")
                 return
             self.start_run(spec)
-        elif event.button.id == "stop":
+        elif event.button.id in ("stop", "compare-stop"):
             self.action_stop_run()
+        elif event.button.id == "compare-start":
+            self.start_compare()
+
+    def start_compare(self) -> None:
+        if self.busy:
+            self.notify("A run is going; stop it first (s).", title="Cannot compare", severity="error")
+            return
+        view = self.query_one(CompareView)
+        try:
+            modes, template = view.request()
+            comparison = self.comparing.start(modes, template)
+        except (UsageError, SpecError, EnvironmentUnusable) as exc:
+            self.notify(str(exc), title="Cannot compare", severity="error", timeout=8)
+            return
+        view.started(comparison)
 
     def action_stop_run(self) -> None:
         if self.controller.active:
             self.controller.request_stop()
             self.notify("Stopping every rank…")
+        if self.comparing.active:
+            self.comparing.request_stop()
+            self.notify("Stopping the comparison: every rank…")
 
     def action_leave_field(self) -> None:
         self.set_focus(None)
@@ -167,7 +212,7 @@ class MgpuApp(App):
         self.push_screen(HelpScreen())
 
     def action_quit_app(self) -> None:
-        if not self.controller.active:
+        if not self.busy:
             self.exit()
             return
 
@@ -175,6 +220,7 @@ class MgpuApp(App):
             if yes:
                 self._quitting = True
                 self.controller.request_stop()
+                self.comparing.request_stop()
                 self.notify("Stopping every rank, then quitting…")
 
         self.push_screen(ConfirmQuit(), answered)
@@ -182,6 +228,7 @@ class MgpuApp(App):
     def on_unmount(self) -> None:
         self.sampler.stop()
         self.controller.close()  # whatever happened, no rank outlives the app
+        self.comparing.close()
 
 
 def create_app(**kwargs) -> MgpuApp:

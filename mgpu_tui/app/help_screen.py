@@ -11,7 +11,8 @@ HELP = """\
   d   Dashboard: every GPU, the host, the run's rank processes
   t   Topology: which GPUs talk over NVLink, PCIe or across the CPU socket
   r   Run: start a mode, watch every rank, its logs and its throughput
-  s   stop the current run (every rank)
+  c   Compare: run several modes on the same model and batch, one table
+  s   stop the current run or comparison (every rank)
   ?   this help          q   quit (asks first while a run is going)
   Esc leave a text field, so that the keys above work again
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from textual.message import Message
 
 from mgpu_tui.engine.aggregate import RunStats
+from mgpu_tui.engine.compare import Comparison, Row
 from mgpu_tui.engine.telemetry import Snapshot
 
 
@@ -36,3 +37,21 @@ class RunEnded(Message):
     def __init__(self, summary: dict) -> None:
         super().__init__()
         self.summary = summary
+
+
+class CompareUpdated(Message):
+    """The rows so far, and (mode, step, steps) of each run going."""
+
+    def __init__(self, rows: list[Row], progress: list[tuple[str, int, int]]) -> None:
+        super().__init__()
+        self.rows = rows
+        self.progress = progress
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, CompareUpdated)
+
+
+class CompareEnded(Message):
+    def __init__(self, comparison: Comparison) -> None:
+        super().__init__()
+        self.comparison = comparison

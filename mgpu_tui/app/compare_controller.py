@@ -1,0 +1,73 @@
+"""Owns the app's comparison: one thread runs the modes and only posts messages.
+
+Like the RunController: only that thread touches the runs; a stop is a request
+it carries out; closing the app closes every run whatever its state.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from textual.app import App
+
+from mgpu_tui.app.messages import CompareEnded, CompareUpdated
+from mgpu_tui.engine import compare
+from mgpu_tui.engine.host import Host
+from mgpu_tui.engine.run import Run
+from mgpu_tui.engine.spec import LaunchSpec
+
+
+class CompareController:
+    def __init__(self, app: App, host: Host) -> None:
+        self.app = app
+        self.host = host
+        self.runner: compare.Runner | None = None
+        self._thread: threading.Thread | None = None
+        self._closed = threading.Event()
+
+    @property
+    def active(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, modes: Sequence[str], template: LaunchSpec) -> compare.Comparison:
+        """Check every mode's spec, then run them in a thread; raises SpecError before anything starts."""
+        if self.active:
+            raise RuntimeError("a comparison is already going")
+        comparison = compare.new_comparison(modes, template)
+        runner = compare.Runner(compare.compare_specs(modes, template), comparison, host=self.host,
+                                on_update=self._post_update)  # fmt: skip
+        runner.check()
+        self.runner = runner
+        self._thread = threading.Thread(target=self._work, args=(runner,), name="mgpu-compare", daemon=True)
+        self._thread.start()
+        return comparison
+
+    def _post_update(self, comparison: compare.Comparison, running: Sequence[Run]) -> None:
+        progress = [(r.resolved.mode.name, r.stats().steps, r.resolved.spec.steps) for r in running]
+        self.app.post_message(CompareUpdated(list(comparison.rows), progress))
+
+    def _work(self, runner: compare.Runner) -> None:
+        try:
+            runner.run()
+        finally:
+            if not self._closed.is_set():
+                self.app.post_message(CompareEnded(runner.comparison))
+
+    def request_stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+
+    def rank_processes(self) -> dict[int, tuple[int, str | None]]:
+        runner = self.runner
+        running = list(runner.running) if runner is not None else []
+        return running[0].rank_processes() if running else {}
+
+    def close(self) -> None:
+        """Stop every run and wait for the thread: nothing of it may outlive the app."""
+        self._closed.set()
+        self.request_stop()
+        if self._thread is not None:
+            self._thread.join(timeout=20)
+        if self.runner is not None:
+            self.runner.close()
