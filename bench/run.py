@@ -22,11 +22,16 @@ Entries:
   10 s, how long a key press takes to show, the app's memory, and whether every
   line reached the log files. Goals: first frame <= 0.6 s, idle <= 1% of a core,
   key p99 <= 100 ms, memory <= 250 MB, no line lost.
+- ``check``: ``mgpu-tui --check --level 1`` and the default level 2, end to end.
+  Goals: <= 3 s and <= 20 s on this 2-core machine.
+- ``compare``: ``compare ddp fsdp pipeline``'s wall time against the sum of its
+  runs' own durations (launch to exit). Goal: it adds <= 2%.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -313,18 +318,68 @@ def _bench_app(work: Path, rows: list, flood_seconds: float) -> str:
     return "the app in a 160x50 tmux terminal\n" + table(["what", "measured", "goal"], rows)
 
 
+# ---- check and compare ---------------------------------------------------------------
+
+
+def _timed(argv: list[str], env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env or _clean_env(), capture_output=True, text=True)
+    return time.perf_counter() - started, done
+
+
+def bench_check(repeats: int) -> str:
+    """``--check --level 1`` and the default level 2, end to end, as a user runs them."""
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for level, goal in (("1", 3.0), ("2", 20.0)):
+            times, counts = [], []
+            for _ in range(repeats):
+                seconds, done = _timed([CLI, "--check", "--level", level, "--json", "-", "--run-dir", work])
+                if done.returncode != 0:
+                    raise SystemExit(f"--check --level {level} exited {done.returncode}: "
+                                     f"{done.stderr[-500:]}")
+                times.append(seconds)
+                counts.append(len(json.loads(done.stdout)["checks"]))
+            rows.append([f"--check --level {level}", f"{statistics.median(times):.2f} s",
+                         f"{min(times):.2f}-{max(times):.2f} s", str(counts[0]), f"<= {goal:g} s"])
+    return (f"mgpu-tui --check, {repeats} runs each (median)\n"
+            + table(["command", "wall", "range", "checks", "goal"], rows))
+
+
+def bench_compare(repeats: int, steps: int) -> str:
+    """What compare adds to the runs it makes: its wall time minus the sum of the runs' own durations."""
+
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for i in range(repeats):
+            argv = [CLI, "compare", "ddp", "fsdp", "pipeline", "--nproc", "2", "--steps", str(steps),
+                    "--device", "cpu", "--json", "--run-dir", work]
+            seconds, done = _timed(argv)
+            if done.returncode != 0:
+                raise SystemExit(f"compare exited {done.returncode}: {done.stderr[-500:]}")
+            report = json.loads(done.stdout.strip().splitlines()[-1])
+            runs = sum(r["duration_s"] for r in report["rows"])
+            rows.append([str(i + 1), f"{seconds:.2f} s", f"{runs:.2f} s", f"{seconds - runs:.2f} s",
+                         f"{100 * (seconds - runs) / runs:.1f}%"])
+    return (f"compare ddp fsdp pipeline --nproc 2 --steps {steps} (CPU): wall vs the runs' own time; "
+            "goal <= 2%\n"
+            + table(["#", "compare wall", "sum of runs", "added", "added %"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "entries", nargs="*", choices=("overhead", "reporter", "help", "telemetry", "app", []), default=[]
+        "entries", nargs="*",
+        choices=("overhead", "reporter", "help", "telemetry", "app", "check", "compare", []),
+        default=[],
     )
     parser.add_argument("--pairs", type=int, default=3, help="overhead: bare/engine pairs (default 3)")
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
     args = parser.parse_args()
-    entries = args.entries or ["help", "reporter", "telemetry", "app", "overhead"]
+    entries = args.entries or ["help", "reporter", "telemetry", "app", "check", "compare", "overhead"]
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in entries:
         if entry == "overhead":
@@ -335,6 +390,10 @@ def main() -> None:
             print(bench_telemetry(200, 10.0), flush=True)
         elif entry == "app":
             print(bench_app(10.0), flush=True)
+        elif entry == "check":
+            print(bench_check(3), flush=True)
+        elif entry == "compare":
+            print(bench_compare(3, 30), flush=True)
         else:
             print(bench_help(20), flush=True)
         print(flush=True)

@@ -278,6 +278,10 @@ class Runner:
                         for spec, gpus in zip(specs, gpu_sets)]  # fmt: skip
         for run in self.running:
             run.start()
+        if len(self.running) == 1:
+            self._wait_one(self.running[0])
+            self.running = []
+            return
         pending = list(self.running)
         while pending:
             if self._stop.is_set():
@@ -292,6 +296,18 @@ class Runner:
             if pending:
                 self._stop.wait(0.2)
         self.running = []
+
+    def _wait_one(self, run: Run) -> None:
+        """One run: sleep on its exit (Run.wait), so the next starts the moment this one ends."""
+
+        def polled(run: Run) -> None:
+            if self._stop.is_set() and not run.state.finished:
+                run.stop()
+            self.on_update(self.comparison, [] if run.state.finished else [run])
+
+        run.wait(interval=0.5, on_poll=polled)
+        self.comparison.rows.append(row_from_run(run, gpu_count=self.host.gpu_count, gpu_name=self._gpu_name))
+        self.on_update(self.comparison, [])
 
     def close(self) -> None:
         for run in self.running:
