@@ -34,7 +34,7 @@ def main() -> None:
         reporter.hello(mode="ddp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                        config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank)
+            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             # This rank's slice of the global batch: rank r takes rows [r*b, (r+1)*b).
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)

@@ -33,7 +33,7 @@ def main() -> None:
         reporter.hello(mode="ddp_mp", device=f"{first},{last}", device_uuid=harness.device_uuid(first),
                        config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank)
+            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
             loss = harness.train_step(ddp_model, optimizer, scaler, x[mine].to(first), y[mine].to(last),

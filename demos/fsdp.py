@@ -59,7 +59,7 @@ def main() -> None:
         reporter.hello(mode="fsdp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                        config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank)
+            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
             loss = harness.train_step(model, optimizer, scaler, x[mine].to(d.device), y[mine].to(d.device),

@@ -16,6 +16,7 @@ import argparse
 import gc
 import os
 import resource
+import signal
 import sys
 import threading
 import time
@@ -33,6 +34,7 @@ from mgpu_tui.engine.placement import PlacementError, rank_devices, split_layers
 from mgpu_tui.engine.reporter import Reporter
 
 CLASSES = 10
+FAIL_KINDS = ("exception", "exit", "segv", "abort", "hang", "oom")
 
 
 def parse_args(
@@ -66,8 +68,9 @@ def parse_args(
     faults = parser.add_argument_group("fault injection (off unless asked for)")
     faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail at step K")
     faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
-    faults.add_argument("--fail-kind", choices=("exception", "hang"), default="exception",
-                        help="raise, or hang forever (to test the stall watch)")
+    faults.add_argument("--fail-kind", choices=FAIL_KINDS, default="exception",
+                        help="raise; exit 3; SIGSEGV; abort(); hang forever (the stall watch); "
+                        "oom: allocate until the allocator fails (CUDA), a MemoryError on the CPU")
     faults.add_argument("--log-rate", type=int, default=0, metavar="N",
                         help="also print N numbered lines a second, to test log handling")
     if mode_args is not None:
@@ -316,13 +319,40 @@ def start_log_flood(args: argparse.Namespace) -> None:
     threading.Thread(target=flood, name="log-flood", daemon=True).start()
 
 
-def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0) -> None:
-    """Raise at the step and rank asked for with --fail-at-step/--fail-rank, to test failure handling."""
-    if args.fail_at_step == step and args.fail_rank == rank:
-        if args.fail_kind == "hang":
-            while True:  # the other ranks will wait for this one in their next collective
-                time.sleep(1)
-        raise RuntimeError(f"injected failure at step {step} on rank {rank}")
+def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0,
+               device: torch.device | None = None) -> None:
+    """Fail at the step and rank asked for with --fail-at-step/--fail-rank, as --fail-kind says."""
+    if args.fail_at_step != step or args.fail_rank != rank:
+        return
+    kind = args.fail_kind
+    print(f"injecting a failure ({kind}) at step {step} on rank {rank}", file=sys.stderr, flush=True)
+    if kind == "hang":
+        while True:  # the other ranks will wait for this one in their next collective
+            time.sleep(1)
+    if kind == "exit":
+        os._exit(3)  # no traceback, no error file: as a library calling exit() would
+    if kind == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)  # the signal a crash in native code brings
+    if kind == "abort":
+        os.abort()  # SIGABRT, as a failed C++ assertion
+    if kind == "oom":
+        _run_out_of_memory(device or torch.device("cpu"))
+    raise RuntimeError(f"injected failure at step {step} on rank {rank}")
+
+
+def _run_out_of_memory(device: torch.device) -> None:
+    """On CUDA, allocate 1 GiB blocks until the allocator fails (torch.OutOfMemoryError).
+
+    On the CPU, running the host out of memory would bring the OOM killer down on
+    anything; a bounded stand-in raises MemoryError after 256 MiB instead.
+    """
+    held = []
+    if device.type == "cuda":
+        while True:
+            held.append(torch.empty(2**30, dtype=torch.uint8, device=device))
+    for _ in range(4):
+        held.append(torch.empty(2**26, dtype=torch.uint8))
+    raise MemoryError(f"injected out-of-memory on {device} after {len(held) * 64} MiB")
 
 
 def config(args: argparse.Namespace) -> dict:

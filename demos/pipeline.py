@@ -49,7 +49,7 @@ def main() -> None:
         reporter.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                        config={**harness.config(args), "layers": [mine.start, mine.stop]})
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank)
+            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             optimizer.zero_grad(set_to_none=True)
             losses = []

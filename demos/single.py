@@ -27,7 +27,7 @@ def train(args: argparse.Namespace, reporter: Reporter | None = None) -> torch.n
         reporter.hello(mode="single", device=str(device), device_uuid=harness.device_uuid(device),
                        config=harness.config(args))
     for step in range(1, args.steps + 1):
-        harness.maybe_fail(args, step)
+        harness.maybe_fail(args, step, device=device)
         x, y = task.batch(step, args.batch_size)
         loss = harness.train_step(model, optimizer, scaler, x.to(device), y.to(device), args, device)
         if reporter:

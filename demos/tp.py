@@ -36,7 +36,7 @@ def main() -> None:
         reporter.hello(mode="tp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                        config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank)
+            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)  # the same whole batch on every rank
             x, y = x.to(d.device), y.to(d.device)
             loss = harness.train_step(model, optimizer, scaler, x, y, args, d.device)

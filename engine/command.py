@@ -15,6 +15,7 @@ from mgpu_tui.engine.rundir import RunDir
 from mgpu_tui.engine.spec import ResolvedSpec
 
 RUN_ID_ENV = "MGPU_RUN_ID"
+SHUTDOWN_TIMEOUT_S = 5
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,10 @@ def build_command(
     changes[RUN_ID_ENV] = run_id
     # Logs go to files; unbuffered output reaches them as it is printed.
     changes["PYTHONUNBUFFERED"] = "1"
+    if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env:
+        # When a rank fails, torchrun sends the others SIGTERM and waits this long before
+        # SIGKILL (30 s by default): a rank stuck in a collective would hold the run that long.
+        changes["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(SHUTDOWN_TIMEOUT_S)
     if "OMP_NUM_THREADS" not in base_env:
         # Share the cores out, so ranks do not fight over them.
         changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.world_size))

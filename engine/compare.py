@@ -209,7 +209,10 @@ class Runner:
         self._stop = threading.Event()
         self._gpu_name = None
         if host.has_cuda and nvml.status().ok:
-            self._gpu_name = nvml.identity(0).name
+            try:
+                self._gpu_name = nvml.identity(0).name  # for MFU; without it MFU is n/a
+            except (nvml.NvmlCallFailed, nvml.GpuLost):
+                self._gpu_name = None
 
     def check(self) -> None:
         """Refuse, before anything runs, a spec that cannot run here (SpecError: exit 2)."""

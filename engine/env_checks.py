@@ -41,6 +41,7 @@ class Environment:
     open_files: tuple[int, int]  # soft, hard
     pynvml_distribution: str | None  # the deprecated "pynvml" package's version, if installed
     topology: topology.Topology | None
+    topology_error: str | None = None  # NVML answered, then failed while reading the topology
 
 
 def start_torch_probe(python: str = sys.executable) -> subprocess.Popen:
@@ -87,7 +88,11 @@ def gather(environ: Mapping[str, str] | None = None, python: str = sys.executabl
         visible = 0
         if status.ok:
             visible = host_module.visible_gpu_count(status.device_count, environ.get("CUDA_VISIBLE_DEVICES"))
-        topo = topology.from_nvml() if status.ok and status.device_count else None
+        try:
+            topo = topology.from_nvml() if status.ok and status.device_count else None
+            topo_error = None
+        except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
+            topo, topo_error = None, str(exc)
     finally:
         torch_info = finish_torch_probe(child)
     return Environment(
@@ -103,6 +108,7 @@ def gather(environ: Mapping[str, str] | None = None, python: str = sys.executabl
         open_files=resource.getrlimit(resource.RLIMIT_NOFILE),
         pynvml_distribution=_distribution_version("pynvml"),
         topology=topo,
+        topology_error=topo_error,
     )
 
 
@@ -206,6 +212,8 @@ def check_pynvml_package(env: Environment) -> CheckResult:
 
 
 def check_topology(env: Environment) -> CheckResult:
+    if env.topology_error:
+        return _r("topology", Status.FAIL, f"NVML failed while reading the topology: {env.topology_error}")
     if env.topology is None:
         return _r("topology", Status.SKIP, topology.describe(None, env.nvml.detail).rstrip("."))
     return _r("topology", Status.PASS, topology.describe(env.topology).rstrip("."),

@@ -43,6 +43,10 @@ class GpuLost(RuntimeError):
     """The GPU stopped answering (fell off the bus, or was reset)."""
 
 
+class NvmlCallFailed(RuntimeError):
+    """NVML refused a call for a reason other than "not supported": a broken driver, say."""
+
+
 _lock = threading.Lock()
 _status: NvmlStatus | None = None
 _lib: ModuleType | None = None  # pynvml, or a stand-in that behaves like it (tests, benches)
@@ -118,19 +122,19 @@ def _handle(index: int):
 
 
 def _call(fn, *args, required: bool = False):
-    """Call an NVML function: NotSupported (and friends) -> None; a lost GPU -> GpuLost."""
+    """Call an NVML function: NotSupported (and friends) -> None; a lost GPU -> GpuLost;
+    any other NVML error -> NvmlCallFailed, which names the call."""
     n = lib()
     try:
         return fn(*args)
     except n.NVMLError_GpuIsLost as exc:
         raise GpuLost(str(exc)) from None
     except n.NVMLError as exc:
-        if required:
-            raise
         unsupported = (n.NVMLError_NotSupported, n.NVMLError_NoPermission, n.NVMLError_NotFound)
-        if isinstance(exc, unsupported) or isinstance(exc, getattr(n, "NVMLError_FunctionNotFound", ())):
+        if not required and (isinstance(exc, unsupported)
+                             or isinstance(exc, getattr(n, "NVMLError_FunctionNotFound", ()))):  # fmt: skip
             return None
-        raise
+        raise NvmlCallFailed(f"{getattr(fn, '__name__', 'an NVML call')} failed: {exc}") from None
 
 
 # ---- identity ----------------------------------------------------------------------

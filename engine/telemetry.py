@@ -32,9 +32,10 @@ class GpuSample:
     uuid: str
     name: str
     lost: bool
-    readings: nvml.Readings | None  # None when lost
+    readings: nvml.Readings | None  # None when lost or when NVML failed
     nvlink_tx_bps: float | None  # from the cumulative counters: delta / delta t
     nvlink_rx_bps: float | None
+    error: str | None = None  # NVML refused to answer (a broken driver): what it said
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,10 @@ class Sampler:
         except nvml.GpuLost:
             uuid = ident.uuid if ident else f"index {index}"
             return GpuSample(index, uuid, ident.name if ident else "unknown", True, None, None, None)
+        except nvml.NvmlCallFailed as exc:
+            uuid = ident.uuid if ident else f"index {index}"
+            name = ident.name if ident else "unknown"
+            return GpuSample(index, uuid, name, False, None, None, None, error=str(exc))
         prev = self._nvlink_prev.get(ident.uuid)
         self._nvlink_prev[ident.uuid] = (now, r.nvlink_tx_bytes, r.nvlink_rx_bytes)
         tx_rate = rx_rate = None

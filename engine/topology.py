@@ -170,6 +170,8 @@ def parse_topo_text(text: str) -> Topology:
     devices = [c for c in header if c not in _AFFINITY_COLUMNS]
     extras = [c for c in header if c in _AFFINITY_COLUMNS]
     gpu_names = [d for d in devices if _GPU.match(d)]
+    if not gpu_names:
+        raise TopologyParseError("no GPU columns (GPU0, GPU1, ...): this is not `nvidia-smi topo -m` output")
     if [int(_GPU.match(g).group(1)) for g in gpu_names] != list(range(len(gpu_names))):
         raise TopologyParseError("the GPU columns are not GPU0, GPU1, ... in order")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from mgpu_tui.cli_errors import UsageError
@@ -36,7 +37,11 @@ def _load(args: argparse.Namespace) -> tuple[Topology | None, str]:
 
 
 def topo_command(args: argparse.Namespace) -> int:
-    topology, reason = _load(args)
+    try:
+        topology, reason = _load(args)
+    except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
+        print(f"mgpu-tui: NVML answered, then failed while reading the topology ({exc}).", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
     if args.json:
         if topology is None:
             print(json.dumps({"gpus": [], "matrix": [], "reason": reason, "reading": describe(None, reason)}))

@@ -98,8 +98,11 @@ class MgpuApp(App):
 
     def load_topology(self) -> None:
         def work() -> None:
-            topology: Topology | None = from_nvml()
-            reason = "" if topology is not None else nvml.status().detail
+            try:
+                topology: Topology | None = from_nvml()
+                reason = "" if topology is not None else nvml.status().detail
+            except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
+                topology, reason = None, f"NVML failed while reading it ({exc})"
             self.call_from_thread(self.query_one(TopologyView).show, topology, reason)
 
         self.run_worker(work, thread=True, exclusive=True, group="topology")

@@ -23,6 +23,10 @@ class GpuCard(TextPanel):
             self.update(Text.assemble(head, "  ", ("lost: the GPU stopped answering", "bold red"), "\n  ",
                                       (gpu.uuid, "dim")))
             return
+        if gpu.error:
+            self.update(Text.assemble(head, "  ", (f"NVML error: {gpu.error}", "bold red"), "\n  ",
+                                      (gpu.uuid, "dim")))
+            return
         r = gpu.readings
         mem_fraction = None
         if r.memory_used is not None and r.memory_total:

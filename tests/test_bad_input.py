@@ -1,0 +1,174 @@
+"""Bad input, table-driven: each case is one clear sentence and its documented exit code, never a traceback.
+
+The cases run `mgpu_tui.cli.main` in this process (an exception escaping it
+fails the test as surely as a traceback on a terminal would), against the real
+engine: nothing is launched because every case is refused first.
+"""
+
+import types
+
+import pynvml
+import pytest
+
+from mgpu_tui.cli import main
+from mgpu_tui.engine import nvml
+from mgpu_tui.engine.events import MAX_LINE_BYTES, MalformedEvent, parse_line
+
+USAGE, FAILED = 2, 1
+
+
+@pytest.fixture
+def files(tmp_path):
+    (tmp_path / "not-topology.txt").write_text("GPU0 is fine\nthis is not a matrix\n")
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+CASES = [
+    # run: numbers of the wrong type or range
+    (["run", "ddp", "--nproc", "zero"], "--nproc: must be a whole number, got 'zero'"),
+    (["run", "ddp", "--nproc", "0"], "--nproc: must be at least 1, got 0"),
+    (["run", "ddp", "--nproc", "-1"], "--nproc: must be at least 1, got -1"),
+    (["run", "ddp", "--steps", "1.5"], "--steps: must be a whole number, got '1.5'"),
+    (["run", "ddp", "--steps", "0"], "--steps: must be at least 1"),
+    (["run", "ddp", "--batch-size", "lots"], "--batch-size: must be a whole number"),
+    (["run", "ddp", "--accum", "0"], "--accum: must be at least 1"),
+    (["run", "ddp", "--lr", "fast"], "--lr: must be a number, got 'fast'"),
+    (["run", "ddp", "--stall-timeout", "-1"], "--stall-timeout: must not be negative"),
+    (["run", "ddp", "--master-port", "70000"], "--master-port must be between 1 and 65535"),
+    # run: choices, modes, flags
+    (["run", "ddp", "--device", "tpu"], "--device: invalid choice: 'tpu'"),
+    (["run", "ddp", "--device", "cuda"], "--device cuda needs an NVIDIA GPU"),
+    (["run", "ddp", "--on-stall", "maybe"], "--on-stall: invalid choice: 'maybe'"),
+    (["run", "nosuchmode"], "unknown mode 'nosuchmode'"),
+    (["run"], "give a MODE, --script PATH or --module NAME"),
+    (["run", "ddp", "--bogus"], "unknown option(s): --bogus"),
+    (["run", "ddp", "--schedule", "1f1b"], "--schedule applies to mode pipeline only"),
+    (["run", "single", "--nproc", "2"], "runs as one process"),
+    (["run", "rpc", "--nproc", "1", "--device", "cpu"], "needs at least 2 ranks"),
+    (["run", "ddp", "--nproc", "3", "--device", "cpu"], "does not split evenly over 3 ranks"),
+    (["run", "pipeline", "--microbatches", "5", "--device", "cpu"], "does not split into 1 x 5"),
+    (["run", "mp", "--stages", "9", "--device", "cpu"], "9 stages is more than the model's 5 layers"),
+    (["run", "ddp", "--json", "--tui"], "--json and --tui do not go together"),
+    # run: several nodes
+    (["run", "ddp", "--nnodes", "2"], "several nodes need --rdzv-endpoint HOST:PORT"),
+    (["run", "ddp", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:29400"],
+     "--node-rank must be"),
+    (["run", "ddp", "--nnodes", "2", "--rdzv-endpoint", "nohost"], "--rdzv-endpoint must be HOST:PORT"),
+    # run: scripts and paths
+    (["run", "--script", "/nonexistent.py"], "no such script: /nonexistent.py"),
+    (["run", "--script", "{dir}/a-folder"], "no such script"),
+    (["run", "--script", "{dir}/train.py", "--module", "x"], "exactly one of them"),
+    (["run", "--module", "not a module"], "is not a Python module name"),
+    (["run", "--script", "{dir}/train.py", "--verify"], "--verify are for the modes"),
+    (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/a-file/runs"], "cannot create a run directory"),
+    (["run", "ddp", "--device", "cpu", "--run-dir", "/proc/mgpu-runs"], "cannot create a run directory"),
+    # other commands
+    (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
+    (["list", "--json", "--", "x"], "arguments after -- are only for `mgpu-tui run`"),
+    (["topo", "--from-file", "/nonexistent"], "cannot read /nonexistent"),
+    (["topo", "--from-file", "{dir}/not-topology.txt"], "not-topology.txt: "),
+    (["topo", "--from-file", "{dir}/a-folder"], "cannot read"),
+    (["compare", "ddp", "nosuchmode"], "unknown mode 'nosuchmode'"),
+    (["compare", "ddp", "ddp"], "a mode is named twice"),
+    (["compare", "ddp", "--out", "{dir}/r.txt"], "--out must end in .json, .md or .csv"),
+    (["compare", "ddp", "--out", "{dir}/a-folder"], "--out must end in"),
+    (["compare", "ddp", "--steps", "0"], "--steps: must be at least 1"),
+    (["scale", "ddp", "--nproc", "1,x"], "--nproc: must be whole numbers separated by commas"),
+    (["scale", "single", "--nproc", "1,2"], "runs as one process"),
+    (["scale", "ddp"], "the following arguments are required: --nproc"),
+    (["--check", "--level", "x"], "--level: must be a whole number, got 'x'"),
+    (["--check", "--level", "9"], "--level must be 1, 2 or 3, got 9"),
+    (["--check", "--junit", "-"], "--junit needs a file name"),
+    (["--check", "--json", "{dir}/a-folder"], "is a folder; give a file name"),
+    (["--check", "--modes", "ddp,nope"], "unknown mode 'nope'"),
+]
+
+
+@pytest.mark.parametrize("argv, sentence", CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_arguments_are_one_sentence_and_exit_2(argv, sentence, files, capsys, monkeypatch):
+    monkeypatch.chdir(files)
+    code = main([a.replace("{dir}", str(files)) for a in argv])
+    err = capsys.readouterr().err
+    assert code == USAGE, err
+    assert sentence in err and "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err  # one sentence, on one line
+    assert not (files / "runs").exists()  # nothing was started
+
+
+# ---- event lines a rank (or anything else) wrote -------------------------------------------
+
+EVENT_LINES = [
+    (b'{"v":1,"kind":"step","rank":0,"t":1.0,"step":', "not JSON"),  # truncated
+    (b"\x00\xff\xfe binary \x89PNG", "not JSON"),
+    (b"[1, 2, 3]", "not a JSON object"),
+    (b'{"v":99,"kind":"step"}', "unsupported schema version"),
+    (b'{"v":1,"kind":"step","rank":"zero","t":1.0,"step":1}', "field 'rank'"),
+    (b"x" * (MAX_LINE_BYTES + 1), "line too long"),
+]
+
+
+@pytest.mark.parametrize("line, reason", EVENT_LINES, ids=["truncated", "binary", "array", "version",
+                                                            "wrong type", "huge"])
+def test_event_lines_that_are_not_events_are_refused_by_name(line, reason):
+    with pytest.raises(MalformedEvent, match=reason):
+        parse_line(line)
+
+
+# ---- NVML raising on every call --------------------------------------------------------------
+
+
+def nvml_failing_every_call() -> types.ModuleType:
+    """pynvml as a broken driver presents it: init works, then every call raises NVMLError (Unknown)."""
+    fake = types.ModuleType("pynvml")
+    for name in dir(pynvml):
+        if name.startswith(("NVMLError", "NVML_")):
+            setattr(fake, name, getattr(pynvml, name))
+
+    def fail(*args, **kwargs):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_UNKNOWN)
+
+    for name in dir(pynvml):
+        if name.startswith("nvml"):
+            setattr(fake, name, fail)
+    fake.nvmlInit = lambda: None
+    fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    return fake
+
+
+@pytest.fixture
+def broken_nvml():
+    nvml.use_library(nvml_failing_every_call())
+    yield
+    nvml.use_library(None)
+
+
+@pytest.mark.parametrize("argv", [["topo"], ["topo", "--json"], ["list"]])
+def test_nvml_raising_on_every_call_is_a_sentence(argv, broken_nvml, capsys):
+    code = main(argv)
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err + captured.out
+    assert code in (0, 3), captured.err
+    if argv[0] == "topo":
+        assert "NVML" in captured.out + captured.err
+
+
+def test_the_sampler_goes_on_when_nvml_raises_on_every_call(broken_nvml):
+    from mgpu_tui.engine.telemetry import Sampler
+
+    snapshot = Sampler(interval=1.0).sample()
+    assert snapshot.host is not None  # the host is still shown
+    assert len(snapshot.gpus) == 2 and all("failed: Unknown Error" in g.error for g in snapshot.gpus)
+    assert not any(g.lost for g in snapshot.gpus)
+
+
+def test_the_environment_check_fails_the_topology_by_name(broken_nvml):
+    from mgpu_tui.engine import env_checks
+
+    results = {r.name: r for r in env_checks.level_one(env_checks.gather())}
+    assert results["nvml"].status.value == "pass"  # init and the count work
+    assert results["topology"].status.value == "fail" and "Unknown Error" in results["topology"].detail
