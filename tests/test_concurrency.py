@@ -31,7 +31,7 @@ def listening(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
 
 def test_two_runs_at_once_never_collide_and_their_ranks_listen_on_loopback(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b"]
-    argv = [*CLI, "run", "ddp", "--nproc", "2", "--steps", "150", "--device", "cpu", "--json"]
+    argv = [*CLI, "run", "ddp", "--nproc", "2", "--steps", "60", "--device", "cpu", "--json"]
     procs = [subprocess.Popen([*argv, "--run-dir", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for root in roots]  # fmt: skip
     sockets: list[set] = [set(), set()]

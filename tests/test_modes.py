@@ -14,9 +14,8 @@ import pytest
 
 from conftest import live_processes_of, only_run_dir, run_cli
 
-ONE_PROCESS = [["single"], ["hybrid"]]
-TWO_RANKS = [["ddp"], ["pipeline", "--schedule", "1f1b"], ["rpc"], ["tp"], ["ddp", "--amp"],
-             ["fsdp", "--accum", "2"]]
+ONE_PROCESS = [["single"]]
+TWO_RANKS = [["ddp"], ["pipeline", "--schedule", "1f1b"], ["rpc"], ["ddp", "--amp"], ["fsdp", "--accum", "2"]]
 DEGENERATE_ON_CPU = {"dp", "mp", "hybrid", "ddp_mp"}
 
 
