@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.lazy import Lazy
 from textual.widgets import Footer, Header, TabbedContent, TabPane
 
 from mgpu_tui.app.compare_controller import CompareController
@@ -79,7 +80,8 @@ class MgpuApp(App):
             with TabPane("Run", id="run"):
                 yield RunView(self.host, id="run-view")
             with TabPane("Compare", id="compare"):
-                yield CompareView(self.host, id="compare-view")
+                # Built after the first frame: a tab nobody has opened yet must not delay it.
+                yield Lazy(CompareView(self.host, id="compare-view"))
         yield Footer()
 
     def on_mount(self) -> None:
