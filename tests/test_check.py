@@ -8,6 +8,9 @@ reading of broken machines (an NVML stand-in where a GPU is needed).
 
 import json
 import os
+import signal
+import subprocess
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
@@ -15,7 +18,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import live_processes_of, run_cli
+from conftest import CLI, live_processes_of, run_cli
 from mgpu_tui.engine import env_checks, nvml
 from mgpu_tui.engine.checks import Status
 from mgpu_tui.engine.topology import parse_topo_text
@@ -228,3 +231,19 @@ def test_an_8_gpu_nvswitch_box_with_a_cpu_torch(here):
     limited = statuses(replace(env, environ={"CUDA_VISIBLE_DEVICES": "0,1"}, visible_gpus=2), require_gpus=4)
     count = limited["gpu_count"]
     assert count.status is Status.FAIL and "CUDA_VISIBLE_DEVICES 0,1" in count.detail
+
+
+def test_ctrl_c_stops_every_rank_exits_130_and_keeps_what_ran(tmp_path):
+    runs = tmp_path / "runs"
+    proc = subprocess.Popen([*CLI, "--check", "--json", str(tmp_path / "r.json"), "--run-dir", str(runs)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not list(runs.glob("*-check/*-ranks/checks/rank0.jsonl")) and time.monotonic() < deadline:
+        time.sleep(0.1)  # until the ranks are at work
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted; every rank was stopped" in err and "Traceback" not in err
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["interrupted"] and not report["passed"] and report["checks"][0]["name"] == "python"
+    no_rank_left(Path(report["run_dir"]))
