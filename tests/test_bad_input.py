@@ -5,11 +5,15 @@ fails the test as surely as a traceback on a terminal would), against the real
 engine: nothing is launched because every case is refused first.
 """
 
+import json
+import subprocess
+import time
 import types
 
 import pynvml
 import pytest
 
+from conftest import CLI, live_processes_of
 from mgpu_tui.cli import main
 from mgpu_tui.engine import nvml
 from mgpu_tui.engine.events import MAX_LINE_BYTES, MalformedEvent, parse_line
@@ -172,3 +176,21 @@ def test_the_environment_check_fails_the_topology_by_name(broken_nvml):
     results = {r.name: r for r in env_checks.level_one(env_checks.gather())}
     assert results["nvml"].status.value == "pass"  # init and the count work
     assert results["topology"].status.value == "fail" and "Unknown Error" in results["topology"].detail
+
+
+def test_event_files_deleted_mid_run_end_in_a_sentence_not_a_traceback(tmp_path):
+    proc = subprocess.Popen([*CLI, "run", "single", "--steps", "600", "--device", "cpu", "--json",
+                             "--run-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        events = list(tmp_path.glob("*/events/rank0.jsonl"))
+        if events and events[0].stat().st_size > 2000:
+            events[0].unlink()  # mid-run: the rank goes on writing to the unlinked file
+            break
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=120)
+    assert "Traceback" not in err, err
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert proc.returncode == 0 and summary["status"] == "ok"
+    assert live_processes_of(events[0].parent.parent) == []

@@ -105,3 +105,21 @@ def test_bad_input_is_refused_before_anything_runs(tmp_path):
     result = run_cli("scale", "ddp", "--nproc", "1,x", "--run-dir", str(tmp_path / "runs"))
     assert result.returncode == 2 and "must be whole numbers separated by commas" in result.stderr
     assert "Traceback" not in result.stderr and not (tmp_path / "runs").exists()
+
+
+def test_parallel_gives_each_mode_its_own_gpus_on_an_8_gpu_box():
+    """--parallel on a multi-GPU box, as a pure computation: disjoint GPU sets, mapped through
+    the user's own CUDA_VISIBLE_DEVICES, and a refusal when the modes need more GPUs than there are."""
+    host = host_module.Host(cpu_count=64, gpu_count=8, gpu_note="8 GPU(s)", torch_available=True)
+    template = LaunchSpec(mode="ddp", nproc=2, device="cuda")
+    specs = compare.compare_specs(["ddp", "ddp_mp", "single"], template)
+    runner = compare.Runner(specs, compare.new_comparison(["ddp", "ddp_mp", "single"], template, True),
+                            host=host, environ={"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"})
+    sets = runner._gpu_sets()
+    assert sets == [[0, 1], [2, 3, 4, 5], [6]]  # ddp: 2 ranks; ddp_mp: 2 ranks x 2 GPUs; single: 1
+    assert [runner._environ_for(s)["CUDA_VISIBLE_DEVICES"] for s in sets] == ["7,6", "5,4,3,2", "1"]
+    assert runner._host_for(sets[1]).gpu_count == 4
+    too_many = compare.compare_specs(["ddp_mp", "ddp_mp", "ddp"], template)
+    crowded = compare.Runner(too_many, compare.new_comparison(["a"], template, True), host=host, environ={})
+    with pytest.raises(compare.SpecError, match="--parallel needs 10 GPUs"):
+        crowded.check()
