@@ -349,9 +349,10 @@ class Run:
 
     def _read_files(self) -> None:
         for rank, path in self.run_dir.event_files().items():
-            tail = self._event_tails.get(rank)
-            if tail is None:
-                tail = self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
+            if rank not in self._event_tails:
+                self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
+        # Every known file, listed or not: one deleted mid-run is still followed by its descriptor.
+        for tail in self._event_tails.values():
             before = tail.dropped_long_lines
             for line in tail.read_lines():
                 try:
@@ -363,6 +364,8 @@ class Run:
             for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
                 tail = self._log_tails.get((local, stream))
                 if tail is None or tail.path != path:  # a new attempt has new files
+                    if tail is not None:
+                        tail.close()
                     tail = self._log_tails[(local, stream)] = FileTail(path, max_line=64 * 1024)
                 lines = [line.decode("utf-8", "replace") for line in tail.read_lines()]
                 if lines:
@@ -460,6 +463,8 @@ class Run:
         )
         summary["stall"] = self.stall
         self.run_dir.write_json(self.run_dir.summary_path, summary)
+        for tail in [*self._event_tails.values(), *self._log_tails.values()]:
+            tail.close()
         if self._pidfd is not None and self._pidfd >= 0:
             os.close(self._pidfd)
             self._pidfd = -1

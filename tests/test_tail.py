@@ -78,3 +78,18 @@ def test_a_run_directory_is_readable_by_its_owner_only(tmp_path):
     assert run.path.stat().st_mode & 0o777 == 0o700
     shared = RunDir.create(tmp_path / "runs", "ddp", node=1, shared="job")
     assert shared.path.stat().st_mode & 0o777 == 0o700 and shared.spec_path.name == "spec-node1.json"
+
+
+def test_a_deleted_file_is_followed_by_its_descriptor_and_a_replaced_one_is_switched_to(tmp_path):
+    path = tmp_path / "events.jsonl"
+    writer = open(path, "ab", buffering=0)
+    writer.write(b"one\n")
+    tail = FileTail(path)
+    assert tail.read_lines() == [b"one"]
+    path.unlink()  # the writer goes on writing to the unlinked file
+    writer.write(b"two\n")
+    assert tail.read_lines() == [b"two"]
+    path.write_bytes(b"new\n")  # a new file at the path: followed once the old one is read out
+    assert tail.read_lines() == [b"new"]
+    writer.close()
+    tail.close()
