@@ -85,14 +85,14 @@ def test_scale_of_ddp_over_one_and_two_ranks(tmp_path):
 def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):
     # Two modes at once (--parallel on the CPU), the second made to raise at step 3 on rank 1.
     template = LaunchSpec(mode="ddp", nproc=2, steps=8, device="cpu", run_root=tmp_path)
-    ok, failing = compare.compare_specs(["ddp", "tp"], template)
+    ok, failing = compare.compare_specs(["single", "tp"], template)
     failing = compare.dataclasses.replace(failing, demo_args=("--fail-at-step", "3", "--fail-rank", "1"))
-    comparison = compare.new_comparison(["ddp", "tp"], template, parallel=True)
+    comparison = compare.new_comparison(["single", "tp"], template, parallel=True)
     runner = compare.Runner([ok, failing], comparison, host=host_module.probe())
     runner.check()
     runner.run()
     rows = {r.mode: r for r in comparison.rows}
-    assert rows["ddp"].status == "ok" and rows["ddp"].samples_per_s > 0
+    assert rows["single"].status == "ok" and rows["single"].samples_per_s > 0
     assert rows["tp"].status == "failed"
     assert rows["tp"].root_cause == "rank 1: RuntimeError: injected failure at step 3 on rank 1"
     assert comparison.failed and comparison.to_json()["note"] == compare.PARALLEL_NOTE

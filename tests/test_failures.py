@@ -37,7 +37,7 @@ def test_a_rank_that_raises_is_the_root_cause(runs_root):
 @pytest.mark.parametrize(
     "mode, kind, expect",
     [
-        ("ddp", "segv", {"rank": 1, "signal": "SIGSEGV"}),
+        ("ddp", "segv", {"rank": 1, "signal": "SIGSEGV"}),  # torchrun's report of a signal
         ("single", "abort", {"rank": 0, "signal": "SIGABRT"}),
         ("single", "exit", {"rank": 0, "exit_code": 3}),
         ("single", "oom", {"rank": 0, "message": "MemoryError: injected out-of-memory on cpu after 256 MiB"}),

@@ -3,9 +3,10 @@
 Each case must exit 0 with status ok and verify.ok, and leave nothing running.
 float32 runs must match within 1e-5, AMP runs (bf16 on the CPU) within 2e-3
 (see demos/verify.py). These cases cover each launch path (one process, torchrun
-with gloo, rpc) and each training variant (AMP, accumulation, 1F1B); every one of
-the ten modes is verified in tests/test_check.py, where `--check --level 3` runs
-them all in one launch (a launch costs seconds here, and the suite has five minutes).
+with gloo) and the training variants the check does not (AMP, accumulation, 1F1B);
+every one of the ten modes is verified in tests/test_check.py, where `--check
+--level 3` runs them all in one launch (a launch costs seconds here, and the
+suite has five minutes).
 """
 
 import json
@@ -15,7 +16,7 @@ import pytest
 from conftest import live_processes_of, only_run_dir, run_cli
 
 ONE_PROCESS = [["single"]]
-TWO_RANKS = [["ddp"], ["pipeline", "--schedule", "1f1b"], ["rpc"], ["ddp", "--amp"], ["fsdp", "--accum", "2"]]
+TWO_RANKS = [["pipeline", "--schedule", "1f1b"], ["ddp", "--amp"], ["fsdp", "--accum", "2"]]
 DEGENERATE_ON_CPU = {"dp", "mp", "hybrid", "ddp_mp"}
 
 
