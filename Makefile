@@ -13,7 +13,7 @@ run: install
 # Two workers: most of a test's time is processes starting (torchrun, torch imports),
 # so two overlap well even on two cores. Tests that compare speeds run alone, after.
 test: install
-	$(BIN)/python -m pytest -n 2 -m "not serial"
+	$(BIN)/python -m pytest -n 2 -m "not serial" --durations=12
 	$(BIN)/python -m pytest -m serial
 
 install: $(VENV)/.installed
