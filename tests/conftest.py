@@ -13,6 +13,10 @@ import pytest
 
 CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
 
+# make test runs two workers on two cores: one OpenMP thread per process, as torchrun gives
+# each rank, so that idle OpenMP threads do not spin against the other worker's ranks.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:
     """Run mgpu-tui; ``env`` (default: this process's) goes without torchrun's PET_* variables."""

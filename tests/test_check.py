@@ -64,9 +64,11 @@ def test_level_one_reads_the_environment_and_starts_no_rank(tmp_path):
 
 
 def test_level_two_passes_here_with_json_and_junit(tmp_path):
+    # Two modes: every mode's smoke run is in the level-3 test, and .ci/run runs the whole of
+    # level 2 (`mgpu-tui --check`) after the tests, where it must exit 0 too.
     runs = tmp_path / "runs"
     result = check("--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
-                   "--run-dir", str(runs))
+                   "--modes", "single,ddp", "--run-dir", str(runs))
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     jsonschema.validate(report, SCHEMA)
@@ -78,10 +80,11 @@ def test_level_two_passes_here_with_json_and_junit(tmp_path):
     # nccl-tests' definitions, with n = 2: busbw = algbw x 2(n-1)/n = algbw.
     assert bandwidth["algbw_GBps"] == pytest.approx(bandwidth["size_bytes"] / bandwidth["time_us"] / 1e3)
     assert bandwidth["busbw_GBps"] == pytest.approx(bandwidth["algbw_GBps"])
-    for mode in MODES:
+    for mode in ("single", "ddp"):
         smoke = checks[f"smoke:{mode}"]
         assert smoke["status"] == "pass", smoke
         assert smoke["metrics"]["final_loss"] < smoke["metrics"]["first_loss"]
+    assert "smoke:fsdp" not in checks  # --modes narrows the smoke runs
     # The table: one row per check, then the counts.
     assert "PASS  collective:all_reduce" in result.stdout
     assert f"{len(checks)} checks: " in result.stdout.splitlines()[-1]
