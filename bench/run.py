@@ -41,8 +41,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.console import table as console_table
-from mgpu_tui.engine.aggregate import Aggregator
-from mgpu_tui.engine.events import parse_line
+from mgpu_tui.engine.aggregate import read_events
 
 CLI = str(Path(sys.executable).with_name("mgpu-tui"))
 
@@ -52,14 +51,6 @@ def table(headers, rows) -> str:
 
 
 # ---- overhead ---------------------------------------------------------------------
-
-
-def _events_stats(run_dir: Path):
-    agg = Aggregator()
-    for path in sorted((run_dir / "events").glob("rank*.jsonl")):
-        for line in path.read_bytes().splitlines():
-            agg.add(parse_line(line))
-    return agg.stats()
 
 
 def _clean_env() -> dict:
@@ -88,7 +79,7 @@ def _engine(work: Path, demo_flags: list[str], nproc: int) -> dict:
 
 
 def _measure(run_dir: Path, started: float, ended: float) -> dict:
-    stats = _events_stats(run_dir)
+    stats = read_events(run_dir).stats()
     return {
         "wall": ended - started,
         "first_step": stats.first_step_t - started,

@@ -24,8 +24,9 @@ from __future__ import annotations
 import statistics
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from mgpu_tui.engine.events import Done, Error, Event, Hello, Step
+from mgpu_tui.engine.events import Done, Error, Event, Hello, MalformedEvent, Step, parse_line
 
 
 def warmup_steps(n: int) -> int:
@@ -214,3 +215,16 @@ class Aggregator:
         if weight:
             return weighted / weight
         return statistics.fmean(plain) if plain else None
+
+
+def read_events(run_dir: Path) -> Aggregator:
+    """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped."""
+    aggregator = Aggregator()
+    for path in sorted((run_dir / "events").glob("rank*.jsonl")):
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    aggregator.add(parse_line(line))
+                except MalformedEvent:
+                    continue
+    return aggregator

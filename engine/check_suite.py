@@ -24,15 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgpu_tui.engine import host as host_module
-from mgpu_tui.engine.aggregate import Aggregator
+from mgpu_tui.engine.aggregate import read_events
 from mgpu_tui.engine.checks import CheckReport, CheckResult, Status
 from mgpu_tui.engine.env_checks import Environment, gather, level_one
-from mgpu_tui.engine.events import MalformedEvent, parse_line
 from mgpu_tui.engine.modes import MODES, availability
 from mgpu_tui.engine.placement import gpus_needed
 from mgpu_tui.engine.run import Run, RunState
 from mgpu_tui.engine.rundir import RunDir
 from mgpu_tui.engine.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.tail import FileTail
 
 LEVELS = (1, 2, 3)
 RANK_MODULE = "mgpu_tui.engine.rank_checks"
@@ -232,16 +232,15 @@ class CheckSuite:
                           run_root=self._check_dir.path, demo_args=args)  # fmt: skip
         self._run = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)
         outcome = _LaunchOutcome(run_dir=run.run_dir)
-        results = run.run_dir.path / "checks" / "rank0.jsonl"
-        seen = 0
-        current: str | None = None
+        results = FileTail(run.run_dir.path / "checks" / "rank0.jsonl")
+        current: str | None = None  # the task rank 0 started last
         deadline = time.monotonic() + START_BUDGET_S + _budget(tasks[0])
         self.on_progress(f"starting {nproc} rank(s) on {device} for {len(tasks)} check(s)")
         run.start()
+
         def take_new_records() -> None:
-            nonlocal seen, current, deadline
-            records = _read_records(results)
-            for record in records[seen:]:
+            nonlocal current, deadline
+            for record in _records(results.read_lines()):
                 if record.get("state") == "started":
                     current = record["task"]
                     outcome.started_any = True
@@ -252,7 +251,6 @@ class CheckSuite:
                 elif record.get("state") == "finished":
                     outcome.finished[record["task"]] = record
                     self._add(self._judge(record["task"], record, device))
-            seen = len(records)
 
         try:
             while not run.poll().finished:
@@ -267,7 +265,7 @@ class CheckSuite:
         finally:
             run.close()
         take_new_records()
-        started = [r["task"] for r in _read_records(results) if r.get("state") == "started"]
+        results.close()
         if outcome.failed is not None or run.state is RunState.OK:
             return outcome
         # The launch died: the first failure any rank wrote wins; else the task in progress.
@@ -277,7 +275,8 @@ class CheckSuite:
             first = min(failures, key=lambda r: r.get("t", math.inf))
             outcome.failed, outcome.failure = first["task"], first["detail"]
         else:
-            outcome.failed = next((t for t in reversed(started) if t not in outcome.finished), tasks[0])
+            # Tasks run one at a time: only the last one started can be unfinished.
+            outcome.failed = current if current and current not in outcome.finished else tasks[0]
             cause = run.result.root_cause if run.result else None
             outcome.failure = cause.message if cause else f"the ranks exited with {run.result.exit_code}"
         return outcome
@@ -305,11 +304,7 @@ def _check_name(task: str) -> str:
     return task
 
 
-def _read_records(path: Path) -> list[dict]:
-    try:
-        lines = path.read_text().splitlines()
-    except OSError:
-        return []
+def _records(lines) -> list[dict]:
     records = []
     for line in lines:
         try:
@@ -319,17 +314,11 @@ def _read_records(path: Path) -> list[dict]:
     return records
 
 
-def read_events(run_dir: Path) -> Aggregator:
-    """Every event a finished run (or smoke run) wrote, reduced."""
-    aggregator = Aggregator()
-    for path in sorted((run_dir / "events").glob("rank*.jsonl")):
-        with open(path, "rb") as f:
-            for line in f:
-                try:
-                    aggregator.add(parse_line(line))
-                except MalformedEvent:
-                    continue
-    return aggregator
+def _read_records(path: Path) -> list[dict]:
+    try:
+        return _records(path.read_text().splitlines())
+    except OSError:
+        return []
 
 
 def judge_smoke(mode: str, smoke_dir: Path, seconds: float, device: str) -> CheckResult:

@@ -10,7 +10,6 @@ but usage errors, so CI keeps what ran.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from pathlib import Path
 
@@ -20,11 +19,8 @@ from mgpu_tui.engine.check_suite import CheckOptions, CheckSuite, EnvironmentUnu
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import SpecError
 from mgpu_tui.exit_codes import ExitCode
+from mgpu_tui.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.report_files import ensure_writable, write_atomic
-
-
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def check_command(args: argparse.Namespace) -> int:
@@ -48,8 +44,7 @@ def check_command(args: argparse.Namespace) -> int:
         suite = CheckSuite(options, on_result=show, on_progress=progress)
     except SpecError as exc:
         raise UsageError(str(exc).rstrip(".")) from None
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    interrupt_on_term_and_hup()
     print(f"mgpu-tui --check, level {args.level}", file=table_stream)
     print(check_output.header(suite.report), file=table_stream, flush=True)
     code = ExitCode.OK

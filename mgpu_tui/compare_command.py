@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 from pathlib import Path
 
@@ -21,11 +20,8 @@ from mgpu_tui.engine import host as host_module
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
 from mgpu_tui.exit_codes import ExitCode
+from mgpu_tui.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.report_files import ensure_writable, write_atomic
-
-
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 def _template(args: argparse.Namespace, nproc: int | None) -> LaunchSpec:
@@ -79,8 +75,7 @@ def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_jso
     except EnvironmentUnusable as exc:
         print(f"mgpu-tui: {exc}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    interrupt_on_term_and_hup()
     comparison = runner.comparison
     code = None
     try:

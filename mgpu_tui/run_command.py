@@ -16,16 +16,13 @@ from mgpu_tui.engine.run import Run, RunState
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
 from mgpu_tui.exit_codes import ExitCode
+from mgpu_tui.interrupts import interrupt_on_term_and_hup
 
 _EXIT = {
     RunState.OK: ExitCode.OK,
     RunState.FAILED: ExitCode.FAILED,
     RunState.INTERRUPTED: ExitCode.INTERRUPTED,
 }
-
-
-def _raise_interrupt(signum, frame) -> None:
-    raise KeyboardInterrupt
 
 
 class Progress:
@@ -210,9 +207,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         print(f"mgpu-tui: {exc}", file=sys.stderr)
         return ExitCode.ENVIRONMENT
 
-    # SIGTERM and SIGHUP stop the run the way Ctrl-C does: every rank first, then exit 130.
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _raise_interrupt)
+    interrupt_on_term_and_hup()
     progress = Progress(spec.steps)
     resolved = run.resolved
     program = spec.script or spec.module

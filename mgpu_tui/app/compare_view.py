@@ -24,6 +24,7 @@ from textual.widgets import (
 )
 
 from mgpu_tui import compare_output
+from mgpu_tui.app.run_form import DEVICE_OPTIONS, whole_numbers
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.engine.compare import Comparison, Row
@@ -59,8 +60,8 @@ class CompareView(Widget):
                     yield Label("batch")
                     yield Input("64", id="compare-batch", restrict=r"[0-9]*", max_length=7)
                 with Horizontal(classes="compare-field"):
-                    yield Select([("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")], value="auto",
-                                 allow_blank=False, id="compare-device", type_to_search=False)  # fmt: skip
+                    yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="compare-device",
+                                 type_to_search=False)
                     yield Checkbox("AMP", id="compare-amp")
                     yield Button("Compare", id="compare-start", variant="success")
                     yield Button("Stop", id="compare-stop", variant="error", disabled=True)
@@ -77,15 +78,11 @@ class CompareView(Widget):
         modes = list(self.query_one("#compare-modes", SelectionList).selected)
         if not modes:
             raise UsageError("choose at least one mode to compare.")
-        numbers = {}
-        for field, name in (("nproc", "ranks"), ("steps", "steps"), ("batch", "batch")):
-            text = self.query_one(f"#compare-{field}", Input).value.strip()
-            if not text.isdigit() or int(text) < 1:
-                raise UsageError(f"{name} must be a whole number of at least 1.")
-            numbers[field] = int(text)
+        numbers = whole_numbers(self, {"compare-nproc": "ranks", "compare-steps": "steps",
+                                       "compare-batch": "batch"})  # fmt: skip
         device = self.query_one("#compare-device", Select).value
-        template = LaunchSpec(mode="single", nproc=numbers["nproc"], steps=numbers["steps"],
-                              batch_size=numbers["batch"], device=device,
+        template = LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
+                              batch_size=numbers["compare-batch"], device=device,
                               amp=self.query_one("#compare-amp", Checkbox).value)  # fmt: skip
         return sorted(modes, key=list(MODES).index), template
 
@@ -99,7 +96,7 @@ class CompareView(Widget):
         self.show_rows([])
 
     def show(self, rows: list[Row], progress: list[tuple[str, int, int]]) -> None:
-        done_steps = sum(self.steps for _ in rows)  # a finished run counts whole, failed or not
+        done_steps = len(rows) * self.steps  # a finished run counts whole, failed or not
         going = sum(step for _, step, _ in progress)
         self.query_one("#compare-progress", ProgressBar).update(progress=done_steps + going)
         if progress:

@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.engine.host import Host
 from mgpu_tui.engine.modes import MODES, availability
 from mgpu_tui.engine.spec import LaunchSpec
+
+DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
+
+
+def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
+    """The Input with id ``field`` for each ``{field: name}``, as a number of at least 1.
+
+    Raises UsageError with one sentence naming the first field that is not.
+    """
+    numbers = {}
+    for field, name in fields.items():
+        text = form.query_one(f"#{field}", Input).value.strip()
+        if not text.isdigit() or int(text) < 1:
+            raise UsageError(f"{name} must be a whole number of at least 1.")
+        numbers[field] = int(text)
+    return numbers
 
 
 class RunForm(Horizontal):
@@ -31,20 +48,14 @@ class RunForm(Horizontal):
         yield Input("1000", id="steps", restrict=r"[0-9]*", max_length=9)
         yield Label("batch")
         yield Input("64", id="batch", restrict=r"[0-9]*", max_length=7)
-        yield Select([("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")], value="auto", allow_blank=False,
-                     id="device", type_to_search=False)  # fmt: skip
+        yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
         yield Checkbox("AMP", id="amp")
         yield Button("Start", id="start", variant="success")
         yield Button("Stop", id="stop", variant="error", disabled=True)
 
     def spec(self) -> LaunchSpec:
         """The launch the form describes; UsageError with one sentence when a field is wrong."""
-        numbers = {}
-        for field, name in (("nproc", "ranks"), ("steps", "steps"), ("batch", "batch")):
-            text = self.query_one(f"#{field}", Input).value.strip()
-            if not text.isdigit() or int(text) < 1:
-                raise UsageError(f"{name} must be a whole number of at least 1.")
-            numbers[field] = int(text)
+        numbers = whole_numbers(self, {"nproc": "ranks", "steps": "steps", "batch": "batch"})
         mode = MODES[self.query_one("#mode", Select).value]
         return LaunchSpec(
             mode=mode.name,
