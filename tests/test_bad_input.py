@@ -196,3 +196,17 @@ def test_an_event_file_deleted_mid_run_is_still_followed(tmp_path):
     # The engine follows the deleted file by its descriptor: no event was missed.
     assert summary["steps"] == 150 and summary["ranks"][0]["done"]
     assert not events.exists() and live_processes_of(events.parent.parent) == []
+
+
+async def test_the_dashboard_shows_an_nvml_error_on_the_gpus_card(broken_nvml):
+    from mgpu_tui.app import create_app
+    from mgpu_tui.app.gpu_card import GpuCard
+    from mgpu_tui.engine.telemetry import Sampler
+
+    snapshot = Sampler(interval=1.0).sample()
+    app = create_app(telemetry=[snapshot], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.pause(0.3)
+        cards = [str(card.render()) for card in app.query(GpuCard)]
+        assert len(cards) == 2 and all("NVML error: " in c and "Unknown Error" in c for c in cards), cards
+        assert app.is_running  # the app keeps running
