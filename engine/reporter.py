@@ -31,6 +31,8 @@ from typing import Any, TextIO
 from mgpu_tui.engine import events
 
 RUN_DIR_ENV = "MGPU_RUN_DIR"
+# A progress line every tenth of the run, and at least this often: a long run's log is never silent.
+PRINT_AT_LEAST_EVERY_S = 10.0
 
 
 def _env_int(name: str, default: int) -> int:
@@ -161,7 +163,8 @@ class Reporter:
         every = self.print_every or 10
         # Under the engine every rank has its own log file, so each may print;
         # under bare torchrun all ranks share one console, so only rank 0 does.
-        if step % every == 0 and (self.recording or self.rank == 0):
+        due = step % every == 0 or now - self._time_at_print >= PRINT_AT_LEAST_EVERY_S
+        if due and (self.recording or self.rank == 0):
             rate = self._samples_since_print / max(now - self._time_at_print, 1e-9)
             loss_text = "n/a" if loss_value is None else f"{loss_value:.4f}"
             print(

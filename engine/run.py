@@ -32,6 +32,7 @@ from pathlib import Path
 import psutil
 
 from mgpu_tui.engine import host as host_module
+from mgpu_tui.engine import priority
 from mgpu_tui.engine.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.command import RUN_ID_ENV, Launch, build_command
 from mgpu_tui.engine.events import MAX_LINE_BYTES, MalformedEvent, parse_line
@@ -169,13 +170,18 @@ class Run:
                 stderr=err,
                 start_new_session=True,
                 cwd=os.getcwd(),
-                preexec_fn=_term_when_parent_dies,
+                preexec_fn=self._before_launcher_runs,
             )
         finally:
             out.close()
             err.close()
         self._known[self._proc.pid] = _create_time(self._proc.pid) or 0.0
+        priority.lower_group(self._proc.pid, self.resolved.spec.nice)
         self.state = RunState.RUNNING
+
+    def _before_launcher_runs(self) -> None:
+        _term_when_parent_dies()
+        priority.nice_self(self.resolved.spec.nice)
 
     def poll(self) -> RunState:
         """Read what is new, and notice the end of the run. Never blocks for long."""
@@ -386,6 +392,7 @@ class Run:
                 ctime = _create_time(child.pid)
                 if ctime is not None:
                     self._known[child.pid] = ctime
+                    priority.lower_group(child.pid, self.resolved.spec.nice)  # a rank's own session
 
     def _alive_known(self) -> list[psutil.Process]:
         alive = []

@@ -58,6 +58,8 @@ class LaunchSpec:
     # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
     stall_timeout: float | None = None
     on_stall: Literal["stop", "report"] = "stop"
+    # Lower the ranks' CPU priority by this much (0-19); the app uses priority.UI_RANK_NICE.
+    nice: int = 0
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
 
@@ -131,6 +133,8 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
         raise SpecError(f"--on-stall must be stop or report, got {spec.on_stall!r}.")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}.")
+    if not 0 <= spec.nice <= 19:
+        raise SpecError(f"--nice must be between 0 and 19, got {spec.nice}.")
 
 
 def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:

@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
     run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
                      help="stop the run with exit 1 (default), or report the stall and go on")
+    run.add_argument("--nice", type=_whole_number(0), metavar="N",
+                     help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
+                          "screen answers keys on a machine whose cores the ranks fill)")
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
     nodes.add_argument("--nnodes", type=_whole_number(1), default=1, help="nodes in the job (default 1)")
     nodes.add_argument("--node-rank", type=_whole_number(0), default=0, help="this node's rank")

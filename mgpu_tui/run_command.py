@@ -12,6 +12,7 @@ from pathlib import Path
 from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
 from mgpu_tui.engine.aggregate import RunStats
+from mgpu_tui.engine.priority import UI_RANK_NICE
 from mgpu_tui.engine.run import Run, RunState
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
@@ -178,6 +179,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         master_port=args.master_port,
         stall_timeout=args.stall_timeout,
         on_stall=args.on_stall,
+        nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
         nproc=args.nproc,
         steps=args.steps,
         batch_size=args.batch_size,

@@ -4,15 +4,17 @@ import asyncio
 import time
 from pathlib import Path
 
+import psutil
 from textual.widgets import Input, Select
 
 from conftest import live_processes_of
 from mgpu_tui.app import create_app
 from mgpu_tui.app.confirm_quit import ConfirmQuit
-from mgpu_tui.app.log_view import LogView
+from mgpu_tui.app.log_pane import LogPane
 from mgpu_tui.app.run_view import RunView
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_rate
+from mgpu_tui.engine.priority import UI_RANK_NICE
 
 
 async def wait_for(pilot, condition, timeout=60.0):
@@ -32,17 +34,31 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         form = app.query_one("#run-form")
         form.query_one("#mode", Select).value = "ddp"
         form.query_one("#nproc", Input).value = "2"
-        form.query_one("#steps", Input).value = "400"  # the demo prints every 40 steps
+        form.query_one("#steps", Input).value = "1000"  # the demo prints every 100 steps; s stops it
         form.query_one("#device", Select).value = "cpu"
         await pilot.click("#start")
-        logs = app.query_one(LogView)
-        both_ranks_logged = await wait_for(pilot, lambda: {r for r, _, _ in logs._lines} >= {0, 1})
-        assert both_ranks_logged, "no log lines from both ranks"
+        pane = app.query_one(LogPane)
+
+        def both_ranks_on_screen() -> bool:  # the log pane's rows as drawn
+            drawn = "\n".join(pane.render_line(y).text for y in range(pane.size.height))
+            return "rank 0 " in drawn and "rank 1 " in drawn
+
+        assert await wait_for(pilot, both_ranks_on_screen), "no log lines from both ranks"
         status = app.query_one("#run-status", TextPanel)
         assert await wait_for(pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in
                               str(status.render()))
-        table = app.query_one("#ranks")
-        assert [str(table.get_row_at(i)[0]) for i in range(table.row_count)] == ["rank 0", "rank 1"]
+        view = app.query_one(RunView)
+        assert [row[0] for row in view.rank_rows] == ["rank 0", "rank 1"]
+        # The app's runs give way to its screen: every rank niced, and its session's group too.
+        ranks = app.controller.rank_processes()
+        assert len(ranks) == 2
+        for pid, _ in ranks.values():
+            assert psutil.Process(pid).nice() == UI_RANK_NICE
+            autogroup = Path(f"/proc/{pid}/autogroup")
+            if autogroup.exists():  # a kernel with sched_autogroup
+                assert autogroup.read_text().split()[-1] == str(UI_RANK_NICE)
+        table = str(app.query_one("#ranks", TextPanel).render())
+        assert "samples/s" in table.splitlines()[0] and table.splitlines()[2].startswith("rank 1")
         run_dir = app.controller.run.run_dir.path
         await pilot.press("s")
         assert await wait_for(pilot, lambda: not app.controller.active, timeout=30)
@@ -58,7 +74,7 @@ async def test_quitting_during_a_run_asks_then_stops_every_rank(tmp_path, monkey
     app = create_app(start=LaunchSpec("ddp", nproc=2, steps=100_000, device="cpu"))
     async with app.run_test(size=(160, 50)) as pilot:
         view = app.query_one(RunView)
-        assert await wait_for(pilot, lambda: view.query_one("#ranks").row_count == 2)
+        assert await wait_for(pilot, lambda: len(view.rank_rows) == 2)
         assert await wait_for(pilot, lambda: bool(app.controller.rank_processes()))
         run_dir = app.controller.run.run_dir.path
         await pilot.press("t", "r")  # on the Run tab, letters must still be the app's keys

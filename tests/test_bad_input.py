@@ -41,6 +41,8 @@ CASES = [
     (["run", "ddp", "--lr", "fast"], "--lr: must be a number, got 'fast'"),
     (["run", "ddp", "--stall-timeout", "-1"], "--stall-timeout: must not be negative"),
     (["run", "ddp", "--master-port", "70000"], "--master-port must be between 1 and 65535"),
+    (["run", "ddp", "--nice", "20"], "--nice must be between 0 and 19, got 20"),
+    (["run", "ddp", "--nice", "-5"], "--nice: must be at least 0, got -5"),
     # run: choices, modes, flags
     (["run", "ddp", "--device", "tpu"], "--device: invalid choice: 'tpu'"),
     (["run", "ddp", "--device", "cuda"], "--device cuda needs an NVIDIA GPU"),

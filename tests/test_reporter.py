@@ -45,6 +45,21 @@ def test_without_a_run_directory_it_writes_nothing_and_prints_every_nth_step(tmp
     assert len(out.getvalue().splitlines()) == 10 and "step 50" in out.getvalue()
 
 
+def test_a_long_run_prints_at_least_every_ten_seconds(monkeypatch):
+    from mgpu_tui.engine import reporter as reporter_module
+
+    monkeypatch.delenv("MGPU_RUN_DIR", raising=False)
+    clock = [1000.0]
+    monkeypatch.setattr(reporter_module.time, "time", lambda: clock[0])
+    out = io.StringIO()
+    reporter = Reporter(rank=0, stream=out)
+    reporter.hello(mode="single", device="cpu", config={"steps": 1_000_000})  # a tenth: 100,000 steps
+    for step in range(1, 31):
+        clock[0] += 1.0  # one step a second
+        reporter.step(step, samples=8, loss=1.0)
+    assert [line.split()[3] for line in out.getvalue().splitlines()] == ["10", "20", "30"]
+
+
 def test_other_ranks_stay_quiet_without_a_run_directory(monkeypatch):
     monkeypatch.delenv("MGPU_RUN_DIR", raising=False)
     out = io.StringIO()

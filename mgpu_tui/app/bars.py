@@ -28,5 +28,25 @@ def spark(values: Sequence[float], width: int = 20, top: float = 100.0) -> Text:
     return Text(chars.rjust(width), style="cyan")
 
 
+def spark_rows(values: Sequence[float], width: int, height: int, style: str = "cyan") -> Text:
+    """The last ``width`` values as a bar chart ``height`` rows high, scaled from their minimum
+    to their maximum (so a steady series shows its wobble); every value keeps at least a sliver."""
+    values = list(values)[-width:]
+    if not values or width <= 0 or height <= 0:
+        return Text("\n".join(" " * max(width, 0) for _ in range(max(height, 1))))
+    low, high = min(values), max(values)
+    span = high - low
+    levels = height * len(_SPARKS)  # eighths of a row
+    eighths = [1 + round((v - low) / span * (levels - 1)) if span else levels // 2 for v in values]
+    rows = []
+    for row in range(height - 1, -1, -1):  # top row first
+        cells = []
+        for e in eighths:
+            fill = min(max(e - row * len(_SPARKS), 0), len(_SPARKS))
+            cells.append(_SPARKS[fill - 1] if fill else " ")
+        rows.append("".join(cells).rjust(width))
+    return Text("\n".join(rows), style=style)
+
+
 def rate(bytes_per_s: float | None) -> str:
     return "n/a" if bytes_per_s is None else f"{fmt_bytes(bytes_per_s)}/s"

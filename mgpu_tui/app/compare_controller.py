@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from textual.app import App
 
 from mgpu_tui.app.messages import CompareEnded, CompareUpdated
-from mgpu_tui.engine import compare
 from mgpu_tui.engine.host import Host
-from mgpu_tui.engine.run import Run
 from mgpu_tui.engine.spec import LaunchSpec
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine import compare
+    from mgpu_tui.engine.run import Run
 
 
 class CompareController:
@@ -34,6 +37,8 @@ class CompareController:
         """Check every mode's spec, then run them in a thread; raises SpecError before anything starts."""
         if self.active:
             raise RuntimeError("a comparison is already going")
+        from mgpu_tui.engine import compare  # loaded by the first comparison, not with the app
+
         comparison = compare.new_comparison(modes, template)
         runner = compare.Runner(compare.compare_specs(modes, template), comparison, host=self.host,
                                 on_update=self._post_update)  # fmt: skip

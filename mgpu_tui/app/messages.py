@@ -7,11 +7,14 @@ builds a backlog. The end of a run is never replaced.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textual.message import Message
 
-from mgpu_tui.engine.aggregate import RunStats
-from mgpu_tui.engine.compare import Comparison, Row
-from mgpu_tui.engine.telemetry import Snapshot
+if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not with the app
+    from mgpu_tui.engine.aggregate import RunStats
+    from mgpu_tui.engine.compare import Comparison, Row
+    from mgpu_tui.engine.telemetry import Snapshot
 
 
 class TelemetryUpdated(Message):

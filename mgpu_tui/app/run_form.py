@@ -10,6 +10,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Select
 from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.engine.host import Host
 from mgpu_tui.engine.modes import MODES, availability
+from mgpu_tui.engine.priority import UI_RANK_NICE
 from mgpu_tui.engine.spec import LaunchSpec
 
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
@@ -51,7 +52,6 @@ class RunForm(Horizontal):
         yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
         yield Checkbox("AMP", id="amp")
         yield Button("Start", id="start", variant="success")
-        yield Button("Stop", id="stop", variant="error", disabled=True)
 
     def spec(self) -> LaunchSpec:
         """The launch the form describes; UsageError with one sentence when a field is wrong."""
@@ -64,6 +64,7 @@ class RunForm(Horizontal):
             batch_size=numbers["batch"],
             device=self.query_one("#device", Select).value,
             amp=self.query_one("#amp", Checkbox).value,
+            nice=UI_RANK_NICE,  # the screen must answer keys whatever the ranks do
         )
 
     def fill(self, spec: LaunchSpec, nproc: int) -> None:
@@ -77,5 +78,6 @@ class RunForm(Horizontal):
         self.query_one("#amp", Checkbox).value = spec.amp
 
     def running(self, active: bool) -> None:
-        self.query_one("#start", Button).disabled = active
-        self.query_one("#stop", Button).disabled = not active
+        # Out of the way while a run goes (s stops it): its fields cannot change a running
+        # run, the logs get the rows, and a tab switch has some forty fewer widgets to show.
+        self.display = not active

@@ -11,8 +11,9 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import DataTable, Label, ProgressBar, Sparkline, Static
+from textual.widgets import Label, ProgressBar, Static
 
+from mgpu_tui.app.chart import Chart
 from mgpu_tui.app.log_view import LogView
 from mgpu_tui.app.run_form import RunForm
 from mgpu_tui.app.text_panel import TextPanel
@@ -22,6 +23,20 @@ from mgpu_tui.engine.host import Host
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
                "stalled": "bold yellow", "stopped": "yellow"}  # fmt: skip
+RANK_COLUMNS = (("rank", 8), ("state", 9), ("step", 9), ("samples/s", 11), ("loss", 10), ("peak memory", 12))
+
+
+def rank_table(rows: list[tuple[str, ...]]) -> Text:
+    """The per-rank rows under a bold header; text columns left, numbers right."""
+    text = Text()
+    for i, (name, width) in enumerate(RANK_COLUMNS):
+        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + "  ", style="bold")
+    for cells in rows:
+        text.append("\n")
+        for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
+            style = STATE_STYLE[cell] if i == 1 else ""
+            text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + "  ", style=style)
+    return text
 
 
 def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_rank: int | None,
@@ -57,6 +72,8 @@ class RunView(Widget):
         self.failed_rank: int | None = None
         self.finished = False
         self.ended_ok = False
+        self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
+        self.label = ""  # "ddp on 2 ranks"
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, id="run-form")
@@ -65,60 +82,59 @@ class RunView(Widget):
             # A total from the start: without one the bar animates forever, even on a hidden tab.
             yield ProgressBar(total=1, id="run-progress", show_eta=False)
         with Horizontal(id="run-middle"):
-            table = DataTable(id="ranks", cursor_type="none")
-            self._columns = table.add_columns("rank", "state", "step", "samples/s", "loss", "peak memory")
-            yield table
+            yield TextPanel(rank_table([]), id="ranks")
             with Vertical(id="charts"):
                 yield Label("throughput (samples/s), last steps", id="throughput-label")
-                yield Sparkline([], id="throughput")
+                yield Chart(id="throughput")
                 yield Label("loss (global batch), last steps", id="loss-label")
-                yield Sparkline([], id="loss")
+                yield Chart(id="loss")
         yield Static("", id="root-cause")
         yield LogView(id="logs")
+
+    @property
+    def form(self) -> RunForm:
+        return self.query_one(RunForm)
 
     def started(self, mode: str, world_size: int, steps: int, run_dir: str) -> None:
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.ended_ok = False
+        self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
         status = self.query_one("#run-status", TextPanel)
-        status.update(f"{mode} on {world_size} rank(s): starting…  {run_dir}")
+        status.update(f"{self.label}: starting…  {run_dir}   (s stops it)")
         self.query_one("#run-progress", ProgressBar).update(total=steps, progress=0)
         self.query_one("#root-cause", Static).display = False
         self.query_one(LogView).reset(world_size)
         self.query_one(RunForm).running(True)
-        self.query_one("#ranks", DataTable).clear()
         self._fill_table(None)
 
     def show(self, stats: RunStats, series) -> None:
         steps, rates, losses = series
-        status = (f"step {stats.steps}/{self.steps}   {fmt_rate(stats.samples_per_s)} samples/s   "
-                  f"loss {fmt_loss(stats.final_loss)}")  # fmt: skip
+        status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
+                  f"samples/s   loss {fmt_loss(stats.final_loss)}   (s stops it)")  # fmt: skip
         self.query_one("#run-status", TextPanel).update(status)
         self.query_one("#run-progress", ProgressBar).update(progress=stats.steps)
-        self.query_one("#throughput", Sparkline).data = rates
-        self.query_one("#loss", Sparkline).data = [x for x in losses if x is not None]
+        self.query_one("#throughput", Chart).update(rates)
+        self.query_one("#loss", Chart).update([x for x in losses if x is not None])
         self._fill_table(stats)
 
     def _fill_table(self, stats: RunStats | None) -> None:
-        table = self.query_one("#ranks", DataTable)
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
         median = stats.step_time_s_median if stats else None
         stall_after = max(30.0, 10 * median) if median else 30.0
         now = time.time()
+        rows = []
         for rank in range(max(self.world_size, len(by_rank))):
             r = by_rank.get(rank)
             state = rank_state(r, now, stall_after, self.failed_rank, self.finished, self.ended_ok)
-            cells = (
-                f"rank {rank}", Text(state, style=STATE_STYLE[state]),
-                str(r.last_step) if r else "0", fmt_rate(r.samples_per_s) if r else "n/a",
-                fmt_loss(r.loss) if r else "n/a", fmt_bytes(r.mem_peak_bytes) if r else "n/a",
-            )  # fmt: skip
-            key = f"rank{rank}"
-            if key not in table.rows:
-                table.add_row(*cells, key=key)
+            if r is None:
+                rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
                 continue
-            # In place: clearing and refilling four times a second would re-lay out the screen.
-            for column, value in zip(self._columns, cells):
-                table.update_cell(key, column, value)
+            rows.append((f"rank {rank}", state, str(r.last_step), fmt_rate(r.samples_per_s), fmt_loss(r.loss),
+                         fmt_bytes(r.mem_peak_bytes)))  # fmt: skip
+        # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
+        relayout = len(rows) != len(self.rank_rows)
+        self.rank_rows = rows
+        self.query_one("#ranks", TextPanel).update(rank_table(rows), relayout=relayout)
 
     def ended(self, summary: dict, stats: RunStats | None) -> None:
         self.finished = True

@@ -18,6 +18,7 @@ class TextPanel(Widget):
     def render(self) -> RenderableType:
         return self._text
 
-    def update(self, text: RenderableType) -> None:
+    def update(self, text: RenderableType, relayout: bool = False) -> None:
+        """``relayout``: the text's height changed (a panel sized to its content must grow)."""
         self._text = text
-        self.refresh()
+        self.refresh(layout=relayout)

@@ -1,0 +1,142 @@
+"""A scrolling pane of log lines that costs only the rows on screen.
+
+Lines are kept as they arrive, ``(rank, stream, text)``, in a bounded deque; a row
+becomes a Strip only when it is painted. A flood of thousands of lines a second
+therefore costs appending to a deque plus one screen of rows per frame (RichLog
+renders every written line up front).
+
+Growing the scrollable height re-lays out the whole screen, so it is done at most
+once every ``GROW_EVERY_S``; while the pane follows the newest lines it draws the
+tail whatever its scroll position says, so the lag never shows.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterable
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+RANK_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
+GROW_EVERY_S = 1.0
+
+# C0 controls and DEL would move the terminal's cursor; tabs are expanded before this.
+_CONTROLS = dict.fromkeys([*range(32), 127])
+_NOTE = Style(dim=True)
+_STDERR = Style(color="red")
+_PREFIX = [Style(bold=True, color=c) for c in RANK_COLOURS]
+
+# (rank, stream, text); rank None is a note of the app's own ("… 300 lines not drawn").
+Entry = tuple[int | None, str, str]
+
+
+def printable(text: str) -> str:
+    """What a terminal would leave on the line: the part after the last carriage return
+    (progress bars redraw themselves that way), tabs expanded, no control characters."""
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p]
+        text = parts[-1] if parts else ""
+    if "\t" in text:
+        text = text.expandtabs(8)
+    return text.translate(_CONTROLS) if not text.isprintable() else text
+
+
+def entry_segments(entry: Entry) -> list[Segment]:
+    rank, stream, text = entry
+    text = printable(text)
+    if rank is None:
+        return [Segment(text, _NOTE)]
+    prefix = Segment(f"rank {rank} ", _PREFIX[rank % len(_PREFIX)])
+    return [prefix, Segment(text, _STDERR if stream == "stderr" else None)]
+
+
+def entry_width(entry: Entry) -> int:
+    rank, _, text = entry
+    width = len(text) if text.isascii() else cell_len(text)
+    return width + (0 if rank is None else len(f"rank {rank} "))
+
+
+class LogPane(ScrollView):
+    """The newest ``max_lines`` entries; follows the end unless the user scrolled up."""
+
+    DEFAULT_CSS = """
+    LogPane {
+        overflow-y: scroll;
+        overflow-x: auto;
+    }
+    """
+
+    def __init__(self, max_lines: int, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.entries: collections.deque[Entry] = collections.deque(maxlen=max_lines)
+        self.following = True
+        self._widest = 0
+        self._grown_at = 0.0
+        self._grow_timer = None
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self._widest = 0
+        self.following = True
+        self._grow(force=True)
+        self.refresh()
+
+    def extend(self, entries: Iterable[Entry]) -> None:
+        entries = list(entries)
+        if not entries:
+            return
+        before = len(self.entries)
+        self.entries.extend(entries)
+        shifted = before + len(entries) - len(self.entries)  # dropped from the top
+        self._widest = max(self._widest, max(map(entry_width, entries)))
+        if not self.following and shifted:
+            # Keep the lines the user is reading where they are.
+            self.scroll_to(y=max(0, self.scroll_y - shifted), animate=False)
+        self._grow()
+        self.refresh()
+
+    def _grow(self, force: bool = False) -> None:
+        """Bring the scrollable size up to the content, at most once every GROW_EVERY_S."""
+        wanted = Size(self._widest, len(self.entries))
+        if wanted == self.virtual_size:
+            return
+        wait = GROW_EVERY_S - (time.monotonic() - self._grown_at)
+        if wait > 0 and not force:
+            if self._grow_timer is None:
+                self._grow_timer = self.set_timer(wait, self._grow_now)
+            return
+        self._grow_now()
+
+    def _grow_now(self) -> None:
+        self._grow_timer = None
+        self._grown_at = time.monotonic()
+        self.virtual_size = Size(self._widest, len(self.entries))
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if new_value < old_value and not self.following:
+            return
+        # Back at the end (End key, scrolling down, dragging): follow again; moved up: stop.
+        self.following = new_value >= self.max_scroll_y
+
+    def render_line(self, y: int) -> Strip:
+        width = self.scrollable_content_region.width
+        if self.following:
+            index = len(self.entries) - self.scrollable_content_region.height + y
+            index = y if index < y else index  # fewer lines than rows: from the top
+        else:
+            index = int(self.scroll_y) + y
+        if not 0 <= index < len(self.entries):
+            return Strip.blank(width, self.rich_style)
+        strip = Strip(entry_segments(self.entries[index]))
+        return strip.crop_extend(int(self.scroll_x), int(self.scroll_x) + width, self.rich_style).apply_style(
+            self.rich_style
+        )

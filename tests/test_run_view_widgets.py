@@ -1,0 +1,97 @@
+"""The Run view's own widgets with Pilot: the log pane a user reads while lines pour in, the charts."""
+
+from textual.app import App, ComposeResult
+from textual.widgets import Input, Select
+
+from mgpu_tui.app.log_pane import LogPane, printable
+from mgpu_tui.app.log_view import SHOWN, LogView
+
+
+class LogApp(App):
+    def compose(self) -> ComposeResult:
+        yield LogView(id="logs")
+
+    def on_mount(self) -> None:
+        self.query_one(LogView).reset(2)
+
+
+def rows(pane: LogPane) -> list[str]:
+    """The pane's rows as the screen shows them, trailing blanks dropped."""
+    return [pane.render_line(y).text.rstrip() for y in range(pane.scrollable_content_region.height)]
+
+
+def lines(start: int, stop: int, rank: int = 0) -> list[tuple[int, str, str]]:
+    return [(rank, "stdout", f"line {i}") for i in range(start, stop)]
+
+
+async def test_the_pane_follows_the_newest_lines_and_holds_still_when_scrolled_back():
+    app = LogApp()
+    async with app.run_test(size=(80, 16)) as pilot:
+        view, pane = app.query_one(LogView), app.query_one(LogPane)
+        view.add(lines(0, 3))
+        await pilot.pause()
+        assert rows(pane)[:4] == ["rank 0 line 0", "rank 0 line 1", "rank 0 line 2", ""]  # from the top
+
+        view.add(lines(3, 500))
+        await pilot.pause()
+        shown = rows(pane)
+        assert shown[-1] == "rank 0 line 499" and shown[0] == f"rank 0 line {500 - len(shown)}"
+
+        await pilot.pause(1.1)  # the scrollable height catches up (at most once a second)
+        pane.scroll_to(y=100, animate=False)
+        await pilot.pause()
+        assert not pane.following and rows(pane)[0] == "rank 0 line 100"
+        view.add(lines(500, 600))
+        await pilot.pause()
+        assert rows(pane)[0] == "rank 0 line 100"  # reading back: the new lines do not move it
+
+        view.add(lines(600, SHOWN + 50))  # the pane is full: the 50 oldest lines leave it
+        await pilot.pause()
+        assert pane.entries[0][2] == "line 50" and rows(pane)[0] == "rank 0 line 100"  # still held
+        view.add(lines(SHOWN + 50, 2 * SHOWN + 50))  # what was read has left: the oldest kept shows
+        await pilot.pause()
+        assert rows(pane)[0] == f"rank 0 line {SHOWN + 50}"
+
+        await pilot.pause(1.1)
+        pane.scroll_end(animate=False, immediate=True)
+        await pilot.pause()
+        assert pane.following
+        view.add(lines(5000, 5001))
+        await pilot.pause()
+        assert rows(pane)[-1] == "rank 0 line 5000"
+
+
+async def test_rank_filter_search_and_the_note_of_lines_not_shown():
+    app = LogApp()
+    async with app.run_test(size=(80, 16)) as pilot:
+        view, pane = app.query_one(LogView), app.query_one(LogPane)
+        view.add([(0, "stdout", "loss 0.5"), (1, "stdout", "loss 0.6"), (1, "stderr", "warning: slow")],
+                 dropped=1200)  # fmt: skip
+        await pilot.pause()
+        assert rows(pane)[:4] == ["… 1,200 lines not shown here (every line is in the run's log files)",
+                                  "rank 0 loss 0.5", "rank 1 loss 0.6", "rank 1 warning: slow"]  # fmt: skip
+        view.query_one("#log-rank", Select).value = 1
+        await pilot.pause()
+        assert [r for r in rows(pane) if r][1:] == ["rank 1 loss 0.6", "rank 1 warning: slow"]
+        view.query_one("#log-search", Input).value = "WARN"
+        await pilot.pause()
+        assert [r for r in rows(pane) if r][1:] == ["rank 1 warning: slow"]
+        stderr_text = next(seg for seg in pane.render_line(1) if seg.text.startswith("warning"))
+        assert stderr_text.style.color.name == "red"
+
+
+def test_a_line_reads_as_a_terminal_would_leave_it():
+    assert printable("epoch 1 10%\repoch 1 50%\repoch 1 100%") == "epoch 1 100%"  # a progress bar
+    assert printable("done\r") == "done"  # CRLF
+    assert printable("a\tb") == "a       b"
+    assert printable("bell\x07 and \x1b[31mred\x1b[0m") == "bell and [31mred[0m"
+
+
+
+def test_a_chart_is_rows_of_blocks_from_the_series_minimum_to_its_maximum():
+    from mgpu_tui.app.bars import spark_rows
+
+    # 1..4 over two rows of eighths: 1, 6, 11 and 16 eighths high, right-aligned in 6 columns.
+    assert spark_rows([1, 2, 3, 4], 6, 2).plain.split("\n") == ["    ▃█", "  ▁▆██"]
+    assert spark_rows([7, 7], 3, 1).plain == " ▄▄"  # a steady series sits at half height
+    assert spark_rows([], 3, 2).plain == "   \n   "
