@@ -12,6 +12,7 @@ from mgpu_tui.app import create_app
 from mgpu_tui.app.confirm_quit import ConfirmQuit
 from mgpu_tui.app.log_pane import LogPane
 from mgpu_tui.app.run_view import RunView
+from mgpu_tui.app.status_line import StatusLine
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_rate
 from mgpu_tui.engine.priority import UI_RANK_NICE
@@ -44,7 +45,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
             return "rank 0 " in drawn and "rank 1 " in drawn
 
         assert await wait_for(pilot, both_ranks_on_screen), "no log lines from both ranks"
-        status = app.query_one("#run-status", TextPanel)
+        status = app.query_one("#run-status", StatusLine)
         assert await wait_for(pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in
                               str(status.render()))
         view = app.query_one(RunView)

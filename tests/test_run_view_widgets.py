@@ -80,6 +80,21 @@ async def test_rank_filter_search_and_the_note_of_lines_not_shown():
         assert stderr_text.style.color.name == "red"
 
 
+async def test_lines_that_arrive_while_the_view_is_hidden_show_when_it_shows():
+    app = LogApp()
+    async with app.run_test(size=(80, 16)) as pilot:
+        view, pane = app.query_one(LogView), app.query_one(LogPane)
+        view.add(lines(0, 2))
+        view.display = False  # another tab
+        await pilot.pause()
+        view.add(lines(2, 9000, rank=1))  # more than the view keeps
+        await pilot.pause()
+        assert len(pane.entries) == 2  # nothing drawn meanwhile
+        view.display = True
+        await pilot.pause()
+        assert rows(pane)[-1] == "rank 1 line 8999" and len(pane.entries) == SHOWN
+
+
 def test_a_line_reads_as_a_terminal_would_leave_it():
     assert printable("epoch 1 10%\repoch 1 50%\repoch 1 100%") == "epoch 1 100%"  # a progress bar
     assert printable("done\r") == "done"  # CRLF

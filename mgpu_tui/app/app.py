@@ -113,8 +113,10 @@ class MgpuApp(App):
     def _freeze_heap() -> None:
         # The widgets, styles and modules of the app live as long as it does. Moved out of the
         # collector's sight, a full collection no longer walks them all: measured, that cut its
-        # pauses in the middle of a frame from up to 72 ms to under 6.
+        # pauses in the middle of a frame from up to 72 ms to under 6. (tui_command turns the
+        # collector off while the first screen is built.)
         gc.freeze()
+        gc.enable()
 
     def _view(self, tab: str) -> RunView | CompareView | None:
         """The Run or Compare view, or None before its tab was first shown (or after the app closed)."""

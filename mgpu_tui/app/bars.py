@@ -21,6 +21,13 @@ def bar(fraction: float | None, width: int = 20) -> Text:
     return Text.assemble("[", ("█" * filled, style), ("░" * (width - filled), "dim"), "]")
 
 
+def progress(fraction: float, width: int = 40) -> Text:
+    """━━━━━━━━━━────────  42%: done in green, the rest dim."""
+    fraction = min(max(fraction, 0.0), 1.0)
+    filled = int(fraction * width)
+    return Text.assemble(("━" * filled, "green"), ("━" * (width - filled), "dim"), f" {fraction * 100:3.0f}%")
+
+
 def spark(values: Sequence[float], width: int = 20, top: float = 100.0) -> Text:
     values = list(values)[-width:]
     chars = "".join(_SPARKS[min(len(_SPARKS) - 1, int(v / top * len(_SPARKS)))] if top else _SPARKS[0]

@@ -1,4 +1,4 @@
-"""A bar chart of a series that fills its widget, drawn as text: a change repaints, never re-lays out.
+"""A titled bar chart of a series that fills its widget, drawn as text: a change repaints, never re-lays out.
 
 Textual's Sparkline blends a colour per bar on every paint; this draws block
 characters in one colour, which costs a fraction of that four times a second.
@@ -17,12 +17,13 @@ from mgpu_tui.app.bars import spark_rows
 class Chart(Widget):
     DEFAULT_CSS = """
     Chart {
-        height: 3;
+        height: 4;
     }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, title: str, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.title = title
         self.values: list[float] = []
 
     def update(self, values: Sequence[float]) -> None:
@@ -30,4 +31,6 @@ class Chart(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        return spark_rows(self.values, self.size.width, self.size.height)
+        """The title on the first row, the bars below it."""
+        chart = spark_rows(self.values, self.size.width, max(1, self.size.height - 1))
+        return Text.assemble(Text(self.title, style="bold"), "\n", chart)

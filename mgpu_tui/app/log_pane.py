@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
@@ -79,6 +79,7 @@ class LogPane(ScrollView):
         self._widest = 0
         self._grown_at = 0.0
         self._grow_timer = None
+        self._paint: tuple[Style, Region] | None = None
 
     def clear(self) -> None:
         self.entries.clear()
@@ -88,7 +89,7 @@ class LogPane(ScrollView):
         self.refresh()
 
     def extend(self, entries: Iterable[Entry]) -> None:
-        entries = list(entries)
+        entries = list(entries)[-self.entries.maxlen :]  # what would leave at once is never measured
         if not entries:
             return
         before = len(self.entries)
@@ -127,16 +128,24 @@ class LogPane(ScrollView):
         # Back at the end (End key, scrolling down, dragging): follow again; moved up: stop.
         self.following = new_value >= self.max_scroll_y
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # What every row needs, found once per paint: the widget's style walks its ancestors,
+        # and looked up per row it cost more than the row itself.
+        self._paint = (self.rich_style, self.scrollable_content_region)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._paint = None
+
     def render_line(self, y: int) -> Strip:
-        width = self.scrollable_content_region.width
+        style, content = self._paint or (self.rich_style, self.scrollable_content_region)
         if self.following:
-            index = len(self.entries) - self.scrollable_content_region.height + y
+            index = len(self.entries) - content.height + y
             index = y if index < y else index  # fewer lines than rows: from the top
         else:
             index = int(self.scroll_y) + y
         if not 0 <= index < len(self.entries):
-            return Strip.blank(width, self.rich_style)
+            return Strip.blank(content.width, style)
         strip = Strip(entry_segments(self.entries[index]))
-        return strip.crop_extend(int(self.scroll_x), int(self.scroll_x) + width, self.rich_style).apply_style(
-            self.rich_style
-        )
+        left = int(self.scroll_x)
+        return strip.crop_extend(left, left + content.width, style).apply_style(style)

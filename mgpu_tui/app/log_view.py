@@ -8,6 +8,7 @@ rows on screen. Every line is in the run directory's log files whatever is drawn
 from __future__ import annotations
 
 import collections
+import itertools
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -23,7 +24,7 @@ class LogView(Vertical):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._lines: collections.deque[Entry] = collections.deque(maxlen=KEPT)
-        self._stale = False  # lines arrived while the view was hidden
+        self._unseen = 0  # lines that arrived while the view was hidden
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="log-controls"):
@@ -34,6 +35,7 @@ class LogView(Vertical):
 
     def reset(self, ranks: int) -> None:
         self._lines.clear()
+        self._unseen = 0
         options = [("all ranks", -1)] + [(f"rank {r}", r) for r in range(ranks)]
         self.query_one("#log-rank", Select).set_options(options)
         self.query_one("#log-rank", Select).value = -1
@@ -59,7 +61,7 @@ class LogView(Vertical):
             lines = [(None, "note", note), *lines]
         self._lines.extend(lines)
         if not self.is_on_screen:
-            self._stale = True  # drawn when the view shows again: a hidden log costs nothing
+            self._unseen += len(lines)  # drawn when the view shows again: a hidden log costs nothing
             return
         self.query_one(LogPane).extend(filter(self._filter(), lines))
 
@@ -69,9 +71,10 @@ class LogView(Vertical):
         pane.extend(list(filter(self._filter(), self._lines))[-SHOWN:])
 
     def on_show(self) -> None:
-        if self._stale:
-            self._stale = False
-            self.refilter()
+        if self._unseen:
+            unseen = list(itertools.islice(reversed(self._lines), min(self._unseen, KEPT)))[::-1]
+            self._unseen = 0
+            self.query_one(LogPane).extend(list(filter(self._filter(), unseen))[-SHOWN:])
 
     def on_select_changed(self, event: Select.Changed) -> None:
         if event.select.id == "log-rank":

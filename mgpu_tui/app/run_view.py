@@ -11,11 +11,12 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import Label, ProgressBar, Static
+from textual.widgets import Static
 
 from mgpu_tui.app.chart import Chart
 from mgpu_tui.app.log_view import LogView
 from mgpu_tui.app.run_form import RunForm
+from mgpu_tui.app.status_line import StatusLine
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate
 from mgpu_tui.engine.aggregate import RankStats, RunStats
@@ -77,17 +78,12 @@ class RunView(Widget):
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, id="run-form")
-        with Horizontal(id="run-status-row"):
-            yield TextPanel("No run yet: choose a mode and press Start.", id="run-status")
-            # A total from the start: without one the bar animates forever, even on a hidden tab.
-            yield ProgressBar(total=1, id="run-progress", show_eta=False)
+        yield StatusLine("No run yet: choose a mode and press Start.", id="run-status")
         with Horizontal(id="run-middle"):
             yield TextPanel(rank_table([]), id="ranks")
             with Vertical(id="charts"):
-                yield Label("throughput (samples/s), last steps", id="throughput-label")
-                yield Chart(id="throughput")
-                yield Label("loss (global batch), last steps", id="loss-label")
-                yield Chart(id="loss")
+                yield Chart("throughput (samples/s), last steps", id="throughput")
+                yield Chart("loss (global batch), last steps", id="loss")
         yield Static("", id="root-cause")
         yield LogView(id="logs")
 
@@ -99,9 +95,8 @@ class RunView(Widget):
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.ended_ok = False
         self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
-        status = self.query_one("#run-status", TextPanel)
-        status.update(f"{self.label}: starting…  {run_dir}   (s stops it)")
-        self.query_one("#run-progress", ProgressBar).update(total=steps, progress=0)
+        status = self.query_one("#run-status", StatusLine)
+        status.update(f"{self.label}: starting…  {run_dir}   (s stops it)", done=0.0)
         self.query_one("#root-cause", Static).display = False
         self.query_one(LogView).reset(world_size)
         self.query_one(RunForm).running(True)
@@ -111,8 +106,7 @@ class RunView(Widget):
         steps, rates, losses = series
         status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
                   f"samples/s   loss {fmt_loss(stats.final_loss)}   (s stops it)")  # fmt: skip
-        self.query_one("#run-status", TextPanel).update(status)
-        self.query_one("#run-progress", ProgressBar).update(progress=stats.steps)
+        self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
         self.query_one("#throughput", Chart).update(rates)
         self.query_one("#loss", Chart).update([x for x in losses if x is not None])
         self._fill_table(stats)
@@ -142,9 +136,10 @@ class RunView(Widget):
         cause = summary.get("root_cause")
         self.failed_rank = cause["rank"] if cause else None
         verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary["status"]]
-        self.query_one("#run-status", TextPanel).update(
+        self.query_one("#run-status", StatusLine).update(
             f"{summary['mode']} {verdict}: {summary['steps']} steps, {fmt_rate(summary['samples_per_s'])} "
-            f"samples/s, loss {fmt_loss(summary['final_loss'])}   {summary['run_dir']}"
+            f"samples/s, loss {fmt_loss(summary['final_loss'])}   {summary['run_dir']}",
+            done=summary["steps"] / max(self.steps, 1),
         )
         if cause:
             panel = self.query_one("#root-cause", Static)
