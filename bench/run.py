@@ -229,6 +229,21 @@ def _app_process(session: str):
     raise RuntimeError("the app did not start")
 
 
+def _wait_exited(proc, timeout: float) -> None:
+    """Until ``proc`` (not our child: tmux's) has exited; a zombie its parent has yet to reap counts."""
+    import psutil
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"the app (pid {proc.pid}) was still running {timeout:.0f} s after quitting")
+
+
 def _start_app(session: str, command: str) -> float:
     start = time.perf_counter()
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
@@ -380,7 +395,7 @@ def _bench_app(work: Path, rows: list, flood_seconds: float) -> str:
     _tmux("send-keys", "-t", session, "q")
     _wait_screen(session, "Quit and stop every rank")
     _tmux("send-keys", "-t", session, "y")
-    app.wait(30)
+    _wait_exited(app, 30)
     _tmux("kill-session", "-t", session)
     lost = checked = 0
     for log in runs.glob("*/logs/*/attempt_0/*/stdout.log"):

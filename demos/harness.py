@@ -311,8 +311,8 @@ def start_log_flood(args: argparse.Namespace) -> None:
         while True:
             due = int((time.monotonic() - start) * args.log_rate)
             while i < due:
-                print(f"flood {i}", flush=False)
-                i += 1
+                sys.stdout.write(f"flood {i}\n")  # one write per line: print() makes two, and a
+                i += 1  # line printed meanwhile by the training loop could land between them
             sys.stdout.flush()
             time.sleep(0.01)
 

@@ -167,11 +167,11 @@ class Reporter:
         if due and (self.recording or self.rank == 0):
             rate = self._samples_since_print / max(now - self._time_at_print, 1e-9)
             loss_text = "n/a" if loss_value is None else f"{loss_value:.4f}"
-            print(
-                f"[rank {self.rank}] step {step}  loss {loss_text}  {rate:,.0f} samples/s",
-                file=self._stream or sys.stdout,
-                flush=True,
-            )
+            stream = self._stream or sys.stdout
+            # One write for the whole line: print() writes the newline apart, and another thread
+            # of the script printing meanwhile would land between the two.
+            stream.write(f"[rank {self.rank}] step {step}  loss {loss_text}  {rate:,.0f} samples/s\n")
+            stream.flush()
             self._samples_since_print = 0
             self._time_at_print = now
 

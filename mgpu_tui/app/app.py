@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, TabbedContent, TabPane
+from textual.widgets import ContentSwitcher, Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
 from mgpu_tui.app.confirm_quit import ConfirmQuit
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from mgpu_tui.app.run_view import RunView
 
 _LIVE = object()  # "read it from this machine"
+TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
 
 
 class MgpuApp(App):
@@ -79,15 +80,15 @@ class MgpuApp(App):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with TabbedContent(initial="run" if self.start_spec else "dashboard", id="tabs"):
-            with TabPane("Dashboard", id="dashboard"):
-                yield Dashboard(id="dashboard-view")
-            with TabPane("Topology", id="topology"):
-                yield TopologyView(id="topology-view")
-            with TabPane("Run", id="run"):
-                if self.start_spec:
-                    yield self._new_view("run")
-            yield TabPane("Compare", id="compare")
+        # Tabs over a ContentSwitcher of the views themselves: TabbedContent would wrap each
+        # view in two more full-screen containers, each painted on every tab switch.
+        initial = "run" if self.start_spec else "dashboard"
+        yield Tabs(*(Tab(title, id=tab) for tab, title in TABS.items()), active=initial, id="tabs")
+        with ContentSwitcher(initial=f"{initial}-view", id="views"):
+            yield Dashboard(id="dashboard-view")
+            yield TopologyView(id="topology-view")
+            if self.start_spec:
+                yield self._new_view("run")
         yield Footer()
 
     def _new_view(self, tab: str):
@@ -100,14 +101,21 @@ class MgpuApp(App):
 
         return CompareView(self.host, id="compare-view")
 
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        # A tab's view is built the first time it shows: one nobody opens must not delay the
-        # first frame. (Textual's Lazy mounts it anyway right after, and raises MountError if
-        # the app is already quitting.)
-        pane = event.pane
-        if pane.id in ("run", "compare") and not pane.children:
-            pane.mount(self._new_view(pane.id))
+    async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""
+        await self._show_view(event.tab.id)
+
+    async def _show_view(self, tab: str) -> None:
+        views = self.query_one(ContentSwitcher)
+        if self._view(tab) is None:
+            # A tab's view is built the first time it shows: one nobody opens must not delay the
+            # first frame. (Textual's Lazy mounts it anyway right after, and raises MountError if
+            # the app is already quitting.)
+            view = self._new_view(tab)
+            view.display = False  # shown by the switch below, not beside the current view meanwhile
+            await views.mount(view)
             self.call_after_refresh(self._freeze_heap)
+        views.current = f"{tab}-view"
 
     @staticmethod
     def _freeze_heap() -> None:
@@ -211,7 +219,7 @@ class MgpuApp(App):
         view.form.fill(spec, run.resolved.spec.nproc)
         label = spec.script or spec.module or spec.mode
         view.started(label, run.resolved.world_size, spec.steps, str(run.run_dir.path))
-        self.query_one(TabbedContent).active = "run"
+        self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
 
     def on_button_pressed(self, event) -> None:
         if event.button.id == "start":
@@ -250,8 +258,9 @@ class MgpuApp(App):
     def action_leave_field(self) -> None:
         self.set_focus(None)
 
-    def action_show_tab(self, tab: str) -> None:
-        self.query_one(TabbedContent).active = tab
+    async def action_show_tab(self, tab: str) -> None:
+        self.query_one(Tabs).active = tab
+        await self._show_view(tab)  # now, not a message later
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
