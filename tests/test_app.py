@@ -1,6 +1,5 @@
 """The app, driven with Textual's Pilot, on the real engine: real ranks, real files."""
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         form = app.query_one("#run-form")
         form.query_one("#mode", Select).value = "ddp"
         form.query_one("#nproc", Input).value = "2"
-        form.query_one("#steps", Input).value = "1000"  # the demo prints every 100 steps; s stops it
+        form.query_one("#steps", Input).value = "2000"  # the demo prints every 200 steps; s stops it
         form.query_one("#device", Select).value = "cpu"
         await pilot.click("#start")
         pane = app.query_one(LogPane)
@@ -61,39 +60,19 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         table = str(app.query_one("#ranks", TextPanel).render())
         assert "samples/s" in table.splitlines()[0] and table.splitlines()[2].startswith("rank 1")
         run_dir = app.controller.run.run_dir.path
-        await pilot.press("s")
-        assert await wait_for(pilot, lambda: not app.controller.active, timeout=30)
-        await pilot.pause(0.3)
-        assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
-    assert live_processes_of(run_dir) == []
-
-
-async def test_quitting_during_a_run_asks_then_stops_every_rank(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    from mgpu_tui.engine.spec import LaunchSpec
-
-    app = create_app(start=LaunchSpec("ddp", nproc=2, steps=100_000, device="cpu"))
-    async with app.run_test(size=(160, 50)) as pilot:
-        view = app.query_one(RunView)
-        assert await wait_for(pilot, lambda: len(view.rank_rows) == 2)
-        assert await wait_for(pilot, lambda: bool(app.controller.rank_processes()))
-        run_dir = app.controller.run.run_dir.path
         await pilot.press("t", "r")  # on the Run tab, letters must still be the app's keys
-        await pilot.press("q")
+        await pilot.press("q")  # a run is going: quitting asks first
         await pilot.pause(0.3)
         assert isinstance(app.screen, ConfirmQuit)
         assert "Quit and stop every rank?" in str(app.screen.query_one("Static").render())
         assert app.screen.query_one("#confirm").size.width > 40  # the box is drawn, not collapsed
-        await pilot.press("n")  # no: the run goes on
+        await pilot.press("n")  # no: the run goes on (y, in a real terminal: tests/test_app_tmux.py)
         await pilot.pause(0.3)
         assert app.controller.active and not isinstance(app.screen, ConfirmQuit)
-        await pilot.press("q")
+        await pilot.press("s")
+        assert await wait_for(pilot, lambda: not app.controller.active, timeout=30)
         await pilot.pause(0.3)
-        await pilot.press("y")
-        for _ in range(100):
-            if not app.is_running:
-                break
-            await asyncio.sleep(0.1)
+        assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
     assert live_processes_of(run_dir) == []
 
 
