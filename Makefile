@@ -11,10 +11,9 @@ run: install
 	$(BIN)/mgpu-tui
 
 # Two workers: most of a test's time is processes starting (torchrun, torch imports),
-# so two overlap well even on two cores. Tests that compare speeds run alone, after.
+# so two overlap well even on two cores (three are no faster, and starve the app tests).
 test: install
-	$(BIN)/python -m pytest -n 2 -m "not serial" --durations=12
-	$(BIN)/python -m pytest -m serial
+	$(BIN)/python -m pytest -n 2 --durations=12
 
 install: $(VENV)/.installed
 

@@ -34,7 +34,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         form = app.query_one("#run-form")
         form.query_one("#mode", Select).value = "ddp"
         form.query_one("#nproc", Input).value = "2"
-        form.query_one("#steps", Input).value = "2000"  # the demo prints every 200 steps; s stops it
+        form.query_one("#steps", Input).value = "1000"  # the demo prints every 100 steps; s stops it
         form.query_one("#device", Select).value = "cpu"
         await pilot.click("#start")
         pane = app.query_one(LogPane)

@@ -180,7 +180,8 @@ def test_the_environment_check_fails_the_topology_by_name(broken_nvml):
 
 
 def test_an_event_file_deleted_mid_run_is_still_followed(tmp_path):
-    proc = subprocess.Popen([*CLI, "run", "single", "--steps", "150", "--device", "cpu", "--json",
+    # Also the one-process launch path end to end: its table, its logs, --verify.
+    proc = subprocess.Popen([*CLI, "run", "single", "--steps", "150", "--device", "cpu", "--verify",
                              "--run-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)  # fmt: skip
     seen = []
@@ -193,11 +194,15 @@ def test_an_event_file_deleted_mid_run_is_still_followed(tmp_path):
     out, err = proc.communicate(timeout=120)
     err = "".join(seen) + err
     assert "Traceback" not in err, err
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert proc.returncode == 0 and summary["status"] == "ok", summary["root_cause"]
+    assert proc.returncode == 0 and "status ok" in out and "rank 0" in out and "samples/s" in out
+    run_dir = events.parent.parent
+    summary = json.loads((run_dir / "summary.json").read_text())
     # The engine follows the deleted file by its descriptor: no event was missed.
-    assert summary["steps"] == 150 and summary["ranks"][0]["done"]
-    assert not events.exists() and live_processes_of(events.parent.parent) == []
+    assert summary["steps"] == 150 and summary["ranks"][0]["done"] and summary["world_size"] == 1
+    assert summary["verify"]["ok"] and summary["verify"]["max_abs_diff"] <= 1e-5
+    # One process is rank 0 itself: its output is where torchrun would have put it.
+    assert (run_dir / "logs/python/attempt_0/0/stdout.log").read_text().count("[rank 0] step") == 10
+    assert not events.exists() and live_processes_of(run_dir) == []
 
 
 async def test_the_dashboard_shows_an_nvml_error_on_the_gpus_card(broken_nvml):

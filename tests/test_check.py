@@ -63,43 +63,11 @@ def test_level_one_reads_the_environment_and_starts_no_rank(tmp_path):
     assert "PASS  python" in result.stderr  # the table moved to stderr
 
 
-def test_level_two_passes_here_with_json_and_junit(tmp_path):
-    # Two modes: every mode's smoke run is in the level-3 test, and .ci/run runs the whole of
-    # level 2 (`mgpu-tui --check`) after the tests, where it must exit 0 too.
-    runs = tmp_path / "runs"
-    result = check("--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
-                   "--modes", "single,ddp", "--run-dir", str(runs))
-    assert result.returncode == 0, result.stdout + result.stderr
-    report = json.loads((tmp_path / "r.json").read_text())
-    jsonschema.validate(report, SCHEMA)
-    checks = {c["name"]: c for c in report["checks"]}
-    assert len(checks) >= 10 and report["passed"] and report["nproc"] == 2 and report["device"] == "cpu"
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
-        assert checks[f"collective:{op}"]["status"] == "pass", checks[f"collective:{op}"]
-    bandwidth = checks["bandwidth:all_reduce"]["metrics"]
-    # nccl-tests' definitions, with n = 2: busbw = algbw x 2(n-1)/n = algbw.
-    assert bandwidth["algbw_GBps"] == pytest.approx(bandwidth["size_bytes"] / bandwidth["time_us"] / 1e3)
-    assert bandwidth["busbw_GBps"] == pytest.approx(bandwidth["algbw_GBps"])
-    for mode in ("single", "ddp"):
-        smoke = checks[f"smoke:{mode}"]
-        assert smoke["status"] == "pass", smoke
-        assert smoke["metrics"]["final_loss"] < smoke["metrics"]["first_loss"]
-    assert "smoke:fsdp" not in checks  # --modes narrows the smoke runs
-    # The table: one row per check, then the counts.
-    assert "PASS  collective:all_reduce" in result.stdout
-    assert f"{len(checks)} checks: " in result.stdout.splitlines()[-1]
-    # JUnit, parsed back: one testcase per check, skips as <skipped>, no failure.
-    cases = junit_cases(tmp_path / "r.xml")
-    assert set(cases) == set(checks)
-    skipped = {n for n, c in cases.items() if c.find("skipped") is not None}
-    assert skipped == {n for n, c in checks.items() if c["status"] == "skip"}
-    assert not any(c.find("failure") is not None for c in cases.values())
-    no_rank_left(Path(report["run_dir"]))
-
-
 def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_crash(tmp_path):
     # all_reduce made wrong on rank 1, fsdp made to raise in its smoke run on rank 1:
     # both fail by name; fsdp's verify is skipped; the checks after it run in a new launch.
+    # Level 3 holds every check of level 2; .ci/run runs level 2 after the tests, where it must
+    # pass (exit 0) on a healthy machine.
     result = check("--level", "3", "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
                    "--run-dir", str(tmp_path / "runs"), env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})
     assert result.returncode == 1, result.stdout + result.stderr
@@ -130,7 +98,21 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
     assert checks["copy_matrix"]["status"] == "skip"
     one, two = checks["scaling:ddp"]["metrics"]["points"]
     assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
-    failures = {n for n, c in junit_cases(tmp_path / "r.xml").items() if c.find("failure") is not None}
+    bandwidth = checks["bandwidth:all_reduce"]["metrics"]
+    # nccl-tests' definitions, with n = 2: busbw = algbw x 2(n-1)/n = algbw.
+    assert bandwidth["algbw_GBps"] == pytest.approx(bandwidth["size_bytes"] / bandwidth["time_us"] / 1e3)
+    assert bandwidth["busbw_GBps"] == pytest.approx(bandwidth["algbw_GBps"])
+    assert checks["smoke:ddp"]["metrics"]["final_loss"] < checks["smoke:ddp"]["metrics"]["first_loss"]
+    assert report["nproc"] == 2 and report["device"] == "cpu" and not report["passed"]
+    # The table: one row per check, then the counts.
+    assert "PASS  collective:all_gather" in result.stdout and "FAIL  smoke:fsdp" in result.stdout
+    assert f"{len(checks)} checks: " in result.stdout.splitlines()[-1]
+    # JUnit, parsed back: one testcase per check, skips as <skipped>, the two failures as <failure>.
+    cases = junit_cases(tmp_path / "r.xml")
+    assert set(cases) == set(checks)
+    skipped = {n for n, c in cases.items() if c.find("skipped") is not None}
+    assert skipped == {n for n, c in checks.items() if c["status"] == "skip"}
+    failures = {n for n, c in cases.items() if c.find("failure") is not None}
     assert failures == {"collective:all_reduce", "smoke:fsdp"} and report["counts"]["fail"] == 2
     no_rank_left(Path(report["run_dir"]))
 

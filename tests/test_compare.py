@@ -25,16 +25,17 @@ def nothing_left(rows: list[dict]) -> None:
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory) -> tuple[dict, Path, str]:
     out = tmp_path_factory.mktemp("compare") / "r.json"
-    result = run_cli("compare", "ddp", "fsdp", "pipeline", "--nproc", "2", "--steps", "12", "--device", "cpu",
+    # Two modes whose ranks count samples differently (every rank; the first stage only).
+    result = run_cli("compare", "ddp", "pipeline", "--nproc", "2", "--steps", "12", "--device", "cpu",
                      "--out", str(out), "--run-dir", str(out.parent / "runs"), timeout=240)
     assert result.returncode == 0, result.stderr
     return json.loads(out.read_text()), out, result.stdout
 
 
-def test_compare_gives_three_ok_rows_that_trained_the_same_function(compared):
+def test_compare_gives_ok_rows_that_trained_the_same_function(compared):
     report, out, stdout = compared
     rows = report["rows"]
-    assert [r["mode"] for r in rows] == ["ddp", "fsdp", "pipeline"]
+    assert [r["mode"] for r in rows] == ["ddp", "pipeline"]
     for r in rows:
         assert r["status"] == "ok" and r["world_size"] == 2 and r["samples_per_s"] > 0
         assert r["step_time_s_median"] > 0 and r["peak_mem_bytes"] > 0 and len(r["loss_curve"]) == 12
@@ -59,14 +60,13 @@ def test_the_markdown_and_csv_reports_parse(compared):
     header = [c.strip() for c in table[0].strip("|").split("|")]
     assert header[:4] == ["mode", "status", "ranks", "samples/s"]
     body = [[c.strip() for c in line.strip("|").split("|")] for line in table[2:]]
-    assert [cells[0] for cells in body] == ["ddp", "fsdp", "pipeline"]
+    assert [cells[0] for cells in body] == ["ddp", "pipeline"]
     assert sum(cells[3].startswith("**") for cells in body) == 1  # one best throughput, in bold
     rows = list(csv.DictReader(io.StringIO(compare_output.csv_text(comparison))))
-    assert [r["mode"] for r in rows] == ["ddp", "fsdp", "pipeline"]
+    assert [r["mode"] for r in rows] == ["ddp", "pipeline"]
     assert [float(r["samples_per_s"]) for r in rows] == [r["samples_per_s"] for r in report["rows"]]
 
 
-@pytest.mark.serial  # the efficiency bound needs a machine nothing else is using
 def test_scale_of_ddp_over_one_and_two_ranks(tmp_path):
     out = tmp_path / "s.json"
     result = run_cli("scale", "ddp", "--nproc", "1,2", "--steps", "12", "--device", "cpu", "--out", str(out),
@@ -77,6 +77,8 @@ def test_scale_of_ddp_over_one_and_two_ranks(tmp_path):
     assert (one["nproc"], two["nproc"]) == (1, 2)
     assert one["speedup"] == 1.0 and one["efficiency"] == 1.0
     assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
+    # Two gloo ranks share this machine's two cores (about 0.2 alone); a bound this loose holds
+    # however busy the machine is, yet a rank's samples counted twice would show as about 2.
     assert 0 < two["efficiency"] <= 1.2
     assert "efficiency" in result.stdout and "speedup (ideal: 1x, 2x)" in result.stdout
     nothing_left(report["rows"])

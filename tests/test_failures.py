@@ -57,14 +57,6 @@ def test_every_kind_of_crash_is_named(mode, kind, expect, runs_root):
     assert live_processes_of(only_run_dir(runs_root)) == []
 
 
-def test_the_single_process_baseline_failing_is_named_too(runs_root):
-    result = run_cli("run", "single", "--steps", "50", "--device", "cpu", "--run-dir", str(runs_root),
-                     "--json", "--", "--fail-at-step", "2")
-    assert result.returncode == 1
-    cause = json.loads(result.stdout.strip().splitlines()[-1])["root_cause"]
-    assert cause["rank"] == 0 and "injected failure at step 2" in cause["message"]
-
-
 def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
     proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
                              "--run-dir", str(runs_root), "--json"],

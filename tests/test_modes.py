@@ -2,8 +2,8 @@
 
 Each case must exit 0 with status ok and verify.ok, and leave nothing running.
 float32 runs must match within 1e-5, AMP runs (bf16 on the CPU) within 2e-3
-(see demos/verify.py). These cases cover each launch path (one process, torchrun
-with gloo) and the training variants the check does not (AMP, accumulation, 1F1B);
+(see demos/verify.py). These cases cover the training variants the check does not
+(AMP, accumulation, 1F1B); the one-process path is verified in tests/test_bad_input.py;
 every one of the ten modes is verified in tests/test_check.py, where `--check
 --level 3` runs them all in one launch (a launch costs seconds here, and the
 suite has five minutes).
@@ -15,7 +15,6 @@ import pytest
 
 from conftest import live_processes_of, only_run_dir, run_cli
 
-ONE_PROCESS = [["single"]]
 TWO_RANKS = [["pipeline", "--schedule", "1f1b"], ["ddp", "--amp"], ["fsdp", "--accum", "2"]]
 DEGENERATE_ON_CPU = {"dp", "mp", "hybrid", "ddp_mp"}
 
@@ -31,14 +30,6 @@ def run_verified(args, runs_root):
     assert verify["tolerance"] == (2e-3 if "--amp" in args else 1e-5)
     assert live_processes_of(only_run_dir(runs_root)) == []
     return summary
-
-
-@pytest.mark.parametrize("args", ONE_PROCESS, ids=" ".join)
-def test_one_process_mode_equals_the_baseline(args, runs_root):
-    summary = run_verified(args, runs_root)
-    assert summary["world_size"] == 1
-    # Degenerate CPU paths say what does not happen here.
-    assert (summary["note"] is not None) == (args[0] in DEGENERATE_ON_CPU)
 
 
 @pytest.mark.parametrize("args", TWO_RANKS, ids=" ".join)

@@ -63,16 +63,6 @@ def test_nothing_of_the_run_is_left_running(ddp_run):
     assert live_processes_of(run_dir) == []
 
 
-def test_single_baseline_runs_under_the_engine_with_a_table(runs_root):
-    result = run_cli("run", "single", "--steps", "10", "--device", "cpu", "--run-dir", str(runs_root))
-    assert result.returncode == 0, result.stderr
-    assert "status ok" in result.stdout and "rank 0" in result.stdout and "samples/s" in result.stdout
-    run_dir = only_run_dir(runs_root)
-    assert (run_dir / "logs/python/attempt_0/0/stdout.log").read_text().count("[rank 0] step") == 10
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["world_size"] == 1 and summary["status"] == "ok"
-
-
 def test_demo_runs_alone_without_the_engine(tmp_path):
     """Under bare torchrun, without MGPU_RUN_DIR, the demo trains and prints from rank 0 only."""
     result = subprocess.run(

@@ -61,6 +61,24 @@ async def test_the_pane_follows_the_newest_lines_and_holds_still_when_scrolled_b
         assert rows(pane)[-1] == "rank 0 line 5000"
 
 
+async def test_keys_scroll_back_and_end_follows_again():
+    app = LogApp()
+    async with app.run_test(size=(80, 16)) as pilot:
+        view, pane = app.query_one(LogView), app.query_one(LogPane)
+        view.add(lines(0, 300))
+        await pilot.pause(1.1)  # the scrollable height has caught up
+        pane.focus()
+        await pilot.press("pageup")
+        assert not pane.following
+        held = rows(pane)[0]
+        view.add(lines(300, 310))
+        await pilot.pause()
+        assert rows(pane)[0] == held
+        await pilot.press("end")
+        await pilot.pause()
+        assert pane.following and rows(pane)[-1] == "rank 0 line 309"
+
+
 async def test_rank_filter_search_and_the_note_of_lines_not_shown():
     app = LogApp()
     async with app.run_test(size=(80, 16)) as pilot:

@@ -16,6 +16,9 @@ HELP = """\
   ?   this help          q   quit (asks first while a run is going)
   Esc leave a text field, so that the keys above work again
 
+In the logs, the mouse wheel (or arrows and PgUp once the log has the focus)
+scrolls back and holds still while lines arrive; End follows the newest again.
+
 Every line every rank prints is kept in the run directory (runs/ by default),
 even when the screen shows only the latest.
 
