@@ -161,3 +161,21 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         assert rows[0][3].rstrip(" *") == fmt_rate(comparison.rows[0].samples_per_s)
     for row in comparison.rows:
         assert live_processes_of(Path(row.run_dir)) == []
+
+
+async def test_a_tab_clicked_or_keyed_shows_its_view_built_on_first_show():
+    from textual.widgets import ContentSwitcher
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        views = app.query_one(ContentSwitcher)
+        assert views.current == "dashboard-view" and not app.query("#compare-view")
+        await pilot.click("#topology")  # the tab, with the mouse
+        await pilot.pause(0.2)
+        assert views.current == "topology-view"
+        await pilot.press("c")  # the Compare view does not exist until its tab first shows
+        await pilot.pause(0.2)
+        assert views.current == "compare-view" and app.query_one("#compare-view").display
+        await pilot.press("d")
+        await pilot.pause(0.2)
+        assert views.current == "dashboard-view" and not app.query_one("#compare-view").display
