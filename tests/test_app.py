@@ -179,3 +179,14 @@ async def test_a_tab_clicked_or_keyed_shows_its_view_built_on_first_show():
         await pilot.press("d")
         await pilot.pause(0.2)
         assert views.current == "dashboard-view" and not app.query_one("#compare-view").display
+
+
+def test_a_newer_update_replaces_a_waiting_one_of_its_kind_only():
+    from mgpu_tui.app.messages import CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
+
+    run, telemetry = RunUpdated(None, ([], [], [])), TelemetryUpdated(None)
+    assert RunUpdated(None, ([], [], [])).can_replace(run)
+    assert TelemetryUpdated(None).can_replace(telemetry)
+    assert CompareUpdated([], []).can_replace(CompareUpdated([], []))
+    assert not RunUpdated(None, ([], [], [])).can_replace(telemetry)
+    assert not RunEnded({}).can_replace(run) and not RunUpdated(None, ([], [], [])).can_replace(RunEnded({}))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
@@ -30,10 +30,6 @@ from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
 from mgpu_tui.engine.telemetry import Sampler, Snapshot
 from mgpu_tui.engine.topology import Topology, from_nvml
-
-if TYPE_CHECKING:
-    from mgpu_tui.app.compare_view import CompareView
-    from mgpu_tui.app.run_view import RunView
 
 _LIVE = object()  # "read it from this machine"
 TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
@@ -126,8 +122,8 @@ class MgpuApp(App):
         gc.freeze()
         gc.enable()
 
-    def _view(self, tab: str) -> RunView | CompareView | None:
-        """The Run or Compare view, or None before its tab was first shown (or after the app closed)."""
+    def _view(self, tab: str) -> Widget | None:
+        """The tab's view; None for Run or Compare before their tab first showed (or after the app closed)."""
         return next(iter(self.query(f"#{tab}-view")), None)
 
     def on_mount(self) -> None:

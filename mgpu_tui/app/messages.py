@@ -17,23 +17,24 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.telemetry import Snapshot
 
 
-class TelemetryUpdated(Message):
+class LatestOnly(Message):
+    """A state update: one still waiting in the queue is replaced by a newer one of its kind."""
+
+    def can_replace(self, message: Message) -> bool:
+        return type(message) is type(self)
+
+
+class TelemetryUpdated(LatestOnly):
     def __init__(self, snapshot: Snapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
 
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, TelemetryUpdated)
 
-
-class RunUpdated(Message):
+class RunUpdated(LatestOnly):
     def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]]) -> None:
         super().__init__()
         self.stats = stats
         self.series = series
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, RunUpdated)
 
 
 class RunEnded(Message):
@@ -42,16 +43,13 @@ class RunEnded(Message):
         self.summary = summary
 
 
-class CompareUpdated(Message):
+class CompareUpdated(LatestOnly):
     """The rows so far, and (mode, step, steps) of each run going."""
 
     def __init__(self, rows: list[Row], progress: list[tuple[str, int, int]]) -> None:
         super().__init__()
         self.rows = rows
         self.progress = progress
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, CompareUpdated)
 
 
 class CompareEnded(Message):
