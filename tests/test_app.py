@@ -1,9 +1,9 @@
 """The app, driven with Textual's Pilot, on the real engine: real ranks, real files."""
 
+import os
 import time
 from pathlib import Path
 
-import psutil
 from textual.widgets import Input, Select
 
 from conftest import live_processes_of
@@ -15,6 +15,11 @@ from mgpu_tui.app.status_line import StatusLine
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_rate
 from mgpu_tui.engine.priority import UI_RANK_NICE
+
+
+def thread_nices(pid: int) -> set[int]:
+    """The nice values of every thread of process ``pid``."""
+    return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
 async def wait_for(pilot, condition, timeout=60.0):
@@ -37,6 +42,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         form.query_one("#steps", Input).value = "1000"  # the demo prints every 100 steps; s stops it
         form.query_one("#device", Select).value = "cpu"
         await pilot.click("#start")
+        run_dir = app.controller.run.run_dir.path
         pane = app.query_one(LogPane)
 
         def both_ranks_on_screen() -> bool:  # the log pane's rows as drawn
@@ -49,17 +55,16 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
                               str(status.render()))
         view = app.query_one(RunView)
         assert [row[0] for row in view.rank_rows] == ["rank 0", "rank 1"]
-        # The app's runs give way to its screen: every rank niced, and its session's group too.
-        ranks = app.controller.rank_processes()
-        assert len(ranks) == 2
-        for pid, _ in ranks.values():
-            assert psutil.Process(pid).nice() == UI_RANK_NICE
-            autogroup = Path(f"/proc/{pid}/autogroup")
+        # The app's runs give way to its screen: every thread of the launcher and of each
+        # rank niced, and each one's session group too.
+        assert len(app.controller.rank_processes()) == 2
+        for proc in live_processes_of(run_dir):
+            assert thread_nices(proc.pid) == {UI_RANK_NICE}, proc.cmdline()
+            autogroup = Path(f"/proc/{proc.pid}/autogroup")
             if autogroup.exists():  # a kernel with sched_autogroup
                 assert autogroup.read_text().split()[-1] == str(UI_RANK_NICE)
         table = str(app.query_one("#ranks", TextPanel).render())
         assert "samples/s" in table.splitlines()[0] and table.splitlines()[2].startswith("rank 1")
-        run_dir = app.controller.run.run_dir.path
         await pilot.press("t", "r")  # on the Run tab, letters must still be the app's keys
         await pilot.press("q")  # a run is going: quitting asks first
         await pilot.pause(0.3)
