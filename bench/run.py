@@ -56,7 +56,8 @@ APP = f"env -u COLUMNS -u LINES {CLI}"
 
 
 def table(headers, rows) -> str:
-    return console_table(headers, [[str(c) for c in r] for r in rows], right=range(len(headers)))
+    """The first column (what was measured) reads left to right; the figures line up on the right."""
+    return console_table(headers, [[str(c) for c in r] for r in rows], right=range(1, len(headers)))
 
 
 # ---- overhead ---------------------------------------------------------------------

@@ -128,3 +128,24 @@ def test_a_chart_is_rows_of_blocks_from_the_series_minimum_to_its_maximum():
     assert spark_rows([1, 2, 3, 4], 6, 2).plain.split("\n") == ["    ▃█", "  ▁▆██"]
     assert spark_rows([7, 7], 3, 1).plain == " ▄▄"  # a steady series sits at half height
     assert spark_rows([], 3, 2).plain == "   \n   "
+
+
+async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
+    from mgpu_tui.app.chart import Chart
+    from mgpu_tui.console import fmt_rate
+
+    class ChartApp(App):
+        def compose(self) -> ComposeResult:
+            yield Chart("throughput (samples/s)", fmt_rate)
+
+    app = ChartApp()
+    async with app.run_test(size=(10, 4)) as pilot:
+        chart = app.query_one(Chart)
+        chart.update([])
+        await pilot.pause()
+        assert chart.render().plain.split("\n")[0] == "throughput (samples/s)"  # nothing to span yet
+        chart.update([5000.0] + [1000.0 + i for i in range(10)])  # the first value does not fit
+        await pilot.pause()
+        title, *bars = chart.render().plain.split("\n")
+        assert title == "throughput (samples/s), last 10 steps   now 1,009   range 1,000 to 1,009"
+        assert len(bars) == 3 and all(len(row) == 10 for row in bars)

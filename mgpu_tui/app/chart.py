@@ -2,16 +2,27 @@
 
 Textual's Sparkline blends a colour per bar on every paint; this draws block
 characters in one colour, which costs a fraction of that four times a second.
+The bars span the minimum to the maximum of what is drawn (so a steady series
+shows its wobble), which is why the title says what that range is.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.text import Text
 from textual.widget import Widget
 
 from mgpu_tui.app.bars import spark_rows
+
+
+def chart_title(title: str, values: Sequence[float], fmt: Callable[[float], str]) -> Text:
+    """``title, last N steps   now X   range LOW to HIGH``: the figures behind the bars below."""
+    text = Text(title, style="bold")
+    if values:
+        text.append(f", last {len(values):,} step{'s' if len(values) != 1 else ''}", style="bold")
+        text.append(f"   now {fmt(values[-1])}   range {fmt(min(values))} to {fmt(max(values))}")
+    return text
 
 
 class Chart(Widget):
@@ -21,9 +32,10 @@ class Chart(Widget):
     }
     """
 
-    def __init__(self, title: str, **kwargs) -> None:
+    def __init__(self, title: str, fmt: Callable[[float], str] = str, **kwargs) -> None:
         super().__init__(**kwargs)
         self.title = title
+        self.fmt = fmt
         self.values: list[float] = []
 
     def update(self, values: Sequence[float]) -> None:
@@ -31,6 +43,7 @@ class Chart(Widget):
         self.refresh()
 
     def render(self) -> Text:
-        """The title on the first row, the bars below it."""
-        chart = spark_rows(self.values, self.size.width, max(1, self.size.height - 1))
-        return Text.assemble(Text(self.title, style="bold"), "\n", chart)
+        """The title and the range on the first row, the bars of the values that fit below it."""
+        shown = self.values[-self.size.width:] if self.size.width > 0 else []
+        chart = spark_rows(shown, self.size.width, max(1, self.size.height - 1))
+        return Text.assemble(chart_title(self.title, shown, self.fmt), "\n", chart)

@@ -82,8 +82,8 @@ class RunView(Widget):
         with Horizontal(id="run-middle"):
             yield TextPanel(rank_table([]), id="ranks")
             with Vertical(id="charts"):
-                yield Chart("throughput (samples/s), last steps", id="throughput")
-                yield Chart("loss (global batch), last steps", id="loss")
+                yield Chart("throughput (samples/s)", fmt_rate, id="throughput")
+                yield Chart("loss (global batch)", fmt_loss, id="loss")
         yield Static("", id="root-cause")
         yield LogView(id="logs")
 
