@@ -124,8 +124,27 @@ class Reporter:
                 "config": config,
             },
         )
+        steps = config.get("steps")
+        # Said at once, so a rank's log (and the app's log pane) shows it started, long before the
+        # first progress line: a tenth of a long run can be minutes.
+        self._print(f"{mode} on {device}, rank {self.rank} of {self.world_size}, pid {os.getpid()}"
+                    + (f", {int(steps):,} steps" if isinstance(steps, int) else ""))
         # Step time is measured from here, so the first step includes its own warm-up.
         self._last = self._time_at_print = time.time()
+
+    def _print(self, message: str) -> None:
+        """One line on stdout as ``[rank N] message``: every rank under the engine, rank 0 alone without.
+
+        Under the engine every rank has its own log file, so each may print; under bare
+        torchrun all ranks share one console, so only rank 0 does.
+        """
+        if not (self.recording or self.rank == 0):
+            return
+        stream = self._stream or sys.stdout
+        # One write for the whole line: print() writes the newline apart, and another thread
+        # of the script printing meanwhile would land between the two.
+        stream.write(f"[rank {self.rank}] {message}\n")
+        stream.flush()
 
     def step(
         self,
@@ -161,17 +180,10 @@ class Reporter:
         )
         self._samples_since_print += samples
         every = self.print_every or 10
-        # Under the engine every rank has its own log file, so each may print;
-        # under bare torchrun all ranks share one console, so only rank 0 does.
-        due = step % every == 0 or now - self._time_at_print >= PRINT_AT_LEAST_EVERY_S
-        if due and (self.recording or self.rank == 0):
+        if step % every == 0 or now - self._time_at_print >= PRINT_AT_LEAST_EVERY_S:
             rate = self._samples_since_print / max(now - self._time_at_print, 1e-9)
             loss_text = "n/a" if loss_value is None else f"{loss_value:.4f}"
-            stream = self._stream or sys.stdout
-            # One write for the whole line: print() writes the newline apart, and another thread
-            # of the script printing meanwhile would land between the two.
-            stream.write(f"[rank {self.rank}] step {step}  loss {loss_text}  {rate:,.0f} samples/s\n")
-            stream.flush()
+            self._print(f"step {step}  loss {loss_text}  {rate:,.0f} samples/s")
             self._samples_since_print = 0
             self._time_at_print = now
 

@@ -42,7 +42,9 @@ def test_without_a_run_directory_it_writes_nothing_and_prints_every_nth_step(tmp
         reporter.step(step, samples=8, loss=1.0)
     assert not reporter.recording
     assert list(tmp_path.iterdir()) == []
-    assert len(out.getvalue().splitlines()) == 10 and "step 50" in out.getvalue()
+    hello, *progress = out.getvalue().splitlines()
+    assert hello.startswith("[rank 0] single on cpu, rank 0 of 1, pid ") and hello.endswith(", 50 steps")
+    assert len(progress) == 10 and progress[-1].startswith("[rank 0] step 50  loss 1.0000  ")
 
 
 def test_a_long_run_prints_at_least_every_ten_seconds(monkeypatch):
@@ -57,7 +59,7 @@ def test_a_long_run_prints_at_least_every_ten_seconds(monkeypatch):
     for step in range(1, 31):
         clock[0] += 1.0  # one step a second
         reporter.step(step, samples=8, loss=1.0)
-    assert [line.split()[3] for line in out.getvalue().splitlines()] == ["10", "20", "30"]
+    assert [line.split()[3] for line in out.getvalue().splitlines()[1:]] == ["10", "20", "30"]
 
 
 def test_other_ranks_stay_quiet_without_a_run_directory(monkeypatch):
