@@ -14,9 +14,10 @@ from mgpu_tui.exit_codes import ExitCode
 
 
 def tui_command(spec: LaunchSpec | None) -> int:
-    host = host_module.probe()
+    host = None  # bare `mgpu-tui`: the app probes the machine once its first frame is up
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.
+        host = host_module.probe()
         try:
             resolve(spec, host)
         except SpecError as exc:

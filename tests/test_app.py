@@ -4,6 +4,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from textual.widgets import Input, Select
 
 from conftest import live_processes_of
@@ -195,3 +196,21 @@ def test_a_newer_update_replaces_a_waiting_one_of_its_kind_only():
     assert CompareUpdated([], []).can_replace(CompareUpdated([], []))
     assert not RunUpdated(None, ([], [], [])).can_replace(telemetry)
     assert not RunEnded({}).can_replace(run) and not RunUpdated(None, ([], [], [])).can_replace(RunEnded({}))
+
+
+@pytest.mark.parametrize("open_at_once", [True, False], ids=["opened-at-once", "opened-after-the-read"])
+async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_at_once):
+    from mgpu_tui.app.topology_view import TopologyView
+
+    app = create_app(telemetry=[])  # the topology is this machine's, read once the first frame is up
+    async with app.run_test(size=(160, 50)) as pilot:
+        if not open_at_once:
+            assert await wait_for(pilot, lambda: app._topology is not None, timeout=10)
+        await pilot.press("t")  # opened at once, the view may say it is still reading, then show it
+
+        def shown() -> str:
+            return str(app.query_one(TopologyView).render())
+
+        assert await wait_for(pilot, lambda: "reading the topology" not in shown(), timeout=10)
+        # This machine has no NVIDIA driver: the view says why, as `mgpu-tui topo` does.
+        assert "no NVIDIA GPU here" in shown(), shown()

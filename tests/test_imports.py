@@ -56,3 +56,23 @@ def test_the_app_never_imports_torch():
     loaded = modules_after("from mgpu_tui.app import create_app\ncreate_app(telemetry=[], topology=None)")
     assert "textual" in loaded  # the probe really built the app
     assert "torch" not in loaded
+
+
+def test_the_first_frame_reads_nothing_of_the_machine():
+    """NVML, psutil and the topology load after the app's first frame, not before it (they cost
+    about 60 ms of it here); the frame itself needs only Textual."""
+    code = """
+import sys
+from mgpu_tui.app import create_app
+app = create_app()
+at_first_frame = []
+app.call_after_refresh(lambda: (at_first_frame.extend(sys.modules), app.exit()))
+app.run(headless=True, size=(160, 50))
+print("\\n".join(at_first_frame))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    loaded = {name.split(".")[0] for name in result.stdout.split()}
+    assert "textual" in loaded  # the probe really drew the app
+    assert not loaded & {"pynvml", "psutil", "ctypes", "torch"}, loaded & {"pynvml", "psutil", "ctypes"}
+    assert "mgpu_tui.engine.topology" not in result.stdout.split()

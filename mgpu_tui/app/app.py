@@ -3,6 +3,10 @@
 :func:`create_app` is the one factory the CLI and the tests use. Inputs can be
 given instead of read live (a topology, recorded telemetry), so views can be
 tested on machines this one is not.
+
+The first frame needs only Textual: what reads the machine (NVML, psutil, the
+topology) loads and starts once that frame is up, and each view but the
+Dashboard is built the first time it shows.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -17,19 +22,17 @@ from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
-from mgpu_tui.app.confirm_quit import ConfirmQuit
 from mgpu_tui.app.dashboard import Dashboard
-from mgpu_tui.app.help_screen import HelpScreen
 from mgpu_tui.app.messages import CompareEnded, CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
 from mgpu_tui.app.run_controller import RunController
-from mgpu_tui.app.topology_view import TopologyView
 from mgpu_tui.cli_errors import UsageError
 from mgpu_tui.engine import host as host_module
-from mgpu_tui.engine import nvml
 from mgpu_tui.engine.rundir import RunDirError
 from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
-from mgpu_tui.engine.telemetry import Sampler, Snapshot
-from mgpu_tui.engine.topology import Topology, from_nvml
+
+if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sampler and the topology
+    from mgpu_tui.engine.telemetry import Sampler, Snapshot
+    from mgpu_tui.engine.topology import Topology
 
 _LIVE = object()  # "read it from this machine"
 TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
@@ -66,13 +69,23 @@ class MgpuApp(App):
             # cores the ranks fill cannot spare. TEXTUAL_ANIMATIONS=full brings it back.
             self.animation_level = "none"
         self.start_spec = start
-        self.host = host or host_module.probe()
-        self._topology = topology
+        self._host = host
+        # The topology to show: given, or read from this machine once the first frame is up.
+        self._topology: tuple[Topology | None, str] | None = None if topology is _LIVE else (topology, "")
         self._recorded = list(telemetry) if telemetry is not None else None
+        self._interval = interval
         self.controller = RunController(self)
-        self.comparing = CompareController(self, self.host)
-        self.sampler = Sampler(interval=interval, ranks=self._rank_processes)
+        self.comparing = CompareController(self, lambda: self.host)
+        self.sampler: Sampler | None = None
         self._quitting = False
+
+    @property
+    def host(self) -> host_module.Host:
+        """What this machine can run (GPUs, torch), probed when first asked: the Run and Compare
+        forms need it, the first frame does not. By then the sampler has usually asked NVML already."""
+        if self._host is None:
+            self._host = host_module.probe()
+        return self._host
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -82,13 +95,16 @@ class MgpuApp(App):
         yield Tabs(*(Tab(title, id=tab) for tab, title in TABS.items()), active=initial, id="tabs")
         with ContentSwitcher(initial=f"{initial}-view", id="views"):
             yield Dashboard(id="dashboard-view")
-            yield TopologyView(id="topology-view")
             if self.start_spec:
                 yield self._new_view("run")
         yield Footer()
 
-    def _new_view(self, tab: str):
-        # Imported here: the Run and Compare views (and what they use) load when first shown.
+    def _new_view(self, tab: str) -> Widget:
+        # Imported here: the views but the Dashboard (and what they use) load when first shown.
+        if tab == "topology":
+            from mgpu_tui.app.topology_view import TopologyView
+
+            return TopologyView(id="topology-view")
         if tab == "run":
             from mgpu_tui.app.run_view import RunView
 
@@ -110,6 +126,8 @@ class MgpuApp(App):
             view = self._new_view(tab)
             view.display = False  # shown by the switch below, not beside the current view meanwhile
             await views.mount(view)
+            if tab == "topology":
+                view.show(*(self._topology or (None, "reading the topology…")))
             self.call_after_refresh(self._freeze_heap)
         views.current = f"{tab}-view"
 
@@ -127,30 +145,44 @@ class MgpuApp(App):
         return next(iter(self.query(f"#{tab}-view")), None)
 
     def on_mount(self) -> None:
-        self.call_after_refresh(self._freeze_heap)
-        if self._topology is _LIVE:
-            self.load_topology()
-        else:
-            self.query_one(TopologyView).show(self._topology)
+        self.call_after_refresh(self._after_first_frame)
         if self._recorded is not None:
             # Recorded telemetry is shown in full, in order: no message may replace another.
             for snapshot in self._recorded:
                 self.query_one(Dashboard).show(snapshot)
-        else:
-            self.sampler.start(on_sample=lambda snap: self.post_message(TelemetryUpdated(snap)))
         if self.start_spec is not None:
             self.start_run(self.start_spec)
 
+    def _after_first_frame(self) -> None:
+        """Start reading the machine. Before the first frame, NVML's and psutil's imports and the
+        worker threads would only compete with it for the one interpreter lock."""
+        self._freeze_heap()
+        if self._recorded is None:
+            from mgpu_tui.engine.telemetry import Sampler
+
+            self.sampler = Sampler(interval=self._interval, ranks=self._rank_processes)
+            self.sampler.start(on_sample=lambda snap: self.post_message(TelemetryUpdated(snap)))
+        if self._topology is None:
+            self.load_topology()
+
     def load_topology(self) -> None:
         def work() -> None:
+            from mgpu_tui.engine import nvml
+            from mgpu_tui.engine.topology import from_nvml
+
             try:
                 topology: Topology | None = from_nvml()
                 reason = "" if topology is not None else nvml.status().detail
             except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
                 topology, reason = None, f"NVML failed while reading it ({exc})"
-            self.call_from_thread(self.query_one(TopologyView).show, topology, reason)
+            self.call_from_thread(self._topology_read, topology, reason)
 
         self.run_worker(work, thread=True, exclusive=True, group="topology")
+
+    def _topology_read(self, topology: Topology | None, reason: str) -> None:
+        self._topology = (topology, reason)
+        if view := self._view("topology"):
+            view.show(topology, reason)
 
     # ---- messages from the workers ---------------------------------------------------
 
@@ -259,6 +291,8 @@ class MgpuApp(App):
         await self._show_view(tab)  # now, not a message later
 
     def action_help(self) -> None:
+        from mgpu_tui.app.help_screen import HelpScreen
+
         self.push_screen(HelpScreen())
 
     def action_quit_app(self) -> None:
@@ -273,10 +307,13 @@ class MgpuApp(App):
                 self.comparing.request_stop()
                 self.notify("Stopping every rank, then quitting…")
 
+        from mgpu_tui.app.confirm_quit import ConfirmQuit
+
         self.push_screen(ConfirmQuit(), answered)
 
     def on_unmount(self) -> None:
-        self.sampler.stop()
+        if self.sampler is not None:
+            self.sampler.stop()
         self.controller.close()  # whatever happened, no rank outlives the app
         self.comparing.close()
 

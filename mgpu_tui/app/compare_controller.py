@@ -7,7 +7,7 @@ it carries out; closing the app closes every run whatever its state.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from textual.app import App
@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class CompareController:
-    def __init__(self, app: App, host: Host) -> None:
+    def __init__(self, app: App, host: Callable[[], Host]) -> None:
+        """``host``: what the machine can run, asked for when a comparison starts."""
         self.app = app
         self.host = host
         self.runner: compare.Runner | None = None
@@ -40,7 +41,7 @@ class CompareController:
         from mgpu_tui.engine import compare  # loaded by the first comparison, not with the app
 
         comparison = compare.new_comparison(modes, template)
-        runner = compare.Runner(compare.compare_specs(modes, template), comparison, host=self.host,
+        runner = compare.Runner(compare.compare_specs(modes, template), comparison, host=self.host(),
                                 on_update=self._post_update)  # fmt: skip
         runner.check()
         self.runner = runner

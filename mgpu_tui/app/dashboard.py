@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -14,7 +15,9 @@ from mgpu_tui.app.bars import bar
 from mgpu_tui.app.gpu_card import GpuCard
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes
-from mgpu_tui.engine.telemetry import Snapshot
+
+if TYPE_CHECKING:  # psutil loads with the sampler, after the first frame
+    from mgpu_tui.engine.telemetry import Snapshot
 
 HISTORY = 60
 

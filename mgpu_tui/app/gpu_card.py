@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 
 from mgpu_tui.app.bars import bar, rate, spark
 from mgpu_tui.app.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes
-from mgpu_tui.engine.telemetry import GpuSample
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.telemetry import GpuSample
 
 
 def _na(value, fmt: str) -> str:
