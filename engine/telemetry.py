@@ -24,6 +24,9 @@ import psutil
 from mgpu_tui.engine import nvml
 
 MIN_INTERVAL_S = 0.1
+# CPU use is a share of the time since the previous reading, counted in the kernel's 10 ms
+# ticks: over a shorter window than this the figure is noise (0% or 100%), so it is None.
+MIN_CPU_WINDOW_S = 0.1
 
 
 @dataclass(frozen=True)
@@ -40,7 +43,7 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class HostSample:
-    cpu_percent: tuple[float, ...]  # per core, since the previous sample
+    cpu_percent: tuple[float | None, ...]  # per core, since the previous sample; None on the first
     memory_used: int
     memory_total: int
     load_avg: tuple[float, float, float]
@@ -51,7 +54,7 @@ class RankProcess:
     rank: int
     pid: int
     alive: bool
-    cpu_percent: float | None
+    cpu_percent: float | None  # since the previous sample; None the first time the process is seen
     rss_bytes: int | None
     threads: int | None
     gpu_uuid: str | None  # from its hello event
@@ -90,6 +93,7 @@ class Sampler:
         self._thread: threading.Thread | None = None
         self.errors = 0  # samples that raised; the sampler keeps going
         psutil.cpu_percent(percpu=True)  # the first call only starts the measurement
+        self._cpu_since = time.monotonic()
 
     # ---- the thread ----------------------------------------------------------------
 
@@ -159,11 +163,12 @@ class Sampler:
                 rx_rate = max(0, r.nvlink_rx_bytes - prev[2]) / dt
         return GpuSample(index, ident.uuid, ident.name, False, r, tx_rate, rx_rate)
 
-    @staticmethod
-    def _host() -> HostSample:
+    def _host(self) -> HostSample:
         memory = psutil.virtual_memory()
+        cpu, now = tuple(psutil.cpu_percent(percpu=True)), time.monotonic()
+        window, self._cpu_since = now - self._cpu_since, now
         return HostSample(
-            cpu_percent=tuple(psutil.cpu_percent(percpu=True)),
+            cpu_percent=cpu if window >= MIN_CPU_WINDOW_S else (None,) * len(cpu),
             memory_used=memory.total - memory.available,
             memory_total=memory.total,
             load_avg=os.getloadavg(),
@@ -177,12 +182,13 @@ class Sampler:
         for rank, (pid, uuid) in sorted(wanted.items()):
             proc = self._procs.get(pid)
             try:
-                if proc is None:
+                first = proc is None
+                if first:
                     proc = self._procs[pid] = psutil.Process(pid)
-                    proc.cpu_percent(None)  # starts its measurement; the next sample has a figure
                 with proc.oneshot():
                     alive = proc.status() != psutil.STATUS_ZOMBIE
-                    out.append(RankProcess(rank, pid, alive, proc.cpu_percent(None),
+                    cpu = proc.cpu_percent(None)  # the first call starts the measurement: no figure yet
+                    out.append(RankProcess(rank, pid, alive, None if first else cpu,
                                            proc.memory_info().rss, proc.num_threads(), uuid))  # fmt: skip
             except psutil.Error:
                 out.append(RankProcess(rank, pid, False, None, None, None, uuid))

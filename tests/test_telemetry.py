@@ -1,5 +1,6 @@
 """The sampler: GPUs through NVML (a stand-in here), the host, and a real run's rank processes."""
 
+import os
 import time
 from pathlib import Path
 
@@ -34,7 +35,17 @@ def test_every_gpu_is_sampled_with_its_fields(h100_box):
     assert (gpu.memory_used, gpu.memory_total, gpu.util_gpu) == (40 << 30, 80 << 30, 80)
     assert gpu.power_w == pytest.approx(470.0) and gpu.power_limit_w == pytest.approx(700.0)
     assert gpu.processes == ((4242, 39 << 30),)
-    assert snap.host.memory_total > 0 and len(snap.host.cpu_percent) >= 1
+    assert snap.host.memory_total > 0
+
+
+def test_host_cpu_use_is_a_figure_only_over_a_window_long_enough_to_measure():
+    sampler = Sampler()
+    first = sampler.sample().host.cpu_percent  # a few microseconds since the sampler began
+    assert first == (None,) * os.cpu_count()
+    time.sleep(0.3)
+    cpu = sampler.sample().host.cpu_percent
+    assert len(cpu) == os.cpu_count() and all(0.0 <= c <= 100.0 for c in cpu)
+    assert sampler.sample().host.cpu_percent == first  # and again: too soon after the last one
 
 
 def test_unsupported_fields_are_none_and_the_rest_still_reads(h100_box):
@@ -95,11 +106,12 @@ def test_ranks_of_a_real_cpu_run_show_their_processes(tmp_path):
         while len(run.rank_processes()) < 2 and time.monotonic() < deadline:
             run.poll()
             time.sleep(0.2)
-        sampler.sample()
+        first = sampler.sample().ranks
         time.sleep(0.5)
         ranks = sampler.sample().ranks
         run.stop()
     assert [r.rank for r in ranks] == [0, 1]
+    assert [r.cpu_percent for r in first] == [None, None]  # seen once: no share of time measured yet
     for r in ranks:
         assert r.alive and r.rss_bytes > 10 << 20 and r.threads >= 1 and r.cpu_percent > 0
         assert r.gpu_uuid is None  # CPU ranks have no GPU

@@ -48,10 +48,16 @@ class Dashboard(Widget):
             banner.display = text is not None
             banner.update(text or "")
         host = snap.host
-        cpu = sum(host.cpu_percent) / max(1, len(host.cpu_percent))
-        cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
+        n = len(host.cpu_percent)
+        if None in host.cpu_percent:  # the first sample: CPU use needs two readings
+            cpu_text = Text.assemble(bar(None), "  ...   ")
+            cores = "measuring (the figures come with the next sample)"
+        else:
+            cpu = sum(host.cpu_percent) / max(1, n)
+            cpu_text = Text.assemble(bar(cpu / 100), f" {cpu:3.0f}%   ")
+            cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
         self.query_one("#host", TextPanel).update(Text.assemble(
-            ("Host  ", "bold"), f"CPU {len(host.cpu_percent)} cores ", bar(cpu / 100), f" {cpu:3.0f}%   ",
+            ("Host  ", "bold"), f"CPU {n} cores ", cpu_text,
             "memory ", bar(host.memory_used / host.memory_total), f" {fmt_bytes(host.memory_used)} / "
             f"{fmt_bytes(host.memory_total)}   load {host.load_avg[0]:.2f} {host.load_avg[1]:.2f} "
             f"{host.load_avg[2]:.2f}\n      cores {cores}",
