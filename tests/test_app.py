@@ -214,3 +214,26 @@ async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_at_
         assert await wait_for(pilot, lambda: "reading the topology" not in shown(), timeout=10)
         # This machine has no NVIDIA driver: the view says why, as `mgpu-tui topo` does.
         assert "no NVIDIA GPU here" in shown(), shown()
+
+
+async def test_a_failed_rank_shows_the_root_cause_with_its_traceback(tmp_path):
+    from textual.widgets import Static
+
+    from mgpu_tui.engine.spec import LaunchSpec
+
+    spec = LaunchSpec("ddp", nproc=2, steps=50, device="cpu", run_root=tmp_path,
+                      demo_args=("--fail-at-step", "3", "--fail-rank", "1"))  # fmt: skip
+    app = create_app(start=spec, telemetry=[], topology=None)  # as `run ... --tui` opens it
+    async with app.run_test(size=(160, 50)) as pilot:
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: view.finished, timeout=60), "the run never ended"
+        await pilot.pause(0.2)
+        panel = app.query_one("#root-cause", Static)
+        assert panel.display and panel.size.height > 3  # shown, not collapsed
+        cause = str(panel.render())
+        assert cause.startswith("Root cause: rank 1 failed first"), cause
+        assert "RuntimeError: injected failure at step 3 on rank 1" in cause and "Traceback" in cause
+        assert view.rank_rows[1][1] == "failed"
+        assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
+        run_dir = app.controller.run.run_dir.path
+    assert live_processes_of(run_dir) == []
