@@ -147,5 +147,5 @@ async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
         chart.update([5000.0] + [1000.0 + i for i in range(10)])  # the first value does not fit
         await pilot.pause()
         title, *bars = chart.render().plain.split("\n")
-        assert title == "throughput (samples/s), last 10 steps   now 1,009   range 1,000 to 1,009"
+        assert title == "throughput (samples/s), last 10 steps · now 1,009 · range 1,000 to 1,009"
         assert len(bars) == 3 and all(len(row) == 10 for row in bars)

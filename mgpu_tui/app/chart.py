@@ -17,11 +17,12 @@ from mgpu_tui.app.bars import spark_rows
 
 
 def chart_title(title: str, values: Sequence[float], fmt: Callable[[float], str]) -> Text:
-    """``title, last N steps   now X   range LOW to HIGH``: the figures behind the bars below."""
+    """``title, last N steps · now X · range LOW to HIGH``: the figures behind the bars below."""
     text = Text(title, style="bold")
     if values:
         text.append(f", last {len(values):,} step{'s' if len(values) != 1 else ''}", style="bold")
-        text.append(f"   now {fmt(values[-1])}   range {fmt(min(values))} to {fmt(max(values))}")
+        # Visible separators: an SVG screenshot drops spaces where the bold part ends.
+        text.append(f" · now {fmt(values[-1])} · range {fmt(min(values))} to {fmt(max(values))}")
     return text
 
 
