@@ -198,19 +198,32 @@ def test_a_newer_update_replaces_a_waiting_one_of_its_kind_only():
     assert not RunEnded({}).can_replace(run) and not RunUpdated(None, ([], [], [])).can_replace(RunEnded({}))
 
 
-@pytest.mark.parametrize("open_at_once", [True, False], ids=["opened-at-once", "opened-after-the-read"])
-async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_at_once):
-    from mgpu_tui.app.topology_view import TopologyView
+@pytest.mark.parametrize("open_before_the_read", [True, False], ids=["opened-while-reading", "opened-after"])
+async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_before_the_read, monkeypatch):
+    import threading
 
-    app = create_app(telemetry=[])  # the topology is this machine's, read once the first frame is up
+    from mgpu_tui.app.topology_view import TopologyView
+    from mgpu_tui.engine import topology
+
+    # The read is this machine's own, held until the test lets it go: a big box can take a while.
+    read_done, real_read = threading.Event(), topology.from_nvml
+    monkeypatch.setattr(topology, "from_nvml", lambda: read_done.wait(10) and real_read())
+    app = create_app(telemetry=[])  # the topology is read once the first frame is up
     async with app.run_test(size=(160, 50)) as pilot:
-        if not open_at_once:
-            assert await wait_for(pilot, lambda: app._topology is not None, timeout=10)
-        await pilot.press("t")  # opened at once, the view may say it is still reading, then show it
 
         def shown() -> str:
             return str(app.query_one(TopologyView).render())
 
+        if open_before_the_read:
+            await pilot.press("t")
+            await pilot.pause(0.2)
+            assert "reading the topology" in shown()
+            assert "GPU" not in shown().replace("NVML", "")  # nothing said of GPUs before it knows
+            read_done.set()
+        else:
+            read_done.set()
+            assert await wait_for(pilot, lambda: app._topology is not None, timeout=10)
+            await pilot.press("t")
         assert await wait_for(pilot, lambda: "reading the topology" not in shown(), timeout=10)
         # This machine has no NVIDIA driver: the view says why, as `mgpu-tui topo` does.
         assert "no NVIDIA GPU here" in shown(), shown()

@@ -126,8 +126,10 @@ class MgpuApp(App):
             view = self._new_view(tab)
             view.display = False  # shown by the switch below, not beside the current view meanwhile
             await views.mount(view)
-            if tab == "topology":
-                view.show(*(self._topology or (None, "reading the topology…")))
+            if tab == "topology" and self._topology is not None:
+                view.show(*self._topology)
+            elif tab == "topology":
+                view.reading()
             self.call_after_refresh(self._freeze_heap)
         views.current = f"{tab}-view"
 

@@ -17,6 +17,10 @@ def _style(label: str) -> str:
 
 
 class TopologyView(Static):
+    def reading(self) -> None:
+        """Until the read is done: nothing is said of GPUs before it is known (a big box takes a while)."""
+        self.update(Text("reading the topology through NVML…", style="dim"))
+
     def show(self, topology: Topology | None, reason: str = "") -> None:
         if topology is None or not topology.gpus:
             self.update(Text(describe(topology, reason), style="bold"))
