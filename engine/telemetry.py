@@ -13,6 +13,7 @@ differ inside containers, UUIDs do not.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import threading
 import time
@@ -27,6 +28,10 @@ MIN_INTERVAL_S = 0.1
 # CPU use is a share of the time since the previous reading, counted in the kernel's 10 ms
 # ticks: over a shorter window than this the figure is noise (0% or 100%), so it is None.
 MIN_CPU_WINDOW_S = 0.1
+# NVML's PCIe rate blocks ~20 ms a call, two calls a GPU: reading all 8 GPUs of a box would
+# take a third of a second. Each sample reads PCIe for this many GPUs in turn; the others show
+# their last reading (on an 8-GPU box at 1 Hz, at most 8 s old).
+PCIE_GPUS_PER_SAMPLE = 1
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class GpuSample:
     nvlink_tx_bps: float | None  # from the cumulative counters: delta / delta t
     nvlink_rx_bps: float | None
     error: str | None = None  # NVML refused to answer (a broken driver): what it said
+    pcie_age_s: float | None = None  # how old readings.pcie_*_bps are (read in turn); None: never read
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,8 @@ class Sampler:
         self.ranks = ranks
         self._history: collections.deque[Snapshot] = collections.deque(maxlen=history)
         self._nvlink_prev: dict[str, tuple[float, int | None, int | None]] = {}
+        self._pcie_last: dict[int, tuple[float, float | None, float | None]] = {}  # index -> (t, tx, rx)
+        self._pcie_next = 0  # the GPU whose PCIe rate the next sample reads first
         self._procs: dict[int, psutil.Process] = {}
         self._identities: dict[int, nvml.GpuIdentity] = {}
         self._lock = threading.Lock()
@@ -133,18 +141,21 @@ class Sampler:
     def sample(self) -> Snapshot:
         now = time.time()
         status = nvml.status()
-        gpus = tuple(self._gpu(i, now) for i in range(status.device_count)) if status.ok else ()
+        count = status.device_count if status.ok else 0
+        pcie_turn = {(self._pcie_next + k) % count for k in range(min(PCIE_GPUS_PER_SAMPLE, count))}
+        self._pcie_next = (self._pcie_next + PCIE_GPUS_PER_SAMPLE) % max(count, 1)
+        gpus = tuple(self._gpu(i, now, i in pcie_turn) for i in range(count))
         snapshot = Snapshot(now, status, gpus, self._host(), self._ranks())
         with self._lock:
             self._history.append(snapshot)
         return snapshot
 
-    def _gpu(self, index: int, now: float) -> GpuSample:
+    def _gpu(self, index: int, now: float, read_pcie: bool) -> GpuSample:
         ident = self._identities.get(index)
         try:
             if ident is None:
                 ident = self._identities[index] = nvml.identity(index)
-            r = nvml.readings(index)
+            r = nvml.readings(index, pcie=read_pcie)
         except nvml.GpuLost:
             uuid = ident.uuid if ident else f"index {index}"
             return GpuSample(index, uuid, ident.name if ident else "unknown", True, None, None, None)
@@ -161,7 +172,13 @@ class Sampler:
                 tx_rate = max(0, r.nvlink_tx_bytes - prev[1]) / dt
             if r.nvlink_rx_bytes is not None and prev[2] is not None:
                 rx_rate = max(0, r.nvlink_rx_bytes - prev[2]) / dt
-        return GpuSample(index, ident.uuid, ident.name, False, r, tx_rate, rx_rate)
+        if read_pcie:
+            self._pcie_last[index] = (now, r.pcie_tx_bps, r.pcie_rx_bps)
+        pcie_age = None
+        if index in self._pcie_last:
+            read_at, tx, rx = self._pcie_last[index]
+            r, pcie_age = dataclasses.replace(r, pcie_tx_bps=tx, pcie_rx_bps=rx), now - read_at
+        return GpuSample(index, ident.uuid, ident.name, False, r, tx_rate, rx_rate, pcie_age_s=pcie_age)
 
     def _host(self) -> HostSample:
         memory = psutil.virtual_memory()

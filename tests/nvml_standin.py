@@ -47,6 +47,9 @@ class FakeMachine:
     gpus: list[FakeGpu]
     ancestors: dict[tuple[int, int], str]  # PCIe label for pairs without NVLink
     init_error: int | None = None  # e.g. real.NVML_ERROR_LIBRARY_NOT_FOUND
+    # NVML measures a PCIe rate over a window and blocks for it: 20.6 ms a call on an H100
+    # (driver 580.159.04, docs/gpu-validation.md), where other queries take microseconds.
+    pcie_window_s: float = 0.02
 
 
 class _Memory:
@@ -157,6 +160,7 @@ def standin(machine: FakeMachine) -> types.ModuleType:
 
     @query("nvmlDeviceGetPcieThroughput")
     def _(g, h, counter):
+        time.sleep(machine.pcie_window_s)
         return 1000 + g.util * 100  # KiB/s
 
     @query("nvmlDeviceGetComputeRunningProcesses")

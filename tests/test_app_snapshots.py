@@ -29,7 +29,8 @@ def recorded_h100_telemetry():
         gpu.processes = [(1000 + i, (9 + 8 * i) << 30)]
     nvml.use_library(standin(machine))
     try:
-        snapshots = [Sampler().sample() for _ in range(3)]
+        sampler = Sampler()  # PCIe rates are read one GPU per sample: 8 samples read them all
+        snapshots = [sampler.sample() for _ in range(8)][-3:]
     finally:
         nvml.use_library(None)
     host = HostSample(cpu_percent=(50.0,) * 16, memory_used=500 << 30, memory_total=2048 << 30,

@@ -117,3 +117,27 @@ def test_ranks_of_a_real_cpu_run_show_their_processes(tmp_path):
         assert r.gpu_uuid is None  # CPU ranks have no GPU
     after = sampler.sample().ranks
     assert not any(r.alive for r in after)
+
+
+def test_pcie_rates_are_read_one_gpu_per_sample_in_turn(h100_box):
+    # NVML blocks ~20 ms per PCIe call (the stand-in too): a sample reads them for one GPU only.
+    calls = []
+    assert nvml.status().ok
+    real_call = nvml.lib().nvmlDeviceGetPcieThroughput
+
+    def counting(handle, counter):
+        calls.append(handle)
+        return real_call(handle, counter)
+
+    nvml.lib().nvmlDeviceGetPcieThroughput = counting
+    sampler = Sampler()
+    first = sampler.sample()
+    assert calls == [0, 0]  # tx and rx of GPU 0
+    assert first.gpus[0].pcie_age_s == 0 and first.gpus[0].readings.pcie_tx_bps == 1000 * 1024
+    assert first.gpus[1].pcie_age_s is None and first.gpus[1].readings.pcie_tx_bps is None  # not yet read
+    for _ in range(7):
+        last = sampler.sample()
+    assert sorted(set(calls)) == list(range(8)) and len(calls) == 16
+    assert all(g.pcie_age_s is not None for g in last.gpus)
+    assert last.gpus[0].readings.pcie_tx_bps == 1000 * 1024  # kept from its turn
+    assert last.gpus[0].pcie_age_s > 0 and last.gpus[7].pcie_age_s == 0

@@ -43,6 +43,7 @@ class GpuCard(TextPanel):
             "\n  mem ", bar(mem_fraction), f" {fmt_bytes(r.memory_used):>10} / {fmt_bytes(r.memory_total)}",
             "   util ", bar(None if r.util_gpu is None else r.util_gpu / 100),
             f" {_na(r.util_gpu, '{}%'):>4} ", spark(util_history),
-            f"\n  PCIe ↑{rate(r.pcie_tx_bps)} ↓{rate(r.pcie_rx_bps)}   "
+            "\n  PCIe " + (f"↑{rate(r.pcie_tx_bps)} ↓{rate(r.pcie_rx_bps)}   " if gpu.pcie_age_s is not None
+                           else "measuring   "),  # read one GPU per sample in turn
             f"NVLink ↑{rate(gpu.nvlink_tx_bps)} ↓{rate(gpu.nvlink_rx_bps)}   ", (gpu.uuid, "dim"),
         ))  # fmt: skip
