@@ -160,8 +160,12 @@ def _cells(line: str, tabbed: bool) -> list[str]:
     return [cell.strip() for cell in re.split(r"\s{2,}", line.strip())]
 
 
+# Terminal escapes (CSI sequences): nvidia-smi underlines the header with them even into a pipe.
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def parse_topo_text(text: str) -> Topology:
-    lines = [line.rstrip("\n\r") for line in text.splitlines()]
+    lines = [line.rstrip("\n\r") for line in _ANSI.sub("", text).splitlines()]
     header_at = next((k for k, line in enumerate(lines) if re.search(r"\bGPU0\b", line)), None)
     if header_at is None:
         raise TopologyParseError("no GPU0 column: this is not `nvidia-smi topo -m` output")
