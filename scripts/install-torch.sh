@@ -17,6 +17,14 @@ if [ ! -x "$venv/bin/python" ]; then
     if "$python" -c "import torch" 2>/dev/null; then
         echo "install: using the torch that $python already has"
         "$python" -m venv --system-site-packages "$venv"
+        # A Python that is itself a virtual environment (the usual home of a CUDA torch) lends
+        # --system-site-packages only its base interpreter's packages, without torch: point the
+        # new environment at that environment's packages too.
+        parent=$("$python" -c 'import site, sys; print(*site.getsitepackages(), sep="\n") if sys.prefix != sys.base_prefix else None')
+        if [ "$parent" != "None" ]; then
+            site_dir=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+            echo "$parent" > "$site_dir/_mgpu_tui_parent_env.pth"
+        fi
     else
         "$python" -m venv "$venv"
     fi
