@@ -12,10 +12,31 @@ head stays whole on every rank. Run it:
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.tensor import DTensor, Replicate, distribute_module
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from mgpu_tui.demos import harness
 from mgpu_tui.engine.reporter import Reporter
+
+
+def tensor_parallel(model: torch.nn.Sequential, mesh) -> torch.nn.Sequential:
+    """Split every block over the mesh's ranks, in place; the head stays whole."""
+    for block in model[:-1]:
+        # fc1: columns split, output stays sharded; fc2: rows split, all-reduce gives the full output.
+        parallelize_module(block, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    # The head stays whole on every rank, but as replicated DTensors: the fused (foreach) optimizer
+    # and GradScaler on CUDA refuse a mix of DTensors and plain tensors. Its input and output stay
+    # plain tensors, so it costs no communication.
+    distribute_module(model[-1], mesh, input_fn=_replicated_input, output_fn=_local_output)
+    return model
+
+
+def _replicated_input(module, inputs, mesh):
+    return tuple(DTensor.from_local(x, mesh, [Replicate()]) for x in inputs)  # no communication
+
+
+def _local_output(module, output, mesh):
+    return output.to_local()
 
 
 @record
@@ -24,10 +45,7 @@ def main() -> None:
     d = harness.start_distributed("tp", args)
     mesh = init_device_mesh(d.device.type, (d.world,))
 
-    model = harness.build_model(args).to(d.device)
-    for block in model[:-1]:
-        # fc1: columns split, output stays sharded; fc2: rows split, all-reduce gives the full output.
-        parallelize_module(block, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    model = tensor_parallel(harness.build_model(args).to(d.device), mesh)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)
