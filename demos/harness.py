@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mgpu_tui.engine.placement import PlacementError, rank_devices, split_layers
+from mgpu_tui.engine.placement import PlacementError, rank_devices, shares_gpus, split_layers
 from mgpu_tui.engine.reporter import Reporter
 
 CLASSES = 10
@@ -60,6 +60,8 @@ def parse_args(
         help="autocast dtype (default: fp16 with GradScaler on CUDA, bf16 on the CPU)",
     )
     parser.add_argument("--accum", type=int, default=1, help="micro-batches per step (default 1)")
+    parser.add_argument("--share-gpus", action="store_true",
+                        help="let ranks share GPUs round-robin when there are too few (they talk over gloo)")
     parser.add_argument("--width", type=int, default=256, help="hidden width (default 256)")
     parser.add_argument("--depth", type=int, default=4, help="hidden blocks (default 4)")
     parser.add_argument(
@@ -96,7 +98,7 @@ def place(mode: str, args: argparse.Namespace, local_rank: int = 0, nproc: int =
     gpus = torch.cuda.device_count() if requested == "cuda" else 0
     try:
         names = rank_devices(mode, local_rank, gpus, nproc=nproc, stages=getattr(args, "stages", 2),
-                             device=requested)
+                             device=requested, share=args.share_gpus)
     except PlacementError as exc:
         raise SystemExit(str(exc)) from None
     devices = [torch.device(name) for name in names]
@@ -112,6 +114,7 @@ class Distributed:
     world: int
     local_rank: int
     devices: list[torch.device]
+    shared: bool = False  # ranks share GPUs (--share-gpus): the group is gloo over CUDA tensors
 
     @property
     def device(self) -> torch.device:
@@ -132,11 +135,16 @@ def start_distributed(mode: str, args: argparse.Namespace) -> Distributed:
     global _owns_process_group
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    devices = place(mode, args, local_rank, int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    nproc = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    devices = place(mode, args, local_rank, nproc)
+    cuda = devices[0].type == "cuda"
+    # NCCL refuses two ranks on one GPU; gloo runs collectives on CUDA tensors (slower, via the host).
+    shared = cuda and args.share_gpus and shares_gpus(mode, nproc, torch.cuda.device_count(),
+                                                      getattr(args, "stages", 2))
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if devices[0].type == "cuda" else "gloo")
+        dist.init_process_group("nccl" if cuda and not shared else "gloo")
         _owns_process_group = True
-    return Distributed(rank, world, local_rank, devices)
+    return Distributed(rank, world, local_rank, devices, shared)
 
 
 def device_uuid(device: torch.device) -> str | None:
@@ -216,6 +224,24 @@ class Placed(nn.Sequential):
         return x
 
 
+class HostBoundary(nn.Sequential):
+    """The model's layers computed on ``device``, taking and giving back host (CPU) tensors.
+
+    For ranks that share a GPU (--share-gpus): they talk over gloo, and gloo cannot send a
+    CUDA tensor point to point (its TCP transport reads the device pointer as host memory:
+    "writev: Bad address", seen on an H100), so activations cross between ranks in host
+    memory while the layers still run on the GPU. Parameter names stay those of the model.
+    """
+
+    def __init__(self, model: nn.Sequential, device: torch.device) -> None:
+        super().__init__(OrderedDict(model.named_children()))
+        self.compute_device = device
+        self.to(device)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.to(self.compute_device)).cpu()
+
+
 def layer_devices(stage_devices: list[str], n_layers: int) -> list[torch.device]:
     """Spread ``n_layers`` over the stages' devices in contiguous, balanced runs."""
     per_layer = []
@@ -268,7 +294,6 @@ def train_step(
     args: argparse.Namespace,
     device: torch.device,
     no_sync=None,
-    use_autocast: bool = True,
 ) -> torch.Tensor:
     """One optimizer step over ``args.accum`` micro-batches; returns the mean loss (detached).
 
@@ -282,7 +307,7 @@ def train_step(
     for i, (mx, my) in enumerate(zip(micro_x, micro_y)):
         last = i == len(micro_x) - 1
         with (no_sync() if no_sync is not None and not last else nullcontext()):
-            with autocast(args, device) if use_autocast else nullcontext():
+            with autocast(args, device):
                 # Each micro-batch's mean loss, weighted by its share of the batch.
                 loss = nn.functional.cross_entropy(model(mx), my) * (len(mx) / len(x))
             scaler.scale(loss).backward()
@@ -379,12 +404,23 @@ def shutdown_distributed() -> None:
 def save_gathered_params(model: nn.Module, directory: str | None, rank: int) -> None:
     """Save a model whose parameters are sharded DTensors (FSDP, TP) as whole tensors, from rank 0.
 
-    full_tensor() all-gathers a DTensor's shards, so every rank must call this.
+    Every rank must call this: the shards are gathered. Not with full_tensor(): its functional
+    all_gather segfaults in gloo on CUDA tensors (ranks sharing a GPU; torch 2.11 on an H100),
+    so each rank's shard travels to the others in host memory.
     """
     from torch.distributed.tensor import DTensor
 
+    def whole(value: DTensor) -> torch.Tensor:
+        (placement,) = value.placements  # a one-dimensional mesh: every rank of the job
+        local = value.to_local().detach().cpu()
+        if placement.is_replicate():
+            return local
+        shards: list = [None] * dist.get_world_size()
+        dist.all_gather_object(shards, local)
+        return torch.cat(shards, dim=placement.dim)
+
     state = model.state_dict()
-    full = {name: v.full_tensor() if isinstance(v, DTensor) else v for name, v in state.items()}
+    full = {name: whole(v) if isinstance(v, DTensor) else v for name, v in state.items()}
     if rank == 0:
         save_params(full, directory)
 

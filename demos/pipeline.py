@@ -12,6 +12,7 @@ baseline's step on the whole batch. Run it:
 
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
+from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 from torch.nn import functional as F
 
@@ -32,12 +33,20 @@ def main() -> None:
 
     # This rank's layers, named as in the whole model.
     mine = split_layers(args.depth + 1, d.world)[d.rank]
-    module = harness.Stage(args, mine.start, mine.stop).to(d.device)
-    stage = PipelineStage(module, d.rank, d.world, d.device)
-    scaler = harness.grad_scaler(args, d.device)
+    module = harness.Stage(args, mine.start, mine.stop)
+    # Where activations cross between ranks: the GPU, except for ranks sharing one (--share-gpus),
+    # whose gloo group cannot send CUDA tensors: they compute on the GPU and hand over in host memory.
+    link = torch.device("cpu") if d.shared else d.device
+    module = harness.HostBoundary(module, d.device) if d.shared else module.to(d.device)
+    stage = PipelineStage(module, d.rank, d.world, link)
+    # Every stage steps its own optimizer, but only the last computes (and scales) a loss. With
+    # fp16 the stages must share one scale and skip the same steps when any stage's gradients
+    # overflow: ShardedGradScaler all-reduces that verdict over the ranks.
+    scaler = ShardedGradScaler(d.device.type, enabled=harness.grad_scaler(args, d.device).is_enabled())
+    scaler.scale(torch.ones((), device=d.device))  # sets the scale up on stages without a loss
 
     def loss_fn(output, target):  # runs on the last stage, once per micro-batch
-        return scaler.scale(F.cross_entropy(output, target))
+        return scaler.scale(F.cross_entropy(output.to(d.device), target))
 
     # A pipeline already accumulates over its micro-batches: --accum N means N times as many.
     Schedule = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
@@ -55,9 +64,9 @@ def main() -> None:
             losses = []
             with harness.autocast(args, d.device):
                 if first_stage and last_stage:
-                    schedule.step(x.to(d.device), target=y.to(d.device), losses=losses)
+                    schedule.step(x.to(link), target=y.to(d.device), losses=losses)
                 elif first_stage:
-                    schedule.step(x.to(d.device))  # feeds the micro-batches in
+                    schedule.step(x.to(link))  # feeds the micro-batches in
                 elif last_stage:
                     schedule.step(target=y.to(d.device), losses=losses)  # computes the loss
                 else:

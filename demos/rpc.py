@@ -20,17 +20,24 @@ from torch.distributed.optim import DistributedOptimizer
 from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.placement import split_layers
+from mgpu_tui.engine.placement import rank_devices, split_layers
 from mgpu_tui.engine.reporter import Reporter
+
+
+def rank_device(args, rank: int, world: int, device: torch.device) -> str:
+    """Where rank r's layers live: cuda:<r> (round-robin with --share-gpus), or the CPU. One node."""
+    if device.type != "cuda":
+        return "cpu"
+    return rank_devices("rpc", rank, torch.cuda.device_count(), nproc=world, share=args.share_gpus)[0]
 
 
 def train(args, world: int, device: torch.device, reporter: Reporter) -> None:
     parts = split_layers(args.depth + 1, world)
     local = harness.Stage(args, parts[0].start, parts[0].stop).to(device)
     # Rank r builds layers parts[r] itself, on its own device: the same weights as the baseline's.
-    remote_device = "cuda:{}" if device.type == "cuda" else "cpu"
     remotes = [
-        RemoteModule(f"worker{r}/{remote_device.format(r)}", harness.Stage, args=(args, p.start, p.stop))
+        RemoteModule(f"worker{r}/{rank_device(args, r, world, device)}", harness.Stage,
+                     args=(args, p.start, p.stop))
         for r, p in enumerate(parts)
         if r > 0
     ]
@@ -68,12 +75,17 @@ def main() -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     device = harness.place("rpc", args, int(os.environ["LOCAL_RANK"]), world)[0]
     if args.amp and device.type == "cuda":
-        args.amp_dtype = "bf16"  # bf16 needs no GradScaler, which distributed autograd cannot use
+        # fp16 needs a GradScaler, which distributed autograd cannot use; bf16 needs none.
+        if args.amp_dtype == "fp16":
+            raise SystemExit("rpc trains mixed precision in bf16 only: fp16 needs a GradScaler, "
+                             "which distributed autograd cannot use.")
+        args.amp_dtype = "bf16"
     options = rpc.TensorPipeRpcBackendOptions()
-    if device.type == "cuda":  # tensors sent to rank r land on its GPU, r's local rank
+    if device.type == "cuda":  # tensors sent to rank r land on its GPU
         for peer in range(world):
             if peer != rank:
-                options.set_device_map(f"worker{peer}", {device.index: peer})
+                peer_device = torch.device(rank_device(args, peer, world, device))
+                options.set_device_map(f"worker{peer}", {device.index: peer_device.index})
     # torchrun's MASTER_ADDR and MASTER_PORT tell RPC where to meet.
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=options)
 

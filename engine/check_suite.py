@@ -61,6 +61,7 @@ class CheckOptions:
     bandwidth_bytes: int | None = None  # default: 16 MiB on the CPU, 256 MiB on GPUs
     modes: tuple[str, ...] | None = None  # smoke (and verify) only these; default: every mode
     environ: Mapping[str, str] | None = None
+    share_gpus: bool = False  # ranks may share GPUs round-robin (over gloo), as run --share-gpus
 
 
 def _budget(task: str) -> float:
@@ -123,6 +124,7 @@ class CheckSuite:
             self._add(result)
         device, nproc = self._placement(env)
         self.report.device, self.report.nproc = device, nproc
+        self.report.shared_gpus = device == "cuda" and nproc > env.visible_gpus
         if opts.level < 2:
             return
         if not env.torch.get("torch"):
@@ -130,17 +132,27 @@ class CheckSuite:
                 f"torch cannot be imported ({env.torch.get('error')}), so no rank can start; see the README."
             )
         host = self._host(env)
-        tasks = [*COLLECTIVES, f"bandwidth:{self._bandwidth_bytes(device)}"]
+        tasks = list(COLLECTIVES)
+        measured = ["bandwidth:all_reduce"] + (["sweep:all_reduce"] if opts.level >= 3 else [])
+        if nproc > 1:
+            tasks += [f"bandwidth:{self._bandwidth_bytes(device)}"] + (["sweep"] if opts.level >= 3 else [])
+        else:  # an all_reduce over one rank moves nothing: any figure would be the cost of a no-op
+            for name in measured:
+                self._add(CheckResult(name, Status.SKIP, "one rank: an all_reduce moves no data, so there is "
+                                      "no bandwidth to measure (--nproc 2 or more)"))  # fmt: skip
         if opts.level >= 3:
-            tasks += ["sweep", "copy_matrix"]
+            tasks.append("copy_matrix")
         modes, skipped = self._smoke_modes(host, device, nproc)
         tasks += [f"smoke:{m}" for m in modes]
         for name, reason in skipped.items():
             self._add(CheckResult(f"smoke:{name}", Status.SKIP, reason))
         if opts.level >= 3:
             tasks += [f"verify:{m}" for m in modes]
-            if "ddp" in modes:
+            if "ddp" in modes and nproc > 1:
                 tasks.append("scaling:ddp")
+            elif "ddp" in modes:
+                self._add(CheckResult("scaling:ddp", Status.SKIP, "one rank: nothing to scale over "
+                                      "(--nproc 2 or more)"))  # fmt: skip
         self._check_dir = RunDir.create(opts.run_root, "check")
         self.report.run_dir = str(self._check_dir.path)
         self._run_rank_tasks(tasks, host, device, nproc)
@@ -154,12 +166,14 @@ class CheckSuite:
         if device == "cuda" and not has_cuda:
             raise SpecError(f"--device cuda needs an NVIDIA GPU that torch can use; none here "
                             f"({env.nvml.detail}).")  # fmt: skip
+        if opts.share_gpus and device != "cuda":
+            raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
         nproc = opts.nproc or (env.visible_gpus if device == "cuda" else 2)
         if nproc < 1:
             raise SpecError(f"--nproc must be at least 1, got {nproc}.")
-        if device == "cuda" and nproc > env.visible_gpus:
+        if device == "cuda" and nproc > env.visible_gpus and not opts.share_gpus:
             raise SpecError(f"--nproc {nproc} on CUDA needs {nproc} GPUs, "
-                            f"but {env.visible_gpus} are visible.")
+                            f"but {env.visible_gpus} are visible (--share-gpus lets ranks share them).")
         return device, nproc
 
     def _host(self, env: Environment) -> host_module.Host:
@@ -177,12 +191,14 @@ class CheckSuite:
             if self.options.modes is not None and mode.name not in self.options.modes:
                 continue
             needed = gpus_needed(mode.name, nproc if mode.multi_process else 1)
-            if not availability(mode, host).runnable:
+            shared = self.options.share_gpus and device == "cuda"  # any GPU count will do
+            if not availability(mode, host).runnable and not shared:
                 skipped[mode.name] = availability(mode, host).reason
             elif mode.multi_process and nproc < mode.min_nproc:
                 skipped[mode.name] = f"needs at least {mode.min_nproc} ranks; --nproc {nproc}"
-            elif device == "cuda" and needed > host.gpu_count:
-                skipped[mode.name] = f"needs {needed} GPUs with --nproc {nproc}; {host.gpu_count} visible"
+            elif device == "cuda" and needed > host.gpu_count and not shared:
+                skipped[mode.name] = (f"needs {needed} GPUs with --nproc {nproc}; {host.gpu_count} visible "
+                                      "(--share-gpus lets ranks share them)")  # fmt: skip
             else:
                 runnable.append(mode.name)
         runnable.sort(key=lambda m: (MODES[m].multi_process, m == "rpc"))
@@ -228,6 +244,8 @@ class CheckSuite:
                 "--smoke-dir", str(self._check_dir.path / "smoke"))  # fmt: skip
         if any(t.startswith("verify:") for t in tasks):
             args += ("--save-params",)
+        if opts.share_gpus:
+            args += ("--share-gpus",)
         spec = LaunchSpec(mode="check", module=RANK_MODULE, nproc=nproc, device=device,
                           run_root=self._check_dir.path, demo_args=args)  # fmt: skip
         self._run = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)

@@ -46,6 +46,7 @@ class CheckReport:
     ended_at: float | None = None
     run_dir: str | None = None  # where the ranks' logs are, when ranks ran
     interrupted: bool = False
+    shared_gpus: bool = False  # more ranks than GPUs (--share-gpus): gloo, and timings not a real box's
 
     def counts(self) -> dict[str, int]:
         return {s.value: sum(1 for r in self.results if r.status is s) for s in Status}
@@ -61,6 +62,7 @@ class CheckReport:
             "level": self.level,
             "nproc": self.nproc,
             "device": self.device,
+            "shared_gpus": self.shared_gpus,
             "passed": not self.failed and not self.interrupted,
             "interrupted": self.interrupted,
             "counts": self.counts(),

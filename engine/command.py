@@ -38,6 +38,12 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
     ]  # fmt: skip
     if spec.amp:
         argv.append("--amp")
+        if resolved.mode.name == "rpc" and resolved.device == "cuda" and "--amp-dtype" not in spec.demo_args:
+            # rpc can only train bf16 on CUDA (fp16's GradScaler does not work with distributed
+            # autograd); said here, so --verify's baseline trains bf16 too.
+            argv += ["--amp-dtype", "bf16"]
+    if resolved.shared_gpus:
+        argv.append("--share-gpus")
     if resolved.mode.name == "mp":
         argv += ["--stages", str(spec.stages)]
     if resolved.mode.name == "pipeline":

@@ -71,7 +71,8 @@ def devices_used(mode: str, device: str, world_size: int, nproc: int, stages: in
         return world_size
     if mode == "dp":
         return gpu_count
-    return gpus_needed(mode, nproc, stages) if mode in MODES else nproc
+    needed = gpus_needed(mode, nproc, stages) if mode in MODES else nproc
+    return min(needed, gpu_count) if gpu_count else needed  # ranks sharing GPUs occupy only those
 
 
 @dataclass(frozen=True)

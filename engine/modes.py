@@ -121,7 +121,8 @@ def availability(mode: Mode, host: Host) -> Availability:
     if host.has_cuda:
         needed = gpus_needed(mode.name, mode.min_nproc)
         if host.gpu_count < needed:
-            return Availability(False, None, f"needs at least {needed} GPUs, {host.gpu_count} visible")
+            return Availability(False, None, f"needs at least {needed} GPUs, {host.gpu_count} visible "
+                                             "(--share-gpus runs it on fewer)")
         backend = " with NCCL" if mode.multi_process else ""
         return Availability(True, "cuda", f"on {host.gpu_count} GPU(s){backend}")
     if mode.cpu_path == "degenerate":

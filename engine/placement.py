@@ -30,6 +30,14 @@ def gpus_needed(mode: str, nproc: int, stages: int = 2) -> int:
     return 1  # single, dp (at least one), hybrid
 
 
+def shares_gpus(mode: str, nproc: int, gpu_count: int, stages: int = 2) -> bool:
+    """Whether ``nproc`` ranks of ``mode`` need more GPUs than there are, so some share one.
+
+    Only with --share-gpus; NCCL refuses two ranks on one device, so such ranks talk over gloo.
+    """
+    return gpus_needed(mode, nproc, stages) > gpu_count
+
+
 def rank_devices(
     mode: str,
     local_rank: int,
@@ -38,6 +46,7 @@ def rank_devices(
     nproc: int = 1,
     stages: int = 2,
     device: str = "cuda",
+    share: bool = False,
 ) -> list[str]:
     """The devices one rank places its model on, in model order.
 
@@ -49,11 +58,14 @@ def rank_devices(
     - single: ``cuda:0``.
 
     With ``device="cpu"`` every entry is "cpu" (the same structure, on the host).
+    With ``share``, GPU indices wrap round-robin over the ``gpu_count`` there are
+    (ranks 0 and 1 both on cuda:0 on a one-GPU machine), so a job for a big box
+    can be rehearsed on a small one.
     Raises PlacementError, with one sentence, when there are too few GPUs.
     """
     if device == "cuda":
         needed = gpus_needed(mode, nproc, stages)
-        if gpu_count < needed or gpu_count < 1:
+        if gpu_count < 1 or (gpu_count < needed and not share):
             raise PlacementError(
                 f"mode {mode!r} with {nproc} rank(s) needs {max(needed, 1)} GPU(s), "
                 f"but {gpu_count} are visible."
@@ -72,6 +84,9 @@ def rank_devices(
         names = ["cuda:0"]
     if device == "cpu":
         return ["cpu"] * len(names)
+    if share:
+        names = [f"cuda:{int(n.partition(':')[2]) % gpu_count}" if n.startswith("cuda:") else n
+                 for n in names]  # fmt: skip
     return names
 
 

@@ -16,7 +16,7 @@ from typing import Literal
 
 from mgpu_tui.engine.host import Host
 from mgpu_tui.engine.modes import MODES, SCRIPT, Mode
-from mgpu_tui.engine.placement import gpus_needed
+from mgpu_tui.engine.placement import gpus_needed, shares_gpus
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES = ("auto", "cpu", "cuda")
@@ -60,6 +60,9 @@ class LaunchSpec:
     on_stall: Literal["stop", "report"] = "stop"
     # Lower the ranks' CPU priority by this much (0-19); the app uses priority.UI_RANK_NICE.
     nice: int = 0
+    # Let ranks share GPUs (round-robin) when there are fewer GPUs than the mode needs: a big
+    # box's job rehearsed on a small one. Such ranks talk over gloo (NCCL refuses two on one GPU).
+    share_gpus: bool = False
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
 
@@ -70,6 +73,9 @@ class ResolvedSpec:
     mode: Mode
     device: Literal["cpu", "cuda"]
     backend: Literal["gloo", "nccl"]
+    # Ranks (or one process's stages) share GPUs: the run is correct, its timings say nothing
+    # about a box with a GPU for each.
+    shared_gpus: bool = False
     world_size: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +91,7 @@ class ResolvedSpec:
             "device": self.device,
             "device_requested": self.spec.device,
             "backend": self.backend,
+            "shared_gpus": self.shared_gpus,
             "launcher": self.mode.launcher,
             "world_size": self.world_size,
         }
@@ -180,14 +187,20 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         raise SpecError(
             f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {spec.nproc}."
         )
+    if spec.share_gpus and device != "cuda":
+        raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
+    if spec.share_gpus and mode is SCRIPT:
+        raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
+    shared = False
     if device == "cuda":
         if not host.has_cuda:
             raise SpecError(f"--device cuda needs an NVIDIA GPU, but there is none here ({host.gpu_note}).")
         needed = gpus_needed(mode.name, spec.nproc, spec.stages)
-        if needed > host.gpu_count:
+        shared = spec.share_gpus and shares_gpus(mode.name, spec.nproc, host.gpu_count, spec.stages)
+        if needed > host.gpu_count and not shared:
             raise SpecError(
                 f"mode {mode.name!r} with --nproc {spec.nproc} needs {needed} GPUs, "
-                f"but {host.gpu_count} are visible."
+                f"but {host.gpu_count} are visible (--share-gpus lets ranks share them)."
             )
     if mode.splits_batch and spec.batch_size % spec.nproc:
         raise SpecError(
@@ -203,4 +216,6 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         raise SpecError(
             f"{stages} stages is more than the model's {spec.depth + 1} layers; raise --depth."
         )
-    return ResolvedSpec(spec, mode, device, "nccl" if device == "cuda" else "gloo")
+    # NCCL refuses two ranks on one GPU, so ranks that share one talk over gloo.
+    backend = "nccl" if device == "cuda" and not shared else "gloo"
+    return ResolvedSpec(spec, mode, device, backend, shared)

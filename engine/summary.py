@@ -9,7 +9,8 @@ Fields (a stable contract; new ones may be added):
 - ``peak_mem_bytes``: a list indexed by rank (allocator peak on CUDA, peak RSS on the CPU),
 - ``ranks``: per-rank figures, ``launch_to_first_step_s``, ``duration_s``,
   ``malformed_events``, ``run_dir``, ``root_cause`` (null, or rank, exit_code, signal,
-  message, traceback), ``note`` (what a degenerate CPU path does not show, or null),
+  message, traceback), ``note`` (one sentence on what the figures do not show: a degenerate
+  CPU path, or ranks sharing GPUs; or null), ``shared_gpus`` (--share-gpus put more ranks than GPUs),
   ``verify`` (with --verify: max_abs_diff, max_rel_diff, tolerance, ok; else null).
 
 See aggregate.py for how each figure is computed.
@@ -21,6 +22,18 @@ from mgpu_tui.engine.aggregate import RunStats
 from mgpu_tui.engine.rootcause import RootCause
 from mgpu_tui.engine.rundir import RunDir
 from mgpu_tui.engine.spec import ResolvedSpec
+
+SHARED_GPUS_NOTE = ("the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
+                    "but the timings say nothing about a box with a GPU for each rank.")
+
+
+def run_note(resolved: ResolvedSpec) -> str | None:
+    """What this run's figures do not show, in one sentence, or None."""
+    if resolved.shared_gpus:
+        return SHARED_GPUS_NOTE
+    if resolved.device == "cpu" and resolved.mode.cpu_note:
+        return f"on the CPU {resolved.mode.cpu_note}"
+    return None
 
 
 def build_summary(
@@ -44,6 +57,7 @@ def build_summary(
         "exit_code": exit_code,
         "device": resolved.device,
         "backend": resolved.backend,
+        "shared_gpus": resolved.shared_gpus,
         "world_size": world,
         "nnodes": resolved.spec.nnodes,
         "node_rank": resolved.spec.node_rank,
@@ -75,7 +89,6 @@ def build_summary(
         "malformed_events": malformed_events,
         "run_dir": str(run_dir.path),
         "root_cause": root_cause.to_json() if root_cause else None,
-        # What this run does not show on this device (degenerate CPU paths), in one sentence.
-        "note": resolved.mode.cpu_note if resolved.device == "cpu" and resolved.mode.cpu_note else None,
+        "note": run_note(resolved),
         "verify": None,  # filled in by --verify
     }

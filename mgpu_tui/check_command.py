@@ -39,7 +39,8 @@ def check_command(args: argparse.Namespace) -> int:
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None
     options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
-                           require_gpus=args.require_gpus, run_root=Path(args.run_dir))  # fmt: skip
+                           require_gpus=args.require_gpus, run_root=Path(args.run_dir),
+                           share_gpus=args.share_gpus)  # fmt: skip
     try:
         suite = CheckSuite(options, on_result=show, on_progress=progress)
     except SpecError as exc:

@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: CUDA when there are GPUs, else the CPU (gloo)",
     )
+    run.add_argument("--share-gpus", action="store_true",
+                     help="let ranks share GPUs round-robin when the mode needs more than there are "
+                          "(they talk over gloo; timings then say nothing about a real multi-GPU box)")
     run.add_argument(
         "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
     )
@@ -145,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                              help="auto: CUDA when there are GPUs")
         command.add_argument("--amp", action="store_true",
                              help="mixed precision (fp16 on CUDA, bf16 on the CPU)")
+        command.add_argument("--share-gpus", action="store_true",
+                             help="let ranks share GPUs round-robin (gloo); timings then say nothing "
+                                  "about a real multi-GPU box")
         command.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
         command.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
         command.add_argument("--out", metavar="FILE", help="write a report: .json, .md or .csv (and a .png "
@@ -217,6 +223,8 @@ def build_check_parser() -> argparse.ArgumentParser:
                         help="ranks (default: one per GPU, or 2 on the CPU)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
+    parser.add_argument("--share-gpus", action="store_true",
+                        help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo")
     parser.add_argument("--run-dir", default="runs", metavar="DIR",
                         help="where the ranks' logs go (default ./runs)")
     return parser

@@ -27,7 +27,7 @@ from mgpu_tui.report_files import ensure_writable, write_atomic
 def _template(args: argparse.Namespace, nproc: int | None) -> LaunchSpec:
     return LaunchSpec(mode="single", nproc=nproc, steps=args.steps, batch_size=args.batch_size,
                       device=args.device, run_root=Path(args.run_dir), amp=args.amp, width=args.width,
-                      depth=args.depth)  # fmt: skip
+                      depth=args.depth, share_gpus=args.share_gpus)  # fmt: skip
 
 
 def _out_suffix(out: str | None) -> str | None:

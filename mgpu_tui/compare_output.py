@@ -79,7 +79,7 @@ def compare_table(comparison: Comparison) -> str:
         if r.root_cause:
             lines.append(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})")
         elif r.note:
-            lines.append(f"{r.mode}: on the CPU {r.note}")
+            lines.append(f"{r.mode}: {r.note}")
     if comparison.parallel:
         lines.append("Note: the modes ran at the same time and shared this host: not a fair race.")
     return "\n".join(lines)

@@ -97,7 +97,7 @@ def summary_text(summary: dict) -> str:
     timing += f"  launch to first step {fmt_seconds(summary['launch_to_first_step_s'])}"
     notes = [f"run directory {summary['run_dir']}"]
     if summary["note"]:
-        notes.insert(0, f"note: on the CPU {summary['note']}")
+        notes.insert(0, f"note: {summary['note']}")
     if summary["verify"]:
         verdict = "ok" if summary["verify"]["ok"] else "FAILED"
         notes.insert(0, f"verify {verdict}: {verify_text(summary['verify'])}")
@@ -180,6 +180,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         stall_timeout=args.stall_timeout,
         on_stall=args.on_stall,
         nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
+        share_gpus=args.share_gpus,
         nproc=args.nproc,
         steps=args.steps,
         batch_size=args.batch_size,

@@ -83,3 +83,14 @@ def test_mode_options_reach_only_their_mode_and_verify_saves_parameters():
 def test_demo_arguments_pass_through_last():
     launch = build(LaunchSpec("single", device="cpu", demo_args=("--lr", "0.1", "--amp")))
     assert launch.argv[-3:] == ("--lr", "0.1", "--amp")
+
+
+def test_shared_gpus_reach_the_demo_and_rpc_amp_is_bf16_on_cuda():
+    one_gpu = Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True)
+    launch = build(LaunchSpec("ddp", nproc=2, device="cuda", share_gpus=True), host=one_gpu)
+    assert "--share-gpus" in launch.argv
+    assert "--share-gpus" not in build(LaunchSpec("ddp", nproc=2, device="cuda"), host=GPU_HOST).argv
+    # rpc cannot train fp16 (no GradScaler under distributed autograd): its baseline must be bf16 too.
+    rpc = build(LaunchSpec("rpc", nproc=2, device="cuda", amp=True), host=GPU_HOST).argv
+    assert rpc[rpc.index("--amp-dtype") + 1] == "bf16"
+    assert "--amp-dtype" not in build(LaunchSpec("rpc", nproc=2, device="cpu", amp=True)).argv

@@ -125,3 +125,14 @@ def test_parallel_gives_each_mode_its_own_gpus_on_an_8_gpu_box():
     crowded = compare.Runner(too_many, compare.new_comparison(["a"], template, True), host=host, environ={})
     with pytest.raises(compare.SpecError, match="--parallel needs 10 GPUs"):
         crowded.check()
+
+
+@pytest.mark.parametrize(
+    "mode, world, nproc, gpus, expected",
+    [("ddp", 8, 8, 8, 8), ("ddp", 2, 2, 1, 1), ("ddp_mp", 2, 2, 1, 1), ("ddp_mp", 2, 2, 8, 4),
+     ("mp", 1, 1, 1, 1), ("dp", 1, 1, 4, 4)],
+)
+def test_per_gpu_figures_count_the_gpus_a_run_occupies(mode, world, nproc, gpus, expected):
+    # Ranks sharing one GPU (--share-gpus) occupy that GPU once: per-GPU rates and MFU divide by 1.
+    assert compare.devices_used(mode, "cuda", world, nproc, 2, gpus) == expected
+    assert compare.devices_used(mode, "cpu", world, nproc, 2, 0) == world

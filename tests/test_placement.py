@@ -2,7 +2,7 @@
 
 import pytest
 
-from mgpu_tui.engine.placement import PlacementError, gpus_needed, rank_devices, split_layers
+from mgpu_tui.engine.placement import PlacementError, gpus_needed, rank_devices, shares_gpus, split_layers
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])
@@ -60,3 +60,26 @@ def test_layers_split_into_contiguous_balanced_runs(n, parts, sizes):
 def test_more_stages_than_layers_is_refused():
     with pytest.raises(PlacementError):
         split_layers(3, 4)
+
+
+@pytest.mark.parametrize(
+    "mode, gpus, nproc, expected",
+    [("ddp", 1, 2, [["cuda:0"], ["cuda:0"]]),
+     ("ddp", 2, 4, [["cuda:0"], ["cuda:1"], ["cuda:0"], ["cuda:1"]]),
+     ("ddp_mp", 1, 2, [["cuda:0", "cuda:0"], ["cuda:0", "cuda:0"]]),
+     ("ddp_mp", 2, 2, [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]),
+     ("rpc", 1, 3, [["cuda:0"]] * 3),
+     ("ddp", 4, 2, [["cuda:0"], ["cuda:1"]])],  # enough GPUs: sharing changes nothing
+)
+def test_shared_gpus_are_taken_round_robin(mode, gpus, nproc, expected):
+    maps = [rank_devices(mode, r, gpus, nproc=nproc, share=True) for r in range(nproc)]
+    assert maps == expected
+    assert shares_gpus(mode, nproc, gpus) == (gpus_needed(mode, nproc) > gpus)
+
+
+def test_shared_stages_and_the_cpu_part_of_hybrid():
+    assert rank_devices("mp", 0, 1, stages=3, share=True) == ["cuda:0"] * 3
+    assert rank_devices("hybrid", 0, 1, share=True) == ["cpu", "cuda:0"]
+    assert rank_devices("ddp", 1, 0, nproc=2, device="cpu", share=True) == ["cpu"]
+    with pytest.raises(PlacementError):  # sharing needs one GPU at least
+        rank_devices("ddp", 0, 0, nproc=2, share=True)

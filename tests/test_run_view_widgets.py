@@ -149,3 +149,38 @@ async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
         title, *bars = chart.render().plain.split("\n")
         assert title == "throughput (samples/s), last 10 steps · now 1,009 · range 1,000 to 1,009"
         assert len(bars) == 3 and all(len(row) == 10 for row in bars)
+
+
+class RunViewApp(App):
+    CSS_PATH = "../mgpu_tui/app/app.tcss"
+
+    def compose(self) -> ComposeResult:
+        from mgpu_tui.app.run_view import RunView
+        from mgpu_tui.engine.host import Host
+
+        yield RunView(Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True))
+
+
+async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over():
+    from textual.widgets import Static
+
+    from mgpu_tui.app.run_view import RunView
+    from mgpu_tui.engine.summary import SHARED_GPUS_NOTE
+
+    app = RunViewApp()
+    async with app.run_test(size=(160, 50)) as pilot:
+        view = app.query_one(RunView)
+        assert app.query_one("#share-gpus").display  # a GPU here: the form offers sharing it
+        view.started("ddp", 2, 100, "/runs/x", note=SHARED_GPUS_NOTE)
+        await pilot.pause()
+        panel = app.query_one("#root-cause", Static)
+        assert panel.display and panel.has_class("note")
+        assert "say nothing about a box with a GPU for each rank" in str(panel.render())
+        cause = {"rank": 1, "signal": None, "exit_code": 1, "message": "RuntimeError: boom", "traceback": "tb"}
+        view.ended({"status": "failed", "root_cause": cause, "mode": "ddp", "steps": 3, "samples_per_s": None,
+                    "final_loss": None, "run_dir": "/runs/x"}, None)
+        await pilot.pause()
+        assert panel.display and not panel.has_class("note") and "Root cause: rank 1" in str(panel.render())
+        view.started("ddp", 2, 100, "/runs/y")  # a run with nothing to note: no panel
+        await pilot.pause()
+        assert not panel.display

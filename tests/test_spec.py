@@ -28,6 +28,9 @@ TWO_GPUS = Host(cpu_count=16, gpu_count=2, gpu_note="2 GPU(s)", torch_available=
         (LaunchSpec("pipeline", nproc=2, batch_size=64, microbatches=5), CPU, "equal micro-batches"),
         (LaunchSpec("pipeline", nproc=6, depth=4), CPU, "6 stages is more than the model's 5 layers"),
         (LaunchSpec("ddp", accum=0), CPU, "--accum must be at least 1"),
+        (LaunchSpec("ddp", nproc=2, share_gpus=True), CPU, "--share-gpus is for CUDA ranks"),
+        (LaunchSpec("script", script=__file__, device="cuda", share_gpus=True), TWO_GPUS,
+         "--share-gpus is for the modes"),
     ],
 )
 def test_bad_requests_are_usage_errors_with_one_sentence(spec, host, words):
@@ -56,3 +59,20 @@ def test_cuda_with_enough_gpus_resolves():
 )
 def test_visible_gpus_follow_cuda_visible_devices(physical, visible, expected):
     assert visible_gpu_count(physical, visible) == expected
+
+
+ONE_GPU = Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True)
+
+
+@pytest.mark.parametrize("mode, nproc", [("ddp", 2), ("fsdp", 4), ("ddp_mp", 1), ("rpc", 2), ("mp", None)])
+def test_shared_gpus_run_over_gloo_and_say_so(mode, nproc):
+    with pytest.raises(SpecError, match="--share-gpus lets ranks share them"):
+        resolve(LaunchSpec(mode, nproc=nproc, device="cuda"), ONE_GPU)
+    resolved = resolve(LaunchSpec(mode, nproc=nproc, device="cuda", share_gpus=True), ONE_GPU)
+    assert resolved.shared_gpus and resolved.backend == "gloo"  # NCCL refuses two ranks on one GPU
+    assert resolved.to_json()["shared_gpus"] is True
+
+
+def test_share_gpus_with_enough_gpus_changes_nothing():
+    resolved = resolve(LaunchSpec("ddp", nproc=2, device="cuda", share_gpus=True), TWO_GPUS)
+    assert not resolved.shared_gpus and resolved.backend == "nccl"

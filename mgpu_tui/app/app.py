@@ -247,8 +247,11 @@ class MgpuApp(App):
         run = self.controller.run
         view = self._view("run")
         view.form.fill(spec, run.resolved.spec.nproc)
+        from mgpu_tui.engine.summary import run_note  # with the run's engine, not the first frame
+
         label = spec.script or spec.module or spec.mode
-        view.started(label, run.resolved.world_size, spec.steps, str(run.run_dir.path))
+        view.started(label, run.resolved.world_size, spec.steps, str(run.run_dir.path),
+                     note=run_note(run.resolved))
         self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
 
     def on_button_pressed(self, event) -> None:

@@ -51,6 +51,8 @@ class RunForm(Horizontal):
         yield Input("64", id="batch", restrict=r"[0-9]*", max_length=7)
         yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
         yield Checkbox("AMP", id="amp")
+        if self.host.has_cuda:  # rehearse a bigger box's job: ranks take the GPUs round-robin
+            yield Checkbox("share GPUs", id="share-gpus")
         yield Button("Start", id="start", variant="success")
 
     def spec(self) -> LaunchSpec:
@@ -64,8 +66,13 @@ class RunForm(Horizontal):
             batch_size=numbers["batch"],
             device=self.query_one("#device", Select).value,
             amp=self.query_one("#amp", Checkbox).value,
+            share_gpus=self._share_gpus().value if self._share_gpus() is not None else False,
             nice=UI_RANK_NICE,  # the screen must answer keys whatever the ranks do
         )
+
+    def _share_gpus(self) -> Checkbox | None:
+        found = self.query("#share-gpus")
+        return found.first(Checkbox) if found else None
 
     def fill(self, spec: LaunchSpec, nproc: int) -> None:
         """Show a run started from elsewhere (``mgpu-tui run ... --tui``) as the form's values."""
@@ -76,6 +83,8 @@ class RunForm(Horizontal):
         self.query_one("#batch", Input).value = str(spec.batch_size)
         self.query_one("#device", Select).value = spec.device
         self.query_one("#amp", Checkbox).value = spec.amp
+        if self._share_gpus() is not None:
+            self._share_gpus().value = spec.share_gpus
 
     def running(self, active: bool) -> None:
         # Out of the way while a run goes (s stops it): its fields cannot change a running

@@ -91,13 +91,17 @@ class RunView(Widget):
     def form(self) -> RunForm:
         return self.query_one(RunForm)
 
-    def started(self, mode: str, world_size: int, steps: int, run_dir: str) -> None:
+    def started(self, mode: str, world_size: int, steps: int, run_dir: str, note: str | None = None) -> None:
+        """A run began; ``note`` says what its figures do not show (ranks sharing GPUs, say)."""
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.ended_ok = False
         self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
         status = self.query_one("#run-status", StatusLine)
         status.update(f"{self.label}: starting…  {run_dir}   (s stops it)", done=0.0)
-        self.query_one("#root-cause", Static).display = False
+        panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
+        panel.update(Text(f"Note: {note}", style="yellow") if note else "")
+        panel.set_class(bool(note), "note")
+        panel.display = bool(note)
         self.query_one(LogView).reset(world_size)
         self.query_one(RunForm).running(True)
         self._fill_table(None)
@@ -147,6 +151,7 @@ class RunView(Widget):
             how = cause["signal"] or f"exit code {cause['exit_code']}"
             panel.update(Text.assemble((f"Root cause: {who} failed first ({how}): {cause['message']}\n",
                                         "bold red"), cause["traceback"][-3000:]))  # fmt: skip
+            panel.remove_class("note")
             panel.display = True
         self.query_one(RunForm).running(False)
         self._fill_table(stats)
