@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install lint bench clean
+.PHONY: run test install lint bench clean gpu-check
 
 run: install
 	$(BIN)/mgpu-tui
@@ -17,11 +17,22 @@ test: install
 
 install: $(VENV)/.installed
 
-# Reinstall when the dependencies change.
-$(VENV)/.installed: pyproject.toml scripts/install-torch.sh
+# Reinstall when the dependencies change: the app's first, then the dev tools.
+$(VENV)/.installed-app: pyproject.toml scripts/install-torch.sh
 	bash scripts/install-torch.sh "$(PYTHON)" "$(VENV)"
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed: $(VENV)/.installed-app
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $@
+
+# On a machine with an NVIDIA GPU: validate every CUDA path (docs/gpu-validation.md). Without
+# one it says so in one sentence and exits 3 before installing anything (make reports "Error 3").
+gpu-check:
+	@$(PYTHON) scripts/gpu_check.py --gpu-or-exit
+	@$(MAKE) --no-print-directory $(VENV)/.installed-app
+	$(BIN)/python scripts/gpu_check.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,13 +1,16 @@
-"""Save docs/run-view.svg: the Run view of a real 2-rank ddp run on this machine's CPU.
+"""Save an SVG of the Run view during a real 2-rank ddp run (docs/run-view.svg by default).
 
-    .venv/bin/python scripts/screenshot-run-view.py
+    .venv/bin/python scripts/screenshot-run-view.py                       # CPU ranks, gloo
+    .venv/bin/python scripts/screenshot-run-view.py --device cuda --share-gpus --out docs/gpu-run-view.svg
 
 The app is driven as the tests drive it (Textual's Pilot, 160x50); the run is real
-(torchrun, gloo) and is stopped, with every rank, before the script ends.
+(torchrun) and is stopped, with every rank, before the script ends. On the CPU the
+dashboard's telemetry is off (the picture shows the run); with --device cuda it is live.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import tempfile
 import time
@@ -16,27 +19,35 @@ from pathlib import Path
 from mgpu_tui.app import create_app
 from mgpu_tui.engine.spec import LaunchSpec
 
-OUT = Path(__file__).resolve().parent.parent / "docs" / "run-view.svg"
+DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "run-view.svg"
 
 
-async def main() -> None:
+async def main(args: argparse.Namespace) -> None:
+    out = args.out.resolve()
     with tempfile.TemporaryDirectory() as runs:
-        spec = LaunchSpec("ddp", nproc=2, steps=2000, device="cpu", run_root=Path(runs))
-        app = create_app(start=spec, telemetry=[], topology=None)
+        spec = LaunchSpec("ddp", nproc=2, steps=1_000_000, device=args.device, run_root=Path(runs),
+                          share_gpus=args.share_gpus)  # fmt: skip
+        live = {} if args.device == "cuda" else {"telemetry": [], "topology": None}
+        app = create_app(start=spec, **live)
         async with app.run_test(size=(160, 50)) as pilot:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # until the charts have a few hundred steps
                 run = app.controller.run
-                if run is not None and run.stats().steps >= 400:
+                if run is not None and run.stats().steps >= args.steps:
                     break
                 await pilot.pause(0.5)
             else:
-                raise SystemExit("the run did not reach 400 steps in 2 minutes")
-            await pilot.pause(0.5)
-            app.save_screenshot(OUT.name, str(OUT.parent))
+                raise SystemExit(f"the run did not reach {args.steps} steps in 2 minutes")
+            await pilot.pause(1.0)
+            app.save_screenshot(out.name, str(out.parent))
             app.controller.close()  # stop every rank before the app goes
-    print(f"saved {OUT}")
+    print(f"saved {out}")
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--share-gpus", action="store_true", help="two ranks on fewer GPUs (gloo)")
+    parser.add_argument("--steps", type=int, default=400, help="take it once the run is this far")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    asyncio.run(main(parser.parse_args()))
