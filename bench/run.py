@@ -49,7 +49,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.console import table as console_table
-from mgpu_tui.engine.aggregate import read_events
+from mgpu_tui.engine.run.aggregate import read_events
 
 CLI = str(Path(sys.executable).with_name("mgpu-tui"))
 # The app in a terminal: COLUMNS and LINES, where set, would win over the terminal's size.
@@ -144,7 +144,7 @@ def bench_overhead(pairs: int, steps: int, nproc: int) -> str:
 
 
 def bench_reporter(events: int) -> str:
-    from mgpu_tui.engine.reporter import Reporter
+    from mgpu_tui.engine.rank.reporter import Reporter
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -180,9 +180,9 @@ def bench_help(repeats: int) -> str:
 
 def bench_telemetry(samples: int, seconds: float) -> str:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-    from mgpu_tui.engine import nvml
-    from mgpu_tui.engine.telemetry import Sampler
-    from mgpu_tui.engine.topology import parse_topo_text
+    from mgpu_tui.engine.machine import nvml
+    from mgpu_tui.engine.machine.telemetry import Sampler
+    from mgpu_tui.engine.machine.topology import parse_topo_text
     from nvml_standin import machine_from_topology, standin
 
     fixture = Path(__file__).resolve().parent.parent / "tests/fixtures/topology/h100-sxm-8x-nvswitch.txt"

@@ -13,7 +13,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 @record

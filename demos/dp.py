@@ -16,7 +16,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import gather, parallel_apply, replicate, scatter
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 class ManualDataParallel(nn.Module):

@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 @contextmanager

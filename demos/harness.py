@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mgpu_tui.engine.placement import PlacementError, rank_devices, shares_gpus, split_layers
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.launch.placement import PlacementError, rank_devices, shares_gpus, split_layers
+from mgpu_tui.engine.rank.reporter import Reporter
 
 CLASSES = 10
 FAIL_KINDS = ("exception", "exit", "segv", "abort", "hang", "oom")

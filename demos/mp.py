@@ -12,7 +12,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 @record

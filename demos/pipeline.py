@@ -17,8 +17,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.placement import split_layers
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.launch.placement import split_layers
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 @record

@@ -20,8 +20,8 @@ from torch.distributed.optim import DistributedOptimizer
 from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.placement import rank_devices, split_layers
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.launch.placement import rank_devices, split_layers
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 def rank_device(args, rank: int, world: int, device: torch.device) -> str:

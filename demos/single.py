@@ -13,7 +13,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 def train(args: argparse.Namespace, reporter: Reporter | None = None) -> torch.nn.Module:

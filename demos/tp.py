@@ -16,7 +16,7 @@ from torch.distributed.tensor import DTensor, Replicate, distribute_module
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 def tensor_parallel(model: torch.nn.Sequential, mesh) -> torch.nn.Sequential:

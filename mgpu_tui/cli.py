@@ -13,8 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from mgpu_tui import __version__
-from mgpu_tui.cli_errors import UsageError
-from mgpu_tui.exit_codes import ExitCode
+from mgpu_tui.errors import ExitCode, UsageError
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -246,29 +245,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         if "--check" in ours:
             if demo_args:
                 raise UsageError("arguments after -- are only for `mgpu-tui run`.")
-            from mgpu_tui.check_command import check_command
+            from mgpu_tui.commands.check import check_command
 
             return check_command(build_check_parser().parse_args(ours))
         args = parser.parse_args(ours)
         if args.command is None:
-            from mgpu_tui.tui_command import tui_command
+            from mgpu_tui.commands.tui import tui_command
 
             return tui_command(None)
         if demo_args and args.command != "run":
             raise UsageError("arguments after -- are only for `mgpu-tui run`.")
         if args.command == "run":
-            from mgpu_tui.run_command import run_command
+            from mgpu_tui.commands.run import run_command
 
             return run_command(args, demo_args)
         if args.command in ("compare", "scale"):
-            from mgpu_tui.compare_command import compare_command, scale_command
+            from mgpu_tui.commands.compare import compare_command, scale_command
 
             return (compare_command if args.command == "compare" else scale_command)(args)
         if args.command == "topo":
-            from mgpu_tui.topo_command import topo_command
+            from mgpu_tui.commands.topo import topo_command
 
             return topo_command(args)
-        from mgpu_tui.list_command import list_command
+        from mgpu_tui.commands.listing import list_command
 
         return list_command(args)
     except UsageError as exc:

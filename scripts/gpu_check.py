@@ -167,7 +167,7 @@ class Checker:
         return Result(name, bool(verify.get("ok")) and done.returncode == 0, detail, seconds, metrics)
 
     def oom(self) -> list[Result]:
-        from mgpu_tui.engine import nvml
+        from mgpu_tui.engine.machine import nvml
 
         nvml.status()  # initialise NVML in this process
         results = []
@@ -241,7 +241,7 @@ class Checker:
 
     def telemetry(self) -> Result:
         """Sample NVML (through the app's sampler) and nvidia-smi together, under a matmul load."""
-        from mgpu_tui.engine.telemetry import Sampler
+        from mgpu_tui.engine.machine.telemetry import Sampler
 
         start = time.monotonic()
         load = subprocess.Popen([self.python, "-c", (
@@ -288,8 +288,8 @@ class Checker:
         return Result("telemetry", ok, detail, time.monotonic() - start, {"median_diffs": diffs})
 
     def sampler_cost(self) -> Result:
-        from mgpu_tui.engine import nvml
-        from mgpu_tui.engine.telemetry import Sampler
+        from mgpu_tui.engine.machine import nvml
+        from mgpu_tui.engine.machine.telemetry import Sampler
 
         start = time.monotonic()
         nvml.status()  # initialise NVML in this process

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.app import create_app
-from mgpu_tui.engine.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec
 
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "run-view.svg"
 

@@ -9,13 +9,13 @@ from textual.widgets import Input, Select
 
 from conftest import live_processes_of
 from mgpu_tui.app import create_app
-from mgpu_tui.app.confirm_quit import ConfirmQuit
-from mgpu_tui.app.log_pane import LogPane
-from mgpu_tui.app.run_view import RunView
-from mgpu_tui.app.status_line import StatusLine
-from mgpu_tui.app.text_panel import TextPanel
+from mgpu_tui.app.views.confirm_quit import ConfirmQuit
+from mgpu_tui.app.views.run import RunView
+from mgpu_tui.app.widgets.log_pane import LogPane
+from mgpu_tui.app.widgets.status_line import StatusLine
+from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_rate
-from mgpu_tui.engine.priority import UI_RANK_NICE
+from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 
 
 def thread_nices(pid: int) -> set[int]:
@@ -96,7 +96,7 @@ async def test_bad_form_input_is_one_sentence_and_starts_nothing(tmp_path, monke
 
 
 async def test_help_lists_the_keys_and_closes_on_escape():
-    from mgpu_tui.app.help_screen import HelpScreen
+    from mgpu_tui.app.views.help import HelpScreen
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -111,8 +111,8 @@ async def test_help_lists_the_keys_and_closes_on_escape():
 
 
 def test_rank_states_read_as_a_user_expects():
-    from mgpu_tui.app.run_view import rank_state
-    from mgpu_tui.engine.aggregate import RankStats
+    from mgpu_tui.app.views.run import rank_state
+    from mgpu_tui.engine.run.aggregate import RankStats
 
     def rank(step, last_t=100.0, done=False, error=None):
         return RankStats(0, step, 10.0, 1.0, None, None, last_t, done, error, "cpu", 1)
@@ -130,7 +130,7 @@ def test_rank_states_read_as_a_user_expects():
 async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypatch):
     from textual.widgets import SelectionList, Static
 
-    from mgpu_tui.app.compare_view import CompareView
+    from mgpu_tui.app.views.compare import CompareView
 
     monkeypatch.chdir(tmp_path)
     app = create_app()
@@ -202,8 +202,8 @@ def test_a_newer_update_replaces_a_waiting_one_of_its_kind_only():
 async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_before_the_read, monkeypatch):
     import threading
 
-    from mgpu_tui.app.topology_view import TopologyView
-    from mgpu_tui.engine import topology
+    from mgpu_tui.app.views.topology import TopologyView
+    from mgpu_tui.engine.machine import topology
 
     # The read is this machine's own, held until the test lets it go: a big box can take a while.
     read_done, real_read = threading.Event(), topology.from_nvml
@@ -232,7 +232,7 @@ async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_bef
 async def test_a_failed_rank_shows_the_root_cause_with_its_traceback(tmp_path):
     from textual.widgets import Static
 
-    from mgpu_tui.engine.spec import LaunchSpec
+    from mgpu_tui.engine.launch.spec import LaunchSpec
 
     spec = LaunchSpec("ddp", nproc=2, steps=50, device="cpu", run_root=tmp_path,
                       demo_args=("--fail-at-step", "3", "--fail-rank", "1"))  # fmt: skip

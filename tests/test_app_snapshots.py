@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from mgpu_tui.app import create_app
-from mgpu_tui.engine import nvml
-from mgpu_tui.engine.host import Host
-from mgpu_tui.engine.telemetry import HostSample, RankProcess, Sampler
-from mgpu_tui.engine.topology import parse_topo_text
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.machine.telemetry import HostSample, RankProcess, Sampler
+from mgpu_tui.engine.machine.topology import parse_topo_text
 from nvml_standin import machine_from_topology, standin
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topology"

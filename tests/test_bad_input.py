@@ -14,8 +14,8 @@ import pytest
 
 from conftest import CLI, live_processes_of
 from mgpu_tui.cli import main
-from mgpu_tui.engine import nvml
-from mgpu_tui.engine.events import MAX_LINE_BYTES, MalformedEvent, parse_line
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, MalformedEvent, parse_line
 
 USAGE, FAILED = 2, 1
 
@@ -163,7 +163,7 @@ def test_nvml_raising_on_every_call_is_a_sentence(argv, broken_nvml, capsys):
 
 
 def test_the_sampler_goes_on_when_nvml_raises_on_every_call(broken_nvml):
-    from mgpu_tui.engine.telemetry import Sampler
+    from mgpu_tui.engine.machine.telemetry import Sampler
 
     snapshot = Sampler(interval=1.0).sample()
     assert snapshot.host is not None  # the host is still shown
@@ -172,7 +172,7 @@ def test_the_sampler_goes_on_when_nvml_raises_on_every_call(broken_nvml):
 
 
 def test_the_environment_check_fails_the_topology_by_name(broken_nvml):
-    from mgpu_tui.engine import env_checks
+    from mgpu_tui.engine.checks import environment as env_checks
 
     results = {r.name: r for r in env_checks.level_one(env_checks.gather())}
     assert results["nvml"].status.value == "pass"  # init and the count work
@@ -207,8 +207,8 @@ def test_an_event_file_deleted_mid_run_is_still_followed(tmp_path):
 
 async def test_the_dashboard_shows_an_nvml_error_on_the_gpus_card(broken_nvml):
     from mgpu_tui.app import create_app
-    from mgpu_tui.app.gpu_card import GpuCard
-    from mgpu_tui.engine.telemetry import Sampler
+    from mgpu_tui.app.widgets.gpu_card import GpuCard
+    from mgpu_tui.engine.machine.telemetry import Sampler
 
     snapshot = Sampler(interval=1.0).sample()
     app = create_app(telemetry=[snapshot], topology=None)

@@ -19,9 +19,10 @@ import jsonschema
 import pytest
 
 from conftest import CLI, live_processes_of, run_cli
-from mgpu_tui.engine import env_checks, nvml
-from mgpu_tui.engine.checks import Status
-from mgpu_tui.engine.topology import parse_topo_text
+from mgpu_tui.engine.checks import environment as env_checks
+from mgpu_tui.engine.checks.results import Status
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.topology import parse_topo_text
 from nvml_standin import machine_from_topology, standin
 
 SCHEMA = json.loads((Path(__file__).parents[1] / "docs" / "check-schema.json").read_text())

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from mgpu_tui.engine.command import build_command
-from mgpu_tui.engine.host import Host
-from mgpu_tui.engine.rundir import RunDir
-from mgpu_tui.engine.spec import LaunchSpec, resolve
+from mgpu_tui.engine.launch.command import build_command
+from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.run.rundir import RunDir
 
 CPU_HOST = Host(cpu_count=8, gpu_count=0, gpu_note="no NVIDIA GPU", torch_available=True)
 GPU_HOST = Host(cpu_count=64, gpu_count=8, gpu_note="8 GPU(s)", torch_available=True)

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from conftest import live_processes_of, run_cli
-from mgpu_tui import compare_output
-from mgpu_tui.engine import compare
-from mgpu_tui.engine import host as host_module
-from mgpu_tui.engine.compare import Comparison, Row
-from mgpu_tui.engine.spec import LaunchSpec
+from mgpu_tui.engine.compare import comparison as compare
+from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.reports import compare as compare_output
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

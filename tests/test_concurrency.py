@@ -9,8 +9,8 @@ from pathlib import Path
 import psutil
 
 from conftest import CLI, live_processes_of
-from mgpu_tui.engine.run import NEW_LINES_KEPT, Run
-from mgpu_tui.engine.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.run.lifecycle import NEW_LINES_KEPT, Run
 
 LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from mgpu_tui.engine import events
-from mgpu_tui.engine.events import MalformedEvent, Step, parse_line
+from mgpu_tui.engine.protocol import events
+from mgpu_tui.engine.protocol.events import MalformedEvent, Step, parse_line
 
 
 def step_line(**over) -> bytes:

@@ -48,7 +48,7 @@ def test_engine_imports_no_ui_and_no_torch():
 
 
 def test_reporter_imports_only_the_standard_library_and_the_protocol():
-    loaded = modules_after("import mgpu_tui.engine.reporter")
+    loaded = modules_after("import mgpu_tui.engine.rank.reporter")
     assert not loaded & {"torch", "numpy", "psutil", "pynvml", "textual"}
 
 
@@ -75,4 +75,4 @@ print("\\n".join(at_first_frame))
     loaded = {name.split(".")[0] for name in result.stdout.split()}
     assert "textual" in loaded  # the probe really drew the app
     assert not loaded & {"pynvml", "psutil", "ctypes", "torch"}, loaded & {"pynvml", "psutil", "ctypes"}
-    assert "mgpu_tui.engine.topology" not in result.stdout.split()
+    assert "mgpu_tui.engine.machine.topology" not in result.stdout.split()

@@ -21,7 +21,7 @@ PLAIN = """
 """
 WITH_REPORTER = """
     import torch, torch.distributed as dist
-    from mgpu_tui.engine.reporter import Reporter
+    from mgpu_tui.engine.rank.reporter import Reporter
     dist.init_process_group("gloo")
     reporter = Reporter()
     for step in range(1, 31):

@@ -2,7 +2,13 @@
 
 import pytest
 
-from mgpu_tui.engine.placement import PlacementError, gpus_needed, rank_devices, shares_gpus, split_layers
+from mgpu_tui.engine.launch.placement import (
+    PlacementError,
+    gpus_needed,
+    rank_devices,
+    shares_gpus,
+    split_layers,
+)
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 4, 8])

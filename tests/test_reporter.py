@@ -3,8 +3,8 @@
 import io
 import json
 
-from mgpu_tui.engine.events import parse_line
-from mgpu_tui.engine.reporter import Reporter
+from mgpu_tui.engine.protocol.events import parse_line
+from mgpu_tui.engine.rank.reporter import Reporter
 
 
 def test_with_a_run_directory_every_call_is_one_flushed_event(tmp_path):
@@ -48,7 +48,7 @@ def test_without_a_run_directory_it_writes_nothing_and_prints_every_nth_step(tmp
 
 
 def test_a_long_run_prints_at_least_every_ten_seconds(monkeypatch):
-    from mgpu_tui.engine import reporter as reporter_module
+    from mgpu_tui.engine.rank import reporter as reporter_module
 
     monkeypatch.delenv("MGPU_RUN_DIR", raising=False)
     clock = [1000.0]

@@ -3,8 +3,8 @@
 from textual.app import App, ComposeResult
 from textual.widgets import Input, Select
 
-from mgpu_tui.app.log_pane import LogPane, printable
-from mgpu_tui.app.log_view import SHOWN, LogView
+from mgpu_tui.app.widgets.log_pane import LogPane, printable
+from mgpu_tui.app.widgets.log_view import SHOWN, LogView
 
 
 class LogApp(App):
@@ -122,7 +122,7 @@ def test_a_line_reads_as_a_terminal_would_leave_it():
 
 
 def test_a_chart_is_rows_of_blocks_from_the_series_minimum_to_its_maximum():
-    from mgpu_tui.app.bars import spark_rows
+    from mgpu_tui.app.widgets.bars import spark_rows
 
     # 1..4 over two rows of eighths: 1, 6, 11 and 16 eighths high, right-aligned in 6 columns.
     assert spark_rows([1, 2, 3, 4], 6, 2).plain.split("\n") == ["    ▃█", "  ▁▆██"]
@@ -131,7 +131,7 @@ def test_a_chart_is_rows_of_blocks_from_the_series_minimum_to_its_maximum():
 
 
 async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
-    from mgpu_tui.app.chart import Chart
+    from mgpu_tui.app.widgets.chart import Chart
     from mgpu_tui.console import fmt_rate
 
     class ChartApp(App):
@@ -155,8 +155,8 @@ class RunViewApp(App):
     CSS_PATH = "../mgpu_tui/app/app.tcss"
 
     def compose(self) -> ComposeResult:
-        from mgpu_tui.app.run_view import RunView
-        from mgpu_tui.engine.host import Host
+        from mgpu_tui.app.views.run import RunView
+        from mgpu_tui.engine.machine.host import Host
 
         yield RunView(Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True))
 
@@ -164,8 +164,8 @@ class RunViewApp(App):
 async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over():
     from textual.widgets import Static
 
-    from mgpu_tui.app.run_view import RunView
-    from mgpu_tui.engine.summary import SHARED_GPUS_NOTE
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.engine.run.summary import SHARED_GPUS_NOTE
 
     app = RunViewApp()
     async with app.run_test(size=(160, 50)) as pilot:
@@ -176,7 +176,7 @@ async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over()
         panel = app.query_one("#root-cause", Static)
         assert panel.display and panel.has_class("note")
         assert "say nothing about a box with a GPU for each rank" in str(panel.render())
-        cause = {"rank": 1, "signal": None, "exit_code": 1, "message": "RuntimeError: boom", "traceback": "tb"}
+        cause = {"rank": 1, "signal": None, "exit_code": 1, "message": "boom", "traceback": "tb"}
         view.ended({"status": "failed", "root_cause": cause, "mode": "ddp", "steps": 3, "samples_per_s": None,
                     "final_loss": None, "run_dir": "/runs/x"}, None)
         await pilot.pause()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from mgpu_tui.engine.host import Host, visible_gpu_count
-from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.machine.host import Host, visible_gpu_count
 
 CPU = Host(cpu_count=2, gpu_count=0, gpu_note="no NVIDIA GPU: no driver", torch_available=True)
 TWO_GPUS = Host(cpu_count=16, gpu_count=2, gpu_note="2 GPU(s)", torch_available=True)

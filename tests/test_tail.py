@@ -1,6 +1,6 @@
 """The tailer on real files that grow while it reads them."""
 
-from mgpu_tui.engine.tail import FileTail
+from mgpu_tui.engine.run.tail import FileTail
 
 
 def test_file_that_appears_late(tmp_path):
@@ -72,7 +72,7 @@ def test_truncated_file_is_read_again(tmp_path):
 
 
 def test_a_run_directory_is_readable_by_its_owner_only(tmp_path):
-    from mgpu_tui.engine.rundir import RunDir
+    from mgpu_tui.engine.run.rundir import RunDir
 
     run = RunDir.create(tmp_path / "runs", "ddp")
     assert run.path.stat().st_mode & 0o777 == 0o700

@@ -7,11 +7,11 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from mgpu_tui.engine import nvml
-from mgpu_tui.engine.run import Run
-from mgpu_tui.engine.spec import LaunchSpec
-from mgpu_tui.engine.telemetry import Sampler
-from mgpu_tui.engine.topology import parse_topo_text
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.telemetry import Sampler
+from mgpu_tui.engine.machine.topology import parse_topo_text
+from mgpu_tui.engine.run.lifecycle import Run
 from nvml_standin import FakeMachine, machine_from_topology, standin
 
 H100 = Path(__file__).parent / "fixtures" / "topology" / "h100-sxm-8x-nvswitch.txt"

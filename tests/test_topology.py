@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from mgpu_tui.engine import nvml
-from mgpu_tui.engine.topology import TopologyParseError, describe, from_nvml, parse_topo_text, ranges
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.topology import TopologyParseError, describe, from_nvml, parse_topo_text, ranges
 from nvml_standin import FakeMachine, machine_from_topology, nvlink_pairs_machine, standin
 
 FIXTURES = Path(__file__).parent / "fixtures" / "topology"

@@ -22,17 +22,17 @@ from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
-from mgpu_tui.app.dashboard import Dashboard
 from mgpu_tui.app.messages import CompareEnded, CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
 from mgpu_tui.app.run_controller import RunController
-from mgpu_tui.cli_errors import UsageError
-from mgpu_tui.engine import host as host_module
-from mgpu_tui.engine.rundir import RunDirError
-from mgpu_tui.engine.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.app.views.dashboard import Dashboard
+from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.run.rundir import RunDirError
+from mgpu_tui.errors import UsageError
 
 if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sampler and the topology
-    from mgpu_tui.engine.telemetry import Sampler, Snapshot
-    from mgpu_tui.engine.topology import Topology
+    from mgpu_tui.engine.machine.telemetry import Sampler, Snapshot
+    from mgpu_tui.engine.machine.topology import Topology
 
 _LIVE = object()  # "read it from this machine"
 TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
@@ -102,14 +102,14 @@ class MgpuApp(App):
     def _new_view(self, tab: str) -> Widget:
         # Imported here: the views but the Dashboard (and what they use) load when first shown.
         if tab == "topology":
-            from mgpu_tui.app.topology_view import TopologyView
+            from mgpu_tui.app.views.topology import TopologyView
 
             return TopologyView(id="topology-view")
         if tab == "run":
-            from mgpu_tui.app.run_view import RunView
+            from mgpu_tui.app.views.run import RunView
 
             return RunView(self.host, id="run-view")
-        from mgpu_tui.app.compare_view import CompareView
+        from mgpu_tui.app.views.compare import CompareView
 
         return CompareView(self.host, id="compare-view")
 
@@ -160,7 +160,7 @@ class MgpuApp(App):
         worker threads would only compete with it for the one interpreter lock."""
         self._freeze_heap()
         if self._recorded is None:
-            from mgpu_tui.engine.telemetry import Sampler
+            from mgpu_tui.engine.machine.telemetry import Sampler
 
             self.sampler = Sampler(interval=self._interval, ranks=self._rank_processes)
             self.sampler.start(on_sample=lambda snap: self.post_message(TelemetryUpdated(snap)))
@@ -169,8 +169,8 @@ class MgpuApp(App):
 
     def load_topology(self) -> None:
         def work() -> None:
-            from mgpu_tui.engine import nvml
-            from mgpu_tui.engine.topology import from_nvml
+            from mgpu_tui.engine.machine import nvml
+            from mgpu_tui.engine.machine.topology import from_nvml
 
             try:
                 topology: Topology | None = from_nvml()
@@ -247,7 +247,7 @@ class MgpuApp(App):
         run = self.controller.run
         view = self._view("run")
         view.form.fill(spec, run.resolved.spec.nproc)
-        from mgpu_tui.engine.summary import run_note  # with the run's engine, not the first frame
+        from mgpu_tui.engine.run.summary import run_note  # with the run's engine, not the first frame
 
         label = spec.script or spec.module or spec.mode
         view.started(label, run.resolved.world_size, spec.steps, str(run.run_dir.path),
@@ -296,7 +296,7 @@ class MgpuApp(App):
         await self._show_view(tab)  # now, not a message later
 
     def action_help(self) -> None:
-        from mgpu_tui.app.help_screen import HelpScreen
+        from mgpu_tui.app.views.help import HelpScreen
 
         self.push_screen(HelpScreen())
 
@@ -312,7 +312,7 @@ class MgpuApp(App):
                 self.comparing.request_stop()
                 self.notify("Stopping every rank, then quitting…")
 
-        from mgpu_tui.app.confirm_quit import ConfirmQuit
+        from mgpu_tui.app.views.confirm_quit import ConfirmQuit
 
         self.push_screen(ConfirmQuit(), answered)
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from mgpu_tui.app.messages import CompareEnded, CompareUpdated
-from mgpu_tui.engine.host import Host
-from mgpu_tui.engine.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.machine.host import Host
 
 if TYPE_CHECKING:
-    from mgpu_tui.engine import compare
-    from mgpu_tui.engine.run import Run
+    from mgpu_tui.engine.compare import comparison as compare
+    from mgpu_tui.engine.run.lifecycle import Run
 
 
 class CompareController:
@@ -38,7 +38,7 @@ class CompareController:
         """Check every mode's spec, then run them in a thread; raises SpecError before anything starts."""
         if self.active:
             raise RuntimeError("a comparison is already going")
-        from mgpu_tui.engine import compare  # loaded by the first comparison, not with the app
+        from mgpu_tui.engine.compare import comparison as compare  # loaded by the first comparison
 
         comparison = compare.new_comparison(modes, template)
         runner = compare.Runner(compare.compare_specs(modes, template), comparison, host=self.host(),

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not with the app
-    from mgpu_tui.engine.aggregate import RunStats
-    from mgpu_tui.engine.compare import Comparison, Row
-    from mgpu_tui.engine.telemetry import Snapshot
+    from mgpu_tui.engine.compare.comparison import Comparison, Row
+    from mgpu_tui.engine.machine.telemetry import Snapshot
+    from mgpu_tui.engine.run.aggregate import RunStats
 
 
 class LatestOnly(Message):

@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 from textual.app import App
 
 from mgpu_tui.app.messages import RunEnded, RunUpdated
-from mgpu_tui.engine.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec
 
 if TYPE_CHECKING:
-    from mgpu_tui.engine.run import Run
+    from mgpu_tui.engine.run.lifecycle import Run
 
 POLL_INTERVAL_S = 0.25
 
@@ -36,7 +36,7 @@ class RunController:
         """Prepare and start a run; raises SpecError, EnvironmentUnusable or RunDirError for bad input."""
         if self.active:
             raise RuntimeError("a run is already going")
-        from mgpu_tui.engine.run import Run  # loaded by the first run, not with the app
+        from mgpu_tui.engine.run.lifecycle import Run  # loaded by the first run, not with the app
 
         run = Run.prepare(spec)
         run.start()

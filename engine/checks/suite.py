@@ -1,0 +1,363 @@
+"""``mgpu-tui --check``: run the diagnostic levels and collect one :class:`CheckReport`.
+
+Level 1 reads the environment (``env_checks``). Level 2 starts N ranks once and
+has them run the collectives, the bandwidth measurement and a smoke run of
+every mode that can run here (``rank_checks``); a launch that dies is followed
+by a new one for the tasks left, so one crashing mode does not hide the rest.
+Level 3 adds, in the same launch, the all_reduce size sweep, the GPU copy
+matrix, every mode's parameters checked against the baseline (the smoke runs
+save them; the baseline is trained once) and a ddp scaling run over 1..N ranks
+on subgroups.
+
+Results are handed to ``on_result`` as they come, for progress on long work.
+No rank outlives :meth:`CheckSuite.run`, however it ends.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mgpu_tui.engine.checks.environment import Environment, gather, level_one
+from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
+from mgpu_tui.engine.launch.modes import MODES, availability
+from mgpu_tui.engine.launch.placement import gpus_needed
+from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.run.aggregate import read_events
+from mgpu_tui.engine.run.lifecycle import Run, RunState
+from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.tail import FileTail
+
+LEVELS = (1, 2, 3)
+RANK_MODULE = "mgpu_tui.engine.rank.check_tasks"
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
+START_BUDGET_S = 90.0  # torchrun, torch imports and the rendezvous, on a loaded machine
+TASK_BUDGET_S = {"sweep": 600.0, "copy_matrix": 300.0, "smoke": 120.0, "scaling": 300.0, "verify": 120.0}
+DEFAULT_TASK_BUDGET_S = 60.0
+MAX_LAUNCHES = 4  # one, and up to three more after crashes
+# Smoke: a few steps, enough for the loss to fall on the synthetic task.
+SMOKE_STEPS = 12
+SMOKE_BATCH_PER_RANK = 32  # divides into ranks and pipeline micro-batches
+
+
+class EnvironmentUnusableForChecks(RuntimeError):
+    """torch cannot be imported: no rank can start (exit code 3)."""
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    level: int = 2
+    nproc: int | None = None  # default: one per GPU, or 2 on the CPU
+    device: str = "auto"
+    require_gpus: int = 0
+    run_root: Path = Path("runs")
+    smoke_steps: int = SMOKE_STEPS
+    bandwidth_bytes: int | None = None  # default: 16 MiB on the CPU, 256 MiB on GPUs
+    modes: tuple[str, ...] | None = None  # smoke (and verify) only these; default: every mode
+    environ: Mapping[str, str] | None = None
+    share_gpus: bool = False  # ranks may share GPUs round-robin (over gloo), as run --share-gpus
+
+
+def _budget(task: str) -> float:
+    return TASK_BUDGET_S.get(task.partition(":")[0], DEFAULT_TASK_BUDGET_S)
+
+
+@dataclass
+class _LaunchOutcome:
+    finished: dict[str, dict] = field(default_factory=dict)  # task -> rank 0's result record
+    failed: str | None = None  # the task that broke the launch
+    failure: str = ""
+    started_any: bool = False
+    current_started: float = 0.0  # when the task in progress started (monotonic)
+    run_dir: RunDir | None = None
+
+
+class CheckSuite:
+    def __init__(self, options: CheckOptions, on_result: Callable[[CheckResult], None] | None = None,
+                 on_progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        if options.level not in LEVELS:
+            raise SpecError(f"--level must be 1, 2 or 3, got {options.level}.")
+        unknown = [m for m in options.modes or () if m not in MODES]
+        if unknown:
+            raise SpecError(f"unknown mode {unknown[0]!r}; the modes are: {', '.join(MODES)}.")
+        self.options = options
+        self.on_result = on_result or (lambda result: None)
+        self.on_progress = on_progress or (lambda text: None)
+        self.report = CheckReport(level=options.level, nproc=None, device=options.device)
+        self._run: Run | None = None
+        self._check_dir: RunDir | None = None
+
+    # ---- the whole suite ----------------------------------------------------------------
+
+    def run(self) -> CheckReport:
+        try:
+            self._run_levels()
+        except KeyboardInterrupt:
+            self.report.interrupted = True
+            raise
+        finally:
+            self.close()
+            self.report.ended_at = time.time()
+            if self._check_dir is not None:
+                self._check_dir.write_json(self._check_dir.path / "check.json", self.report.to_json())
+        return self.report
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.close()
+
+    def _add(self, result: CheckResult) -> None:
+        self.report.results.append(result)
+        self.on_result(result)
+
+    def _run_levels(self) -> None:
+        opts = self.options
+        self.on_progress("reading the environment (torch is imported in a child process)")
+        env = gather(opts.environ)
+        for result in level_one(env, opts.require_gpus):
+            self._add(result)
+        device, nproc = self._placement(env)
+        self.report.device, self.report.nproc = device, nproc
+        self.report.shared_gpus = device == "cuda" and nproc > env.visible_gpus
+        if opts.level < 2:
+            return
+        if not env.torch.get("torch"):
+            raise EnvironmentUnusableForChecks(
+                f"torch cannot be imported ({env.torch.get('error')}), so no rank can start; see the README."
+            )
+        host = self._host(env)
+        tasks = list(COLLECTIVES)
+        measured = ["bandwidth:all_reduce"] + (["sweep:all_reduce"] if opts.level >= 3 else [])
+        if nproc > 1:
+            tasks += [f"bandwidth:{self._bandwidth_bytes(device)}"] + (["sweep"] if opts.level >= 3 else [])
+        else:  # an all_reduce over one rank moves nothing: any figure would be the cost of a no-op
+            for name in measured:
+                self._add(CheckResult(name, Status.SKIP, "one rank: an all_reduce moves no data, so there is "
+                                      "no bandwidth to measure (--nproc 2 or more)"))  # fmt: skip
+        if opts.level >= 3:
+            tasks.append("copy_matrix")
+        modes, skipped = self._smoke_modes(host, device, nproc)
+        tasks += [f"smoke:{m}" for m in modes]
+        for name, reason in skipped.items():
+            self._add(CheckResult(f"smoke:{name}", Status.SKIP, reason))
+        if opts.level >= 3:
+            tasks += [f"verify:{m}" for m in modes]
+            if "ddp" in modes and nproc > 1:
+                tasks.append("scaling:ddp")
+            elif "ddp" in modes:
+                self._add(CheckResult("scaling:ddp", Status.SKIP, "one rank: nothing to scale over "
+                                      "(--nproc 2 or more)"))  # fmt: skip
+        self._check_dir = RunDir.create(opts.run_root, "check")
+        self.report.run_dir = str(self._check_dir.path)
+        self._run_rank_tasks(tasks, host, device, nproc)
+
+    def _placement(self, env: Environment) -> tuple[str, int]:
+        opts = self.options
+        has_cuda = env.visible_gpus > 0 and bool(env.torch.get("cuda_available"))
+        device = opts.device if opts.device != "auto" else ("cuda" if has_cuda else "cpu")
+        if device not in ("cpu", "cuda"):
+            raise SpecError(f"--device must be one of auto, cpu, cuda, got {opts.device!r}.")
+        if device == "cuda" and not has_cuda:
+            raise SpecError(f"--device cuda needs an NVIDIA GPU that torch can use; none here "
+                            f"({env.nvml.detail}).")  # fmt: skip
+        if opts.share_gpus and device != "cuda":
+            raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
+        nproc = opts.nproc or (env.visible_gpus if device == "cuda" else 2)
+        if nproc < 1:
+            raise SpecError(f"--nproc must be at least 1, got {nproc}.")
+        if device == "cuda" and nproc > env.visible_gpus and not opts.share_gpus:
+            raise SpecError(f"--nproc {nproc} on CUDA needs {nproc} GPUs, "
+                            f"but {env.visible_gpus} are visible (--share-gpus lets ranks share them).")
+        return device, nproc
+
+    def _host(self, env: Environment) -> host_module.Host:
+        gpus = env.visible_gpus if env.torch.get("cuda_available") else 0
+        return host_module.Host(cpu_count=env.cpu_count, gpu_count=gpus, gpu_note=env.nvml.detail,
+                                torch_available=True)  # fmt: skip
+
+    def _bandwidth_bytes(self, device: str) -> int:
+        return self.options.bandwidth_bytes or (256 * 2**20 if device == "cuda" else 16 * 2**20)
+
+    def _smoke_modes(self, host, device: str, nproc: int) -> tuple[list[str], dict[str, str]]:
+        """The modes that can run here with ``nproc`` ranks (one-process modes first, rpc last)."""
+        runnable, skipped = [], {}
+        for mode in MODES.values():
+            if self.options.modes is not None and mode.name not in self.options.modes:
+                continue
+            needed = gpus_needed(mode.name, nproc if mode.multi_process else 1)
+            shared = self.options.share_gpus and device == "cuda"  # any GPU count will do
+            if not availability(mode, host).runnable and not shared:
+                skipped[mode.name] = availability(mode, host).reason
+            elif mode.multi_process and nproc < mode.min_nproc:
+                skipped[mode.name] = f"needs at least {mode.min_nproc} ranks; --nproc {nproc}"
+            elif device == "cuda" and needed > host.gpu_count and not shared:
+                skipped[mode.name] = (f"needs {needed} GPUs with --nproc {nproc}; {host.gpu_count} visible "
+                                      "(--share-gpus lets ranks share them)")  # fmt: skip
+            else:
+                runnable.append(mode.name)
+        runnable.sort(key=lambda m: (MODES[m].multi_process, m == "rpc"))
+        return runnable, skipped
+
+    # ---- the rank launches ------------------------------------------------------------
+
+    def _run_rank_tasks(self, tasks: list[str], host, device: str, nproc: int) -> None:
+        pending = list(tasks)
+        launches = 0
+        while pending:
+            if launches == MAX_LAUNCHES:
+                for task in pending:
+                    self._add(CheckResult(_check_name(task), Status.SKIP,
+                                          f"not run: {MAX_LAUNCHES} launches of the ranks failed before it"))
+                return
+            launches += 1
+            outcome = self._launch(pending, host, device, nproc)
+            if outcome.failed is None:
+                return
+            if not outcome.started_any:
+                # The ranks never got going: every task would fail the same way.
+                for task in pending:
+                    self._add(CheckResult(_check_name(task), Status.FAIL, f"the ranks did not start: "
+                                          f"{outcome.failure}"))  # fmt: skip
+                return
+            seconds = time.monotonic() - outcome.current_started if outcome.current_started else 0.0
+            self._add(CheckResult(_check_name(outcome.failed), Status.FAIL, outcome.failure, {}, seconds))
+            at = pending.index(outcome.failed)
+            pending = [t for t in pending[at + 1 :] if t not in outcome.finished]
+            if outcome.failed.startswith("smoke:"):  # nothing of it to verify
+                mode = outcome.failed.partition(":")[2]
+                if f"verify:{mode}" in pending:
+                    pending.remove(f"verify:{mode}")
+                    self._add(CheckResult(f"verify:{mode}", Status.SKIP, "its smoke run failed"))
+            if pending:
+                self.on_progress(f"starting the ranks again for the {len(pending)} check(s) left")
+
+    def _launch(self, tasks: list[str], host, device: str, nproc: int) -> _LaunchOutcome:
+        opts = self.options
+        args = ("--tasks", ",".join(tasks), "--device", device, "--steps", str(opts.smoke_steps),
+                "--batch-size", str(SMOKE_BATCH_PER_RANK * nproc),
+                "--smoke-dir", str(self._check_dir.path / "smoke"))  # fmt: skip
+        if any(t.startswith("verify:") for t in tasks):
+            args += ("--save-params",)
+        if opts.share_gpus:
+            args += ("--share-gpus",)
+        spec = LaunchSpec(mode="check", module=RANK_MODULE, nproc=nproc, device=device,
+                          run_root=self._check_dir.path, demo_args=args)  # fmt: skip
+        self._run = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)
+        outcome = _LaunchOutcome(run_dir=run.run_dir)
+        results = FileTail(run.run_dir.path / "checks" / "rank0.jsonl")
+        current: str | None = None  # the task rank 0 started last
+        deadline = time.monotonic() + START_BUDGET_S + _budget(tasks[0])
+        self.on_progress(f"starting {nproc} rank(s) on {device} for {len(tasks)} check(s)")
+        run.start()
+
+        def take_new_records() -> None:
+            nonlocal current, deadline
+            for record in _records(results.read_lines()):
+                if record.get("state") == "started":
+                    current = record["task"]
+                    outcome.started_any = True
+                    outcome.current_started = time.monotonic()
+                    deadline = time.monotonic() + _budget(current)
+                    if _budget(current) > DEFAULT_TASK_BUDGET_S * 2:  # say so when it takes a while
+                        self.on_progress(f"running {_check_name(current)}")
+                elif record.get("state") == "finished":
+                    outcome.finished[record["task"]] = record
+                    self._add(self._judge(record["task"], record, device))
+
+        try:
+            while not run.poll().finished:
+                take_new_records()
+                if time.monotonic() > deadline:
+                    run.stop(grace=3)
+                    outcome.failed = current or tasks[0]
+                    outcome.failure = (f"no answer within {_budget(outcome.failed):g} s: a rank hangs "
+                                       f"(logs in {run.run_dir.path})")  # fmt: skip
+                    break
+                time.sleep(0.1)
+        finally:
+            run.close()
+        take_new_records()
+        results.close()
+        if outcome.failed is not None or run.state is RunState.OK:
+            return outcome
+        # The launch died: the first failure any rank wrote wins; else the task in progress.
+        failures = [r for p in sorted((run.run_dir.path / "checks").glob("rank*.jsonl"))
+                    for r in _read_records(p) if r.get("state") == "failed"]  # fmt: skip
+        if failures:
+            first = min(failures, key=lambda r: r.get("t", math.inf))
+            outcome.failed, outcome.failure = first["task"], first["detail"]
+        else:
+            # Tasks run one at a time: only the last one started can be unfinished.
+            outcome.failed = current if current and current not in outcome.finished else tasks[0]
+            cause = run.result.root_cause if run.result else None
+            outcome.failure = cause.message if cause else f"the ranks exited with {run.result.exit_code}"
+        return outcome
+
+    # ---- reading a task's result ----------------------------------------------------------
+
+    def _judge(self, task: str, record: dict, device: str) -> CheckResult:
+        name = _check_name(task)
+        seconds = float(record.get("seconds", 0.0))
+        if task.startswith("smoke:"):
+            mode = task.partition(":")[2]
+            return judge_smoke(mode, self._check_dir.path / "smoke" / mode, seconds, device)
+        return CheckResult(name, Status(record["status"]), record.get("detail", ""),
+                           record.get("metrics", {}), seconds)
+
+
+def _check_name(task: str) -> str:
+    name, _, arg = task.partition(":")
+    if name in COLLECTIVES:
+        return f"collective:{name}"
+    if name == "bandwidth":
+        return "bandwidth:all_reduce"
+    if name == "sweep":
+        return "sweep:all_reduce"
+    return task
+
+
+def _records(lines) -> list[dict]:
+    records = []
+    for line in lines:
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            break  # a line still being written
+    return records
+
+
+def _read_records(path: Path) -> list[dict]:
+    try:
+        return _records(path.read_text().splitlines())
+    except OSError:
+        return []
+
+
+def judge_smoke(mode: str, smoke_dir: Path, seconds: float, device: str) -> CheckResult:
+    """A smoke run passes when every step's global-batch loss is finite and the loss falls."""
+    aggregator = read_events(smoke_dir)
+    steps, _, losses = aggregator.series()
+    stats = aggregator.stats()
+    name = f"smoke:{mode}"
+    metrics = {"steps": len(steps), "samples_per_s": stats.samples_per_s,
+               "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None}
+    if not losses or any(v is None for v in losses):
+        return CheckResult(name, Status.FAIL, f"no loss reported for every step ({len(steps)} steps seen)",
+                           metrics, seconds)  # fmt: skip
+    if not all(math.isfinite(v) for v in losses):
+        bad = next(s for s, v in zip(steps, losses) if not math.isfinite(v))
+        return CheckResult(name, Status.FAIL, f"the loss is not finite from step {bad}", metrics, seconds)
+    k = min(3, len(losses) // 2) or 1
+    early, late = statistics.fmean(losses[:k]), statistics.fmean(losses[-k:])
+    detail = f"{len(steps)} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}"
+    if MODES[mode].cpu_path == "degenerate" and device == "cpu":
+        detail += " (degenerate on the CPU)"
+    if not late < early:
+        return CheckResult(name, Status.FAIL, f"the loss did not fall: {detail}", metrics, seconds)
+    return CheckResult(name, Status.PASS, detail, metrics, seconds)

@@ -1,0 +1,2 @@
+"""``compare`` and ``scale``: several runs of one template, reduced to rows.
+"""

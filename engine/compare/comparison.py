@@ -1,0 +1,348 @@
+"""Compare modes side by side, and measure how one mode scales: runs reduced to rows.
+
+Every run is a normal :class:`Run` (its own run directory, logs and summary),
+started from one template spec, so the modes train the same model on the same
+data, seed and global batch. Each finished run becomes a :class:`Row`:
+
+- step time: the median over steady steps, with p10-p90 (see aggregate.py);
+- samples/s global, and per device: per GPU on CUDA, per rank on the CPU;
+- tokens/s: the demos read vectors, not tokens, so it is null unless a program
+  reports tokens;
+- TFLOP/s per device: the model's training FLOPs (3 x forward: the backward
+  pass costs about twice the forward) x samples/s / devices; MFU = that over
+  the GPU's dense peak for the precision, where the GPU is one we know;
+- peak memory per rank (allocator peak on CUDA, peak RSS on the CPU);
+- the final loss (full global batch) and the loss curve.
+
+A mode that fails is a row with its status and root cause; the others still run.
+``parallel`` runs the modes at once, each on its own GPUs (CUDA_VISIBLE_DEVICES).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from mgpu_tui.engine.launch.modes import MODES
+from mgpu_tui.engine.launch.placement import gpus_needed
+from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.run.lifecycle import Run
+
+CLASSES = 10  # the demos' classifier head (demos/harness.py)
+PARALLEL_NOTE = ("the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
+                 "and PCIe): the figures are not a fair race")  # fmt: skip
+# Dense peak FLOP/s from NVIDIA's datasheets: (16-bit tensor core, plain fp32). Matched on the NVML name.
+GPU_PEAK_FLOPS = {
+    "H200": (989e12, 67e12),
+    "H100 PCIe": (756e12, 51e12),
+    "H100": (989e12, 67e12),  # SXM
+    "A100": (312e12, 19.5e12),
+    "L40S": (362e12, 91.6e12),
+}
+
+
+def train_flops_per_sample(width: int, depth: int) -> float:
+    """Training FLOPs for one sample of the demo model: 3 x (2 x multiply-adds of the forward).
+
+    Each block has fc1 (width -> 2 width) and fc2 (2 width -> width); the head is width -> 10.
+    """
+    forward_macs = depth * (width * 2 * width + 2 * width * width) + width * CLASSES
+    return 3 * 2 * forward_macs
+
+
+def peak_flops(gpu_name: str | None, half_precision: bool) -> float | None:
+    if not gpu_name:
+        return None
+    for key, (half, single) in GPU_PEAK_FLOPS.items():
+        if key in gpu_name:
+            return half if half_precision else single
+    return None
+
+
+def devices_used(mode: str, device: str, world_size: int, nproc: int, stages: int, gpu_count: int) -> int:
+    """The devices a run occupies: GPUs on CUDA (dp takes every visible one), ranks on the CPU."""
+    if device == "cpu":
+        return world_size
+    if mode == "dp":
+        return gpu_count
+    needed = gpus_needed(mode, nproc, stages) if mode in MODES else nproc
+    return min(needed, gpu_count) if gpu_count else needed  # ranks sharing GPUs occupy only those
+
+
+@dataclass(frozen=True)
+class Row:
+    mode: str
+    status: str  # ok, failed, interrupted
+    world_size: int
+    devices: int
+    samples_per_s: float | None
+    samples_per_s_per_device: float | None
+    tokens_per_s: float | None
+    step_time_s_median: float | None
+    step_time_s_p10_p90: list[float] | None
+    tflops_per_device: float | None
+    mfu: float | None
+    peak_mem_bytes: int | None  # the largest over ranks
+    peak_mem_bytes_per_rank: list[int | None]
+    final_loss: float | None
+    loss_curve: list[list[float]]  # [[step, loss], ...]
+    throughput_curve: list[list[float]]  # [[step, samples/s], ...]
+    duration_s: float
+    run_dir: str
+    root_cause: str | None
+    note: str | None
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
+    summary = run.result.summary
+    spec = run.resolved.spec
+    devices = devices_used(run.resolved.mode.name, run.resolved.device, summary["world_size"], spec.nproc,
+                           spec.stages, gpu_count)  # fmt: skip
+    rate = summary["samples_per_s"]
+    per_device = rate / devices if rate is not None and devices else None
+    tflops = per_device * train_flops_per_sample(spec.width, spec.depth) / 1e12 if per_device else None
+    peak = peak_flops(gpu_name, spec.amp) if run.resolved.device == "cuda" else None
+    steps, rates, losses = run.aggregator.series()
+    peaks = [p for p in summary["peak_mem_bytes"] if p is not None]
+    cause = summary["root_cause"]
+    return Row(
+        mode=run.resolved.mode.name,
+        status=summary["status"],
+        world_size=summary["world_size"],
+        devices=devices,
+        samples_per_s=rate,
+        samples_per_s_per_device=per_device,
+        tokens_per_s=None,
+        step_time_s_median=summary["step_time_s_median"],
+        step_time_s_p10_p90=summary["step_time_s_p10_p90"],
+        tflops_per_device=tflops,
+        mfu=tflops * 1e12 / peak if tflops and peak else None,
+        peak_mem_bytes=max(peaks) if peaks else None,
+        peak_mem_bytes_per_rank=summary["peak_mem_bytes"],
+        final_loss=summary["final_loss"],
+        loss_curve=[[s, v] for s, v in zip(steps, losses) if v is not None],
+        throughput_curve=[[s, r] for s, r in zip(steps, rates)],
+        duration_s=summary["duration_s"],
+        run_dir=summary["run_dir"],
+        root_cause=(f"rank {cause['rank']}: {cause['message']}" if cause and cause["rank"] is not None
+                    else cause["message"] if cause else None),  # fmt: skip
+        note=summary["note"],
+    )
+
+
+@dataclass
+class Comparison:
+    kind: str  # "compare" or "scale"
+    settings: dict
+    rows: list[Row] = field(default_factory=list)
+    parallel: bool = False
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+    interrupted: bool = False
+
+    @property
+    def failed(self) -> bool:
+        return self.interrupted or any(r.status != "ok" for r in self.rows)
+
+    def points(self) -> list[dict]:
+        """For ``scale``: speedup and efficiency against the smallest rank count that ran ok.
+
+        efficiency(N) = throughput(N) / (N / n0 x throughput(n0)); with n0 = 1 that is
+        throughput(N) / (N x throughput(1)).
+        """
+        base = next((r for r in sorted(self.rows, key=lambda r: r.world_size)
+                     if r.status == "ok" and r.samples_per_s), None)  # fmt: skip
+        points = []
+        for r in self.rows:
+            speedup = efficiency = None
+            if base and r.status == "ok" and r.samples_per_s:
+                speedup = r.samples_per_s / base.samples_per_s
+                efficiency = speedup / (r.world_size / base.world_size)
+            points.append({"nproc": r.world_size, "status": r.status, "samples_per_s": r.samples_per_s,
+                           "speedup": speedup, "efficiency": efficiency,
+                           "step_time_s_median": r.step_time_s_median, "run_dir": r.run_dir})  # fmt: skip
+        return points
+
+    def to_json(self) -> dict:
+        document = {
+            "kind": self.kind,
+            "settings": self.settings,
+            "parallel": self.parallel,
+            "note": PARALLEL_NOTE if self.parallel else None,
+            "started_at": self.started_at,
+            "duration_s": (self.ended_at or time.time()) - self.started_at,
+            "interrupted": self.interrupted,
+            "rows": [r.to_json() for r in self.rows],
+        }
+        if self.kind == "scale":
+            document["mode"] = self.settings["mode"]
+            document["points"] = self.points()
+        return document
+
+
+def _settings(template: LaunchSpec) -> dict:
+    return {"nproc": template.nproc, "steps": template.steps, "batch_size": template.batch_size,
+            "device": template.device, "amp": template.amp, "width": template.width, "depth": template.depth,
+            "flops_per_sample": train_flops_per_sample(template.width, template.depth)}  # fmt: skip
+
+
+class Runner:
+    """Runs a list of specs (one after another, or at once) and keeps a row per finished run."""
+
+    def __init__(self, specs: Sequence[LaunchSpec], comparison: Comparison, *, host: host_module.Host,
+                 on_update: Callable[[Comparison, Sequence[Run]], None] | None = None,
+                 environ: Mapping[str, str] | None = None) -> None:  # fmt: skip
+        self.specs = list(specs)
+        self.comparison = comparison
+        self.host = host
+        self.on_update = on_update or (lambda comparison, running: None)
+        self.environ = dict(os.environ if environ is None else environ)
+        self.running: list[Run] = []
+        self._stop = threading.Event()
+        self._gpu_name = None
+        if host.has_cuda and nvml.status().ok:
+            try:
+                self._gpu_name = nvml.identity(0).name  # for MFU; without it MFU is n/a
+            except (nvml.NvmlCallFailed, nvml.GpuLost):
+                self._gpu_name = None
+
+    def check(self) -> None:
+        """Refuse, before anything runs, a spec that cannot run here (SpecError: exit 2)."""
+        for spec in self.specs:
+            resolve(spec, self.host)
+        if self.comparison.parallel:
+            self._gpu_sets()
+
+    def _gpu_sets(self) -> list[list[int] | None]:
+        """Disjoint GPU indices per spec for --parallel on CUDA; None on the CPU."""
+        sets: list[list[int] | None] = []
+        taken = 0
+        for spec in self.specs:
+            resolved = resolve(spec, self.host)
+            if resolved.device != "cuda":
+                sets.append(None)
+                continue
+            need = gpus_needed(resolved.mode.name, resolved.spec.nproc, spec.stages)
+            sets.append(list(range(taken, taken + need)))
+            taken += need
+        if taken > self.host.gpu_count:
+            raise SpecError(f"--parallel needs {taken} GPUs for these modes side by side, "
+                            f"but {self.host.gpu_count} are visible.")  # fmt: skip
+        return sets
+
+    def _environ_for(self, gpus: list[int] | None) -> dict[str, str]:
+        if gpus is None:
+            return self.environ
+        visible = self.environ.get("CUDA_VISIBLE_DEVICES")
+        names = [e.strip() for e in visible.split(",")] if visible else [str(i) for i in range(64)]
+        return {**self.environ, "CUDA_VISIBLE_DEVICES": ",".join(names[i] for i in gpus)}
+
+    def _host_for(self, gpus: list[int] | None) -> host_module.Host:
+        if gpus is None:
+            return self.host
+        return dataclasses.replace(self.host, gpu_count=len(gpus))
+
+    def stop(self) -> None:
+        """Ask :meth:`run` (in another thread) to stop every rank and return; later modes do not start."""
+        self._stop.set()
+
+    def run(self) -> Comparison:
+        try:
+            if self.comparison.parallel:
+                self._run_together()
+            else:
+                for spec in self.specs:
+                    if self._stop.is_set():
+                        break
+                    self._run_together([spec])
+            self.comparison.interrupted = self._stop.is_set()
+        except KeyboardInterrupt:
+            self.comparison.interrupted = True
+            raise
+        finally:
+            self.close()
+            self.comparison.ended_at = time.time()
+        return self.comparison
+
+    def _run_together(self, specs: Sequence[LaunchSpec] | None = None) -> None:
+        if specs is None:
+            specs, gpu_sets = self.specs, self._gpu_sets()
+        else:
+            gpu_sets = [None] * len(specs)
+        self.running = [Run.prepare(spec, self._host_for(gpus), environ=self._environ_for(gpus))
+                        for spec, gpus in zip(specs, gpu_sets)]  # fmt: skip
+        for run in self.running:
+            run.start()
+        if len(self.running) == 1:
+            self._wait_one(self.running[0])
+            self.running = []
+            return
+        pending = list(self.running)
+        while pending:
+            if self._stop.is_set():
+                for run in pending:
+                    run.stop()
+            for run in list(pending):
+                if run.poll().finished:
+                    pending.remove(run)
+                    self.comparison.rows.append(row_from_run(run, gpu_count=self.host.gpu_count,
+                                                             gpu_name=self._gpu_name))  # fmt: skip
+            self.on_update(self.comparison, pending)
+            if pending:
+                self._stop.wait(0.2)
+        self.running = []
+
+    def _wait_one(self, run: Run) -> None:
+        """One run: sleep on its exit (Run.wait), so the next starts the moment this one ends."""
+
+        def polled(run: Run) -> None:
+            if self._stop.is_set() and not run.state.finished:
+                run.stop()
+            self.on_update(self.comparison, [] if run.state.finished else [run])
+
+        run.wait(interval=0.5, on_poll=polled)
+        self.comparison.rows.append(row_from_run(run, gpu_count=self.host.gpu_count, gpu_name=self._gpu_name))
+        self.on_update(self.comparison, [])
+
+    def close(self) -> None:
+        for run in self.running:
+            run.close()
+        self.running = []
+
+
+def compare_specs(modes: Sequence[str], template: LaunchSpec) -> list[LaunchSpec]:
+    """One spec per mode; one-process modes take no --nproc."""
+    specs = []
+    for mode in modes:
+        if mode not in MODES:
+            raise SpecError(f"unknown mode {mode!r}; the modes are: {', '.join(MODES)}.")
+        nproc = template.nproc if MODES[mode].multi_process else None
+        specs.append(dataclasses.replace(template, mode=mode, nproc=nproc))
+    return specs
+
+
+def new_comparison(modes: Sequence[str], template: LaunchSpec, parallel: bool = False) -> Comparison:
+    return Comparison("compare", {**_settings(template), "modes": list(modes)}, parallel=parallel)
+
+
+def scale_specs(mode: str, nprocs: Sequence[int], template: LaunchSpec) -> list[LaunchSpec]:
+    if mode not in MODES:
+        raise SpecError(f"unknown mode {mode!r}; the modes are: {', '.join(MODES)}.")
+    if not MODES[mode].multi_process:
+        raise SpecError(f"mode {mode!r} runs as one process; scale a multi-process mode (ddp, fsdp, ...).")
+    if len(set(nprocs)) != len(nprocs):
+        raise SpecError("--nproc lists a rank count twice.")
+    return [dataclasses.replace(template, mode=mode, nproc=n) for n in sorted(nprocs)]
+
+
+def new_scaling(mode: str, nprocs: Sequence[int], template: LaunchSpec) -> Comparison:
+    return Comparison("scale", {**_settings(template), "mode": mode, "nprocs": sorted(nprocs)})

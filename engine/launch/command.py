@@ -1,0 +1,123 @@
+"""The one place that builds a launch command: a pure function, spec in, argv and env out.
+
+Nothing here starts a process or reads the machine: everything it depends on
+(the interpreter, the CPU count, the environment) comes in as arguments, so it
+is tested exactly as it will run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
+from mgpu_tui.engine.run.rundir import RunDir
+
+RUN_ID_ENV = "MGPU_RUN_ID"
+SHUTDOWN_TIMEOUT_S = 5
+
+
+@dataclass(frozen=True)
+class Launch:
+    argv: tuple[str, ...]
+    env: dict[str, str]  # the whole environment for the child
+    env_changes: dict[str, str | None]  # what differs from the parent's (None: removed)
+
+
+def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
+    """The demo's arguments: everything that decides what is trained, spelled out."""
+    spec = resolved.spec
+    argv = [
+        "--steps", str(spec.steps),
+        "--batch-size", str(spec.batch_size),
+        "--device", resolved.device,
+        "--width", str(spec.width),
+        "--depth", str(spec.depth),
+        "--accum", str(spec.accum),
+    ]  # fmt: skip
+    if spec.amp:
+        argv.append("--amp")
+        if resolved.mode.name == "rpc" and resolved.device == "cuda" and "--amp-dtype" not in spec.demo_args:
+            # rpc can only train bf16 on CUDA (fp16's GradScaler does not work with distributed
+            # autograd); said here, so --verify's baseline trains bf16 too.
+            argv += ["--amp-dtype", "bf16"]
+    if resolved.shared_gpus:
+        argv.append("--share-gpus")
+    if resolved.mode.name == "mp":
+        argv += ["--stages", str(spec.stages)]
+    if resolved.mode.name == "pipeline":
+        argv += ["--microbatches", str(spec.microbatches)]
+    if spec.verify:
+        argv += ["--save-params", str(run_dir.params_dir)]
+    return argv + list(spec.demo_args)
+
+
+def _rendezvous(resolved: ResolvedSpec) -> list[str]:
+    """How the ranks find each other, with torchrun's own flags."""
+    spec = resolved.spec
+    if spec.nnodes > 1 or spec.rdzv_endpoint:
+        # Several nodes: torchrun's c10d rendezvous at an endpoint every node names alike.
+        return ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id", spec.rdzv_id or "mgpu-tui"]  # fmt: skip
+    if spec.master_port is not None:
+        # One node, a port the user chose: the static rendezvous, on loopback.
+        return ["--master-addr", "127.0.0.1", "--master-port", str(spec.master_port)]
+    # Standalone: a local c10d rendezvous on a free port the OS picks, so two runs never collide.
+    return ["--standalone"]
+
+
+def build_command(
+    resolved: ResolvedSpec,
+    run_dir: RunDir,
+    run_id: str,
+    *,
+    python: str,
+    cpu_count: int,
+    base_env: Mapping[str, str],
+) -> Launch:
+    """The argv and environment that start ``resolved`` with its output in ``run_dir``."""
+    mode, spec = resolved.mode, resolved.spec
+    if mode.multi_process:
+        argv = [python, "-m", "torch.distributed.run", *_rendezvous(resolved),
+            "--nproc-per-node", str(spec.nproc),
+            # Every rank's stdout and stderr in its own file: nothing interleaves, nothing is lost.
+            "--log-dir", str(run_dir.logs_dir),
+            "--redirects", "3",
+        ]  # fmt: skip
+        if spec.max_restarts:
+            argv += ["--max-restarts", str(spec.max_restarts)]
+    else:
+        argv = [python]
+    if spec.script:
+        argv += [spec.script, *spec.demo_args]  # the user's own arguments, untouched
+    elif spec.module:
+        argv += ["-m", spec.module, *spec.demo_args]
+    else:
+        argv += ["-m", mode.module, *demo_argv(resolved, run_dir)]
+
+    changes: dict[str, str | None] = {}
+    # torchrun reads PET_<FLAG> as a default for each flag: a stray one from the
+    # user's shell would silently change the launch.
+    for name in base_env:
+        if name.startswith("PET_"):
+            changes[name] = None
+    changes[RUN_DIR_ENV] = str(run_dir.path)
+    changes[RUN_ID_ENV] = run_id
+    # Logs go to files; unbuffered output reaches them as it is printed.
+    changes["PYTHONUNBUFFERED"] = "1"
+    if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env:
+        # When a rank fails, torchrun sends the others SIGTERM and waits this long before
+        # SIGKILL (30 s by default): a rank stuck in a collective would hold the run that long.
+        changes["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(SHUTDOWN_TIMEOUT_S)
+    if "OMP_NUM_THREADS" not in base_env:
+        # Share the cores out, so ranks do not fight over them.
+        changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.world_size))
+    if not mode.multi_process:
+        # torchrun sets this for its ranks; a one-process mode gets the same, so
+        # @record writes its error file where the engine looks for it.
+        changes["TORCHELASTIC_ERROR_FILE"] = str(run_dir.python_rank_dir() / "error.json")
+
+    env = {k: v for k, v in base_env.items() if changes.get(k, "") is not None}
+    env.update({k: v for k, v in changes.items() if v is not None})
+    return Launch(tuple(argv), env, changes)

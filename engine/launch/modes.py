@@ -1,0 +1,131 @@
+"""The catalogue of parallelism modes, as data.
+
+Each mode names its demo module, how it is launched, how many devices each
+rank uses, and whether its CPU path does the real thing or only goes through
+the motions (DataParallel, say, only parallelises over CUDA devices).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from mgpu_tui.engine.launch.placement import gpus_needed
+from mgpu_tui.engine.machine.host import Host
+
+Launcher = Literal["torchrun", "python"]
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    title: str
+    demo: str  # module under mgpu_tui.demos
+    launcher: Launcher
+    devices_per_rank: int
+    cpu_path: Literal["real", "degenerate"]
+    teaches: str
+    choose: str  # when a user should pick it
+    # What does not happen on the CPU, and why: one sentence, shown for degenerate modes.
+    cpu_note: str = ""
+    # Data-parallel ranks split the global batch, so it must divide evenly.
+    splits_batch: bool = False
+    min_nproc: int = 1
+
+    @property
+    def module(self) -> str:
+        return f"mgpu_tui.demos.{self.demo}"
+
+    @property
+    def multi_process(self) -> bool:
+        return self.launcher == "torchrun"
+
+
+def _mode(name: str, title: str, launcher: Launcher, cpu_path, teaches: str, choose: str, **kw) -> Mode:
+    return Mode(name, title, name, launcher, kw.pop("devices_per_rank", 1), cpu_path, teaches, choose, **kw)
+
+
+MODES: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        _mode("single", "Single device (baseline)", "python", "real",
+              "The plain training loop on one device: what every other mode must match.",
+              "The model and batch fit one GPU and it is fast enough."),
+        _mode("dp", "nn.DataParallel", "python", "degenerate",
+              "One process replicates the model on every GPU each step, scatters the batch, "
+              "gathers the outputs.",
+              "Never for new code (DDP is faster); shown for what it is made of.",
+              cpu_note="DataParallel only splits over CUDA devices; on the CPU it runs the model once, "
+                       "unsplit."),
+        _mode("ddp", "DistributedDataParallel", "torchrun", "real",
+              "One process per device, each on its slice of the batch; gradients all-reduced.",
+              "The model fits one GPU: the default way to use several.",
+              splits_batch=True),
+        _mode("mp", "Model parallel (one process)", "python", "degenerate",
+              "Consecutive blocks on different GPUs; activations hop from one to the next.",
+              "The model does not fit one GPU and you have one process; only one GPU works at a time.",
+              cpu_note="every stage sits on the one CPU device, so no activation crosses between devices."),
+        _mode("ddp_mp", "DDP over model-parallel ranks", "torchrun", "degenerate",
+              "Each rank's model spans two GPUs; DDP (without device_ids) all-reduces across ranks.",
+              "The model needs two GPUs and you want data parallelism on top.",
+              devices_per_rank=2, splits_batch=True,
+              cpu_note="each rank's two stages share the CPU, so only the DDP part is real here."),
+        _mode("pipeline", "Pipeline parallel (torch.distributed.pipelining)", "torchrun", "real",
+              "One stage per rank; micro-batches flow through the stages (GPipe or 1F1B).",
+              "The model is too big for one GPU and layers split cleanly; bubbles cost some speed.",
+              min_nproc=1),
+        _mode("fsdp", "Fully sharded data parallel (FSDP2 fully_shard)", "torchrun", "real",
+              "Data parallel with parameters, gradients and optimizer state sharded over ranks.",
+              "The model's training state does not fit one GPU but one layer does.",
+              splits_batch=True),
+        _mode("rpc", "Distributed model parallel (torch.distributed.rpc)", "torchrun", "real",
+              "Rank 0 trains; the later blocks live on other ranks as RemoteModules, "
+              "with distributed autograd.",
+              "Parts of the model must live in other processes or machines, driven by one trainer.",
+              min_nproc=2),
+        _mode("tp", "Tensor parallel (parallelize_module)", "torchrun", "real",
+              "Each layer's matrices split over ranks: column-wise then row-wise, one all-reduce per block.",
+              "Single layers are too big or too slow for one GPU; needs fast links (NVLink).",),
+        _mode("hybrid", "CPU + GPU hybrid", "python", "degenerate",
+              "The first block runs on the CPU, the rest on cuda:0, as in the PyTorch multi-GPU tutorial.",
+              "A part of the model (a huge embedding, say) does not fit GPU memory.",
+              cpu_note="with no GPU both parts run on the CPU, so nothing crosses to a GPU."),
+    )
+}  # fmt: skip
+
+
+# A user's own script or module: launched by torchrun like the multi-process modes.
+SCRIPT = Mode(
+    name="script",
+    title="Your own script",
+    demo="",
+    launcher="torchrun",
+    devices_per_rank=1,
+    cpu_path="real",
+    teaches="Whatever your script does: its logs, processes, exit status, and with the reporter its figures.",
+    choose="To see your own training job the way mgpu-tui shows the demos.",
+)
+
+
+@dataclass(frozen=True)
+class Availability:
+    runnable: bool
+    device: str | None  # the device "auto" picks here, when runnable
+    reason: str
+
+
+def availability(mode: Mode, host: Host) -> Availability:
+    """Whether a mode can run on this host with --device auto, and why not."""
+    if not host.torch_available:
+        return Availability(False, None, "torch is not installed")
+    if host.has_cuda:
+        needed = gpus_needed(mode.name, mode.min_nproc)
+        if host.gpu_count < needed:
+            return Availability(False, None, f"needs at least {needed} GPUs, {host.gpu_count} visible "
+                                             "(--share-gpus runs it on fewer)")
+        backend = " with NCCL" if mode.multi_process else ""
+        return Availability(True, "cuda", f"on {host.gpu_count} GPU(s){backend}")
+    if mode.cpu_path == "degenerate":
+        return Availability(True, "cpu", f"runs, degenerate: {mode.cpu_note}")
+    backend = " with gloo" if mode.multi_process else ""
+    return Availability(True, "cpu", f"on the CPU{backend}")

@@ -1,0 +1,221 @@
+"""The launch spec: what the user asked for, checked against this host.
+
+:func:`resolve` turns a :class:`LaunchSpec` into a :class:`ResolvedSpec` (device
+and backend decided) or raises :class:`SpecError` (the user asked for something
+that cannot be: exit code 2) or :class:`EnvironmentUnusable` (this machine cannot
+run anything: exit code 3). Each carries one sentence meant for the user.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from mgpu_tui.engine.launch.modes import MODES, SCRIPT, Mode
+from mgpu_tui.engine.launch.placement import gpus_needed, shares_gpus
+from mgpu_tui.engine.machine.host import Host
+
+Device = Literal["auto", "cpu", "cuda"]
+DEVICES = ("auto", "cpu", "cuda")
+
+
+class SpecError(ValueError):
+    """The request is invalid: a usage error."""
+
+
+class EnvironmentUnusable(RuntimeError):
+    """This environment cannot run a mode at all (torch missing, say)."""
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    mode: str
+    nproc: int | None = None  # None: one per GPU on CUDA, 2 on the CPU, 1 for one-process modes
+    steps: int = 100
+    batch_size: int = 64  # the global batch: every rank together
+    device: Device = "auto"
+    run_root: Path = Path("runs")
+    width: int = 256
+    depth: int = 4  # hidden blocks; the model has depth + 1 layers (the blocks and the head)
+    amp: bool = False
+    accum: int = 1  # micro-batches per optimizer step
+    stages: int = 2  # mp: how many GPUs the model spreads over
+    microbatches: int = 4  # pipeline
+    verify: bool = False  # compare the final parameters with the single-device baseline
+    # A user's own program instead of a mode: a script path or a module name (`-m`).
+    script: str | None = None
+    module: str | None = None
+    # torchrun's own options, with its names and meanings.
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None  # HOST:PORT of the c10d rendezvous, for several nodes
+    rdzv_id: str | None = None
+    max_restarts: int = 0
+    master_port: int | None = None
+    # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
+    stall_timeout: float | None = None
+    on_stall: Literal["stop", "report"] = "stop"
+    # Lower the ranks' CPU priority by this much (0-19); the app uses priority.UI_RANK_NICE.
+    nice: int = 0
+    # Let ranks share GPUs (round-robin) when there are fewer GPUs than the mode needs: a big
+    # box's job rehearsed on a small one. Such ranks talk over gloo (NCCL refuses two on one GPU).
+    share_gpus: bool = False
+    # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
+    demo_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ResolvedSpec:
+    spec: LaunchSpec
+    mode: Mode
+    device: Literal["cpu", "cuda"]
+    backend: Literal["gloo", "nccl"]
+    # Ranks (or one process's stages) share GPUs: the run is correct, its timings say nothing
+    # about a box with a GPU for each.
+    shared_gpus: bool = False
+    world_size: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        world = self.spec.nproc * self.spec.nnodes if self.mode.multi_process else 1
+        object.__setattr__(self, "world_size", world)
+
+    def to_json(self) -> dict:
+        spec = dataclasses.asdict(self.spec)
+        spec["run_root"] = str(self.spec.run_root)
+        spec["demo_args"] = list(self.spec.demo_args)
+        return {
+            **spec,
+            "device": self.device,
+            "device_requested": self.spec.device,
+            "backend": self.backend,
+            "shared_gpus": self.shared_gpus,
+            "launcher": self.mode.launcher,
+            "world_size": self.world_size,
+        }
+
+
+def _stages(mode: Mode, spec: LaunchSpec) -> int:
+    return spec.stages if mode.name == "mp" else spec.nproc
+
+
+def mode_names() -> str:
+    return ", ".join(MODES)
+
+
+def _check_program(spec: LaunchSpec) -> None:
+    if spec.script and spec.module:
+        raise SpecError("give --script or --module, not both.")
+    if spec.script:
+        path = Path(spec.script)
+        if not path.is_file():
+            raise SpecError(f"no such script: {spec.script}.")
+        if not os.access(path, os.R_OK):
+            raise SpecError(f"the script {spec.script} cannot be read (permission denied).")
+    if spec.module and not all(part.isidentifier() for part in spec.module.split(".")):
+        raise SpecError(f"{spec.module!r} is not a Python module name.")
+
+
+def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
+    if spec.nnodes < 1:
+        raise SpecError(f"--nnodes must be at least 1, got {spec.nnodes}.")
+    if not 0 <= spec.node_rank < spec.nnodes:
+        raise SpecError(f"--node-rank must be between 0 and {spec.nnodes - 1}, got {spec.node_rank}.")
+    if spec.nnodes > 1:
+        if not mode.multi_process:
+            raise SpecError(f"mode {mode.name!r} runs as one process, on one node.")
+        if not spec.rdzv_endpoint:
+            raise SpecError("several nodes need --rdzv-endpoint HOST:PORT, the same on every node.")
+    if spec.rdzv_endpoint:
+        host, _, port = spec.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {spec.rdzv_endpoint!r}.")
+    if spec.master_port is not None and not 0 < spec.master_port < 65536:
+        raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
+    if spec.stall_timeout is not None and spec.stall_timeout <= 0:
+        raise SpecError(f"--stall-timeout must be more than 0 seconds, got {spec.stall_timeout}.")
+    if spec.on_stall not in ("stop", "report"):
+        raise SpecError(f"--on-stall must be stop or report, got {spec.on_stall!r}.")
+    if spec.max_restarts < 0:
+        raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}.")
+    if not 0 <= spec.nice <= 19:
+        raise SpecError(f"--nice must be between 0 and 19, got {spec.nice}.")
+
+
+def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
+    if spec.script or spec.module:
+        _check_program(spec)
+        mode = SCRIPT
+    else:
+        mode = MODES.get(spec.mode)
+    if mode is None:
+        raise SpecError(f"unknown mode {spec.mode!r}; the modes are: {mode_names()}.")
+    _check_nodes(spec, mode)
+    for name, value in (
+        ("--nproc", spec.nproc),
+        ("--steps", spec.steps),
+        ("--batch-size", spec.batch_size),
+        ("--accum", spec.accum),
+        ("--stages", spec.stages),
+        ("--microbatches", spec.microbatches),
+        ("--width", spec.width),
+        ("--depth", spec.depth),
+    ):
+        if value is not None and value < 1:
+            raise SpecError(f"{name} must be at least 1, got {value}.")
+    if spec.device not in DEVICES:
+        raise SpecError(f"--device must be one of {', '.join(DEVICES)}, got {spec.device!r}.")
+    if not mode.multi_process and spec.nproc not in (None, 1):
+        raise SpecError(f"mode {mode.name!r} runs as one process; drop --nproc or pass --nproc 1.")
+    if not host.torch_available:
+        raise EnvironmentUnusable("torch is not installed in this Python environment (see the README).")
+
+    device = spec.device
+    if device == "auto":
+        device = "cuda" if host.has_cuda else "cpu"
+    if spec.nproc is None:
+        if not mode.multi_process:
+            nproc = 1
+        elif device == "cuda":
+            nproc = max(1, host.gpu_count // mode.devices_per_rank)
+        else:
+            nproc = 2
+        spec = dataclasses.replace(spec, nproc=max(nproc, mode.min_nproc))
+    if spec.nproc < mode.min_nproc:
+        raise SpecError(
+            f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {spec.nproc}."
+        )
+    if spec.share_gpus and device != "cuda":
+        raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
+    if spec.share_gpus and mode is SCRIPT:
+        raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
+    shared = False
+    if device == "cuda":
+        if not host.has_cuda:
+            raise SpecError(f"--device cuda needs an NVIDIA GPU, but there is none here ({host.gpu_note}).")
+        needed = gpus_needed(mode.name, spec.nproc, spec.stages)
+        shared = spec.share_gpus and shares_gpus(mode.name, spec.nproc, host.gpu_count, spec.stages)
+        if needed > host.gpu_count and not shared:
+            raise SpecError(
+                f"mode {mode.name!r} with --nproc {spec.nproc} needs {needed} GPUs, "
+                f"but {host.gpu_count} are visible (--share-gpus lets ranks share them)."
+            )
+    if mode.splits_batch and spec.batch_size % spec.nproc:
+        raise SpecError(
+            f"--batch-size {spec.batch_size} does not split evenly over {spec.nproc} ranks; "
+            f"use a multiple of {spec.nproc}."
+        )
+    if mode.name == "pipeline" and spec.batch_size % (spec.microbatches * spec.accum):
+        raise SpecError(
+            f"--batch-size {spec.batch_size} does not split into {spec.accum} x {spec.microbatches} "
+            "equal micro-batches; choose sizes that divide it."
+        )
+    if mode.name in ("pipeline", "rpc", "mp") and (stages := _stages(mode, spec)) > spec.depth + 1:
+        raise SpecError(
+            f"{stages} stages is more than the model's {spec.depth + 1} layers; raise --depth."
+        )
+    # NCCL refuses two ranks on one GPU, so ranks that share one talk over gloo.
+    backend = "nccl" if device == "cuda" and not shared else "gloo"
+    return ResolvedSpec(spec, mode, device, backend, shared)

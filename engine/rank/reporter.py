@@ -1,0 +1,216 @@
+"""The reporter: how a rank tells mgpu-tui what it is doing.
+
+Two lines in any training script::
+
+    from mgpu_tui.engine.rank.reporter import Reporter
+    reporter = Reporter()                                   # once, after init
+    reporter.step(step, samples=len(batch), loss=loss)      # once per step
+
+Under ``mgpu-tui run`` (which sets ``MGPU_RUN_DIR``) each call appends one JSON
+line to ``events/rank<N>.jsonl``. Without it the reporter writes nothing and
+prints a short progress line every few steps from rank 0, so the same script
+runs unchanged under bare torchrun.
+
+It imports no torch: a loss tensor is turned into a number with ``float()``,
+which the caller would pay for anyway. A step event costs a few microseconds
+(``python bench/run.py reporter`` measures it).
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import signal
+import socket
+import sys
+import time
+import traceback as traceback_module
+from pathlib import Path
+from typing import Any, TextIO
+
+from mgpu_tui.engine.protocol import events
+
+RUN_DIR_ENV = "MGPU_RUN_DIR"
+# A progress line every tenth of the run, and at least this often: a long run's log is never silent.
+PRINT_AT_LEAST_EVERY_S = 10.0
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return int(os.environ[name])
+    except (KeyError, ValueError):
+        return default
+
+
+class Reporter:
+    """Writes one rank's events. Safe to use without a run directory."""
+
+    def __init__(
+        self,
+        *,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        world_size: int | None = None,
+        run_dir: str | os.PathLike | None = None,
+        print_every: int | None = None,
+        stream: TextIO | None = None,
+    ) -> None:
+        self.rank = _env_int("RANK", 0) if rank is None else rank
+        self.local_rank = _env_int("LOCAL_RANK", self.rank) if local_rank is None else local_rank
+        self.world_size = _env_int("WORLD_SIZE", 1) if world_size is None else world_size
+        run_dir = os.environ.get(RUN_DIR_ENV) if run_dir is None else run_dir
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.print_every = print_every
+        self._stream = stream
+        self._file = None
+        self._stacks = None
+        if self.run_dir is not None:
+            events_dir = self.run_dir / "events"
+            events_dir.mkdir(parents=True, exist_ok=True)
+            # Line buffered, so every event reaches the file as soon as it is written.
+            self._file = open(events_dir / f"rank{self.rank}.jsonl", "a", buffering=1)
+            self._register_stacks()
+        self._last = time.time()
+        self._samples_since_print = 0
+        self._time_at_print = self._last
+
+    def _register_stacks(self) -> None:
+        """On SIGUSR2, write every thread's Python stack to stacks/rank<N>.txt.
+
+        The engine sends SIGUSR2 when this rank stops reporting (a hang). faulthandler
+        writes from the signal handler itself, so it works even when the rank is stuck
+        inside C code, in a collective, say. SIGUSR1 is left alone: NCCL uses it.
+        """
+        stacks_dir = self.run_dir / "stacks"
+        stacks_dir.mkdir(exist_ok=True)
+        self._stacks = open(stacks_dir / f"rank{self.rank}.txt", "w")
+        try:
+            faulthandler.register(signal.SIGUSR2, file=self._stacks, all_threads=True)
+        except (AttributeError, ValueError, RuntimeError):  # no SIGUSR2 on this platform
+            self._stacks.close()
+            self._stacks = None
+
+    @property
+    def recording(self) -> bool:
+        """True when events go to a run directory."""
+        return self._file is not None
+
+    def _write(self, kind: str, fields: dict[str, Any], now: float | None = None) -> None:
+        if self._file is not None:
+            self._file.write(events.encode(kind, self.rank, now or time.time(), fields))
+
+    def hello(
+        self,
+        *,
+        mode: str,
+        device: str,
+        device_uuid: str | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> None:
+        """Say who this rank is. Call once, before the first step."""
+        config = dict(config or {})
+        if self.print_every is None:
+            self.print_every = max(1, int(config.get("steps", 100)) // 10)
+        self._write(
+            "hello",
+            {
+                "local_rank": self.local_rank,
+                "world_size": self.world_size,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "device": device,
+                "device_uuid": device_uuid,
+                "mode": mode,
+                "config": config,
+            },
+        )
+        steps = config.get("steps")
+        # Said at once, so a rank's log (and the app's log pane) shows it started, long before the
+        # first progress line: a tenth of a long run can be minutes.
+        self._print(f"{mode} on {device}, rank {self.rank} of {self.world_size}, pid {os.getpid()}"
+                    + (f", {int(steps):,} steps" if isinstance(steps, int) else ""))
+        # Step time is measured from here, so the first step includes its own warm-up.
+        self._last = self._time_at_print = time.time()
+
+    def _print(self, message: str) -> None:
+        """One line on stdout as ``[rank N] message``: every rank under the engine, rank 0 alone without.
+
+        Under the engine every rank has its own log file, so each may print; under bare
+        torchrun all ranks share one console, so only rank 0 does.
+        """
+        if not (self.recording or self.rank == 0):
+            return
+        stream = self._stream or sys.stdout
+        # One write for the whole line: print() writes the newline apart, and another thread
+        # of the script printing meanwhile would land between the two.
+        stream.write(f"[rank {self.rank}] {message}\n")
+        stream.flush()
+
+    def step(
+        self,
+        step: int,
+        *,
+        samples: int,
+        loss: Any = None,
+        tokens: int = 0,
+        mem_bytes: int | None = None,
+        mem_peak_bytes: int | None = None,
+    ) -> None:
+        """Record the end of a training step.
+
+        ``samples`` counts only samples that are new to the job on this rank.
+        ``loss`` may be a float, a 0-d tensor or None.
+        """
+        now = time.time()
+        step_s = now - self._last
+        self._last = now
+        loss_value = None if loss is None else float(loss)
+        self._write(
+            "step",
+            {
+                "step": step,
+                "samples": samples,
+                "tokens": tokens,
+                "loss": loss_value,
+                "step_s": step_s,
+                "mem_bytes": mem_bytes,
+                "mem_peak_bytes": mem_peak_bytes,
+            },
+            now,
+        )
+        self._samples_since_print += samples
+        every = self.print_every or 10
+        if step % every == 0 or now - self._time_at_print >= PRINT_AT_LEAST_EVERY_S:
+            rate = self._samples_since_print / max(now - self._time_at_print, 1e-9)
+            loss_text = "n/a" if loss_value is None else f"{loss_value:.4f}"
+            self._print(f"step {step}  loss {loss_text}  {rate:,.0f} samples/s")
+            self._samples_since_print = 0
+            self._time_at_print = now
+
+    def done(self, steps: int, **summary: Any) -> None:
+        """Record that this rank finished all its steps."""
+        self._write("done", {"steps": steps, **summary})
+
+    def error(self, message: str, traceback: str = "") -> None:
+        """Record why this rank is about to fail."""
+        self._write("error", {"message": message, "traceback": traceback})
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._stacks is not None:
+            faulthandler.unregister(signal.SIGUSR2)
+            self._stacks.close()
+            self._stacks = None
+
+    def __enter__(self) -> Reporter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is not None and not isinstance(exc, KeyboardInterrupt):
+            self.error(
+                f"{exc_type.__name__}: {exc}",
+                "".join(traceback_module.format_exception(exc_type, exc, tb)),
+            )
+        self.close()

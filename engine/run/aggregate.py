@@ -1,0 +1,230 @@
+"""Reduce rank events to the figures the tool shows.
+
+Definitions, so that every number on screen can be checked by hand:
+
+- Warm-up: the first ``warmup_steps(n)`` steps (n = steps seen) are left out of
+  every rate and time; they hold one-off costs (first allocations, DDP's lazy
+  imports, the first all-reduce).
+- A rank's samples/s: its samples over its seconds, both summed over the steady
+  steps. Each ``step_s`` runs from the end of the previous step to the end of
+  this one, so the sum is the rank's wall time, data loading included.
+- Global samples/s: the sum over ranks. Ranks only count samples new to the job,
+  so nothing is counted twice.
+- Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous
+  job moves at the pace of its slowest rank); the median over steady steps.
+- Final loss: at the last step every rank reached, the mean of the ranks' losses
+  weighted by their samples, which is the loss of the full global batch when
+  each rank's loss is the mean over its own samples.
+- Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA
+  allocator's peak, or peak RSS on the CPU).
+"""
+
+from __future__ import annotations
+
+import statistics
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mgpu_tui.engine.protocol.events import Done, Error, Event, Hello, MalformedEvent, Step, parse_line
+
+
+def warmup_steps(n: int) -> int:
+    """Steps left out of steady-state figures when n steps are known: 5, or a fifth of short runs."""
+    return min(5, n // 5)
+
+
+@dataclass
+class _RankTrack:
+    hello: Hello | None = None
+    steps: array = field(default_factory=lambda: array("q"))
+    samples: array = field(default_factory=lambda: array("q"))
+    step_s: array = field(default_factory=lambda: array("d"))
+    loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
+    first_step_t: float | None = None
+    last_t: float | None = None
+    mem_bytes: int | None = None
+    mem_peak_bytes: int | None = None
+    done: Done | None = None
+    error: Error | None = None
+
+
+@dataclass(frozen=True)
+class RankStats:
+    rank: int
+    last_step: int
+    samples_per_s: float | None
+    loss: float | None  # at its last step
+    mem_bytes: int | None
+    mem_peak_bytes: int | None
+    last_event_t: float | None
+    done: bool
+    error: str | None
+    device: str | None
+    pid: int | None
+
+
+@dataclass(frozen=True)
+class RunStats:
+    ranks: tuple[RankStats, ...]
+    world_size: int | None  # from hello events
+    steps: int  # the last step every rank reached
+    samples_per_s: float | None
+    step_time_s_median: float | None
+    step_time_s_spread: tuple[float, float] | None  # 10th and 90th percentile
+    final_loss: float | None
+    first_step_t: float | None  # when the first step event of any rank was written
+
+    def peak_mem_bytes(self) -> dict[int, int | None]:
+        return {r.rank: r.mem_peak_bytes for r in self.ranks}
+
+
+class Aggregator:
+    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, _RankTrack] = {}
+
+    def add(self, event: Event) -> None:
+        track = self._ranks.setdefault(event.rank, _RankTrack())
+        track.last_t = event.t
+        if isinstance(event, Step):
+            if track.first_step_t is None:
+                track.first_step_t = event.t
+            track.steps.append(event.step)
+            track.samples.append(event.samples)
+            track.step_s.append(event.step_s)
+            if event.loss is not None:
+                track.loss[event.step] = (event.loss, event.samples)
+            if event.mem_bytes is not None:
+                track.mem_bytes = event.mem_bytes
+            if event.mem_peak_bytes is not None:
+                track.mem_peak_bytes = max(track.mem_peak_bytes or 0, event.mem_peak_bytes)
+        elif isinstance(event, Hello):
+            track.hello = event
+        elif isinstance(event, Done):
+            track.done = event
+        elif isinstance(event, Error):
+            track.error = event
+
+    def liveness(self) -> list[tuple[int, float | None, int, bool]]:
+        """(rank, time of its last event, its last step, done) for every rank heard from."""
+        return [(rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
+                for rank, t in sorted(self._ranks.items())]  # fmt: skip
+
+    def recent_step_time(self, last: int = 50) -> float | None:
+        """The median step time over the last steps of every rank: what "slow" means for this job."""
+        recent = [x for t in self._ranks.values() for x in t.step_s[-last:]]
+        return statistics.median(recent) if recent else None
+
+    def rank_processes(self) -> dict[int, tuple[int, str | None]]:
+        """Rank -> (pid, CUDA UUID or None), for the ranks that have said hello."""
+        return {rank: (t.hello.pid, t.hello.device_uuid) for rank, t in self._ranks.items() if t.hello}
+
+    def series(self, max_points: int = 200) -> tuple[list[int], list[float], list[float | None]]:
+        """(steps, global samples/s, global-batch loss) per step every rank reached, the last points.
+
+        A step's rate is the samples of all ranks over the slowest rank's step time.
+        """
+        tracks = [t for t in self._ranks.values() if t.steps]
+        if not tracks:
+            return [], [], []
+        common = min(t.steps[-1] for t in tracks)
+        samples: dict[int, int] = {}
+        slowest: dict[int, float] = {}
+        for t in tracks:
+            for i in range(max(0, len(t.steps) - max_points - 1), len(t.steps)):
+                step = t.steps[i]
+                if step <= common:
+                    samples[step] = samples.get(step, 0) + t.samples[i]
+                    slowest[step] = max(slowest.get(step, 0.0), t.step_s[i])
+        steps = sorted(samples)[-max_points:]
+        rates = [samples[s] / slowest[s] if slowest[s] > 0 else 0.0 for s in steps]
+        return steps, rates, [self._loss_at(s) for s in steps]
+
+    def stats(self) -> RunStats:
+        tracks = self._ranks
+        stepping = {r: t for r, t in tracks.items() if t.steps}
+        common = min((t.steps[-1] for t in stepping.values()), default=0)
+        n_known = max((len(t.steps) for t in stepping.values()), default=0)
+        warm = warmup_steps(n_known)
+
+        rank_stats = []
+        total_rate = 0.0
+        any_rate = False
+        per_step_max: dict[int, float] = {}
+        for rank in sorted(tracks):
+            t = tracks[rank]
+            rate = None
+            if t.steps:
+                lo = warm if len(t.steps) > warm else 0
+                seconds = sum(t.step_s[lo:])
+                if seconds > 0:
+                    rate = sum(t.samples[lo:]) / seconds
+                    total_rate += rate
+                    any_rate = True
+                for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
+                    if step <= common:
+                        per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
+            rank_stats.append(
+                RankStats(
+                    rank=rank,
+                    last_step=t.steps[-1] if t.steps else 0,
+                    samples_per_s=rate,
+                    loss=t.loss[t.steps[-1]][0] if t.steps and t.steps[-1] in t.loss else None,
+                    mem_bytes=t.mem_bytes,
+                    mem_peak_bytes=t.mem_peak_bytes,
+                    last_event_t=t.last_t,
+                    done=t.done is not None,
+                    error=t.error.message if t.error else None,
+                    device=t.hello.device if t.hello else None,
+                    pid=t.hello.pid if t.hello else None,
+                )
+            )
+
+        times = sorted(per_step_max.values())
+        median = statistics.median(times) if times else None
+        spread = None
+        if len(times) >= 2:
+            q = statistics.quantiles(times, n=10, method="inclusive")
+            spread = (q[0], q[-1])
+
+        world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
+        return RunStats(
+            ranks=tuple(rank_stats),
+            world_size=world,
+            steps=common,
+            samples_per_s=total_rate if any_rate else None,
+            step_time_s_median=median,
+            step_time_s_spread=spread,
+            final_loss=self._loss_at(common),
+            first_step_t=min(
+                (t.first_step_t for t in tracks.values() if t.first_step_t is not None), default=None
+            ),
+        )
+
+    def _loss_at(self, step: int) -> float | None:
+        weighted, weight, plain = 0.0, 0, []
+        for t in self._ranks.values():
+            if step not in t.loss:
+                continue
+            loss, samples = t.loss[step]
+            plain.append(loss)
+            weighted += loss * samples
+            weight += samples
+        if weight:
+            return weighted / weight
+        return statistics.fmean(plain) if plain else None
+
+
+def read_events(run_dir: Path) -> Aggregator:
+    """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped."""
+    aggregator = Aggregator()
+    for path in sorted((run_dir / "events").glob("rank*.jsonl")):
+        with open(path, "rb") as f:
+            for line in f:
+                try:
+                    aggregator.add(parse_line(line))
+                except MalformedEvent:
+                    continue
+    return aggregator

@@ -1,0 +1,178 @@
+"""Name the rank that failed first, and why.
+
+Sources, best first:
+
+1. torchrun's own report (``launcher.log``): its "Root Cause (first observed
+   failure)" block names the global rank, the exit code and the error file.
+2. The rank's ``error.json``, written by ``@record`` (torch's
+   ``torch.distributed.elastic.multiprocessing.errors.record``): the message and
+   the Python traceback.
+3. Without an error file (a segfault, ``os._exit``): the last lines of the
+   rank's stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal as signal_module
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mgpu_tui.engine.run.rundir import RunDir
+
+STDERR_TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class RootCause:
+    rank: int | None
+    exit_code: int | None  # as Python reports it: negative for a signal
+    signal: str | None  # "SIGSEGV", when a signal ended the rank
+    message: str
+    traceback: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def signal_name(exit_code: int | None) -> str | None:
+    if exit_code is None or exit_code >= 0:
+        return None
+    try:
+        return signal_module.Signals(-exit_code).name
+    except ValueError:
+        return f"signal {-exit_code}"
+
+
+_BLOCK = re.compile(r"Root Cause \(first observed failure\):\s*\n(?P<body>.*?)(?:\n=====|\Z)", re.S)
+_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.M)
+_EXIT = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)", re.M)
+_ERROR_FILE = re.compile(r"^\s*error_file\s*:\s*(\S+)", re.M)
+
+
+@dataclass(frozen=True)
+class _TorchrunReport:
+    rank: int
+    local_rank: int
+    exit_code: int | None
+    error_file: Path | None
+
+
+def _parse_torchrun_report(text: str) -> _TorchrunReport | None:
+    match = _BLOCK.search(text)
+    if not match:
+        return None
+    body = match.group("body")
+    rank = _RANK.search(body)
+    if not rank:
+        return None
+    exit_match = _EXIT.search(body)
+    file_match = _ERROR_FILE.search(body)
+    error_file = None
+    if file_match and file_match.group(1) != "<N/A>":
+        error_file = Path(file_match.group(1))
+    return _TorchrunReport(
+        rank=int(rank.group(1)),
+        local_rank=int(rank.group(2)),
+        exit_code=int(exit_match.group(1)) if exit_match else None,
+        error_file=error_file,
+    )
+
+
+def read_error_file(path: Path) -> tuple[str, str, float | None] | None:
+    """(message, traceback, timestamp) from an ``@record`` error file, or None."""
+    try:
+        document = json.loads(path.read_text())
+        body = document["message"]
+        if isinstance(body, str):  # torch writes a plain string for some failures
+            return body, "", None
+        extra = body.get("extraInfo", {})
+        timestamp = extra.get("timestamp")
+        return (
+            str(body.get("message", "")),
+            str(extra.get("py_callstack", "")),
+            float(timestamp) if timestamp else None,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    return "\n".join(data.splitlines()[-lines:])
+
+
+def _last_line(text: str) -> str:
+    for line in reversed(text.strip().splitlines()):
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def find_root_cause(
+    run_dir: RunDir,
+    *,
+    launcher_exit_code: int | None,
+    single_process: bool,
+    rank_offset: int = 0,
+) -> RootCause:
+    """The first failure of a run that did not succeed.
+
+    ``rank_offset`` turns a local rank into a global one (node rank x ranks per node).
+    """
+    rank_files = run_dir.rank_files()
+    report = None
+    if not single_process:
+        try:
+            report = _parse_torchrun_report(run_dir.launcher_log.read_text(errors="replace"))
+        except OSError:
+            report = None
+
+    if report is not None:
+        rank, local, exit_code = report.rank, report.local_rank, report.exit_code
+        error_file = report.error_file
+    elif single_process:
+        rank, local, exit_code, error_file = 0, 0, launcher_exit_code, None
+    else:
+        # torchrun did not get to write its report (it was killed): the earliest error file wins.
+        candidates = []
+        for files in rank_files.values():
+            parsed = read_error_file(files.error_json)
+            if parsed:
+                candidates.append((parsed[2] or float("inf"), files.local_rank))
+        if candidates:
+            local = min(candidates)[1]
+            rank, exit_code, error_file = local + rank_offset, None, None
+        else:
+            return RootCause(
+                None,
+                launcher_exit_code,
+                signal_name(launcher_exit_code),
+                "the launcher ended before any rank reported a failure",
+                "",
+            )
+
+    files = rank_files.get(local)
+    parsed = None
+    for path in (error_file, files.error_json if files else None):
+        if path is not None and (parsed := read_error_file(path)):
+            break
+    if parsed:
+        message, traceback, _ = parsed
+    else:
+        traceback = _stderr_tail(files.stderr) if files else ""
+        message = _last_line(traceback)
+        name = signal_name(exit_code)
+        if name:
+            message = f"killed by {name}" + (f" (last stderr line: {message})" if message else "")
+        elif not message:
+            message = f"exited with code {exit_code}"
+    return RootCause(rank, exit_code, signal_name(exit_code), message, traceback)

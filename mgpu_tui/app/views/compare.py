@@ -1,0 +1,132 @@
+"""The Compare view: choose modes, run them one after another, see the table and charts side by side.
+
+It only draws what the app hands it (CompareUpdated / CompareEnded); the
+CompareController owns the runs. The table and the charts are the ones
+``mgpu-tui compare`` prints, so the app and the CLI show the same numbers.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.widget import Widget
+from textual.widgets import (
+    Button,
+    Checkbox,
+    DataTable,
+    Input,
+    Label,
+    ProgressBar,
+    Select,
+    SelectionList,
+    Static,
+)
+
+from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
+from mgpu_tui.app.widgets.text_panel import TextPanel
+from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.launch.modes import MODES, availability
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.errors import UsageError
+from mgpu_tui.reports import compare as compare_output
+
+DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
+
+
+class CompareView(Widget):
+    def __init__(self, host: Host, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+        self.modes: list[str] = []
+        self.steps = 0
+        self.total = 0
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="compare-form"):
+            choices = []
+            for mode in MODES.values():
+                here = availability(mode, self.host)
+                choices.append((f"{mode.name}  {'' if here.runnable else '(cannot run here) '}{mode.title}",
+                                mode.name, here.runnable and mode.name in DEFAULT_MODES))  # fmt: skip
+            yield SelectionList(*choices, id="compare-modes")
+            with Vertical(id="compare-settings"):
+                with Horizontal(classes="compare-field"):
+                    yield Label("ranks")
+                    yield Input("2", id="compare-nproc", restrict=r"[0-9]*", max_length=3)
+                    yield Label("steps")
+                    yield Input("60", id="compare-steps", restrict=r"[0-9]*", max_length=7)
+                    yield Label("batch")
+                    yield Input("64", id="compare-batch", restrict=r"[0-9]*", max_length=7)
+                with Horizontal(classes="compare-field"):
+                    yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="compare-device",
+                                 type_to_search=False)
+                    yield Checkbox("AMP", id="compare-amp")
+                    yield Button("Compare", id="compare-start", variant="success")
+                    yield Button("Stop", id="compare-stop", variant="error", disabled=True)
+                yield TextPanel("Choose modes (space), then Compare: they run one after another on the "
+                                "same model, data and global batch.", id="compare-status")  # fmt: skip
+                yield ProgressBar(total=1, id="compare-progress", show_eta=False)
+        with Horizontal(id="compare-results"):
+            yield DataTable(id="compare-table", cursor_type="none")
+            with VerticalScroll(id="compare-charts-box"):
+                yield Static("", id="compare-charts")
+
+    def request(self) -> tuple[list[str], LaunchSpec]:
+        """The modes and the template the form describes; UsageError with one sentence when wrong."""
+        modes = list(self.query_one("#compare-modes", SelectionList).selected)
+        if not modes:
+            raise UsageError("choose at least one mode to compare.")
+        numbers = whole_numbers(self, {"compare-nproc": "ranks", "compare-steps": "steps",
+                                       "compare-batch": "batch"})  # fmt: skip
+        device = self.query_one("#compare-device", Select).value
+        template = LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
+                              batch_size=numbers["compare-batch"], device=device,
+                              amp=self.query_one("#compare-amp", Checkbox).value)  # fmt: skip
+        return sorted(modes, key=list(MODES).index), template
+
+    def started(self, comparison: Comparison) -> None:
+        modes = self.modes = comparison.settings["modes"]
+        self.steps = comparison.settings["steps"]
+        self.total = len(modes) * self.steps
+        self.query_one("#compare-progress", ProgressBar).update(total=self.total, progress=0)
+        self.query_one("#compare-status", TextPanel).update(f"comparing {', '.join(modes)}: starting…")
+        self._set_busy(True)
+        self.show_rows([])
+
+    def show(self, rows: list[Row], progress: list[tuple[str, int, int]]) -> None:
+        done_steps = len(rows) * self.steps  # a finished run counts whole, failed or not
+        going = sum(step for _, step, _ in progress)
+        self.query_one("#compare-progress", ProgressBar).update(progress=done_steps + going)
+        if progress:
+            mode, step, steps = progress[0]
+            self.query_one("#compare-status", TextPanel).update(
+                f"{len(rows) + 1} of {len(self.modes)}: {mode} step {step}/{steps}")
+        self.show_rows(rows)
+
+    def show_rows(self, rows: list[Row]) -> None:
+        table = self.query_one("#compare-table", DataTable)
+        headers, cells = compare_output.cells(rows, lambda t: Text(t + " *", style="bold green"))
+        table.clear(columns=True)
+        table.add_columns(*headers)
+        for row_cells, row in zip(cells, rows):
+            row_cells[1] = Text(row.status, style="green" if row.status == "ok" else "bold red")
+            table.add_row(*row_cells)
+
+    def ended(self, comparison: Comparison) -> None:
+        self._set_busy(False)
+        self.show_rows(comparison.rows)
+        self.query_one("#compare-progress", ProgressBar).update(progress=self.total)
+        failed = [r for r in comparison.rows if r.status != "ok"]
+        verdict = "stopped" if comparison.interrupted else f"{len(comparison.rows)} run(s) done"
+        if failed:
+            verdict += "; " + "; ".join(f"{r.mode} {r.status}: {r.root_cause or 'no cause found'}"
+                                        for r in failed)  # fmt: skip
+        self.query_one("#compare-status", TextPanel).update(verdict + "   * best in its column")
+        self.query_one("#compare-charts", Static).update(compare_output.compare_charts(comparison)
+                                                         if comparison.rows else "")  # fmt: skip
+
+    def _set_busy(self, active: bool) -> None:
+        self.query_one("#compare-start", Button).disabled = active
+        self.query_one("#compare-stop", Button).disabled = not active

@@ -1,0 +1,101 @@
+"""The dashboard: the host, every GPU, and the current run's rank processes."""
+
+from __future__ import annotations
+
+import collections
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from mgpu_tui.app.widgets.bars import bar
+from mgpu_tui.app.widgets.gpu_card import GpuCard
+from mgpu_tui.app.widgets.text_panel import TextPanel
+from mgpu_tui.console import fmt_bytes
+
+if TYPE_CHECKING:  # psutil loads with the sampler, after the first frame
+    from mgpu_tui.engine.machine.telemetry import Snapshot
+
+HISTORY = 60
+
+
+class Dashboard(Widget):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._util: dict[str, collections.deque[float]] = {}
+        self._rank_rows: list[tuple] | None = None
+        self._banner: str | None = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="banner")
+        yield TextPanel("waiting for the first sample…", id="host")
+        yield VerticalScroll(id="gpus")
+        yield Static("Rank processes of the current run", classes="section-title")
+        table = DataTable(id="rank-processes", cursor_type="none")
+        table.add_columns("rank", "pid", "CPU %", "memory (RSS)", "threads", "GPU")
+        yield table
+
+    def show(self, snap: Snapshot) -> None:
+        text = None
+        if not snap.nvml.ok:
+            text = f"No NVIDIA GPU here ({snap.nvml.detail}): ranks run on the CPU with gloo."
+        if text != self._banner:  # set only on change: each update re-lays out the screen
+            self._banner = text
+            banner = self.query_one("#banner", Static)
+            banner.display = text is not None
+            banner.update(text or "")
+        host = snap.host
+        n = len(host.cpu_percent)
+        if None in host.cpu_percent:  # the first sample: CPU use needs two readings
+            cpu_text = Text.assemble(bar(None), "  ...   ")
+            cores = "measuring (the figures come with the next sample)"
+        else:
+            cpu = sum(host.cpu_percent) / max(1, n)
+            cpu_text = Text.assemble(bar(cpu / 100), f" {cpu:3.0f}%   ")
+            cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
+        self.query_one("#host", TextPanel).update(Text.assemble(
+            ("Host  ", "bold"), f"CPU {n} cores ", cpu_text,
+            "memory ", bar(host.memory_used / host.memory_total), f" {fmt_bytes(host.memory_used)} / "
+            f"{fmt_bytes(host.memory_total)}   load {host.load_avg[0]:.2f} {host.load_avg[1]:.2f} "
+            f"{host.load_avg[2]:.2f}\n      cores {cores}",
+        ))  # fmt: skip
+        self._show_gpus(snap)
+        self._show_ranks(snap)
+
+    def _show_gpus(self, snap: Snapshot) -> None:
+        container = self.query_one("#gpus", VerticalScroll)
+        cards = list(container.query(GpuCard))
+        if len(cards) != len(snap.gpus):
+            container.remove_children()
+            cards = [GpuCard() for _ in snap.gpus]
+            container.mount_all(cards)
+        ranks_on: dict[str, list[int]] = {}
+        for r in snap.ranks:
+            if r.gpu_uuid:
+                ranks_on.setdefault(r.gpu_uuid, []).append(r.rank)
+        for card, gpu in zip(cards, snap.gpus):
+            history = self._util.setdefault(gpu.uuid, collections.deque(maxlen=HISTORY))
+            if gpu.readings is not None and gpu.readings.util_gpu is not None:
+                history.append(gpu.readings.util_gpu)
+            card.show(gpu, list(history), ranks_on.get(gpu.uuid, []))
+
+    def _show_ranks(self, snap: Snapshot) -> None:
+        rows = []
+        for r in snap.ranks:
+            gpu = next((f"GPU{g.index}" for g in snap.gpus if g.uuid == r.gpu_uuid), "CPU")
+            rows.append((
+                f"rank {r.rank}", str(r.pid),
+                "-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}",
+                fmt_bytes(r.rss_bytes), "-" if r.threads is None else str(r.threads),
+                gpu if r.alive else f"{gpu} (exited)",
+            ))  # fmt: skip
+        if rows == self._rank_rows:
+            return  # an unchanged table is not redrawn: each redraw re-lays out the screen
+        self._rank_rows = rows
+        table = self.query_one("#rank-processes", DataTable)
+        table.clear()
+        for row in rows:
+            table.add_row(*row)

@@ -1,0 +1,157 @@
+"""The Run view: start a mode and watch every rank: state, step, samples/s, loss, memory, logs.
+
+It only draws what the app hands it (RunUpdated / RunEnded); the RunController owns the run.
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
+from textual.widgets import Static
+
+from mgpu_tui.app.views.run_form import RunForm
+from mgpu_tui.app.widgets.chart import Chart
+from mgpu_tui.app.widgets.log_view import LogView
+from mgpu_tui.app.widgets.status_line import StatusLine
+from mgpu_tui.app.widgets.text_panel import TextPanel
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate
+from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.run.aggregate import RankStats, RunStats
+
+STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
+               "stalled": "bold yellow", "stopped": "yellow"}  # fmt: skip
+RANK_COLUMNS = (("rank", 8), ("state", 9), ("step", 9), ("samples/s", 11), ("loss", 10), ("peak memory", 12))
+
+
+def rank_table(rows: list[tuple[str, ...]]) -> Text:
+    """The per-rank rows under a bold header; text columns left, numbers right."""
+    text = Text()
+    for i, (name, width) in enumerate(RANK_COLUMNS):
+        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + "  ", style="bold")
+    for cells in rows:
+        text.append("\n")
+        for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
+            style = STATE_STYLE[cell] if i == 1 else ""
+            text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + "  ", style=style)
+    return text
+
+
+def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_rank: int | None,
+               finished: bool, ok: bool = False) -> str:  # fmt: skip
+    """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped.
+
+    ``ok``: the run ended ok, so a rank that reported nothing (a script without the
+    reporter) is done, not stopped.
+    """
+    if rank is None or (rank.last_step == 0 and not rank.done):
+        if failed_rank is not None and rank is not None and rank.rank == failed_rank:
+            return "failed"
+        if finished:
+            return "done" if ok else "stopped"
+        return "starting"
+    if rank.error or rank.rank == failed_rank:
+        return "failed"
+    if rank.done or (finished and ok):
+        return "done"
+    if finished:
+        return "stopped"
+    if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
+        return "stalled"
+    return "running"
+
+
+class RunView(Widget):
+    def __init__(self, host: Host, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+        self.world_size = 0
+        self.steps = 0
+        self.failed_rank: int | None = None
+        self.finished = False
+        self.ended_ok = False
+        self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
+        self.label = ""  # "ddp on 2 ranks"
+
+    def compose(self) -> ComposeResult:
+        yield RunForm(self.host, id="run-form")
+        yield StatusLine("No run yet: choose a mode and press Start.", id="run-status")
+        with Horizontal(id="run-middle"):
+            yield TextPanel(rank_table([]), id="ranks")
+            with Vertical(id="charts"):
+                yield Chart("throughput (samples/s)", fmt_rate, id="throughput")
+                yield Chart("loss (global batch)", fmt_loss, id="loss")
+        yield Static("", id="root-cause")
+        yield LogView(id="logs")
+
+    @property
+    def form(self) -> RunForm:
+        return self.query_one(RunForm)
+
+    def started(self, mode: str, world_size: int, steps: int, run_dir: str, note: str | None = None) -> None:
+        """A run began; ``note`` says what its figures do not show (ranks sharing GPUs, say)."""
+        self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
+        self.ended_ok = False
+        self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
+        status = self.query_one("#run-status", StatusLine)
+        status.update(f"{self.label}: starting…  {run_dir}   (s stops it)", done=0.0)
+        panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
+        panel.update(Text(f"Note: {note}", style="yellow") if note else "")
+        panel.set_class(bool(note), "note")
+        panel.display = bool(note)
+        self.query_one(LogView).reset(world_size)
+        self.query_one(RunForm).running(True)
+        self._fill_table(None)
+
+    def show(self, stats: RunStats, series) -> None:
+        steps, rates, losses = series
+        status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
+                  f"samples/s   loss {fmt_loss(stats.final_loss)}   (s stops it)")  # fmt: skip
+        self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
+        self.query_one("#throughput", Chart).update(rates)
+        self.query_one("#loss", Chart).update([x for x in losses if x is not None])
+        self._fill_table(stats)
+
+    def _fill_table(self, stats: RunStats | None) -> None:
+        by_rank = {r.rank: r for r in stats.ranks} if stats else {}
+        median = stats.step_time_s_median if stats else None
+        stall_after = max(30.0, 10 * median) if median else 30.0
+        now = time.time()
+        rows = []
+        for rank in range(max(self.world_size, len(by_rank))):
+            r = by_rank.get(rank)
+            state = rank_state(r, now, stall_after, self.failed_rank, self.finished, self.ended_ok)
+            if r is None:
+                rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
+                continue
+            rows.append((f"rank {rank}", state, str(r.last_step), fmt_rate(r.samples_per_s), fmt_loss(r.loss),
+                         fmt_bytes(r.mem_peak_bytes)))  # fmt: skip
+        # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
+        relayout = len(rows) != len(self.rank_rows)
+        self.rank_rows = rows
+        self.query_one("#ranks", TextPanel).update(rank_table(rows), relayout=relayout)
+
+    def ended(self, summary: dict, stats: RunStats | None) -> None:
+        self.finished = True
+        self.ended_ok = summary["status"] == "ok"
+        cause = summary.get("root_cause")
+        self.failed_rank = cause["rank"] if cause else None
+        verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary["status"]]
+        self.query_one("#run-status", StatusLine).update(
+            f"{summary['mode']} {verdict}: {summary['steps']} steps, {fmt_rate(summary['samples_per_s'])} "
+            f"samples/s, loss {fmt_loss(summary['final_loss'])}   {summary['run_dir']}",
+            done=summary["steps"] / max(self.steps, 1),
+        )
+        if cause:
+            panel = self.query_one("#root-cause", Static)
+            who = "the launcher" if cause["rank"] is None else f"rank {cause['rank']}"
+            how = cause["signal"] or f"exit code {cause['exit_code']}"
+            panel.update(Text.assemble((f"Root cause: {who} failed first ({how}): {cause['message']}\n",
+                                        "bold red"), cause["traceback"][-3000:]))  # fmt: skip
+            panel.remove_class("note")
+            panel.display = True
+        self.query_one(RunForm).running(False)
+        self._fill_table(stats)

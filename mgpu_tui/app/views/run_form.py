@@ -1,0 +1,92 @@
+"""The run controls: mode (with whether it can run here), ranks, steps, batch, device, AMP; start and stop."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widget import Widget
+from textual.widgets import Button, Checkbox, Input, Label, Select
+
+from mgpu_tui.engine.launch.modes import MODES, availability
+from mgpu_tui.engine.launch.priority import UI_RANK_NICE
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.errors import UsageError
+
+DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
+
+
+def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
+    """The Input with id ``field`` for each ``{field: name}``, as a number of at least 1.
+
+    Raises UsageError with one sentence naming the first field that is not.
+    """
+    numbers = {}
+    for field, name in fields.items():
+        text = form.query_one(f"#{field}", Input).value.strip()
+        if not text.isdigit() or int(text) < 1:
+            raise UsageError(f"{name} must be a whole number of at least 1.")
+        numbers[field] = int(text)
+    return numbers
+
+
+class RunForm(Horizontal):
+    def __init__(self, host: Host, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+
+    def compose(self) -> ComposeResult:
+        options = []
+        for mode in MODES.values():
+            here = availability(mode, self.host)
+            label = f"{mode.name}: {'' if here.runnable else 'cannot run: '}{here.reason}"
+            options.append((label, mode.name))
+        # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
+        yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
+        yield Label("ranks")
+        yield Input("2", id="nproc", restrict=r"[0-9]*", max_length=3)
+        yield Label("steps")
+        yield Input("1000", id="steps", restrict=r"[0-9]*", max_length=9)
+        yield Label("batch")
+        yield Input("64", id="batch", restrict=r"[0-9]*", max_length=7)
+        yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
+        yield Checkbox("AMP", id="amp")
+        if self.host.has_cuda:  # rehearse a bigger box's job: ranks take the GPUs round-robin
+            yield Checkbox("share GPUs", id="share-gpus")
+        yield Button("Start", id="start", variant="success")
+
+    def spec(self) -> LaunchSpec:
+        """The launch the form describes; UsageError with one sentence when a field is wrong."""
+        numbers = whole_numbers(self, {"nproc": "ranks", "steps": "steps", "batch": "batch"})
+        mode = MODES[self.query_one("#mode", Select).value]
+        return LaunchSpec(
+            mode=mode.name,
+            nproc=numbers["nproc"] if mode.multi_process else None,
+            steps=numbers["steps"],
+            batch_size=numbers["batch"],
+            device=self.query_one("#device", Select).value,
+            amp=self.query_one("#amp", Checkbox).value,
+            share_gpus=self._share_gpus().value if self._share_gpus() is not None else False,
+            nice=UI_RANK_NICE,  # the screen must answer keys whatever the ranks do
+        )
+
+    def _share_gpus(self) -> Checkbox | None:
+        found = self.query("#share-gpus")
+        return found.first(Checkbox) if found else None
+
+    def fill(self, spec: LaunchSpec, nproc: int) -> None:
+        """Show a run started from elsewhere (``mgpu-tui run ... --tui``) as the form's values."""
+        if spec.mode in MODES:  # a user's own script is no entry of the catalogue
+            self.query_one("#mode", Select).value = spec.mode
+        self.query_one("#nproc", Input).value = str(nproc)
+        self.query_one("#steps", Input).value = str(spec.steps)
+        self.query_one("#batch", Input).value = str(spec.batch_size)
+        self.query_one("#device", Select).value = spec.device
+        self.query_one("#amp", Checkbox).value = spec.amp
+        if self._share_gpus() is not None:
+            self._share_gpus().value = spec.share_gpus
+
+    def running(self, active: bool) -> None:
+        # Out of the way while a run goes (s stops it): its fields cannot change a running
+        # run, the logs get the rows, and a tab switch has some forty fewer widgets to show.
+        self.display = not active

@@ -1,0 +1,48 @@
+"""The interconnect matrix, coloured by link kind, with its legend and its reading."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual.widgets import Static
+
+from mgpu_tui.engine.machine.topology import PATH, Topology, describe, numa_summary, p2p_summary
+
+STYLE = {"PIX": "cyan", "PXB": "cyan", "PHB": "yellow", "NODE": "yellow", "SYS": "red", "X": "dim"}
+
+
+def _style(label: str) -> str:
+    return "bold green" if label.startswith("NV") else STYLE.get(label, "white")
+
+
+class TopologyView(Static):
+    def reading(self) -> None:
+        """Until the read is done: nothing is said of GPUs before it is known (a big box takes a while)."""
+        self.update(Text("reading the topology through NVML…", style="dim"))
+
+    def show(self, topology: Topology | None, reason: str = "") -> None:
+        if topology is None or not topology.gpus:
+            self.update(Text(describe(topology, reason), style="bold"))
+            return
+        table = Table(title="GPU interconnect (like nvidia-smi topo -m)", title_justify="left")
+        table.add_column("")
+        names = [f"GPU{g.index}" for g in topology.gpus] + list(topology.nics)
+        for name in names:
+            table.add_column(name, justify="center")
+        table.add_column("CPU affinity")
+        table.add_column("NUMA")
+        for g in topology.gpus:
+            links = list(topology.matrix[g.index]) + [topology.nic_links[n][g.index] for n in topology.nics]
+            table.add_row(f"GPU{g.index}", *(Text(x, style=_style(x)) for x in links),
+                          g.cpu_affinity or "n/a", g.numa_affinity or "n/a")  # fmt: skip
+        legend = Text("Legend\n", style="bold")
+        legend.append_text(Text.assemble(("  NV#", "bold green"), "  a bonded set of # NVLinks"))
+        for label, path in PATH.items():
+            legend.append_text(Text.assemble("\n  ", (f"{label:<4}", _style(label)), f" through {path}"))
+        parts = [table, legend]
+        for line in (p2p_summary(topology), numa_summary(topology)):
+            if line:
+                parts.append(Text(line))
+        parts.append(Text(describe(topology), style="bold"))
+        self.update(Group(*parts))

@@ -1,0 +1,85 @@
+"""Every rank's log lines: merged and coloured by rank, or one rank, with a search.
+
+Lines arrive in batches (about four a second). The last ``KEPT`` are held here, so
+the rank filter and the search can be changed at any time; the pane draws only the
+rows on screen. Every line is in the run directory's log files whatever is drawn.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Input, Select
+
+from mgpu_tui.app.widgets.log_pane import Entry, LogPane
+
+KEPT = 5000
+SHOWN = 2000
+
+
+class LogView(Vertical):
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._lines: collections.deque[Entry] = collections.deque(maxlen=KEPT)
+        self._unseen = 0  # lines that arrived while the view was hidden
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="log-controls"):
+            yield Select([("all ranks", -1)], value=-1, allow_blank=False, id="log-rank",
+                         type_to_search=False)  # fmt: skip
+            yield Input(placeholder="search the logs", id="log-search")
+        yield LogPane(SHOWN, id="log")
+
+    def reset(self, ranks: int) -> None:
+        self._lines.clear()
+        self._unseen = 0
+        options = [("all ranks", -1)] + [(f"rank {r}", r) for r in range(ranks)]
+        self.query_one("#log-rank", Select).set_options(options)
+        self.query_one("#log-rank", Select).value = -1
+        self.query_one(LogPane).clear()
+
+    def _filter(self):
+        """A predicate for the current rank filter and search, read from the widgets once."""
+        wanted = self.query_one("#log-rank", Select).value
+        search = self.query_one("#log-search", Input).value.lower()
+
+        def matches(entry: Entry) -> bool:
+            rank, _, line = entry
+            if rank is None:  # the app's own notes are always shown
+                return True
+            return (wanted == -1 or wanted == rank) and (not search or search in line.lower())
+
+        return matches
+
+    def add(self, lines: list[Entry], dropped: int = 0) -> None:
+        """New lines; ``dropped``: lines before them the engine read but could not hold for us."""
+        if dropped:
+            note = f"… {dropped:,} lines not shown here (every line is in the run's log files)"
+            lines = [(None, "note", note), *lines]
+        self._lines.extend(lines)
+        if not self.is_on_screen:
+            self._unseen += len(lines)  # drawn when the view shows again: a hidden log costs nothing
+            return
+        self.query_one(LogPane).extend(filter(self._filter(), lines))
+
+    def refilter(self) -> None:
+        pane = self.query_one(LogPane)
+        pane.clear()
+        pane.extend(list(filter(self._filter(), self._lines))[-SHOWN:])
+
+    def on_show(self) -> None:
+        if self._unseen:
+            unseen = list(itertools.islice(reversed(self._lines), min(self._unseen, KEPT)))[::-1]
+            self._unseen = 0
+            self.query_one(LogPane).extend(list(filter(self._filter(), unseen))[-SHOWN:])
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "log-rank":
+            self.refilter()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "log-search":
+            self.refilter()

@@ -1,0 +1,81 @@
+"""``mgpu-tui --check``: the diagnostic suite, headless, for CI and for new machines.
+
+The table goes to stdout as checks finish (to stderr when ``--json -`` takes
+stdout); progress goes to stderr. Exit codes: 0 every check passed (skips and
+warnings allowed), 1 a check failed, 2 usage, 3 torch cannot be imported, 130
+interrupted. The JSON and JUnit files are written in every one of those cases
+but usage errors, so CI keeps what ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.engine.checks.suite import CheckOptions, CheckSuite, EnvironmentUnusableForChecks
+from mgpu_tui.engine.launch.spec import SpecError
+from mgpu_tui.engine.run.rundir import RunDirError
+from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.reports import check as check_output
+from mgpu_tui.reports.files import ensure_writable, write_atomic
+
+
+def check_command(args: argparse.Namespace) -> int:
+    for path in (args.json, args.junit):
+        if path and path != "-":
+            ensure_writable(path)
+    if args.junit == "-":
+        raise UsageError("--junit needs a file name; only --json can go to stdout (-).")
+    table_stream = sys.stderr if args.json == "-" else sys.stdout
+
+    def show(result) -> None:
+        print(check_output.row(result), file=table_stream, flush=True)
+
+    def progress(text: str) -> None:
+        print(f"mgpu-tui: {text}", file=sys.stderr, flush=True)
+
+    modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None
+    options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
+                           require_gpus=args.require_gpus, run_root=Path(args.run_dir),
+                           share_gpus=args.share_gpus)  # fmt: skip
+    try:
+        suite = CheckSuite(options, on_result=show, on_progress=progress)
+    except SpecError as exc:
+        raise UsageError(str(exc).rstrip(".")) from None
+    interrupt_on_term_and_hup()
+    print(f"mgpu-tui --check, level {args.level}", file=table_stream)
+    print(check_output.header(suite.report), file=table_stream, flush=True)
+    code = ExitCode.OK
+    try:
+        report = suite.run()
+    except (SpecError, RunDirError) as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except EnvironmentUnusableForChecks as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        report, code = suite.report, ExitCode.ENVIRONMENT
+    except KeyboardInterrupt:
+        print("mgpu-tui: interrupted; every rank was stopped", file=sys.stderr)
+        report, code = suite.report, ExitCode.INTERRUPTED
+    else:
+        code = ExitCode.FAILED if report.failed else ExitCode.OK
+    extra = check_output.details(report)
+    if extra:
+        print("\n" + extra + "\n", file=table_stream)
+    print(check_output.footer(report), file=table_stream, flush=True)
+    _write_reports(args, report)
+    return code
+
+
+def _write_reports(args: argparse.Namespace, report) -> None:
+    if args.json == "-":
+        sys.stdout.write(check_output.json_text(report))
+        sys.stdout.flush()
+    for path, text in ((args.json, check_output.json_text), (args.junit, check_output.junit_text)):
+        if path and path != "-":
+            try:
+                write_atomic(path, text(report))
+            except OSError as exc:
+                print(f"mgpu-tui: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)

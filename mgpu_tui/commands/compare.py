@@ -1,0 +1,141 @@
+"""``mgpu-tui compare`` and ``mgpu-tui scale``: several runs, one table, charts and a report file.
+
+Exit codes: 0 every run ok, 1 a run failed (its row says why; the others still
+ran), 2 usage (checked before anything starts), 3 environment unusable, 130
+interrupted (every rank stopped; the rows so far are still written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.console import fmt_rate, fmt_seconds
+from mgpu_tui.engine.compare import comparison as compare
+from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.run.rundir import RunDirError
+from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.reports import compare as compare_output
+from mgpu_tui.reports.files import ensure_writable, write_atomic
+
+
+def _template(args: argparse.Namespace, nproc: int | None) -> LaunchSpec:
+    return LaunchSpec(mode="single", nproc=nproc, steps=args.steps, batch_size=args.batch_size,
+                      device=args.device, run_root=Path(args.run_dir), amp=args.amp, width=args.width,
+                      depth=args.depth, share_gpus=args.share_gpus)  # fmt: skip
+
+
+def _out_suffix(out: str | None) -> str | None:
+    if out is None:
+        return None
+    suffix = Path(out).suffix.lower()
+    if suffix not in compare_output.FORMATS:
+        raise UsageError(f"--out must end in .json, .md or .csv, got {out!r}.")
+    ensure_writable(out)
+    return suffix
+
+
+class Progress:
+    """A line on stderr per finished run, and the running run's step now and then."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.reported = 0
+        self.live = sys.stderr.isatty()
+
+    def update(self, comparison: compare.Comparison, running) -> None:
+        while self.reported < len(comparison.rows):
+            row = comparison.rows[self.reported]
+            self.reported += 1
+            rate = f"{fmt_rate(row.samples_per_s)} samples/s" if row.samples_per_s else row.root_cause or ""
+            self._clear()
+            print(f"mgpu-tui: [{self.reported}/{self.total}] {row.mode} on {row.world_size} rank(s): "
+                  f"{row.status}, {rate}, {fmt_seconds(row.duration_s)}", file=sys.stderr, flush=True)
+        if self.live and running:
+            parts = [f"{r.resolved.mode.name} step {r.stats().steps}/{r.resolved.spec.steps}"
+                     for r in running]
+            sys.stderr.write("\r\x1b[K" + "  ".join(parts))
+            sys.stderr.flush()
+
+    def _clear(self) -> None:
+        if self.live:
+            sys.stderr.write("\r\x1b[K")
+
+
+def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_json: bool) -> int:
+    try:
+        runner.check()
+    except SpecError as exc:
+        raise UsageError(str(exc).rstrip(".")) from None
+    except EnvironmentUnusable as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+    interrupt_on_term_and_hup()
+    comparison = runner.comparison
+    code = None
+    try:
+        runner.run()
+    except KeyboardInterrupt:
+        print("\nmgpu-tui: interrupted; every rank was stopped", file=sys.stderr)
+        code = ExitCode.INTERRUPTED
+    except RunDirError as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    scale = comparison.kind == "scale"
+    if as_json:
+        print(json.dumps(comparison.to_json()))
+    else:
+        print(compare_output.scale_table(comparison) if scale else compare_output.compare_table(comparison))
+        print()
+        print(compare_output.scale_charts(comparison) if scale else compare_output.compare_charts(comparison))
+    if out:
+        try:
+            write_atomic(out, compare_output.file_text(comparison, suffix))
+            png = compare_output.png_bytes(comparison)
+            if png is None:
+                print("mgpu-tui: no chart image (pip install matplotlib for one)", file=sys.stderr)
+            else:
+                write_atomic(Path(out).with_suffix(".png"), png)
+        except OSError as exc:
+            print(f"mgpu-tui: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
+            return ExitCode.FAILED
+        print(f"mgpu-tui: wrote {out}" + ("" if png is None else f" and {Path(out).with_suffix('.png')}"),
+              file=sys.stderr)  # fmt: skip
+    if code is not None:
+        return code
+    return ExitCode.FAILED if comparison.failed else ExitCode.OK
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    suffix = _out_suffix(args.out)
+    if len(set(args.modes)) != len(args.modes):
+        raise UsageError("a mode is named twice; name each mode once.")
+    template = _template(args, args.nproc)
+    try:
+        specs = compare.compare_specs(args.modes, template)
+    except SpecError as exc:
+        raise UsageError(str(exc).rstrip(".")) from None
+    comparison = compare.new_comparison(args.modes, template, parallel=args.parallel)
+    progress = Progress(len(specs))
+    runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
+    if args.parallel:
+        print("mgpu-tui: --parallel: the modes run at the same time and share this host; "
+              "the figures are not a fair race", file=sys.stderr)  # fmt: skip
+    return _execute(runner, args.out, suffix, args.json)
+
+
+def scale_command(args: argparse.Namespace) -> int:
+    suffix = _out_suffix(args.out)
+    template = _template(args, None)
+    try:
+        specs = compare.scale_specs(args.mode, args.nproc, template)
+    except SpecError as exc:
+        raise UsageError(str(exc).rstrip(".")) from None
+    comparison = compare.new_scaling(args.mode, args.nproc, template)
+    progress = Progress(len(specs))
+    runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
+    return _execute(runner, args.out, suffix, args.json)

@@ -1,0 +1,57 @@
+"""``mgpu-tui list``: the modes, and whether each can run on this machine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from mgpu_tui.console import table
+from mgpu_tui.engine.launch.modes import MODES, availability
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.errors import ExitCode
+
+
+def list_command(args: argparse.Namespace) -> int:
+    host = host_module.probe()
+    rows = []
+    for mode in MODES.values():
+        here = availability(mode, host)
+        rows.append(
+            {
+                "name": mode.name,
+                "title": mode.title,
+                "launcher": mode.launcher,
+                "devices_per_rank": mode.devices_per_rank,
+                "cpu_path": mode.cpu_path,
+                "teaches": mode.teaches,
+                "runnable": here.runnable,
+                "device": here.device,
+                "reason": here.reason,
+            }
+        )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "modes": rows,
+                    "host": {
+                        "cpu_count": host.cpu_count,
+                        "gpu_count": host.gpu_count,
+                        "gpu_note": host.gpu_note,
+                        "torch_available": host.torch_available,
+                    },
+                }
+            )
+        )
+        return ExitCode.OK
+    print(f"this machine: {host.cpu_count} CPU(s); {host.gpu_note}\n")
+    print(
+        table(
+            ["mode", "what", "launcher", "here"],
+            [
+                [r["name"], r["title"], r["launcher"], ("yes: " if r["runnable"] else "no: ") + r["reason"]]
+                for r in rows
+            ],
+        )
+    )
+    return ExitCode.OK

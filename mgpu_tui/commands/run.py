@@ -1,0 +1,246 @@
+"""``mgpu-tui run``: start a mode headless, show live progress, summarise, exit with its status."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from pathlib import Path
+
+from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.engine.launch.priority import UI_RANK_NICE
+from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.engine.run.aggregate import RunStats
+from mgpu_tui.engine.run.lifecycle import Run, RunState
+from mgpu_tui.engine.run.rundir import RunDirError
+from mgpu_tui.errors import ExitCode, UsageError
+
+_EXIT = {
+    RunState.OK: ExitCode.OK,
+    RunState.FAILED: ExitCode.FAILED,
+    RunState.INTERRUPTED: ExitCode.INTERRUPTED,
+}
+
+
+class Progress:
+    """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
+
+    def __init__(self, steps: int, stream=sys.stderr) -> None:
+        self.steps = steps
+        self.stream = stream
+        self.live = stream.isatty()
+        self._next_milestone = max(1, steps // 10)
+        self._last_draw = 0.0
+
+    def line(self, stats: RunStats) -> str:
+        ranks = "  ".join(
+            f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}" for r in stats.ranks
+        )
+        return (
+            f"step {stats.steps}/{self.steps}  {fmt_rate(stats.samples_per_s)} samples/s  "
+            f"loss {fmt_loss(stats.final_loss)}  |  {ranks}"
+        )
+
+    def update(self, run: Run) -> None:
+        now = time.monotonic()
+        if self.live:
+            if now - self._last_draw >= 0.2 or run.state.finished:
+                self.stream.write("\r\x1b[K" + self.line(run.stats()))
+                self.stream.flush()
+                self._last_draw = now
+            return
+        stats = run.stats()
+        if stats.steps >= self._next_milestone:
+            print(self.line(stats), file=self.stream, flush=True)
+            while self._next_milestone <= stats.steps:
+                self._next_milestone += max(1, self.steps // 10)
+
+    def end(self) -> None:
+        if self.live:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def summary_text(summary: dict) -> str:
+    head = (
+        f"mode {summary['mode']}  status {summary['status']}  world size {summary['world_size']}  "
+        f"device {summary['device']} ({summary['backend']})  steps {summary['steps']}"
+    )
+    rows = [
+        [
+            f"rank {r['rank']}",
+            str(r["last_step"]),
+            fmt_rate(r["samples_per_s"]),
+            fmt_loss(r["loss"]),
+            fmt_bytes(r["peak_mem_bytes"]),
+        ]
+        for r in summary["ranks"]
+    ]
+    rows.append(
+        [
+            "all",
+            str(summary["steps"]),
+            fmt_rate(summary["samples_per_s"]),
+            fmt_loss(summary["final_loss"]),
+            "",
+        ]
+    )
+    body = table(["", "steps", "samples/s", "loss", "peak mem"], rows, right=(1, 2, 3, 4))
+    spread = summary["step_time_s_p10_p90"]
+    timing = f"step time (median) {fmt_seconds(summary['step_time_s_median'])}"
+    if spread:
+        timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
+    timing += f"  launch to first step {fmt_seconds(summary['launch_to_first_step_s'])}"
+    notes = [f"run directory {summary['run_dir']}"]
+    if summary["note"]:
+        notes.insert(0, f"note: {summary['note']}")
+    if summary["verify"]:
+        verdict = "ok" if summary["verify"]["ok"] else "FAILED"
+        notes.insert(0, f"verify {verdict}: {verify_text(summary['verify'])}")
+    if summary["malformed_events"]:
+        notes.append(f"{summary['malformed_events']} malformed event line(s) skipped")
+    return "\n".join([head, body, timing, *notes])
+
+
+def verify_text(verify: dict) -> str:
+    if "error" in verify:
+        return verify["error"]
+    text = (f"max abs diff {verify['max_abs_diff']:.2e} vs the baseline "
+            f"(tolerance {verify['tolerance']:.0e}, {verify['precision']})")
+    if verify["missing"] or verify["unexpected"]:
+        text += f"; missing {verify['missing']}, unexpected {verify['unexpected']}"
+    return text
+
+
+def root_cause_text(cause: dict) -> str:
+    who = "the launcher" if cause["rank"] is None else f"rank {cause['rank']}"
+    how = f"exit code {cause['exit_code']}"
+    if cause["signal"]:
+        how = cause["signal"]
+    text = f"{who} failed first ({how}): {cause['message']}"
+    if cause["traceback"]:
+        text += "\n" + cause["traceback"].rstrip()
+    return text
+
+
+# Options that belong to one mode: (option, attribute, the mode it applies to).
+_MODE_ONLY = (("--schedule", "schedule", "pipeline"), ("--manual", "manual", "dp"),
+              ("--reshard-after-forward", "reshard_after_forward", "fsdp"))
+
+
+def _passthrough(args: argparse.Namespace) -> list[str]:
+    """The demo flags the CLI takes itself but the engine only passes on."""
+    for option, attribute, mode in _MODE_ONLY:
+        if getattr(args, attribute) not in (None, False) and args.mode != mode:
+            raise UsageError(f"{option} applies to mode {mode} only.")
+    out = []
+    for option, value in (("--lr", args.lr), ("--seed", args.seed), ("--amp-dtype", args.amp_dtype),
+                          ("--schedule", args.schedule)):
+        if value is not None:
+            out += [option, str(value)]
+    if args.manual:
+        out.append("--manual")
+    if args.reshard_after_forward is not None:
+        out.append("--reshard-after-forward" if args.reshard_after_forward else "--no-reshard-after-forward")
+    return out
+
+
+def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
+    """The arguments for what runs: a mode's demo flags, or a script's own arguments untouched."""
+    choices = (("MODE", args.mode), ("--script", args.script), ("--module", args.module))
+    chosen = [name for name, given in choices if given]
+    if len(chosen) != 1:
+        raise UsageError("give a MODE, --script PATH or --module NAME: exactly one of them.")
+    if args.mode:
+        return _passthrough(args) + demo_args
+    flags = (("--verify", args.verify), ("--amp", args.amp), ("--accum", args.accum != 1),
+             ("--lr", args.lr is not None), ("--seed", args.seed is not None))
+    demo_only = [flag for flag, given in flags if given]
+    if demo_only:
+        raise UsageError(f"{', '.join(demo_only)} are for the modes; pass your script's own flags after --.")
+    return demo_args
+
+
+def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
+    program_args = _program_args(args, demo_args)
+    spec = LaunchSpec(
+        mode=args.mode or "script",
+        script=args.script,
+        module=args.module,
+        nnodes=args.nnodes,
+        node_rank=args.node_rank,
+        rdzv_endpoint=args.rdzv_endpoint,
+        rdzv_id=args.rdzv_id,
+        max_restarts=args.max_restarts,
+        master_port=args.master_port,
+        stall_timeout=args.stall_timeout,
+        on_stall=args.on_stall,
+        nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
+        share_gpus=args.share_gpus,
+        nproc=args.nproc,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        device=args.device,
+        run_root=Path(args.run_dir),
+        width=args.width,
+        depth=args.depth,
+        amp=args.amp,
+        accum=args.accum,
+        stages=args.stages,
+        microbatches=args.microbatches,
+        verify=args.verify,
+        demo_args=tuple(program_args),
+    )
+    if args.tui:
+        from mgpu_tui.commands.tui import tui_command
+
+        if args.json:
+            raise UsageError("--json and --tui do not go together.")
+        return tui_command(spec)
+    try:
+        run = Run.prepare(spec)
+    except (SpecError, RunDirError) as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.USAGE
+    except EnvironmentUnusable as exc:
+        print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+
+    interrupt_on_term_and_hup()
+    progress = Progress(spec.steps)
+    resolved = run.resolved
+    program = spec.script or spec.module
+    what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
+    print(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}",
+          file=sys.stderr)  # fmt: skip
+    with run:
+        try:
+            run.start()
+            run.wait(on_poll=progress.update)
+        except KeyboardInterrupt:
+            progress.end()
+            print("mgpu-tui: interrupted; stopping every rank", file=sys.stderr)
+            # A second Ctrl-C must not abandon the ranks half-stopped.
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            run.stop()
+        else:
+            progress.end()
+
+    verified_ok = True
+    if spec.verify and run.result.state is RunState.OK:
+        print("mgpu-tui: verifying against the single-device baseline", file=sys.stderr)
+        verified_ok = run.verify()["ok"]
+    summary = run.result.summary
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(summary_text(summary))
+    if summary["root_cause"]:
+        print(root_cause_text(summary["root_cause"]), file=sys.stderr)
+    if not verified_ok:
+        print(f"mgpu-tui: verification failed: {verify_text(summary['verify'])}", file=sys.stderr)
+        return ExitCode.FAILED
+    return _EXIT[run.result.state]

@@ -1,0 +1,58 @@
+"""``mgpu-tui topo``: the interconnect matrix, like ``nvidia-smi topo -m``, and what it means."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.topology import (
+    Topology,
+    TopologyParseError,
+    describe,
+    from_nvml,
+    numa_summary,
+    p2p_summary,
+    parse_topo_text,
+    render,
+)
+from mgpu_tui.errors import ExitCode, UsageError
+
+
+def _load(args: argparse.Namespace) -> tuple[Topology | None, str]:
+    if args.from_file:
+        try:
+            text = Path(args.from_file).read_text(errors="replace")
+        except OSError as exc:
+            raise UsageError(f"cannot read {args.from_file}: {exc.strerror or exc}.") from None
+        try:
+            return parse_topo_text(text), ""
+        except TopologyParseError as exc:
+            raise UsageError(f"{args.from_file}: {exc}.") from None
+    topology = from_nvml()
+    return topology, "" if topology is not None else nvml.status().detail
+
+
+def topo_command(args: argparse.Namespace) -> int:
+    try:
+        topology, reason = _load(args)
+    except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
+        print(f"mgpu-tui: NVML answered, then failed while reading the topology ({exc}).", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+    if args.json:
+        if topology is None:
+            print(json.dumps({"gpus": [], "matrix": [], "reason": reason, "reading": describe(None, reason)}))
+        else:
+            print(json.dumps({**topology.to_json(), "reason": None}))
+        return ExitCode.OK
+    if topology is None:
+        print(describe(None, reason))
+        return ExitCode.OK
+    print(render(topology))
+    print()
+    for line in (p2p_summary(topology), numa_summary(topology), describe(topology)):
+        if line:
+            print(line)
+    return ExitCode.OK

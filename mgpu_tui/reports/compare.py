@@ -1,0 +1,250 @@
+"""How ``compare`` and ``scale`` report: a terminal table and charts, and .json, .md, .csv, .png files.
+
+The best value of each column is marked (``*`` in text, bold in Markdown). Charts
+in the terminal are bars and sparklines of plain characters; the PNG needs
+matplotlib (the optional ``charts`` extra) and is skipped, with a sentence, without it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.engine.compare.comparison import Comparison, Row
+
+FORMATS = (".json", ".md", ".csv")
+SPARKS = "▁▂▃▄▅▆▇█"
+BAR_WIDTH = 30
+
+
+def _fmt_tflops(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    return f"{x:.2f}" if x >= 0.1 else f"{x:.3f}"
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+# Columns: (header, value, format, which is best: max, min, or None for no mark).
+COLUMNS: list[tuple[str, Callable[[Row], float | None], Callable, Callable | None]] = [
+    ("samples/s", lambda r: r.samples_per_s, fmt_rate, max),
+    ("per device", lambda r: r.samples_per_s_per_device, fmt_rate, max),
+    ("step (median)", lambda r: r.step_time_s_median, fmt_seconds, min),
+    ("TFLOP/s/dev", lambda r: r.tflops_per_device, _fmt_tflops, max),
+    ("MFU", lambda r: r.mfu, _fmt_pct, max),
+    ("peak mem", lambda r: r.peak_mem_bytes, fmt_bytes, min),
+    ("final loss", lambda r: r.final_loss, fmt_loss, None),
+]
+
+
+def _best(rows: Sequence[Row]) -> dict[str, float]:
+    best = {}
+    for header, value, _, pick in COLUMNS:
+        values = [value(r) for r in rows if r.status == "ok" and value(r) is not None]
+        if pick and len(values) > 1:
+            best[header] = pick(values)
+    return best
+
+
+def cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str], str] = str,
+           ) -> tuple[list[str], list[list[str]]]:
+    """Headers and cells; ``mark`` dresses a column's best value, ``other`` the rest of that column."""
+    best = _best(rows)
+    headers = ["mode", "status", "ranks"] + [h for h, *_ in COLUMNS]
+    out = []
+    for r in rows:
+        cells = [r.mode, r.status, str(r.world_size)]
+        for header, value, fmt, _ in COLUMNS:
+            v = value(r)
+            if header not in best:
+                cells.append(fmt(v))
+            else:
+                cells.append(mark(fmt(v)) if v == best[header] else other(fmt(v)))
+        out.append(cells)
+    return headers, out
+
+
+def compare_table(comparison: Comparison) -> str:
+    headers, rows = cells(comparison.rows, lambda text: text + "*", lambda text: text + " ")
+    lines = [table(headers, rows, right=tuple(range(2, len(headers))))]
+    lines.append("* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
+                 "TFLOP/s from the model's training FLOPs (3 x forward).")  # fmt: skip
+    for r in comparison.rows:
+        if r.root_cause:
+            lines.append(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})")
+        elif r.note:
+            lines.append(f"{r.mode}: {r.note}")
+    if comparison.parallel:
+        lines.append("Note: the modes ran at the same time and shared this host: not a fair race.")
+    return "\n".join(lines)
+
+
+def scale_table(comparison: Comparison) -> str:
+    rows = [[str(p["nproc"]), p["status"], fmt_rate(p["samples_per_s"]),
+             "n/a" if p["speedup"] is None else f"{p['speedup']:.2f}x",
+             _fmt_pct(p["efficiency"]), fmt_seconds(p["step_time_s_median"])]
+            for p in comparison.points()]  # fmt: skip
+    text = table(["ranks", "status", "samples/s", "speedup", "efficiency", "step (median)"], rows,
+                 right=(0, 2, 3, 4, 5))  # fmt: skip
+    return text + "\nefficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran."
+
+
+# ---- terminal charts ---------------------------------------------------------------------------
+
+
+def bars(labels: Sequence[str], values: Sequence[float | None], fmt: Callable, width: int = BAR_WIDTH) -> str:
+    top = max((v for v in values if v), default=0)
+    pad = max(len(label) for label in labels)
+    lines = []
+    for label, v in zip(labels, values):
+        n = round(width * v / top) if v and top else 0
+        lines.append(f"{label:<{pad}}  {'█' * n}{' ' * (width - n)}  {fmt(v)}")
+    return "\n".join(lines)
+
+
+def sparkline(values: Sequence[float], lo: float, hi: float, width: int = 40) -> str:
+    """``values`` resampled to ``width`` columns, each a block scaled between ``lo`` and ``hi``."""
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return ""
+    picks = [values[min(len(values) - 1, i * len(values) // width)] for i in range(min(width, len(values)))]
+    span = hi - lo or 1.0
+    return "".join(SPARKS[min(7, max(0, int((v - lo) / span * 7.999)))] for v in picks)
+
+
+def curves(rows: Sequence[Row], which: str) -> str:
+    series = {r.mode: [v for _, v in getattr(r, which)] for r in rows if getattr(r, which)}
+    if not series:
+        return "(no steps)"
+    every = [v for vs in series.values() for v in vs if math.isfinite(v)]
+    lo, hi = min(every), max(every)
+    pad = max(len(m) for m in series)
+    fmt = fmt_loss if which == "loss_curve" else fmt_rate
+    return "\n".join(f"{mode:<{pad}}  {sparkline(vs, lo, hi)}  {fmt(vs[0])} -> {fmt(vs[-1])}"
+                     for mode, vs in series.items())  # fmt: skip
+
+
+def compare_charts(comparison: Comparison) -> str:
+    rows = comparison.rows
+    labels = [r.mode for r in rows]
+    return "\n".join([
+        "samples/s", bars(labels, [r.samples_per_s for r in rows], fmt_rate),
+        "", "peak memory (largest rank)", bars(labels, [r.peak_mem_bytes for r in rows], fmt_bytes),
+        "", "loss over steps (one scale for all)", curves(rows, "loss_curve"),
+        "", "samples/s over steps (one scale for all)", curves(rows, "throughput_curve"),
+    ])  # fmt: skip
+
+
+def scale_charts(comparison: Comparison) -> str:
+    points = comparison.points()
+    labels = [f"{p['nproc']} rank(s)" for p in points]
+    ideal = [p["nproc"] / points[0]["nproc"] for p in points] if points else []
+    speed = bars(labels, [p["speedup"] for p in points], lambda v: "n/a" if v is None else f"{v:.2f}x")
+    return "speedup (ideal: " + ", ".join(f"{v:g}x" for v in ideal) + ")\n" + speed
+
+
+# ---- files ---------------------------------------------------------------------------------------
+
+
+def json_text(comparison: Comparison) -> str:
+    return json.dumps(comparison.to_json(), indent=2) + "\n"
+
+
+def markdown_text(comparison: Comparison) -> str:
+    if comparison.kind == "scale":
+        points = comparison.points()
+        head = "| ranks | status | samples/s | speedup | efficiency |\n|---:|---|---:|---:|---:|\n"
+        body = ""
+        for p in points:
+            speedup = "n/a" if p["speedup"] is None else f"{p['speedup']:.2f}x"
+            body += (f"| {p['nproc']} | {p['status']} | {fmt_rate(p['samples_per_s'])} | {speedup} | "
+                     f"{_fmt_pct(p['efficiency'])} |\n")
+        return f"# mgpu-tui scale {comparison.settings['mode']}\n\n{head}{body}"
+    headers, rows = cells(comparison.rows, lambda text: f"**{text}**")
+    lines = ["# mgpu-tui compare", "",
+             "| " + " | ".join(headers) + " |",
+             "|" + "|".join(["---"] * 2 + ["---:"] * (len(headers) - 2)) + "|"]  # fmt: skip
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    lines += ["", "Bold: best in its column. Settings: " + ", ".join(
+        f"{k} {v}" for k, v in comparison.settings.items() if k != "modes") + "."]
+    if comparison.parallel:
+        lines.append("The modes ran at the same time and shared this host: not a fair race.")
+    return "\n".join(lines) + "\n"
+
+
+CSV_FIELDS = ["mode", "status", "world_size", "devices", "samples_per_s", "samples_per_s_per_device",
+              "tokens_per_s", "step_time_s_median", "tflops_per_device", "mfu", "peak_mem_bytes",
+              "final_loss", "duration_s", "run_dir", "root_cause"]  # fmt: skip
+
+
+def csv_text(comparison: Comparison) -> str:
+    out = io.StringIO()
+    if comparison.kind == "scale":
+        fields = ["nproc", "status", "samples_per_s", "speedup", "efficiency", "step_time_s_median",
+                  "run_dir"]
+        writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
+        writer.writeheader()
+        for p in comparison.points():
+            writer.writerow({k: "" if p[k] is None else p[k] for k in fields})
+        return out.getvalue()
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for r in comparison.rows:
+        record = r.to_json()
+        writer.writerow({k: "" if record[k] is None else record[k] for k in CSV_FIELDS})
+    return out.getvalue()
+
+
+def file_text(comparison: Comparison, suffix: str) -> str:
+    return {".json": json_text, ".md": markdown_text, ".csv": csv_text}[suffix](comparison)
+
+
+def png_bytes(comparison: Comparison) -> bytes | None:
+    """The charts as a PNG, or None when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # no display: render to memory
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if comparison.kind == "scale":
+        points = [p for p in comparison.points() if p["speedup"] is not None]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        n = [p["nproc"] for p in points]
+        ax.plot(n, [p["speedup"] for p in points], "o-", label="measured")
+        ax.plot(n, [x / n[0] for x in n] if n else [], "--", label="ideal")
+        ax.set_xlabel("ranks")
+        ax.set_ylabel("speedup")
+        ax.set_title(f"mgpu-tui scale {comparison.settings['mode']}")
+        ax.legend()
+    else:
+        rows = comparison.rows
+        fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+        names = [r.mode for r in rows]
+        axes[0][0].bar(names, [r.samples_per_s or 0 for r in rows])
+        axes[0][0].set_title("samples/s")
+        axes[0][1].bar(names, [(r.peak_mem_bytes or 0) / 2**20 for r in rows])
+        axes[0][1].set_title("peak memory, largest rank (MiB)")
+        for r in rows:
+            if r.loss_curve:
+                axes[1][0].plot(*zip(*r.loss_curve), label=r.mode)
+            if r.throughput_curve:
+                axes[1][1].plot(*zip(*r.throughput_curve), label=r.mode)
+        axes[1][0].set_title("loss (global batch)")
+        axes[1][1].set_title("samples/s per step")
+        for ax in axes[1]:
+            ax.set_xlabel("step")
+            ax.legend(fontsize="small")
+        fig.suptitle("mgpu-tui compare")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100)
+    plt.close(fig)
+    return buffer.getvalue()
