@@ -149,22 +149,24 @@ class Checker:
             argv.append("--share-gpus")
         done = self.sh(name.replace(":", "-"), self.mgpu(*argv), 300)
         seconds = time.monotonic() - start
-        try:
-            summary = json.loads(done.stdout.strip().splitlines()[-1])
-        except (IndexError, ValueError):
+        summary = last_summary(done.stdout)
+        if summary is None:
             tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
             return Result(name, False, f"exit {done.returncode}: {tail}", seconds)
-        verify = summary.get("verify") or {}
-        shared = " (ranks share GPUs)" if summary.get("shared_gpus") else ""
-        if summary["status"] != "ok":
-            cause = (summary.get("root_cause") or {}).get("message", "")
-            return Result(name, False, f"{summary['status']}: {cause}"[:300], seconds)
-        detail = (f"max abs diff {verify.get('max_abs_diff', float('nan')):.1e} (tolerance "
-                  f"{verify.get('tolerance', float('nan')):.0e}), {summary['world_size']} rank(s){shared}")
-        metrics = {k: verify.get(k) for k in ("max_abs_diff", "max_rel_diff", "tolerance")}
-        metrics.update(samples_per_s=summary["samples_per_s"], peak_mem_bytes=summary["peak_mem_bytes"],
-                       shared_gpus=summary.get("shared_gpus"), world_size=summary["world_size"])
-        return Result(name, bool(verify.get("ok")) and done.returncode == 0, detail, seconds, metrics)
+        shared = " (ranks share GPUs)" if summary.shared_gpus else ""
+        if summary.status != "ok" or summary.verify is None:
+            cause = summary.root_cause.message if summary.root_cause else "no verification"
+            return Result(name, False, f"{summary.status}: {cause}"[:300], seconds)
+        verify = summary.verify
+        if verify.error:
+            return Result(name, False, verify.error, seconds)
+        detail = (f"max abs diff {verify.max_abs_diff:.1e} (tolerance {verify.tolerance:.0e}), "
+                  f"{summary.world_size} rank(s){shared}")  # fmt: skip
+        metrics = {"max_abs_diff": verify.max_abs_diff, "max_rel_diff": verify.max_rel_diff,
+                   "tolerance": verify.tolerance, "samples_per_s": summary.samples_per_s,
+                   "peak_mem_bytes": list(summary.peak_mem_bytes), "shared_gpus": summary.shared_gpus,
+                   "world_size": summary.world_size}  # fmt: skip
+        return Result(name, verify.ok and done.returncode == 0, detail, seconds, metrics)
 
     def oom(self) -> list[Result]:
         from mgpu_tui.engine.machine import nvml
@@ -181,23 +183,22 @@ class Checker:
                 "run", mode, "--device", "cuda", "--steps", "50", "--json", "--run-dir",
                 str(self.out / "runs"), *extra, "--", "--fail-at-step", "3", "--fail-rank", rank,
                 "--fail-kind", "oom"), 300)
-            try:
-                summary = json.loads(done.stdout.strip().splitlines()[-1])
-            except (IndexError, ValueError):
-                results.append(Result(name, False, f"no summary (exit {done.returncode})"))
+            summary = last_summary(done.stdout)
+            if summary is None or summary.root_cause is None:
+                results.append(Result(name, False, f"no summary with a root cause (exit {done.returncode})"))
                 continue
-            cause = summary.get("root_cause") or {}
-            pids = [r["pid"] for r in summary["ranks"] if r.get("pid")]
+            cause = summary.root_cause
+            pids = [r.pid for r in summary.ranks if r.pid]
             alive = [pid for pid in pids if Path(f"/proc/{pid}").exists()]
             time.sleep(1.0)  # the driver frees a dead process's memory as it reaps it
             after = [nvml.readings(i, pcie=False).memory_used for i in range(self.gpus)]
             on_gpu = [p for i in range(self.gpus) for p, _ in nvml.readings(i, pcie=False).processes]
             ours = [p for p in on_gpu if p in pids]
             grew = max((a - b) for a, b in zip(after, before)) if before else 0
-            named = "OutOfMemoryError" in cause.get("message", "") and str(cause.get("rank")) == rank
+            named = "OutOfMemoryError" in cause.message and str(cause.rank) == rank
             ok = done.returncode == 1 and named and not alive and not ours and grew <= 64 << 20
-            detail = (f"exit {done.returncode}; root cause rank {cause.get('rank')}: "
-                      f"{cause.get('message', '')[:90]}; ranks alive after: {len(alive)}; "
+            detail = (f"exit {done.returncode}; root cause rank {cause.rank}: "
+                      f"{cause.message[:90]}; ranks alive after: {len(alive)}; "
                       f"GPU memory used before {before[0] >> 20} MiB, after {after[0] >> 20} MiB")
             results.append(Result(name, ok, detail, time.monotonic() - start,
                                   {"before_bytes": before, "after_bytes": after, "alive": alive}))
@@ -368,6 +369,16 @@ class Checker:
         done = self.sh("screenshot", [self.python, script, "--device", "cuda", *share, "--steps", "1500",
                                       "--out", str(target)], 300)  # fmt: skip
         print(f"gpu-check: screenshot {'saved as ' + str(target) if done.returncode == 0 else 'FAILED'}")
+
+
+def last_summary(output: str):
+    """The RunSummary of a ``run --json``'s output (its last line), or None."""
+    from mgpu_tui.engine.run.summary import RunSummary  # the package: only once there is a GPU
+
+    try:
+        return RunSummary.from_json(json.loads(output.strip().splitlines()[-1]))
+    except (IndexError, ValueError, KeyError, TypeError):
+        return None
 
 
 def no_gpu_reason() -> str | None:

@@ -11,6 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from mgpu_tui.engine.run.summary import RunSummary
+
 CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
 
 # make test runs two workers on two cores: one OpenMP thread per process, as torchrun gives
@@ -24,6 +26,15 @@ def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
     )
+
+
+def summary_from(output: str) -> RunSummary:
+    """The run's summary from a command's output: its last line is the ``--json`` document."""
+    return RunSummary.from_json(json.loads(output.strip().splitlines()[-1]))
+
+
+def read_summary(path: Path) -> RunSummary:
+    return RunSummary.from_json(json.loads(path.read_text()))
 
 
 def only_run_dir(root: Path) -> Path:

@@ -190,12 +190,15 @@ async def test_a_tab_clicked_or_keyed_shows_its_view_built_on_first_show():
 def test_a_newer_update_replaces_a_waiting_one_of_its_kind_only():
     from mgpu_tui.app.messages import CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
 
-    run, telemetry = RunUpdated(None, ([], [], [])), TelemetryUpdated(None)
-    assert RunUpdated(None, ([], [], [])).can_replace(run)
+    def updated():
+        return RunUpdated(None, ([], [], []), 30.0)
+
+    run, telemetry = updated(), TelemetryUpdated(None)
+    assert updated().can_replace(run)
     assert TelemetryUpdated(None).can_replace(telemetry)
     assert CompareUpdated([], []).can_replace(CompareUpdated([], []))
-    assert not RunUpdated(None, ([], [], [])).can_replace(telemetry)
-    assert not RunEnded({}).can_replace(run) and not RunUpdated(None, ([], [], [])).can_replace(RunEnded({}))
+    assert not updated().can_replace(telemetry)
+    assert not RunEnded(None).can_replace(run) and not updated().can_replace(RunEnded(None))
 
 
 @pytest.mark.parametrize("open_before_the_read", [True, False], ids=["opened-while-reading", "opened-after"])

@@ -5,14 +5,13 @@ fails the test as surely as a traceback on a terminal would), against the real
 engine: nothing is launched because every case is refused first.
 """
 
-import json
 import subprocess
 import types
 
 import pynvml
 import pytest
 
-from conftest import CLI, live_processes_of
+from conftest import CLI, live_processes_of, read_summary
 from mgpu_tui.cli import main
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, MalformedEvent, parse_line
@@ -196,10 +195,10 @@ def test_an_event_file_deleted_mid_run_is_still_followed(tmp_path):
     assert "Traceback" not in err, err
     assert proc.returncode == 0 and "status ok" in out and "rank 0" in out and "samples/s" in out
     run_dir = events.parent.parent
-    summary = json.loads((run_dir / "summary.json").read_text())
+    summary = read_summary(run_dir / "summary.json")
     # The engine follows the deleted file by its descriptor: no event was missed.
-    assert summary["steps"] == 150 and summary["ranks"][0]["done"] and summary["world_size"] == 1
-    assert summary["verify"]["ok"] and summary["verify"]["max_abs_diff"] <= 1e-5
+    assert summary.steps == 150 and summary.ranks[0].done and summary.world_size == 1
+    assert summary.verify.ok and summary.verify.max_abs_diff <= 1e-5
     # One process is rank 0 itself: its output is where torchrun would have put it.
     assert (run_dir / "logs/python/attempt_0/0/stdout.log").read_text().count("[rank 0] step") == 10
     assert not events.exists() and live_processes_of(run_dir) == []

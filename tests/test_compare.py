@@ -96,9 +96,10 @@ def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):
     rows = {r.mode: r for r in comparison.rows}
     assert rows["single"].status == "ok" and rows["single"].samples_per_s > 0
     assert rows["tp"].status == "failed"
-    assert rows["tp"].root_cause == "rank 1: RuntimeError: injected failure at step 3 on rank 1"
+    expected = "rank 1 failed first (exit code 1): RuntimeError: injected failure at step 3 on rank 1"
+    assert rows["tp"].root_cause == expected  # in the words the CLI and the app use
     assert comparison.failed and comparison.to_json()["note"] == compare.PARALLEL_NOTE
-    assert "tp failed: rank 1: RuntimeError" in compare_output.compare_table(comparison)
+    assert f"tp failed: {expected}" in compare_output.compare_table(comparison)
     nothing_left([r.to_json() for r in comparison.rows])
 
 

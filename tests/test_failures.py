@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import CLI, live_processes_of, only_run_dir, run_cli
+from conftest import CLI, live_processes_of, only_run_dir, run_cli, summary_from
 
 
 def test_a_rank_that_raises_is_the_root_cause(runs_root):
@@ -18,12 +18,12 @@ def test_a_rank_that_raises_is_the_root_cause(runs_root):
     ended = time.time()
     assert result.returncode == 1
     assert time.monotonic() - started < 15  # the bound, launch included
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "failed" and summary["exit_code"] == 1
-    cause = summary["root_cause"]
-    assert cause["rank"] == 1 and cause["exit_code"] == 1 and cause["signal"] is None
-    assert cause["message"] == "RuntimeError: injected failure at step 5 on rank 1"
-    assert "raise RuntimeError" in cause["traceback"] and "maybe_fail" in cause["traceback"]
+    summary = summary_from(result.stdout)
+    assert summary.status == "failed" and summary.exit_code == 1
+    cause = summary.root_cause
+    assert cause.rank == 1 and cause.exit_code == 1 and cause.signal is None
+    assert cause.message == "RuntimeError: injected failure at step 5 on rank 1"
+    assert "raise RuntimeError" in cause.traceback and "maybe_fail" in cause.traceback
     assert "rank 1 failed first" in result.stderr
     assert "Traceback" not in result.stderr.split("rank 1 failed first")[0]  # no traceback of ours
     run_dir = only_run_dir(runs_root)
@@ -49,10 +49,10 @@ def test_every_kind_of_crash_is_named(mode, kind, expect, runs_root):
                      "--json", "--", "--fail-at-step", "3", "--fail-rank", str(expect["rank"]),
                      "--fail-kind", kind)
     assert result.returncode == 1, result.stderr
-    cause = json.loads(result.stdout.strip().splitlines()[-1])["root_cause"]
-    assert {k: cause[k] for k in expect} == expect, cause
+    cause = summary_from(result.stdout).root_cause
+    assert {k: getattr(cause, k) for k in expect} == expect, cause
     if kind in ("segv", "abort", "exit"):  # no Python traceback: the stderr tail tells what happened
-        assert f"injecting a failure ({kind}) at step 3" in cause["message"] + cause["traceback"]
+        assert f"injecting a failure ({kind}) at step 3" in cause.message + cause.traceback
     assert "Traceback" not in result.stderr.split("failed first")[0]
     assert live_processes_of(only_run_dir(runs_root)) == []
 
@@ -74,7 +74,7 @@ def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
-    assert json.loads(out.strip().splitlines()[-1])["status"] == "interrupted"
+    assert summary_from(out).status == "interrupted"
     assert live_processes_of(only_run_dir(runs_root)) == []
 
 
@@ -85,16 +85,16 @@ def test_a_hung_rank_stalls_the_run_which_stops_with_every_ranks_stacks(runs_roo
                      "--", "--fail-at-step", "5", "--fail-rank", "1", "--fail-kind", "hang")
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 30
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "failed"
-    assert {r["rank"] for r in summary["stall"]["ranks"]} == {0, 1}
-    assert all(r["last_step"] == 4 for r in summary["stall"]["ranks"])
-    cause = summary["root_cause"]
-    assert cause["message"].startswith("stalled: no progress for 5 s")
+    summary = summary_from(result.stdout)
+    assert summary.status == "failed"
+    assert {r.rank for r in summary.stall.ranks} == {0, 1}
+    assert all(r.last_step == 4 for r in summary.stall.ranks)
+    cause = summary.root_cause
+    assert cause.message.startswith("stalled: no progress for 5 s")
     run_dir = only_run_dir(runs_root)
     hung = (run_dir / "stacks" / "rank1.txt").read_text()
     assert "in maybe_fail" in hung  # the hung rank's stack shows where it hangs
-    assert "--- rank 1 ---" in cause["traceback"] and "maybe_fail" in cause["traceback"]
+    assert "--- rank 1 ---" in cause.traceback and "maybe_fail" in cause.traceback
     assert "backward" in (run_dir / "stacks" / "rank0.txt").read_text()  # waiting in the all-reduce
     assert live_processes_of(run_dir) == []
 
@@ -118,8 +118,8 @@ def test_on_stall_report_keeps_the_run_going(runs_root):
     assert proc.poll() is None  # reported, not stopped
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=30)
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["status"] == "interrupted" and summary["stall"]["ranks"]
+    summary = summary_from(out)
+    assert summary.status == "interrupted" and summary.stall.ranks
     assert live_processes_of(only_run_dir(runs_root)) == []
 
 

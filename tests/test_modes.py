@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from conftest import live_processes_of, only_run_dir, run_cli
+from conftest import live_processes_of, only_run_dir, run_cli, summary_from
 
 # fsdp --amp: autocast, as in every mode (FSDP's own parameter dtype trains another function).
 TWO_RANKS = [["pipeline", "--schedule", "1f1b"], ["ddp", "--amp"], ["fsdp", "--accum", "2", "--amp"]]
@@ -26,11 +26,11 @@ def run_verified(args, runs_root):
     result = run_cli("run", *args, "--steps", "8", "--device", "cpu", "--verify", "--json",
                      "--run-dir", str(runs_root), timeout=180)
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["status"] == "ok" and summary["steps"] == 8
-    verify = summary["verify"]
-    assert verify["ok"] and verify["compared"] == 18 and not verify["missing"], verify
-    assert verify["tolerance"] == (2e-3 if "--amp" in args else 1e-5)
+    summary = summary_from(result.stdout)
+    assert summary.status == "ok" and summary.steps == 8
+    verify = summary.verify
+    assert verify.ok and verify.compared == 18 and not verify.missing, verify
+    assert verify.tolerance == (2e-3 if "--amp" in args else 1e-5)
     assert live_processes_of(only_run_dir(runs_root)) == []
     return summary
 
@@ -38,19 +38,19 @@ def run_verified(args, runs_root):
 @pytest.mark.parametrize("args", TWO_RANKS, ids=" ".join)
 def test_two_rank_mode_equals_the_baseline(args, runs_root):
     summary = run_verified([*args, "--nproc", "2"], runs_root)
-    assert summary["world_size"] == 2
-    assert (summary["note"] is not None) == (args[0] in DEGENERATE_ON_CPU)
-    rates = [r["samples_per_s"] for r in summary["ranks"]]
+    assert summary.world_size == 2
+    assert (summary.note is not None) == (args[0] in DEGENERATE_ON_CPU)
+    rates = [r.samples_per_s for r in summary.ranks]
     if args[0] in ("tp", "pipeline"):
         # Each sample counts once: TP peers and later pipeline stages report none.
         assert rates[0] > 0 and rates[1] == 0
-        assert summary["samples_per_s"] == pytest.approx(rates[0])
+        assert summary.samples_per_s == pytest.approx(rates[0])
     elif args[0] == "rpc":
-        assert summary["ranks"][1]["last_step"] == 0  # the remote rank only answers calls
+        assert summary.ranks[1].last_step == 0  # the remote rank only answers calls
     else:
         assert all(r > 0 for r in rates)
     # Every mode trains the same function, so the global-batch loss is the same.
-    assert summary["final_loss"] == pytest.approx(2.2756, abs=2e-3)
+    assert summary.final_loss == pytest.approx(2.2756, abs=2e-3)
 
 
 def test_list_names_all_ten_modes_and_labels_the_degenerate_ones():

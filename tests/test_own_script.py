@@ -1,6 +1,5 @@
 """Your own training script under mgpu-tui: unchanged scripts, the reporter, real failures, two nodes."""
 
-import json
 import socket
 import subprocess
 import textwrap
@@ -8,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import CLI, live_processes_of, only_run_dir, run_cli
+from conftest import CLI, live_processes_of, only_run_dir, run_cli, summary_from
 
 PLAIN = """
     import torch, torch.distributed as dist
@@ -43,8 +42,6 @@ def write(tmp_path, name, body):
     return path
 
 
-def last_json(result):
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("style", ["--script", "--module"])
@@ -54,8 +51,8 @@ def test_a_script_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp
     result = run_cli("run", style, target, "--nproc", "2", "--run-dir", str(runs_root), "--json",
                      cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    summary = last_json(result)
-    assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["program"] == target
+    summary = summary_from(result.stdout)
+    assert summary.status == "ok" and summary.world_size == 2 and summary.program == target
     run_dir = only_run_dir(runs_root)
     outputs = sorted(p.read_text() for p in run_dir.glob("logs/*/attempt_0/*/stdout.log"))
     assert outputs == ["rank 0 of 2: sum 3.0\n", "rank 1 of 2: sum 3.0\n"]
@@ -66,8 +63,8 @@ def test_the_reporters_two_lines_add_throughput(tmp_path, runs_root):
     script = write(tmp_path, "job.py", WITH_REPORTER)
     result = run_cli("run", "--script", str(script), "--nproc", "2", "--run-dir", str(runs_root), "--json")
     assert result.returncode == 0, result.stderr
-    summary = last_json(result)
-    assert summary["steps"] == 30 and summary["samples_per_s"] > 0 and summary["final_loss"] is not None
+    summary = summary_from(result.stdout)
+    assert summary.steps == 30 and summary.samples_per_s > 0 and summary.final_loss is not None
 
 
 def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
@@ -75,9 +72,9 @@ def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
     started = time.monotonic()
     result = run_cli("run", "--script", str(script), "--nproc", "2", "--run-dir", str(runs_root), "--json")
     assert result.returncode == 1
-    cause = last_json(result)["root_cause"]
-    assert cause["rank"] in (0, 1) and "cuda" in (cause["message"] + cause["traceback"]).lower()
-    assert "Traceback" in cause["traceback"]  # the script's own, from its stderr
+    cause = summary_from(result.stdout).root_cause
+    assert cause.rank in (0, 1) and "cuda" in (cause.message + cause.traceback).lower()
+    assert "Traceback" in cause.traceback  # the script's own, from its stderr
     assert time.monotonic() - started < 30
     assert live_processes_of(only_run_dir(runs_root)) == []
 
@@ -100,8 +97,8 @@ def test_two_nodes_on_this_machine_form_one_job(tmp_path):
     outputs = [node.communicate(timeout=120) for node in nodes]
     for node, (out, err) in zip(nodes, outputs):
         assert node.returncode == 0, err
-        summary = json.loads(out.strip().splitlines()[-1])
-        assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 20
+        summary = summary_from(out)
+        assert summary.status == "ok" and summary.world_size == 2 and summary.steps == 20
     run_dir = runs / "job7-ddp"  # one shared folder: each node's files carry its node rank
     summaries = {p.name for p in run_dir.glob("summary-node*.json")}
     assert summaries == {"summary-node0.json", "summary-node1.json"}

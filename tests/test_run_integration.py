@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from conftest import live_processes_of, only_run_dir, run_cli
+from conftest import live_processes_of, only_run_dir, read_summary, run_cli, summary_from
 
 
 @pytest.fixture(scope="module")
@@ -20,16 +20,17 @@ def ddp_run(tmp_path_factory):
 def test_ddp_run_ends_with_an_ok_json_summary(ddp_run):
     result, run_dir = ddp_run
     assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout.strip().splitlines()[-1])
-    assert summary["mode"] == "ddp" and summary["status"] == "ok" and summary["exit_code"] == 0
-    assert summary["world_size"] == 2 and summary["steps"] == 30
-    assert summary["samples_per_s"] > 0 and summary["step_time_s_median"] > 0
-    assert 0 < summary["final_loss"] < 3
-    assert len(summary["peak_mem_bytes"]) == 2 and all(m > 10**6 for m in summary["peak_mem_bytes"])
-    assert summary["root_cause"] is None
-    assert summary["run_dir"] == str(run_dir)
-    # The summary on stdout is the one saved in the run directory.
-    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    summary = summary_from(result.stdout)
+    assert summary.mode == "ddp" and summary.status == "ok" and summary.exit_code == 0
+    assert summary.world_size == 2 and summary.steps == 30
+    assert summary.samples_per_s > 0 and summary.step_time_s_median > 0
+    assert 0 < summary.final_loss < 3
+    assert len(summary.peak_mem_bytes) == 2 and all(m > 10**6 for m in summary.peak_mem_bytes)
+    assert summary.root_cause is None and summary.stall is None and summary.verify is None
+    assert summary.run_dir == str(run_dir)
+    # The summary on stdout is the one saved in the run directory, and reads back whole.
+    assert read_summary(run_dir / "summary.json") == summary
+    assert summary.to_json() == json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def test_ddp_run_directory_is_complete(ddp_run):
@@ -54,8 +55,8 @@ def test_ddp_final_loss_is_the_mean_of_the_ranks_losses(ddp_run):
             record = json.loads(line)
             if record["kind"] == "step":
                 last[rank] = record["loss"]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["final_loss"] == pytest.approx((last[0] + last[1]) / 2, rel=1e-12)
+    summary = read_summary(run_dir / "summary.json")
+    assert summary.final_loss == pytest.approx((last[0] + last[1]) / 2, rel=1e-12)
 
 
 def test_nothing_of_the_run_is_left_running(ddp_run):

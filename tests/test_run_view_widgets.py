@@ -5,6 +5,8 @@ from textual.widgets import Input, Select
 
 from mgpu_tui.app.widgets.log_pane import LogPane, printable
 from mgpu_tui.app.widgets.log_view import SHOWN, LogView
+from mgpu_tui.engine.run.rootcause import RootCause
+from mgpu_tui.engine.run.summary import SHARED_GPUS_NOTE, RunSummary
 
 
 class LogApp(App):
@@ -151,6 +153,16 @@ async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
         assert len(bars) == 3 and all(len(row) == 10 for row in bars)
 
 
+def failed_summary(cause) -> RunSummary:
+    return RunSummary(
+        mode="ddp", program=None, status="failed", exit_code=1, device="cuda", backend="gloo",
+        shared_gpus=True, world_size=2, nnodes=1, node_rank=0, steps=3, steps_requested=100, batch_size=64,
+        samples_per_s=None,
+        step_time_s_median=None, step_time_s_p10_p90=None, final_loss=None, peak_mem_bytes=(None, None),
+        ranks=(), launch_to_first_step_s=None, duration_s=1.0, malformed_events=0, run_dir="/runs/x",
+        root_cause=cause, note=SHARED_GPUS_NOTE, verify=None, stall=None)
+
+
 class RunViewApp(App):
     CSS_PATH = "../mgpu_tui/app/app.tcss"
 
@@ -165,7 +177,6 @@ async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over()
     from textual.widgets import Static
 
     from mgpu_tui.app.views.run import RunView
-    from mgpu_tui.engine.run.summary import SHARED_GPUS_NOTE
 
     app = RunViewApp()
     async with app.run_test(size=(160, 50)) as pilot:
@@ -176,9 +187,7 @@ async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over()
         panel = app.query_one("#root-cause", Static)
         assert panel.display and panel.has_class("note")
         assert "say nothing about a box with a GPU for each rank" in str(panel.render())
-        cause = {"rank": 1, "signal": None, "exit_code": 1, "message": "boom", "traceback": "tb"}
-        view.ended({"status": "failed", "root_cause": cause, "mode": "ddp", "steps": 3, "samples_per_s": None,
-                    "final_loss": None, "run_dir": "/runs/x"}, None)
+        view.ended(failed_summary(RootCause(1, 1, None, "boom", "tb")), None)
         await pilot.pause()
         assert panel.display and not panel.has_class("note") and "Root cause: rank 1" in str(panel.render())
         view.started("ddp", 2, 100, "/runs/y")  # a run with nothing to note: no panel

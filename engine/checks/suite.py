@@ -295,8 +295,9 @@ class CheckSuite:
         else:
             # Tasks run one at a time: only the last one started can be unfinished.
             outcome.failed = current if current and current not in outcome.finished else tasks[0]
-            cause = run.result.root_cause if run.result else None
-            outcome.failure = cause.message if cause else f"the ranks exited with {run.result.exit_code}"
+            cause = run.summary.root_cause if run.summary else None
+            exit_code = run.summary.exit_code if run.summary else None
+            outcome.failure = cause.message if cause else f"the ranks exited with {exit_code}"
         return outcome
 
     # ---- reading a task's result ----------------------------------------------------------

@@ -103,39 +103,37 @@ class Row:
 
 
 def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
-    summary = run.result.summary
+    summary = run.summary
     spec = run.resolved.spec
-    devices = devices_used(run.resolved.mode.name, run.resolved.device, summary["world_size"], spec.nproc,
+    devices = devices_used(run.resolved.mode.name, run.resolved.device, summary.world_size, spec.nproc,
                            spec.stages, gpu_count)  # fmt: skip
-    rate = summary["samples_per_s"]
+    rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
     tflops = per_device * train_flops_per_sample(spec.width, spec.depth) / 1e12 if per_device else None
     peak = peak_flops(gpu_name, spec.amp) if run.resolved.device == "cuda" else None
-    steps, rates, losses = run.aggregator.series()
-    peaks = [p for p in summary["peak_mem_bytes"] if p is not None]
-    cause = summary["root_cause"]
+    steps, rates, losses = run.series()
+    peaks = [p for p in summary.peak_mem_bytes if p is not None]
     return Row(
         mode=run.resolved.mode.name,
-        status=summary["status"],
-        world_size=summary["world_size"],
+        status=summary.status,
+        world_size=summary.world_size,
         devices=devices,
         samples_per_s=rate,
         samples_per_s_per_device=per_device,
         tokens_per_s=None,
-        step_time_s_median=summary["step_time_s_median"],
-        step_time_s_p10_p90=summary["step_time_s_p10_p90"],
+        step_time_s_median=summary.step_time_s_median,
+        step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
         tflops_per_device=tflops,
         mfu=tflops * 1e12 / peak if tflops and peak else None,
         peak_mem_bytes=max(peaks) if peaks else None,
-        peak_mem_bytes_per_rank=summary["peak_mem_bytes"],
-        final_loss=summary["final_loss"],
+        peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
+        final_loss=summary.final_loss,
         loss_curve=[[s, v] for s, v in zip(steps, losses) if v is not None],
         throughput_curve=[[s, r] for s, r in zip(steps, rates)],
-        duration_s=summary["duration_s"],
-        run_dir=summary["run_dir"],
-        root_cause=(f"rank {cause['rank']}: {cause['message']}" if cause and cause["rank"] is not None
-                    else cause["message"] if cause else None),  # fmt: skip
-        note=summary["note"],
+        duration_s=summary.duration_s,
+        run_dir=summary.run_dir,
+        root_cause=summary.root_cause.headline() if summary.root_cause else None,
+        note=summary.note,
     )
 
 

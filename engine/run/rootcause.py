@@ -32,6 +32,16 @@ class RootCause:
     message: str
     traceback: str
 
+    def headline(self) -> str:
+        """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
+        who = "the launcher" if self.rank is None else f"rank {self.rank}"
+        how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
+        return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
+
+    def describe(self) -> str:
+        """The headline and, below it, the traceback (or the stacks, for a stall)."""
+        return self.headline() + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
+
     def to_json(self) -> dict:
         return asdict(self)
 

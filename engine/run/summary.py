@@ -1,30 +1,39 @@
-"""The summary of a finished run: ``summary.json``, and the CLI's ``--json`` line.
+"""The result of a run: :class:`RunSummary`, built once when the run ends, written once.
 
-Fields (a stable contract; new ones may be added):
+``summary.json`` and the CLI's ``--json`` line are its :meth:`RunSummary.to_json`
+(a stable contract; new keys may be added):
 
-- ``mode``, ``status`` ("ok", "failed" or "interrupted"), ``exit_code`` (the launcher's),
-  ``device``, ``backend``, ``world_size``, ``steps`` (the last step every rank reached),
+- ``mode``, ``program`` (with --script / --module), ``status`` ("ok", "failed" or
+  "interrupted"), ``exit_code`` (the launcher's), ``device``, ``backend``, ``shared_gpus``,
+  ``world_size``, ``nnodes``, ``node_rank``, ``steps`` (the last step every rank reached),
+  ``steps_requested``, ``batch_size``,
 - ``samples_per_s`` (global, steady state), ``step_time_s_median``, ``step_time_s_p10_p90``,
   ``final_loss`` (the full global batch at the last step),
 - ``peak_mem_bytes``: a list indexed by rank (allocator peak on CUDA, peak RSS on the CPU),
-- ``ranks``: per-rank figures, ``launch_to_first_step_s``, ``duration_s``,
-  ``malformed_events``, ``run_dir``, ``root_cause`` (null, or rank, exit_code, signal,
-  message, traceback), ``note`` (one sentence on what the figures do not show: a degenerate
-  CPU path, or ranks sharing GPUs; or null), ``shared_gpus`` (--share-gpus put more ranks than GPUs),
-  ``verify`` (with --verify: max_abs_diff, max_rel_diff, tolerance, ok; else null).
+- ``ranks``: per-rank figures (rank, last_step, samples_per_s, loss, peak_mem_bytes, device,
+  pid, done), ``launch_to_first_step_s``, ``duration_s``, ``malformed_events``, ``run_dir``,
+- ``root_cause``: null, or rank, exit_code, signal, message, traceback (rootcause.py),
+- ``note``: one sentence on what the figures do not show (a degenerate CPU path, ranks sharing
+  GPUs), or null,
+- ``verify``: null, or ok, max_abs_diff, max_rel_diff, tolerance, precision, compared, missing,
+  unexpected (or ok false and an error) (verify.py),
+- ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s) and stacks_dir (stall.py).
 
-See aggregate.py for how each figure is computed.
+aggregate.py defines every figure.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.rootcause import RootCause
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.stall import Stall
+from mgpu_tui.engine.run.verify import Verify
 
 SHARED_GPUS_NOTE = ("the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
-                    "but the timings say nothing about a box with a GPU for each rank.")
+                    "but the timings say nothing about a box with a GPU for each rank.")  # fmt: skip
 
 
 def run_note(resolved: ResolvedSpec) -> str | None:
@@ -36,59 +45,114 @@ def run_note(resolved: ResolvedSpec) -> str | None:
     return None
 
 
-def build_summary(
-    resolved: ResolvedSpec,
-    run_dir: RunDir,
-    stats: RunStats,
-    *,
-    status: str,
-    exit_code: int | None,
-    root_cause: RootCause | None,
-    started_at: float,
-    ended_at: float,
-    malformed_events: int,
-) -> dict:
-    world = stats.world_size or resolved.world_size
-    peaks = stats.peak_mem_bytes()
-    return {
-        "mode": resolved.mode.name,
-        "program": resolved.spec.script or resolved.spec.module,  # with --script / --module
-        "status": status,
-        "exit_code": exit_code,
-        "device": resolved.device,
-        "backend": resolved.backend,
-        "shared_gpus": resolved.shared_gpus,
-        "world_size": world,
-        "nnodes": resolved.spec.nnodes,
-        "node_rank": resolved.spec.node_rank,
-        "steps": stats.steps,
-        "steps_requested": resolved.spec.steps,
-        "batch_size": resolved.spec.batch_size,
-        "samples_per_s": stats.samples_per_s,
-        "step_time_s_median": stats.step_time_s_median,
-        "step_time_s_p10_p90": list(stats.step_time_s_spread) if stats.step_time_s_spread else None,
-        "final_loss": stats.final_loss,
-        "peak_mem_bytes": [peaks.get(rank) for rank in range(world)],
-        "ranks": [
-            {
-                "rank": r.rank,
-                "last_step": r.last_step,
-                "samples_per_s": r.samples_per_s,
-                "loss": r.loss,
-                "peak_mem_bytes": r.mem_peak_bytes,
-                "device": r.device,
-                "pid": r.pid,
-                "done": r.done,
-            }
-            for r in stats.ranks
-        ],
-        "launch_to_first_step_s": (
-            stats.first_step_t - started_at if stats.first_step_t is not None else None
-        ),
-        "duration_s": ended_at - started_at,
-        "malformed_events": malformed_events,
-        "run_dir": str(run_dir.path),
-        "root_cause": root_cause.to_json() if root_cause else None,
-        "note": run_note(resolved),
-        "verify": None,  # filled in by --verify
-    }
+@dataclass(frozen=True)
+class RankSummary:
+    rank: int
+    last_step: int
+    samples_per_s: float | None
+    loss: float | None
+    peak_mem_bytes: int | None
+    device: str | None
+    pid: int | None
+    done: bool
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    mode: str
+    program: str | None
+    status: str  # "ok", "failed" or "interrupted"
+    exit_code: int | None
+    device: str
+    backend: str
+    shared_gpus: bool
+    world_size: int
+    nnodes: int
+    node_rank: int
+    steps: int
+    steps_requested: int
+    batch_size: int
+    samples_per_s: float | None
+    step_time_s_median: float | None
+    step_time_s_p10_p90: tuple[float, float] | None
+    final_loss: float | None
+    peak_mem_bytes: tuple[int | None, ...]  # by rank
+    ranks: tuple[RankSummary, ...]
+    launch_to_first_step_s: float | None
+    duration_s: float
+    malformed_events: int
+    run_dir: str
+    root_cause: RootCause | None
+    note: str | None
+    verify: Verify | None
+    stall: Stall | None
+
+    @property
+    def ok(self) -> bool:
+        """The run finished, and its verification (if asked for) found it equal to the baseline."""
+        return self.status == "ok" and (self.verify is None or self.verify.ok)
+
+    @classmethod
+    def build(cls, resolved: ResolvedSpec, run_dir: str, stats: RunStats, *, status: str,
+              exit_code: int | None, root_cause: RootCause | None, started_at: float, ended_at: float,
+              malformed_events: int, verify: Verify | None = None,
+              stall: Stall | None = None) -> RunSummary:  # fmt: skip
+        world = stats.world_size or resolved.world_size
+        peaks = stats.peak_mem_bytes()
+        spec = resolved.spec
+        return cls(
+            mode=resolved.mode.name,
+            program=spec.script or spec.module,
+            status=status,
+            exit_code=exit_code,
+            device=resolved.device,
+            backend=resolved.backend,
+            shared_gpus=resolved.shared_gpus,
+            world_size=world,
+            nnodes=spec.nnodes,
+            node_rank=spec.node_rank,
+            steps=stats.steps,
+            steps_requested=spec.steps,
+            batch_size=spec.batch_size,
+            samples_per_s=stats.samples_per_s,
+            step_time_s_median=stats.step_time_s_median,
+            step_time_s_p10_p90=stats.step_time_s_spread,
+            final_loss=stats.final_loss,
+            peak_mem_bytes=tuple(peaks.get(rank) for rank in range(world)),
+            ranks=tuple(RankSummary(r.rank, r.last_step, r.samples_per_s, r.loss, r.mem_peak_bytes, r.device,
+                                    r.pid, r.done) for r in stats.ranks),  # fmt: skip
+            launch_to_first_step_s=(stats.first_step_t - started_at if stats.first_step_t is not None
+                                    else None),  # fmt: skip
+            duration_s=ended_at - started_at,
+            malformed_events=malformed_events,
+            run_dir=run_dir,
+            root_cause=root_cause,
+            note=run_note(resolved),
+            verify=verify,
+            stall=stall,
+        )
+
+    def to_json(self) -> dict:
+        document = asdict(self)  # nested dataclasses become dicts, tuples stay tuples
+        document["step_time_s_p10_p90"] = list(self.step_time_s_p10_p90) if self.step_time_s_p10_p90 else None
+        document["peak_mem_bytes"] = list(self.peak_mem_bytes)
+        document["ranks"] = [asdict(r) for r in self.ranks]
+        document["root_cause"] = self.root_cause.to_json() if self.root_cause else None
+        document["verify"] = self.verify.to_json() if self.verify else None
+        document["stall"] = self.stall.to_json() if self.stall else None
+        return document
+
+    @classmethod
+    def from_json(cls, document: dict) -> RunSummary:
+        """A summary read back (``summary.json``, a ``--json`` line); raises KeyError or TypeError
+        when the document is not one."""
+        fields = dict(document)
+        spread = fields["step_time_s_p10_p90"]
+        fields["step_time_s_p10_p90"] = tuple(spread) if spread else None
+        fields["peak_mem_bytes"] = tuple(fields["peak_mem_bytes"])
+        fields["ranks"] = tuple(RankSummary(**r) for r in fields["ranks"])
+        fields["root_cause"] = RootCause(**fields["root_cause"]) if fields["root_cause"] else None
+        fields["verify"] = Verify.from_json(fields["verify"]) if fields["verify"] else None
+        fields["stall"] = Stall.from_json(fields["stall"]) if fields.get("stall") else None
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in fields.items() if k in known})

@@ -199,7 +199,7 @@ class MgpuApp(App):
         view = self._view("run")
         if view is None:
             return
-        view.show(message.stats, message.series)
+        view.show(message.stats, message.series, message.stall_after)
         lines, dropped = self.controller.drain_log_lines()
         if lines or dropped:
             view.query_one("#logs").add(lines, dropped)

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.compare.comparison import Comparison, Row
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.run.aggregate import RunStats
+    from mgpu_tui.engine.run.summary import RunSummary
 
 
 class LatestOnly(Message):
@@ -31,14 +32,16 @@ class TelemetryUpdated(LatestOnly):
 
 
 class RunUpdated(LatestOnly):
-    def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]]) -> None:
+    def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]],
+                 stall_after: float) -> None:  # fmt: skip
         super().__init__()
         self.stats = stats
         self.series = series
+        self.stall_after = stall_after  # the run's stall timeout now
 
 
 class RunEnded(Message):
-    def __init__(self, summary: dict) -> None:
+    def __init__(self, summary: RunSummary) -> None:
         super().__init__()
         self.summary = summary
 

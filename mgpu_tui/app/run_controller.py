@@ -70,9 +70,9 @@ class RunController:
             if self._stop_requested.is_set():
                 run.stop()
                 break
-            self.app.post_message(RunUpdated(run.stats(), run.aggregator.series()))
+            self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout()))
             # Booked after this poll finished, so polls never pile up.
             self._stop_requested.wait(POLL_INTERVAL_S)
-        self.app.post_message(RunUpdated(run.stats(), run.aggregator.series()))
+        self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout()))
         if not self._closed.is_set():
-            self.app.post_message(RunEnded(run.result.summary))
+            self.app.post_message(RunEnded(run.summary))

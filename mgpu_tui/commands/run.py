@@ -16,6 +16,7 @@ from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecErr
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.rundir import RunDirError
+from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.errors import ExitCode, UsageError
 
 _EXIT = {
@@ -34,6 +35,7 @@ class Progress:
         self.live = stream.isatty()
         self._next_milestone = max(1, steps // 10)
         self._last_draw = 0.0
+        self.said_verifying = False
 
     def line(self, stats: RunStats) -> str:
         ranks = "  ".join(
@@ -64,66 +66,27 @@ class Progress:
             self.stream.flush()
 
 
-def summary_text(summary: dict) -> str:
-    head = (
-        f"mode {summary['mode']}  status {summary['status']}  world size {summary['world_size']}  "
-        f"device {summary['device']} ({summary['backend']})  steps {summary['steps']}"
-    )
-    rows = [
-        [
-            f"rank {r['rank']}",
-            str(r["last_step"]),
-            fmt_rate(r["samples_per_s"]),
-            fmt_loss(r["loss"]),
-            fmt_bytes(r["peak_mem_bytes"]),
-        ]
-        for r in summary["ranks"]
-    ]
-    rows.append(
-        [
-            "all",
-            str(summary["steps"]),
-            fmt_rate(summary["samples_per_s"]),
-            fmt_loss(summary["final_loss"]),
-            "",
-        ]
-    )
+def summary_text(summary: RunSummary) -> str:
+    head = (f"mode {summary.mode}  status {summary.status}  world size {summary.world_size}  "
+            f"device {summary.device} ({summary.backend})  steps {summary.steps}")  # fmt: skip
+    rows = [[f"rank {r.rank}", str(r.last_step), fmt_rate(r.samples_per_s), fmt_loss(r.loss),
+             fmt_bytes(r.peak_mem_bytes)] for r in summary.ranks]  # fmt: skip
+    rows.append(["all", str(summary.steps), fmt_rate(summary.samples_per_s), fmt_loss(summary.final_loss),
+                 ""])  # fmt: skip
     body = table(["", "steps", "samples/s", "loss", "peak mem"], rows, right=(1, 2, 3, 4))
-    spread = summary["step_time_s_p10_p90"]
-    timing = f"step time (median) {fmt_seconds(summary['step_time_s_median'])}"
+    spread = summary.step_time_s_p10_p90
+    timing = f"step time (median) {fmt_seconds(summary.step_time_s_median)}"
     if spread:
         timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
-    timing += f"  launch to first step {fmt_seconds(summary['launch_to_first_step_s'])}"
-    notes = [f"run directory {summary['run_dir']}"]
-    if summary["note"]:
-        notes.insert(0, f"note: {summary['note']}")
-    if summary["verify"]:
-        verdict = "ok" if summary["verify"]["ok"] else "FAILED"
-        notes.insert(0, f"verify {verdict}: {verify_text(summary['verify'])}")
-    if summary["malformed_events"]:
-        notes.append(f"{summary['malformed_events']} malformed event line(s) skipped")
+    timing += f"  launch to first step {fmt_seconds(summary.launch_to_first_step_s)}"
+    notes = [f"run directory {summary.run_dir}"]
+    if summary.note:
+        notes.insert(0, f"note: {summary.note}")
+    if summary.verify:
+        notes.insert(0, f"verify {'ok' if summary.verify.ok else 'FAILED'}: {summary.verify.describe()}")
+    if summary.malformed_events:
+        notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
     return "\n".join([head, body, timing, *notes])
-
-
-def verify_text(verify: dict) -> str:
-    if "error" in verify:
-        return verify["error"]
-    text = (f"max abs diff {verify['max_abs_diff']:.2e} vs the baseline "
-            f"(tolerance {verify['tolerance']:.0e}, {verify['precision']})")
-    if verify["missing"] or verify["unexpected"]:
-        text += f"; missing {verify['missing']}, unexpected {verify['unexpected']}"
-    return text
-
-
-def root_cause_text(cause: dict) -> str:
-    who = "the launcher" if cause["rank"] is None else f"rank {cause['rank']}"
-    how = f"exit code {cause['exit_code']}"
-    if cause["signal"]:
-        how = cause["signal"]
-    text = f"{who} failed first ({how}): {cause['message']}"
-    if cause["traceback"]:
-        text += "\n" + cause["traceback"].rstrip()
-    return text
 
 
 # Options that belong to one mode: (option, attribute, the mode it applies to).
@@ -216,10 +179,19 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
     print(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}",
           file=sys.stderr)  # fmt: skip
+
+    def on_poll(run: Run) -> None:
+        if run.state is not RunState.VERIFYING and not progress.said_verifying:
+            progress.update(run)
+        elif not progress.said_verifying:  # the ranks are done: the progress line ends here
+            progress.end()
+            print("mgpu-tui: verifying against the single-device baseline", file=sys.stderr)
+            progress.said_verifying = True
+
     with run:
         try:
             run.start()
-            run.wait(on_poll=progress.update)
+            run.wait(on_poll=on_poll)
         except KeyboardInterrupt:
             progress.end()
             print("mgpu-tui: interrupted; stopping every rank", file=sys.stderr)
@@ -227,20 +199,14 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
             run.stop()
         else:
-            progress.end()
+            if not progress.said_verifying:
+                progress.end()
 
-    verified_ok = True
-    if spec.verify and run.result.state is RunState.OK:
-        print("mgpu-tui: verifying against the single-device baseline", file=sys.stderr)
-        verified_ok = run.verify()["ok"]
-    summary = run.result.summary
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(summary_text(summary))
-    if summary["root_cause"]:
-        print(root_cause_text(summary["root_cause"]), file=sys.stderr)
-    if not verified_ok:
-        print(f"mgpu-tui: verification failed: {verify_text(summary['verify'])}", file=sys.stderr)
+    summary = run.summary
+    print(json.dumps(summary.to_json()) if args.json else summary_text(summary))
+    if summary.root_cause:
+        print(summary.root_cause.describe(), file=sys.stderr)
+    if summary.verify and not summary.verify.ok:
+        print(f"mgpu-tui: verification failed: {summary.verify.describe()}", file=sys.stderr)
         return ExitCode.FAILED
-    return _EXIT[run.result.state]
+    return _EXIT[run.state]

@@ -6,6 +6,7 @@ It only draws what the app hands it (RunUpdated / RunEnded); the RunController o
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -21,6 +22,10 @@ from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
+from mgpu_tui.engine.run.stall import DEFAULT_MIN_S
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.run.summary import RunSummary
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
                "stalled": "bold yellow", "stopped": "yellow"}  # fmt: skip
@@ -75,6 +80,7 @@ class RunView(Widget):
         self.ended_ok = False
         self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
         self.label = ""  # "ddp on 2 ranks"
+        self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, id="run-form")
@@ -106,7 +112,9 @@ class RunView(Widget):
         self.query_one(RunForm).running(True)
         self._fill_table(None)
 
-    def show(self, stats: RunStats, series) -> None:
+    def show(self, stats: RunStats, series, stall_after: float) -> None:
+        """The run's figures now; ``stall_after``: the engine's stall timeout (stall.py's rule)."""
+        self.stall_after = stall_after
         steps, rates, losses = series
         status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
                   f"samples/s   loss {fmt_loss(stats.final_loss)}   (s stops it)")  # fmt: skip
@@ -117,13 +125,11 @@ class RunView(Widget):
 
     def _fill_table(self, stats: RunStats | None) -> None:
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
-        median = stats.step_time_s_median if stats else None
-        stall_after = max(30.0, 10 * median) if median else 30.0
         now = time.time()
         rows = []
-        for rank in range(max(self.world_size, len(by_rank))):
+        for rank in range(self.world_size):  # the job's ranks, by their own number
             r = by_rank.get(rank)
-            state = rank_state(r, now, stall_after, self.failed_rank, self.finished, self.ended_ok)
+            state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok)
             if r is None:
                 rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
                 continue
@@ -134,23 +140,23 @@ class RunView(Widget):
         self.rank_rows = rows
         self.query_one("#ranks", TextPanel).update(rank_table(rows), relayout=relayout)
 
-    def ended(self, summary: dict, stats: RunStats | None) -> None:
+    def ended(self, summary: RunSummary, stats: RunStats | None) -> None:
         self.finished = True
-        self.ended_ok = summary["status"] == "ok"
-        cause = summary.get("root_cause")
-        self.failed_rank = cause["rank"] if cause else None
-        verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary["status"]]
+        self.ended_ok = summary.status == "ok"
+        cause = summary.root_cause
+        self.failed_rank = cause.rank if cause else None
+        verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary.status]
+        if summary.verify is not None:
+            verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
         self.query_one("#run-status", StatusLine).update(
-            f"{summary['mode']} {verdict}: {summary['steps']} steps, {fmt_rate(summary['samples_per_s'])} "
-            f"samples/s, loss {fmt_loss(summary['final_loss'])}   {summary['run_dir']}",
-            done=summary["steps"] / max(self.steps, 1),
+            f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
+            f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}",
+            done=summary.steps / max(self.steps, 1),
         )
         if cause:
             panel = self.query_one("#root-cause", Static)
-            who = "the launcher" if cause["rank"] is None else f"rank {cause['rank']}"
-            how = cause["signal"] or f"exit code {cause['exit_code']}"
-            panel.update(Text.assemble((f"Root cause: {who} failed first ({how}): {cause['message']}\n",
-                                        "bold red"), cause["traceback"][-3000:]))  # fmt: skip
+            panel.update(Text.assemble((f"Root cause: {cause.headline()}\n", "bold red"),
+                                       cause.traceback[-3000:]))  # fmt: skip
             panel.remove_class("note")
             panel.display = True
         self.query_one(RunForm).running(False)

@@ -1,0 +1,196 @@
+"""The run's process tree: start the launcher, know every process it begets, end them all.
+
+The launcher (torchrun, or python for one-process modes) starts in its own session,
+so a Ctrl-C at the terminal reaches mgpu-tui alone, which then stops the run in
+order. torchrun also starts each rank in a session of its own, so killing torchrun
+alone would orphan them: every descendant seen while the run lived is recorded with
+its start time (so a reused pid is never hit), and the child environment carries
+``MGPU_RUN_ID`` so a final sweep finds a rank born and missed between two scans.
+
+Only processes recorded here are ever signalled: a pid that a rank writes in its
+events is believed only when it is one of them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterable
+
+import psutil
+
+from mgpu_tui.engine.launch import priority
+from mgpu_tui.engine.launch.command import RUN_ID_ENV, Launch
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ProcessTree:
+    def __init__(self, launch: Launch, run_id: str, nice: int, *, launcher_is_rank: bool) -> None:
+        self.launch = launch
+        self.run_id = run_id
+        self.nice = nice
+        self.launcher_is_rank = launcher_is_rank  # a one-process mode: python itself is rank 0
+        self.proc: subprocess.Popen | None = None
+        self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
+        self._pidfd: int | None = None
+        self.scanned_at = 0.0
+
+    # ---- start -----------------------------------------------------------------------
+
+    def start(self, stdout, stderr) -> None:
+        self.proc = subprocess.Popen(
+            self.launch.argv,
+            env=self.launch.env,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+            cwd=os.getcwd(),
+            preexec_fn=self._before_launcher_runs,
+        )
+        self._known[self.proc.pid] = _create_time(self.proc.pid) or 0.0
+        priority.lower_group(self.proc.pid, self.nice)
+
+    def _before_launcher_runs(self) -> None:
+        _term_when_parent_dies()
+        priority.nice_self(self.nice)
+
+    # ---- what is alive ---------------------------------------------------------------
+
+    def record_descendants(self) -> None:
+        """Remember every process below the launcher now (a scan of /proc: not every poll)."""
+        self.scanned_at = time.monotonic()
+        try:
+            children = psutil.Process(self.proc.pid).children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            if child.pid not in self._known:
+                ctime = _create_time(child.pid)
+                if ctime is not None:
+                    self._known[child.pid] = ctime
+                    priority.lower_group(child.pid, self.nice)  # a rank's own session
+
+    def is_descendant(self, pid: int) -> bool:
+        """Whether ``pid`` is a process this run started (and still the same process): a rank.
+
+        torchrun itself is not: it runs no user code, and no rank's word sends it a signal."""
+        ctime = self._known.get(pid)
+        if ctime is None or (pid == self.proc.pid and not self.launcher_is_rank):
+            return False
+        now = _create_time(pid)
+        return now is not None and abs(now - ctime) <= 0.01
+
+    def signal(self, pids: Iterable[int], sig: signal.Signals) -> list[int]:
+        """Send ``sig`` to those of ``pids`` that are this run's descendants; the pids signalled."""
+        sent = []
+        for pid in pids:
+            if self.is_descendant(pid):
+                try:
+                    os.kill(pid, sig)
+                    sent.append(pid)
+                except OSError:
+                    pass
+        return sent
+
+    def returncode(self) -> int | None:
+        return self.proc.poll()
+
+    def sleep_unless_exit(self, seconds: float) -> None:
+        """Sleep until the launcher exits or ``seconds`` pass, whichever is first.
+
+        A pidfd wakes us exactly once; Popen.wait(timeout) would wake every 50 ms.
+        """
+        if self._pidfd is None:
+            try:
+                self._pidfd = os.pidfd_open(self.proc.pid)
+            except (AttributeError, OSError):  # not Linux 5.3+: plain sleep
+                self._pidfd = -1
+        if self._pidfd >= 0:
+            select.select([self._pidfd], [], [], seconds)
+        else:
+            time.sleep(seconds)
+
+    # ---- the end ---------------------------------------------------------------------
+
+    def terminate(self, grace: float) -> None:
+        """SIGTERM to the launcher (torchrun passes it on), ``grace`` seconds, then SIGKILL to all."""
+        self.record_descendants()
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + grace
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            self.record_descendants()
+            time.sleep(0.05)
+        if self.proc.poll() is None:
+            self.kill_all()
+        self.proc.wait()
+
+    def kill_all(self) -> None:
+        """SIGKILL every recorded descendant still alive, and any process that carries the run's id."""
+        victims = {p.pid: p for p in self._alive_known() + self._tagged()}
+        for proc in victims.values():
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(list(victims.values()), timeout=3)
+
+    def close(self) -> None:
+        if self._pidfd is not None and self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+    def _alive_known(self) -> list[psutil.Process]:
+        alive = []
+        for pid, ctime in self._known.items():
+            try:
+                proc = psutil.Process(pid)
+                if ctime and abs(proc.create_time() - ctime) > 0.01:
+                    continue  # the pid was reused by an unrelated process
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(proc)
+            except psutil.Error:
+                continue
+        return alive
+
+    def _tagged(self) -> list[psutil.Process]:
+        """Processes whose environment names this run: ranks born between two scans."""
+        found = []
+        me = os.getpid()
+        for proc in psutil.process_iter():
+            if proc.pid == me:
+                continue
+            try:
+                if proc.environ().get(RUN_ID_ENV) == self.run_id:
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+
+def _term_when_parent_dies() -> None:
+    """In the launcher, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
+
+    torchrun then stops its ranks, so a killed mgpu-tui leaves none behind. Linux ties
+    this to the thread that started the child: runs are started from the main thread.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the other safeguards remain
+        pass
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
