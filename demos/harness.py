@@ -30,6 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mgpu_tui.engine.launch.defaults import DEFAULTS
+from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import PlacementError, rank_devices, shares_gpus, split_layers
 from mgpu_tui.engine.rank.reporter import Reporter
 
@@ -44,13 +46,15 @@ def parse_args(
     known_only: bool = False,
 ) -> argparse.Namespace:
     """The arguments every demo takes; ``mode_args`` adds a mode's own."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--steps", type=int, default=100, help="optimizer steps (default 100)")
+    # The defaults come from the engine's one list of them; %(default)s shows each in --help.
+    parser = argparse.ArgumentParser(description=description,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--steps", type=int, default=DEFAULTS.steps, help="optimizer steps")
     parser.add_argument(
-        "--batch-size", type=int, default=64, help="the global batch: all ranks together (default 64)"
+        "--batch-size", type=int, default=DEFAULTS.batch_size, help="the global batch: all ranks together"
     )
-    parser.add_argument("--lr", type=float, default=0.02, help="SGD learning rate (default 0.02)")
-    parser.add_argument("--seed", type=int, default=0, help="seed for weights and data (default 0)")
+    parser.add_argument("--lr", type=float, default=DEFAULTS.lr, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seed for weights and data")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--amp", action="store_true", help="mixed precision (autocast)")
     parser.add_argument(
@@ -59,11 +63,11 @@ def parse_args(
         default=None,
         help="autocast dtype (default: fp16 with GradScaler on CUDA, bf16 on the CPU)",
     )
-    parser.add_argument("--accum", type=int, default=1, help="micro-batches per step (default 1)")
+    parser.add_argument("--accum", type=int, default=DEFAULTS.accum, help="micro-batches per step")
     parser.add_argument("--share-gpus", action="store_true",
                         help="let ranks share GPUs round-robin when there are too few (they talk over gloo)")
-    parser.add_argument("--width", type=int, default=256, help="hidden width (default 256)")
-    parser.add_argument("--depth", type=int, default=4, help="hidden blocks (default 4)")
+    parser.add_argument("--width", type=int, default=DEFAULTS.width, help="hidden width")
+    parser.add_argument("--depth", type=int, default=DEFAULTS.depth, help="hidden blocks")
     parser.add_argument(
         "--save-params", metavar="DIR", help="save the trained parameters here (one file per rank)"
     )
@@ -88,6 +92,10 @@ def parse_args(
 # ---- devices ---------------------------------------------------------------------
 
 
+def _stages(args: argparse.Namespace) -> int:
+    return getattr(args, "stages", DEFAULTS.stages)  # only mp takes --stages
+
+
 def place(mode: str, args: argparse.Namespace, local_rank: int = 0, nproc: int = 1) -> list[torch.device]:
     """The devices this process puts its model on (see engine/placement.py for each mode)."""
     requested = args.device
@@ -97,7 +105,7 @@ def place(mode: str, args: argparse.Namespace, local_rank: int = 0, nproc: int =
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device.")
     gpus = torch.cuda.device_count() if requested == "cuda" else 0
     try:
-        names = rank_devices(mode, local_rank, gpus, nproc=nproc, stages=getattr(args, "stages", 2),
+        names = rank_devices(MODES[mode].layout, local_rank, gpus, nproc=nproc, stages=_stages(args),
                              device=requested, share=args.share_gpus)
     except PlacementError as exc:
         raise SystemExit(str(exc)) from None
@@ -139,8 +147,8 @@ def start_distributed(mode: str, args: argparse.Namespace) -> Distributed:
     devices = place(mode, args, local_rank, nproc)
     cuda = devices[0].type == "cuda"
     # NCCL refuses two ranks on one GPU; gloo runs collectives on CUDA tensors (slower, via the host).
-    shared = cuda and args.share_gpus and shares_gpus(mode, nproc, torch.cuda.device_count(),
-                                                      getattr(args, "stages", 2))
+    shared = cuda and args.share_gpus and shares_gpus(MODES[mode].layout, nproc, torch.cuda.device_count(),
+                                                      _stages(args))
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda and not shared else "gloo")
         _owns_process_group = True

@@ -18,7 +18,8 @@ from mgpu_tui.engine.rank.reporter import Reporter
 @record
 def main() -> None:
     def mp_args(parser):
-        parser.add_argument("--stages", type=int, default=2, help="GPUs to spread the model over")
+        parser.add_argument("--stages", type=int, default=harness.DEFAULTS.stages,
+                            help="GPUs to spread the model over")
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=mp_args)
     stage_devices = harness.place("mp", args)  # stage s on cuda:s (all "cpu" without CUDA)

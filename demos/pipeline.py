@@ -25,7 +25,8 @@ from mgpu_tui.engine.rank.reporter import Reporter
 def main() -> None:
     def pipeline_args(parser):
         parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
-        parser.add_argument("--microbatches", type=int, default=4, help="micro-batches per step")
+        parser.add_argument("--microbatches", type=int, default=harness.DEFAULTS.microbatches,
+                            help="micro-batches per step")
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=pipeline_args)
     d = harness.start_distributed("pipeline", args)

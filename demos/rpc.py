@@ -20,6 +20,7 @@ from torch.distributed.optim import DistributedOptimizer
 from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
+from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import rank_devices, split_layers
 from mgpu_tui.engine.rank.reporter import Reporter
 
@@ -28,7 +29,8 @@ def rank_device(args, rank: int, world: int, device: torch.device) -> str:
     """Where rank r's layers live: cuda:<r> (round-robin with --share-gpus), or the CPU. One node."""
     if device.type != "cuda":
         return "cpu"
-    return rank_devices("rpc", rank, torch.cuda.device_count(), nproc=world, share=args.share_gpus)[0]
+    gpus = torch.cuda.device_count()
+    return rank_devices(MODES["rpc"].layout, rank, gpus, nproc=world, share=args.share_gpus)[0]
 
 
 def train(args, world: int, device: torch.device, reporter: Reporter) -> None:

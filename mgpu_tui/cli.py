@@ -13,7 +13,8 @@ import sys
 from collections.abc import Sequence
 
 from mgpu_tui import __version__
-from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.engine.launch.defaults import DEFAULTS as D
+from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
 DEVICES = ("auto", "cpu", "cuda")
 
@@ -81,12 +82,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--nproc-per-node",
         type=_whole_number(1),
         default=None,
-        help="ranks to start (default: one per GPU, or 2 on the CPU; 1 for one-process modes)",
+        help=f"ranks to start (default: one per GPU, or {D.cpu_ranks} on the CPU; 1 for one-process modes)",
     )
-    run.add_argument("--steps", type=_whole_number(1), default=100, help="training steps (default 100)")
-    run.add_argument(
-        "--batch-size", type=_whole_number(1), default=64, help="the global batch (default 64)"
-    )
+    run.add_argument("--steps", type=_whole_number(1), default=D.steps,
+                     help=f"training steps (default {D.steps})")
+    run.add_argument("--batch-size", type=_whole_number(1), default=D.batch_size,
+                     help=f"the global batch (default {D.batch_size})")
     run.add_argument(
         "--device",
         choices=DEVICES,
@@ -110,11 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, "
                           "bf16 on the CPU")
     training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
-    training.add_argument("--accum", type=_whole_number(1), default=1, help="micro-batches per step")
-    training.add_argument("--lr", type=_positive_float, help="learning rate (demo default 0.02)")
-    training.add_argument("--seed", type=_whole_number(0), help="seed for weights and data (default 0)")
-    training.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
-    training.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
+    training.add_argument("--accum", type=_whole_number(1), default=D.accum, help="micro-batches per step")
+    training.add_argument("--lr", type=_positive_float, help=f"learning rate (default {D.lr})")
+    training.add_argument("--seed", type=_whole_number(0), help=f"weights and data seed (default {D.seed})")
+    training.add_argument("--width", type=_whole_number(1), default=D.width,
+                          help=f"hidden width (default {D.width})")
+    training.add_argument("--depth", type=_whole_number(1), default=D.depth,
+                          help=f"hidden blocks (default {D.depth})")
     run.add_argument("--stall-timeout", type=_positive_float, metavar="S",
                      help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
     run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
@@ -130,8 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_argument("--max-restarts", type=_whole_number(0), default=0, help="restarts on failure")
     nodes.add_argument("--master-port", type=_whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
-    modes.add_argument("--stages", type=_whole_number(1), default=2, help="mp: GPUs to spread over")
-    modes.add_argument("--microbatches", type=_whole_number(1), default=4, help="pipeline (default 4)")
+    modes.add_argument("--stages", type=_whole_number(1), default=D.stages,
+                       help=f"mp: GPUs to spread over (default {D.stages})")
+    modes.add_argument("--microbatches", type=_whole_number(1), default=D.microbatches,
+                       help=f"pipeline (default {D.microbatches})")
     modes.add_argument("--schedule", choices=("gpipe", "1f1b"), help="pipeline schedule (default gpipe)")
     modes.add_argument("--manual", action="store_true",
                        help="dp: show replicate/scatter/parallel_apply/gather by hand (CUDA)")
@@ -139,10 +144,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fsdp: free gathered parameters after forward (default on)")
 
     def add_shared(command: argparse.ArgumentParser) -> None:
-        command.add_argument("--steps", type=_whole_number(1), default=100,
-                             help="steps per run (default 100)")
-        command.add_argument("--batch-size", type=_whole_number(1), default=64,
-                             help="the global batch, the same for every run (default 64)")
+        command.add_argument("--steps", type=_whole_number(1), default=D.steps,
+                             help=f"steps per run (default {D.steps})")
+        command.add_argument("--batch-size", type=_whole_number(1), default=D.batch_size,
+                             help=f"the global batch, the same for every run (default {D.batch_size})")
         command.add_argument("--device", choices=DEVICES, default="auto",
                              help="auto: CUDA when there are GPUs")
         command.add_argument("--amp", action="store_true",
@@ -150,8 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--share-gpus", action="store_true",
                              help="let ranks share GPUs round-robin (gloo); timings then say nothing "
                                   "about a real multi-GPU box")
-        command.add_argument("--width", type=_whole_number(1), default=256, help="hidden width (default 256)")
-        command.add_argument("--depth", type=_whole_number(1), default=4, help="hidden blocks (default 4)")
+        command.add_argument("--width", type=_whole_number(1), default=D.width,
+                             help=f"hidden width (default {D.width})")
+        command.add_argument("--depth", type=_whole_number(1), default=D.depth,
+                             help=f"hidden blocks (default {D.depth})")
         command.add_argument("--out", metavar="FILE", help="write a report: .json, .md or .csv (and a .png "
                              "beside it when matplotlib is installed)")
         command.add_argument("--json", action="store_true", help="print the report as one JSON line")
@@ -166,7 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     comparing.add_argument("modes", metavar="MODE", nargs="+", help="modes from `mgpu-tui list`")
     comparing.add_argument("--nproc", type=_whole_number(1), default=None,
-                           help="ranks for the multi-process modes (default: one per GPU, or 2 on the CPU)")
+                           help="ranks for the multi-process modes (default: one per GPU, or "
+                                f"{D.cpu_ranks} on the CPU)")
     comparing.add_argument("--parallel", action="store_true",
                            help="run the modes at the same time, each on its own GPUs (not a fair race)")
     add_shared(comparing)
@@ -219,7 +227,7 @@ def build_check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--require-gpus", type=_whole_number(0), default=0, metavar="N",
                         help="fail, not skip, when fewer than N GPUs are usable")
     parser.add_argument("--nproc", type=_whole_number(1),
-                        help="ranks (default: one per GPU, or 2 on the CPU)")
+                        help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
     parser.add_argument("--share-gpus", action="store_true",
@@ -270,8 +278,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mgpu_tui.commands.listing import list_command
 
         return list_command(args)
-    except UsageError as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except KeyboardInterrupt:
-        return ExitCode.INTERRUPTED
+    except (Exception, KeyboardInterrupt) as exc:
+        code = exit_code_for(exc)
+        if code is None:
+            raise  # a bug: its traceback is the useful report
+        if code is not ExitCode.INTERRUPTED:
+            print(f"mgpu-tui: {exc}", file=sys.stderr)
+        return code

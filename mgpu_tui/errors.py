@@ -1,4 +1,11 @@
-"""How every command ends: its exit codes, and the usage error behind exit code 2."""
+"""How every command ends: its exit codes, and which errors mean which code.
+
+The one place that maps an error to an exit code: commands raise, ``cli.main``
+catches and asks :func:`exit_code_for`, and prints the error's one sentence. An
+error it does not know is a bug, and is not turned into a code.
+"""
+
+from __future__ import annotations
 
 from enum import IntEnum
 
@@ -13,3 +20,20 @@ class ExitCode(IntEnum):
 
 class UsageError(Exception):
     """Bad input: one sentence for the user, exit code 2."""
+
+
+def exit_code_for(error: BaseException) -> ExitCode | None:
+    """The exit code an error stands for, or None when it is not one a user can cause."""
+    # The engine's errors load with the engine, not with `mgpu-tui --help`.
+    from mgpu_tui.engine.launch.spec import EnvironmentUnusable, SpecError
+    from mgpu_tui.engine.machine.nvml import GpuLost, NvmlCallFailed
+    from mgpu_tui.engine.machine.topology import TopologyParseError
+    from mgpu_tui.engine.run.rundir import RunDirError
+
+    if isinstance(error, KeyboardInterrupt):
+        return ExitCode.INTERRUPTED
+    if isinstance(error, (UsageError, SpecError, RunDirError, TopologyParseError)):
+        return ExitCode.USAGE
+    if isinstance(error, (EnvironmentUnusable, NvmlCallFailed, GpuLost)):
+        return ExitCode.ENVIRONMENT
+    return None

@@ -74,7 +74,8 @@ CASES = [
     (["list", "--json", "--", "x"], "arguments after -- are only for `mgpu-tui run`"),
     (["topo", "--from-file", "/nonexistent"], "cannot read /nonexistent"),
     (["topo", "--from-file", "{dir}/not-topology.txt"], "not-topology.txt: "),
-    (["topo", "--from-file", "{dir}/a-folder"], "cannot read"),
+    (["topo", "--from-file", "{dir}/a-folder"], "is not a regular file"),
+    (["topo", "--from-file", "/dev/zero"], "is not a regular file"),  # would read without end
     (["compare", "ddp", "nosuchmode"], "unknown mode 'nosuchmode'"),
     (["compare", "ddp", "ddp"], "a mode is named twice"),
     (["compare", "ddp", "--out", "{dir}/r.txt"], "--out must end in .json, .md or .csv"),

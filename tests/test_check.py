@@ -121,7 +121,7 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
 def test_a_level_that_does_not_exist_is_usage(tmp_path):
     # Every other bad argument is in tests/test_bad_input.py; this one through a real process.
     result = check("--level", "9", "--run-dir", str(tmp_path / "runs"))
-    assert result.returncode == 2 and result.stderr.strip() == "mgpu-tui: --level must be 1, 2 or 3, got 9"
+    assert result.returncode == 2 and result.stderr.strip() == "mgpu-tui: --level must be 1, 2 or 3, got 9."
 
 
 def test_required_gpus_missing_fails_level_one():

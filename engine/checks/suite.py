@@ -25,9 +25,15 @@ from pathlib import Path
 
 from mgpu_tui.engine.checks.environment import Environment, gather, level_one
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
-from mgpu_tui.engine.launch.modes import MODES, availability
-from mgpu_tui.engine.launch.placement import gpus_needed
-from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.launch.modes import MODES, SCRIPT, availability
+from mgpu_tui.engine.launch.spec import (
+    EnvironmentUnusable,
+    LaunchSpec,
+    SpecError,
+    check_gpus,
+    choose_device,
+    default_nproc,
+)
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.run.aggregate import read_events
 from mgpu_tui.engine.run.lifecycle import Run, RunState
@@ -46,7 +52,7 @@ SMOKE_STEPS = 12
 SMOKE_BATCH_PER_RANK = 32  # divides into ranks and pipeline micro-batches
 
 
-class EnvironmentUnusableForChecks(RuntimeError):
+class EnvironmentUnusableForChecks(EnvironmentUnusable):
     """torch cannot be imported: no rank can start (exit code 3)."""
 
 
@@ -158,28 +164,25 @@ class CheckSuite:
         self._run_rank_tasks(tasks, host, device, nproc)
 
     def _placement(self, env: Environment) -> tuple[str, int]:
+        """The device and rank count, by the launch spec's own rules: each check rank takes a device."""
         opts = self.options
-        has_cuda = env.visible_gpus > 0 and bool(env.torch.get("cuda_available"))
-        device = opts.device if opts.device != "auto" else ("cuda" if has_cuda else "cpu")
-        if device not in ("cpu", "cuda"):
-            raise SpecError(f"--device must be one of auto, cpu, cuda, got {opts.device!r}.")
-        if device == "cuda" and not has_cuda:
-            raise SpecError(f"--device cuda needs an NVIDIA GPU that torch can use; none here "
-                            f"({env.nvml.detail}).")  # fmt: skip
-        if opts.share_gpus and device != "cuda":
-            raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
-        nproc = opts.nproc or (env.visible_gpus if device == "cuda" else 2)
+        host = self._host(env)
+        device = choose_device(opts.device, host, opts.share_gpus)
+        nproc = opts.nproc or default_nproc(SCRIPT, device, host)
         if nproc < 1:
             raise SpecError(f"--nproc must be at least 1, got {nproc}.")
-        if device == "cuda" and nproc > env.visible_gpus and not opts.share_gpus:
-            raise SpecError(f"--nproc {nproc} on CUDA needs {nproc} GPUs, "
-                            f"but {env.visible_gpus} are visible (--share-gpus lets ranks share them).")
+        if device == "cuda":
+            check_gpus(f"--check with --nproc {nproc}", nproc, host, opts.share_gpus)
         return device, nproc
 
     def _host(self, env: Environment) -> host_module.Host:
-        gpus = env.visible_gpus if env.torch.get("cuda_available") else 0
-        return host_module.Host(cpu_count=env.cpu_count, gpu_count=gpus, gpu_note=env.nvml.detail,
-                                torch_available=True)  # fmt: skip
+        """This machine as the ranks will find it: GPUs count only if torch can use them."""
+        cuda = bool(env.torch.get("cuda_available"))
+        note = env.nvml.detail
+        if env.visible_gpus and not cuda:
+            note = f"NVML sees {env.visible_gpus} GPU(s), but this torch cannot use CUDA (a CPU build?)"
+        return host_module.Host(cpu_count=env.cpu_count, gpu_count=env.visible_gpus if cuda else 0,
+                                gpu_note=note, torch_available=True)  # fmt: skip
 
     def _bandwidth_bytes(self, device: str) -> int:
         return self.options.bandwidth_bytes or (256 * 2**20 if device == "cuda" else 16 * 2**20)
@@ -190,7 +193,7 @@ class CheckSuite:
         for mode in MODES.values():
             if self.options.modes is not None and mode.name not in self.options.modes:
                 continue
-            needed = gpus_needed(mode.name, nproc if mode.multi_process else 1)
+            needed = mode.gpus_needed(nproc if mode.multi_process else 1)
             shared = self.options.share_gpus and device == "cuda"  # any GPU count will do
             if not availability(mode, host).runnable and not shared:
                 skipped[mode.name] = availability(mode, host).reason

@@ -69,9 +69,10 @@ def devices_used(mode: str, device: str, world_size: int, nproc: int, stages: in
     """The devices a run occupies: GPUs on CUDA (dp takes every visible one), ranks on the CPU."""
     if device == "cpu":
         return world_size
-    if mode == "dp":
+    layout = MODES[mode].layout if mode in MODES else "one_per_rank"  # a user's script: a GPU a rank
+    if layout == "every_gpu":
         return gpu_count
-    needed = gpus_needed(mode, nproc, stages) if mode in MODES else nproc
+    needed = gpus_needed(layout, nproc, stages)
     return min(needed, gpu_count) if gpu_count else needed  # ranks sharing GPUs occupy only those
 
 
@@ -229,7 +230,7 @@ class Runner:
             if resolved.device != "cuda":
                 sets.append(None)
                 continue
-            need = gpus_needed(resolved.mode.name, resolved.spec.nproc, spec.stages)
+            need = resolved.mode.gpus_needed(resolved.spec.nproc, spec.stages)
             sets.append(list(range(taken, taken + need)))
             taken += need
         if taken > self.host.gpu_count:

@@ -38,15 +38,16 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
     ]  # fmt: skip
     if spec.amp:
         argv.append("--amp")
-        if resolved.mode.name == "rpc" and resolved.device == "cuda" and "--amp-dtype" not in spec.demo_args:
-            # rpc can only train bf16 on CUDA (fp16's GradScaler does not work with distributed
-            # autograd); said here, so --verify's baseline trains bf16 too.
-            argv += ["--amp-dtype", "bf16"]
+        only = resolved.mode.cuda_amp_dtype
+        if only and resolved.device == "cuda" and "--amp-dtype" not in spec.demo_args:
+            # A mode that can train one AMP dtype only on CUDA (rpc: bf16, as fp16's GradScaler
+            # does not work with distributed autograd): said here, so --verify's baseline matches.
+            argv += ["--amp-dtype", only]
     if resolved.shared_gpus:
         argv.append("--share-gpus")
-    if resolved.mode.name == "mp":
+    if resolved.mode.stages_from == "stages":
         argv += ["--stages", str(spec.stages)]
-    if resolved.mode.name == "pipeline":
+    if resolved.mode.microbatched:
         argv += ["--microbatches", str(spec.microbatches)]
     if spec.verify:
         argv += ["--save-params", str(run_dir.params_dir)]

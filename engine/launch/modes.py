@@ -1,8 +1,10 @@
 """The catalogue of parallelism modes, as data.
 
-Each mode names its demo module, how it is launched, how many devices each
-rank uses, and whether its CPU path does the real thing or only goes through
-the motions (DataParallel, say, only parallelises over CUDA devices).
+Each mode names its demo module, how it is launched, how its ranks lay out on GPUs,
+how its model is cut into stages, and whether its CPU path does the real thing or
+only goes through the motions (DataParallel, say, only parallelises over CUDA
+devices). What differs between modes is said here, once: the spec, the command,
+placement and compare read it, and never test a mode's name.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mgpu_tui.engine.launch.placement import gpus_needed
+from mgpu_tui.engine.launch.placement import Layout, gpus_needed
 from mgpu_tui.engine.machine.host import Host
 
 Launcher = Literal["torchrun", "python"]
@@ -22,7 +24,6 @@ class Mode:
     title: str
     demo: str  # module under mgpu_tui.demos
     launcher: Launcher
-    devices_per_rank: int
     cpu_path: Literal["real", "degenerate"]
     teaches: str
     choose: str  # when a user should pick it
@@ -31,7 +32,18 @@ class Mode:
     # Data-parallel ranks split the global batch, so it must divide evenly.
     splits_batch: bool = False
     min_nproc: int = 1
+    layout: Layout = "one_per_rank"  # how ranks (or stages) sit on GPUs: placement.py
+    # The model is cut into consecutive stages, one per rank ("ranks") or --stages of them.
+    stages_from: Literal["ranks", "stages"] | None = None
+    microbatched: bool = False  # --microbatches splits each step's batch (pipeline)
+    cuda_amp_dtype: str | None = None  # the only AMP dtype it can train on CUDA (rpc: bf16)
 
+    @property
+    def devices_per_rank(self) -> int:
+        return 2 if self.layout == "two_per_rank" else 1
+
+    def gpus_needed(self, nproc: int, stages: int = 2) -> int:
+        return gpus_needed(self.layout, nproc, stages)
     @property
     def module(self) -> str:
         return f"mgpu_tui.demos.{self.demo}"
@@ -42,7 +54,7 @@ class Mode:
 
 
 def _mode(name: str, title: str, launcher: Launcher, cpu_path, teaches: str, choose: str, **kw) -> Mode:
-    return Mode(name, title, name, launcher, kw.pop("devices_per_rank", 1), cpu_path, teaches, choose, **kw)
+    return Mode(name, title, name, launcher, cpu_path, teaches, choose, **kw)
 
 
 MODES: dict[str, Mode] = {
@@ -50,13 +62,15 @@ MODES: dict[str, Mode] = {
     for m in (
         _mode("single", "Single device (baseline)", "python", "real",
               "The plain training loop on one device: what every other mode must match.",
-              "The model and batch fit one GPU and it is fast enough."),
+              "The model and batch fit one GPU and it is fast enough.",
+              layout="one_gpu"),
         _mode("dp", "nn.DataParallel", "python", "degenerate",
               "One process replicates the model on every GPU each step, scatters the batch, "
               "gathers the outputs.",
               "Never for new code (DDP is faster); shown for what it is made of.",
               cpu_note="DataParallel only splits over CUDA devices; on the CPU it runs the model once, "
-                       "unsplit."),
+                       "unsplit.",
+              layout="every_gpu"),
         _mode("ddp", "DistributedDataParallel", "torchrun", "real",
               "One process per device, each on its slice of the batch; gradients all-reduced.",
               "The model fits one GPU: the default way to use several.",
@@ -64,16 +78,17 @@ MODES: dict[str, Mode] = {
         _mode("mp", "Model parallel (one process)", "python", "degenerate",
               "Consecutive blocks on different GPUs; activations hop from one to the next.",
               "The model does not fit one GPU and you have one process; only one GPU works at a time.",
-              cpu_note="every stage sits on the one CPU device, so no activation crosses between devices."),
+              cpu_note="every stage sits on the one CPU device, so no activation crosses between devices.",
+              layout="stages", stages_from="stages"),
         _mode("ddp_mp", "DDP over model-parallel ranks", "torchrun", "degenerate",
               "Each rank's model spans two GPUs; DDP (without device_ids) all-reduces across ranks.",
               "The model needs two GPUs and you want data parallelism on top.",
-              devices_per_rank=2, splits_batch=True,
+              layout="two_per_rank", splits_batch=True,
               cpu_note="each rank's two stages share the CPU, so only the DDP part is real here."),
         _mode("pipeline", "Pipeline parallel (torch.distributed.pipelining)", "torchrun", "real",
               "One stage per rank; micro-batches flow through the stages (GPipe or 1F1B).",
               "The model is too big for one GPU and layers split cleanly; bubbles cost some speed.",
-              min_nproc=1),
+              stages_from="ranks", microbatched=True),
         _mode("fsdp", "Fully sharded data parallel (FSDP2 fully_shard)", "torchrun", "real",
               "Data parallel with parameters, gradients and optimizer state sharded over ranks.",
               "The model's training state does not fit one GPU but one layer does.",
@@ -82,14 +97,15 @@ MODES: dict[str, Mode] = {
               "Rank 0 trains; the later blocks live on other ranks as RemoteModules, "
               "with distributed autograd.",
               "Parts of the model must live in other processes or machines, driven by one trainer.",
-              min_nproc=2),
+              min_nproc=2, stages_from="ranks", cuda_amp_dtype="bf16"),
         _mode("tp", "Tensor parallel (parallelize_module)", "torchrun", "real",
               "Each layer's matrices split over ranks: column-wise then row-wise, one all-reduce per block.",
               "Single layers are too big or too slow for one GPU; needs fast links (NVLink).",),
         _mode("hybrid", "CPU + GPU hybrid", "python", "degenerate",
               "The first block runs on the CPU, the rest on cuda:0, as in the PyTorch multi-GPU tutorial.",
               "A part of the model (a huge embedding, say) does not fit GPU memory.",
-              cpu_note="with no GPU both parts run on the CPU, so nothing crosses to a GPU."),
+              cpu_note="with no GPU both parts run on the CPU, so nothing crosses to a GPU.",
+              layout="cpu_then_gpu"),
     )
 }  # fmt: skip
 
@@ -100,10 +116,10 @@ SCRIPT = Mode(
     title="Your own script",
     demo="",
     launcher="torchrun",
-    devices_per_rank=1,
     cpu_path="real",
     teaches="Whatever your script does: its logs, processes, exit status, and with the reporter its figures.",
     choose="To see your own training job the way mgpu-tui shows the demos.",
+    layout="one_gpu",  # a script picks its own devices: it needs a GPU on CUDA, no more is known
 )
 
 
@@ -119,7 +135,7 @@ def availability(mode: Mode, host: Host) -> Availability:
     if not host.torch_available:
         return Availability(False, None, "torch is not installed")
     if host.has_cuda:
-        needed = gpus_needed(mode.name, mode.min_nproc)
+        needed = mode.gpus_needed(mode.min_nproc)
         if host.gpu_count < needed:
             return Availability(False, None, f"needs at least {needed} GPUs, {host.gpu_count} visible "
                                              "(--share-gpus runs it on fewer)")

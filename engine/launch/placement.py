@@ -10,36 +10,39 @@ process can see, so CUDA_VISIBLE_DEVICES is respected by construction.
 
 from __future__ import annotations
 
+from typing import Literal
+
 
 class PlacementError(ValueError):
     """The mode cannot be placed on the GPUs there are."""
 
 
-# Modes with one device per rank: rank r uses the GPU of its local rank.
-_ONE_PER_RANK = {"ddp", "pipeline", "fsdp", "rpc", "tp"}
+# How a mode lays its ranks (or its one process's stages) out on GPUs; the catalogue
+# (modes.py) gives each mode one.
+Layout = Literal["one_per_rank", "two_per_rank", "stages", "every_gpu", "cpu_then_gpu", "one_gpu"]
 
 
-def gpus_needed(mode: str, nproc: int, stages: int = 2) -> int:
-    """GPUs a launch of ``mode`` with ``nproc`` ranks per node needs on this node."""
-    if mode in _ONE_PER_RANK:
+def gpus_needed(layout: Layout, nproc: int, stages: int = 2) -> int:
+    """GPUs a launch with ``nproc`` ranks per node needs on this node."""
+    if layout == "one_per_rank":
         return nproc
-    if mode == "ddp_mp":
+    if layout == "two_per_rank":
         return 2 * nproc
-    if mode == "mp":
+    if layout == "stages":
         return stages
-    return 1  # single, dp (at least one), hybrid
+    return 1  # one_gpu, every_gpu (at least one), cpu_then_gpu
 
 
-def shares_gpus(mode: str, nproc: int, gpu_count: int, stages: int = 2) -> bool:
-    """Whether ``nproc`` ranks of ``mode`` need more GPUs than there are, so some share one.
+def shares_gpus(layout: Layout, nproc: int, gpu_count: int, stages: int = 2) -> bool:
+    """Whether ``nproc`` ranks need more GPUs than there are, so some share one.
 
-    Only with --share-gpus; NCCL refuses two ranks on one device, so such ranks talk over gloo.
+    Only with --share-gpus; NCCL refuses two ranks on one GPU, so such ranks talk over gloo.
     """
-    return gpus_needed(mode, nproc, stages) > gpu_count
+    return gpus_needed(layout, nproc, stages) > gpu_count
 
 
 def rank_devices(
-    mode: str,
+    layout: Layout,
     local_rank: int,
     gpu_count: int,
     *,
@@ -50,12 +53,12 @@ def rank_devices(
 ) -> list[str]:
     """The devices one rank places its model on, in model order.
 
-    - ddp, pipeline, fsdp, rpc, tp: ``cuda:<local rank>``.
-    - ddp_mp: rank r spans ``cuda:2r`` and ``cuda:2r+1``.
-    - mp: stage s on ``cuda:s``, for ``stages`` stages.
-    - dp: every visible GPU (DataParallel replicates over them all).
-    - hybrid: the CPU first, then ``cuda:0``.
-    - single: ``cuda:0``.
+    - one_per_rank (ddp, pipeline, fsdp, rpc, tp): ``cuda:<local rank>``.
+    - two_per_rank (ddp_mp): rank r spans ``cuda:2r`` and ``cuda:2r+1``.
+    - stages (mp): stage s on ``cuda:s``, for ``stages`` stages.
+    - every_gpu (dp): every visible GPU (DataParallel replicates over them all).
+    - cpu_then_gpu (hybrid): the CPU first, then ``cuda:0``.
+    - one_gpu (single): ``cuda:0``.
 
     With ``device="cpu"`` every entry is "cpu" (the same structure, on the host).
     With ``share``, GPU indices wrap round-robin over the ``gpu_count`` there are
@@ -64,21 +67,19 @@ def rank_devices(
     Raises PlacementError, with one sentence, when there are too few GPUs.
     """
     if device == "cuda":
-        needed = gpus_needed(mode, nproc, stages)
+        needed = gpus_needed(layout, nproc, stages)
         if gpu_count < 1 or (gpu_count < needed and not share):
-            raise PlacementError(
-                f"mode {mode!r} with {nproc} rank(s) needs {max(needed, 1)} GPU(s), "
-                f"but {gpu_count} are visible."
-            )
-    if mode in _ONE_PER_RANK:
+            raise PlacementError(f"{nproc} rank(s) here: this launch needs {max(needed, 1)} GPU(s), "
+                                 f"but {gpu_count} are visible.")  # fmt: skip
+    if layout == "one_per_rank":
         names = [f"cuda:{local_rank}"]
-    elif mode == "ddp_mp":
+    elif layout == "two_per_rank":
         names = [f"cuda:{2 * local_rank}", f"cuda:{2 * local_rank + 1}"]
-    elif mode == "mp":
+    elif layout == "stages":
         names = [f"cuda:{s}" for s in range(stages)]
-    elif mode == "dp":
+    elif layout == "every_gpu":
         names = [f"cuda:{i}" for i in range(max(gpu_count, 1))]
-    elif mode == "hybrid":
+    elif layout == "cpu_then_gpu":
         names = ["cpu", "cuda:0"]
     else:
         names = ["cuda:0"]

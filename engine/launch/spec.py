@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, SCRIPT, Mode
-from mgpu_tui.engine.launch.placement import gpus_needed, shares_gpus
 from mgpu_tui.engine.machine.host import Host
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -34,16 +34,16 @@ class EnvironmentUnusable(RuntimeError):
 class LaunchSpec:
     mode: str
     nproc: int | None = None  # None: one per GPU on CUDA, 2 on the CPU, 1 for one-process modes
-    steps: int = 100
-    batch_size: int = 64  # the global batch: every rank together
+    steps: int = DEFAULTS.steps
+    batch_size: int = DEFAULTS.batch_size  # the global batch: every rank together
     device: Device = "auto"
     run_root: Path = Path("runs")
-    width: int = 256
-    depth: int = 4  # hidden blocks; the model has depth + 1 layers (the blocks and the head)
+    width: int = DEFAULTS.width
+    depth: int = DEFAULTS.depth  # hidden blocks; the model has depth + 1 layers (the blocks and the head)
     amp: bool = False
-    accum: int = 1  # micro-batches per optimizer step
-    stages: int = 2  # mp: how many GPUs the model spreads over
-    microbatches: int = 4  # pipeline
+    accum: int = DEFAULTS.accum  # micro-batches per optimizer step
+    stages: int = DEFAULTS.stages  # mp: how many GPUs the model spreads over
+    microbatches: int = DEFAULTS.microbatches  # pipeline
     verify: bool = False  # compare the final parameters with the single-device baseline
     # A user's own program instead of a mode: a script path or a module name (`-m`).
     script: str | None = None
@@ -98,7 +98,8 @@ class ResolvedSpec:
 
 
 def _stages(mode: Mode, spec: LaunchSpec) -> int:
-    return spec.stages if mode.name == "mp" else spec.nproc
+    """How many consecutive stages the model is cut into."""
+    return spec.stages if mode.stages_from == "stages" else spec.nproc
 
 
 def mode_names() -> str:
@@ -144,6 +145,37 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
         raise SpecError(f"--nice must be between 0 and 19, got {spec.nice}.")
 
 
+def choose_device(requested: str, host: Host, share_gpus: bool = False) -> Literal["cpu", "cuda"]:
+    """--device on this host: ``auto`` is CUDA where there is a GPU torch can use, else the CPU."""
+    if requested not in DEVICES:
+        raise SpecError(f"--device must be one of {', '.join(DEVICES)}, got {requested!r}.")
+    device = ("cuda" if host.has_cuda else "cpu") if requested == "auto" else requested
+    if device == "cuda" and not host.has_cuda:
+        raise SpecError(f"--device cuda needs an NVIDIA GPU, but there is none here ({host.gpu_note}).")
+    if share_gpus and device != "cuda":
+        raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
+    return device
+
+
+def default_nproc(mode: Mode, device: str, host: Host) -> int:
+    """Ranks when --nproc is not given: one per GPU (or pair, for ddp_mp) on CUDA; a few on the CPU."""
+    if not mode.multi_process:
+        return 1
+    nproc = max(1, host.gpu_count // mode.devices_per_rank) if device == "cuda" else DEFAULTS.cpu_ranks
+    return max(nproc, mode.min_nproc)
+
+
+def check_gpus(what: str, needed: int, host: Host, share_gpus: bool) -> bool:
+    """Refuse ``what`` if it needs more GPUs than are visible, unless they may be shared;
+    whether ranks will share GPUs."""
+    if needed <= host.gpu_count:
+        return False
+    if not share_gpus:
+        raise SpecError(f"{what} needs {needed} GPUs, but {host.gpu_count} are visible "
+                        "(--share-gpus lets ranks share them).")  # fmt: skip
+    return True
+
+
 def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
     if spec.script or spec.module:
         _check_program(spec)
@@ -165,54 +197,35 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
     ):
         if value is not None and value < 1:
             raise SpecError(f"{name} must be at least 1, got {value}.")
-    if spec.device not in DEVICES:
-        raise SpecError(f"--device must be one of {', '.join(DEVICES)}, got {spec.device!r}.")
     if not mode.multi_process and spec.nproc not in (None, 1):
         raise SpecError(f"mode {mode.name!r} runs as one process; drop --nproc or pass --nproc 1.")
     if not host.torch_available:
         raise EnvironmentUnusable("torch is not installed in this Python environment (see the README).")
 
-    device = spec.device
-    if device == "auto":
-        device = "cuda" if host.has_cuda else "cpu"
+    device = choose_device(spec.device, host, spec.share_gpus)
     if spec.nproc is None:
-        if not mode.multi_process:
-            nproc = 1
-        elif device == "cuda":
-            nproc = max(1, host.gpu_count // mode.devices_per_rank)
-        else:
-            nproc = 2
-        spec = dataclasses.replace(spec, nproc=max(nproc, mode.min_nproc))
+        spec = dataclasses.replace(spec, nproc=default_nproc(mode, device, host))
     if spec.nproc < mode.min_nproc:
         raise SpecError(
             f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {spec.nproc}."
         )
-    if spec.share_gpus and device != "cuda":
-        raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
     if spec.share_gpus and mode is SCRIPT:
         raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
     shared = False
     if device == "cuda":
-        if not host.has_cuda:
-            raise SpecError(f"--device cuda needs an NVIDIA GPU, but there is none here ({host.gpu_note}).")
-        needed = gpus_needed(mode.name, spec.nproc, spec.stages)
-        shared = spec.share_gpus and shares_gpus(mode.name, spec.nproc, host.gpu_count, spec.stages)
-        if needed > host.gpu_count and not shared:
-            raise SpecError(
-                f"mode {mode.name!r} with --nproc {spec.nproc} needs {needed} GPUs, "
-                f"but {host.gpu_count} are visible (--share-gpus lets ranks share them)."
-            )
+        what = f"mode {mode.name!r} with --nproc {spec.nproc}"
+        shared = check_gpus(what, mode.gpus_needed(spec.nproc, spec.stages), host, spec.share_gpus)
     if mode.splits_batch and spec.batch_size % spec.nproc:
         raise SpecError(
             f"--batch-size {spec.batch_size} does not split evenly over {spec.nproc} ranks; "
             f"use a multiple of {spec.nproc}."
         )
-    if mode.name == "pipeline" and spec.batch_size % (spec.microbatches * spec.accum):
+    if mode.microbatched and spec.batch_size % (spec.microbatches * spec.accum):
         raise SpecError(
             f"--batch-size {spec.batch_size} does not split into {spec.accum} x {spec.microbatches} "
             "equal micro-batches; choose sizes that divide it."
         )
-    if mode.name in ("pipeline", "rpc", "mp") and (stages := _stages(mode, spec)) > spec.depth + 1:
+    if mode.stages_from and (stages := _stages(mode, spec)) > spec.depth + 1:
         raise SpecError(
             f"{stages} stages is more than the model's {spec.depth + 1} layers; raise --depth."
         )

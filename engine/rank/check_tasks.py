@@ -39,6 +39,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
 
@@ -339,7 +340,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tasks", required=True, help="comma-separated tasks, run in order")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--steps", type=int, default=12, help="steps of each smoke run")
-    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     parser.add_argument("--save-params", action="store_true", help="smoke runs save parameters, to verify")
     parser.add_argument("--share-gpus", action="store_true",
                         help="ranks share GPUs round-robin when there are fewer GPUs than ranks (gloo)")

@@ -15,9 +15,7 @@ from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.engine.checks.suite import CheckOptions, CheckSuite, EnvironmentUnusableForChecks
-from mgpu_tui.engine.launch.spec import SpecError
-from mgpu_tui.engine.run.rundir import RunDirError
-from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 from mgpu_tui.reports import check as check_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
 
@@ -40,42 +38,40 @@ def check_command(args: argparse.Namespace) -> int:
     options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
                            require_gpus=args.require_gpus, run_root=Path(args.run_dir),
                            share_gpus=args.share_gpus)  # fmt: skip
-    try:
-        suite = CheckSuite(options, on_result=show, on_progress=progress)
-    except SpecError as exc:
-        raise UsageError(str(exc).rstrip(".")) from None
+    suite = CheckSuite(options, on_result=show, on_progress=progress)
     interrupt_on_term_and_hup()
     print(f"mgpu-tui --check, level {args.level}", file=table_stream)
     print(check_output.header(suite.report), file=table_stream, flush=True)
-    code = ExitCode.OK
     try:
         report = suite.run()
-    except (SpecError, RunDirError) as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except EnvironmentUnusableForChecks as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        report, code = suite.report, ExitCode.ENVIRONMENT
-    except KeyboardInterrupt:
-        print("mgpu-tui: interrupted; every rank was stopped", file=sys.stderr)
-        report, code = suite.report, ExitCode.INTERRUPTED
+    except (EnvironmentUnusableForChecks, KeyboardInterrupt) as exc:
+        # What ran is reported all the same, so a CI keeps it; bad input (SpecError, RunDirError)
+        # raised before anything ran goes to cli.main.
+        print("mgpu-tui: interrupted; every rank was stopped" if isinstance(exc, KeyboardInterrupt)
+              else f"mgpu-tui: {exc}", file=sys.stderr)  # fmt: skip
+        report, code = suite.report, exit_code_for(exc)
     else:
         code = ExitCode.FAILED if report.failed else ExitCode.OK
     extra = check_output.details(report)
     if extra:
         print("\n" + extra + "\n", file=table_stream)
     print(check_output.footer(report), file=table_stream, flush=True)
-    _write_reports(args, report)
+    if not _write_reports(args, report) and code is ExitCode.OK:
+        return ExitCode.FAILED  # a CI that reads the report must not take its absence for a pass
     return code
 
 
-def _write_reports(args: argparse.Namespace, report) -> None:
+def _write_reports(args: argparse.Namespace, report) -> bool:
+    """Write --json and --junit; False when one could not be written (said on stderr)."""
     if args.json == "-":
         sys.stdout.write(check_output.json_text(report))
         sys.stdout.flush()
+    written = True
     for path, text in ((args.json, check_output.json_text), (args.junit, check_output.junit_text)):
         if path and path != "-":
             try:
                 write_atomic(path, text(report))
             except OSError as exc:
-                print(f"mgpu-tui: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+                print(f"mgpu-tui: cannot write {path}: {exc.strerror or exc}.", file=sys.stderr)
+                written = False
+    return written

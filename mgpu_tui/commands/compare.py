@@ -15,9 +15,8 @@ from pathlib import Path
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.console import fmt_rate, fmt_seconds
 from mgpu_tui.engine.compare import comparison as compare
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.run.rundir import RunDirError
 from mgpu_tui.errors import ExitCode, UsageError
 from mgpu_tui.reports import compare as compare_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
@@ -67,24 +66,15 @@ class Progress:
 
 
 def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_json: bool) -> int:
-    try:
-        runner.check()
-    except SpecError as exc:
-        raise UsageError(str(exc).rstrip(".")) from None
-    except EnvironmentUnusable as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        return ExitCode.ENVIRONMENT
+    runner.check()  # bad input raises: cli.main says it and exits
     interrupt_on_term_and_hup()
     comparison = runner.comparison
     code = None
     try:
         runner.run()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the runs so far are reported all the same
         print("\nmgpu-tui: interrupted; every rank was stopped", file=sys.stderr)
         code = ExitCode.INTERRUPTED
-    except RunDirError as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
     scale = comparison.kind == "scale"
     if as_json:
         print(json.dumps(comparison.to_json()))
@@ -115,10 +105,7 @@ def compare_command(args: argparse.Namespace) -> int:
     if len(set(args.modes)) != len(args.modes):
         raise UsageError("a mode is named twice; name each mode once.")
     template = _template(args, args.nproc)
-    try:
-        specs = compare.compare_specs(args.modes, template)
-    except SpecError as exc:
-        raise UsageError(str(exc).rstrip(".")) from None
+    specs = compare.compare_specs(args.modes, template)
     comparison = compare.new_comparison(args.modes, template, parallel=args.parallel)
     progress = Progress(len(specs))
     runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
@@ -131,10 +118,7 @@ def compare_command(args: argparse.Namespace) -> int:
 def scale_command(args: argparse.Namespace) -> int:
     suffix = _out_suffix(args.out)
     template = _template(args, None)
-    try:
-        specs = compare.scale_specs(args.mode, args.nproc, template)
-    except SpecError as exc:
-        raise UsageError(str(exc).rstrip(".")) from None
+    specs = compare.scale_specs(args.mode, args.nproc, template)
     comparison = compare.new_scaling(args.mode, args.nproc, template)
     progress = Progress(len(specs))
     runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)

@@ -12,10 +12,9 @@ from pathlib import Path
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
-from mgpu_tui.engine.run.rundir import RunDirError
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.errors import ExitCode, UsageError
 
@@ -163,14 +162,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         if args.json:
             raise UsageError("--json and --tui do not go together.")
         return tui_command(spec)
-    try:
-        run = Run.prepare(spec)
-    except (SpecError, RunDirError) as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        return ExitCode.USAGE
-    except EnvironmentUnusable as exc:
-        print(f"mgpu-tui: {exc}", file=sys.stderr)
-        return ExitCode.ENVIRONMENT
+    run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
 
     interrupt_on_term_and_hup()
     progress = Progress(spec.steps)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 
+from mgpu_tui.engine.launch.spec import EnvironmentUnusable
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.topology import (
     Topology,
@@ -19,14 +18,16 @@ from mgpu_tui.engine.machine.topology import (
     render,
 )
 from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.reports.files import read_bounded
+
+# The largest `nvidia-smi topo -m` output seen is ~4 KiB (8 GPUs, 2 NICs); a 64-GPU box with
+# NICs is under 64 KiB. Anything far larger is not one.
+MAX_TOPOLOGY_BYTES = 1 << 20
 
 
 def _load(args: argparse.Namespace) -> tuple[Topology | None, str]:
     if args.from_file:
-        try:
-            text = Path(args.from_file).read_text(errors="replace")
-        except OSError as exc:
-            raise UsageError(f"cannot read {args.from_file}: {exc.strerror or exc}.") from None
+        text = read_bounded(args.from_file, MAX_TOPOLOGY_BYTES, "output of `nvidia-smi topo -m`")
         try:
             return parse_topo_text(text), ""
         except TopologyParseError as exc:
@@ -39,8 +40,7 @@ def topo_command(args: argparse.Namespace) -> int:
     try:
         topology, reason = _load(args)
     except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
-        print(f"mgpu-tui: NVML answered, then failed while reading the topology ({exc}).", file=sys.stderr)
-        return ExitCode.ENVIRONMENT
+        raise EnvironmentUnusable(f"NVML answered, then failed while reading the topology ({exc}).") from None
     if args.json:
         if topology is None:
             print(json.dumps({"gpus": [], "matrix": [], "reason": reason, "reading": describe(None, reason)}))

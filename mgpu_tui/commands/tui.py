@@ -5,10 +5,9 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import sys
 import threading
 
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.errors import ExitCode
 
@@ -18,14 +17,7 @@ def tui_command(spec: LaunchSpec | None) -> int:
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.
         host = host_module.probe()
-        try:
-            resolve(spec, host)
-        except SpecError as exc:
-            print(f"mgpu-tui: {exc}", file=sys.stderr)
-            return ExitCode.USAGE
-        except EnvironmentUnusable as exc:
-            print(f"mgpu-tui: {exc}", file=sys.stderr)
-            return ExitCode.ENVIRONMENT
+        resolve(spec, host)  # SpecError, EnvironmentUnusable: cli.main says it and exits
     # No collections while Textual and the app load and build the first screen: they only
     # allocate, and collecting meanwhile cost 30-70 ms of the first frame here. The app
     # freezes what it built and turns collection back on once that frame is up.

@@ -26,6 +26,7 @@ from textual.widgets import (
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
@@ -33,6 +34,8 @@ from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
 
 DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
+# Long enough for steady rates past the warm-up, short enough to compare several modes in a minute.
+COMPARED_STEPS = 60
 
 
 class CompareView(Widget):
@@ -54,11 +57,12 @@ class CompareView(Widget):
             with Vertical(id="compare-settings"):
                 with Horizontal(classes="compare-field"):
                     yield Label("ranks")
-                    yield Input("2", id="compare-nproc", restrict=r"[0-9]*", max_length=3)
+                    yield Input(str(DEFAULTS.cpu_ranks), id="compare-nproc", restrict=r"[0-9]*", max_length=3)
                     yield Label("steps")
-                    yield Input("60", id="compare-steps", restrict=r"[0-9]*", max_length=7)
+                    yield Input(str(COMPARED_STEPS), id="compare-steps", restrict=r"[0-9]*", max_length=7)
                     yield Label("batch")
-                    yield Input("64", id="compare-batch", restrict=r"[0-9]*", max_length=7)
+                    yield Input(str(DEFAULTS.batch_size), id="compare-batch", restrict=r"[0-9]*",
+                                max_length=7)
                 with Horizontal(classes="compare-field"):
                     yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="compare-device",
                                  type_to_search=False)

@@ -7,6 +7,7 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
+from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
@@ -14,6 +15,8 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.errors import UsageError
 
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
+# A run started from the app is watched: long enough to see the loss fall and the rates settle.
+WATCHED_STEPS = 1000
 
 
 def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
@@ -44,11 +47,11 @@ class RunForm(Horizontal):
         # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
         yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
         yield Label("ranks")
-        yield Input("2", id="nproc", restrict=r"[0-9]*", max_length=3)
+        yield Input(str(DEFAULTS.cpu_ranks), id="nproc", restrict=r"[0-9]*", max_length=3)
         yield Label("steps")
-        yield Input("1000", id="steps", restrict=r"[0-9]*", max_length=9)
+        yield Input(str(WATCHED_STEPS), id="steps", restrict=r"[0-9]*", max_length=9)
         yield Label("batch")
-        yield Input("64", id="batch", restrict=r"[0-9]*", max_length=7)
+        yield Input(str(DEFAULTS.batch_size), id="batch", restrict=r"[0-9]*", max_length=7)
         yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
         yield Checkbox("AMP", id="amp")
         if self.host.has_cuda:  # rehearse a bigger box's job: ranks take the GPUs round-robin
