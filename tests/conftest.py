@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -18,6 +19,8 @@ CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
 # make test runs two workers on two cores: one OpenMP thread per process, as torchrun gives
 # each rank, so that idle OpenMP threads do not spin against the other worker's ranks.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The app's log goes under XDG_STATE_HOME: here, not in the user's home.
+os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="mgpu-tui-state-"))
 
 
 def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:

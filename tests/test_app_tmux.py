@@ -32,7 +32,8 @@ def start(args: str, tmp_path) -> tuple[str, object]:
     """
     session = f"mgpu-test-{time.monotonic_ns()}"
     marker = tmp_path / "exit"
-    command = f"cd {tmp_path} && env -u COLUMNS -u LINES {CLI[0]} {args} ; echo $? > {marker}"
+    command = (f"cd {tmp_path} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state {CLI[0]} {args} ; "
+               f"echo $? > {marker}")  # fmt: skip
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
     return session, marker
 
@@ -97,3 +98,8 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left(tmp_path):
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     assert live_processes_of(only_run_dir(runs)) == []
+    # What the app did is in its log, and the run's own log is in the run directory.
+    app_log = (tmp_path / "state" / "mgpu-tui" / "app.log").read_text()
+    assert "started ddp, 2 rank(s) on cpu (gloo)" in app_log
+    assert "stopping every process of the run" in app_log
+    assert "interrupted" in (only_run_dir(runs) / "mgpu-tui.log").read_text()

@@ -45,6 +45,10 @@ def test_ddp_run_directory_is_complete(ddp_run):
     assert len(logs) == 2
     for rank, log in enumerate(logs):
         assert f"[rank {rank}] step 30" in log.read_text()
+    # The engine's own account of the run, for a user to read afterwards.
+    engine_log = (run_dir / "mgpu-tui.log").read_text()
+    assert "started ddp, 2 rank(s) on cpu (gloo)" in engine_log
+    assert "the launcher exited with 0" in engine_log and engine_log.rstrip().endswith(" ok")
 
 
 def test_ddp_final_loss_is_the_mean_of_the_ranks_losses(ddp_run):

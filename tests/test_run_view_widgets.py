@@ -5,6 +5,8 @@ from textual.widgets import Input, Select
 
 from mgpu_tui.app.widgets.log_pane import LogPane, printable
 from mgpu_tui.app.widgets.log_view import SHOWN, LogView
+from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.summary import SHARED_GPUS_NOTE, RunSummary
 
@@ -153,6 +155,9 @@ async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
         assert len(bars) == 3 and all(len(row) == 10 for row in bars)
 
 
+ONE_GPU = Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True)
+
+
 def failed_summary(cause) -> RunSummary:
     return RunSummary(
         mode="ddp", program=None, status="failed", exit_code=1, device="cuda", backend="gloo",
@@ -168,9 +173,8 @@ class RunViewApp(App):
 
     def compose(self) -> ComposeResult:
         from mgpu_tui.app.views.run import RunView
-        from mgpu_tui.engine.machine.host import Host
 
-        yield RunView(Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True))
+        yield RunView(ONE_GPU)
 
 
 async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over():
@@ -182,7 +186,9 @@ async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over()
     async with app.run_test(size=(160, 50)) as pilot:
         view = app.query_one(RunView)
         assert app.query_one("#share-gpus").display  # a GPU here: the form offers sharing it
-        view.started("ddp", 2, 100, "/runs/x", note=SHARED_GPUS_NOTE)
+        spec = LaunchSpec("ddp", nproc=2, steps=100, device="cuda", share_gpus=True)
+        resolved = resolve(spec, ONE_GPU)
+        view.started(spec, resolved, "/runs/x", note=SHARED_GPUS_NOTE)
         await pilot.pause()
         panel = app.query_one("#root-cause", Static)
         assert panel.display and panel.has_class("note")
@@ -190,6 +196,6 @@ async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over()
         view.ended(failed_summary(RootCause(1, 1, None, "boom", "tb")), None)
         await pilot.pause()
         assert panel.display and not panel.has_class("note") and "Root cause: rank 1" in str(panel.render())
-        view.started("ddp", 2, 100, "/runs/y")  # a run with nothing to note: no panel
+        view.started(spec, resolved, "/runs/y")  # a run with nothing to note: no panel
         await pilot.pause()
         assert not panel.display

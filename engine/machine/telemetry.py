@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -23,6 +24,8 @@ from dataclasses import dataclass
 import psutil
 
 from mgpu_tui.engine.machine import nvml
+
+log = logging.getLogger(__name__)
 
 MIN_INTERVAL_S = 0.1
 # CPU use is a share of the time since the previous reading, counted in the kernel's 10 ms
@@ -99,7 +102,8 @@ class Sampler:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.errors = 0  # samples that raised; the sampler keeps going
+        self.errors = 0  # samples that raised (and were logged); the sampler keeps going
+        self._samples = 0
         psutil.cpu_percent(percpu=True)  # the first call only starts the measurement
         self._cpu_since = time.monotonic()
 
@@ -112,8 +116,10 @@ class Sampler:
             while not self._stop.is_set():
                 try:
                     snapshot = self.sample()
-                except Exception:  # a bad sample must not end telemetry; count it and go on
+                except Exception:  # a bad sample must not end telemetry; say why and go on
                     self.errors += 1
+                    if self.errors in (1, 10) or self.errors % 100 == 0:  # not once a second for ever
+                        log.exception("telemetry sample %d failed (%d so far)", self._samples, self.errors)
                 else:
                     if on_sample:
                         on_sample(snapshot)
@@ -139,6 +145,7 @@ class Sampler:
     # ---- one sample ------------------------------------------------------------------
 
     def sample(self) -> Snapshot:
+        self._samples += 1
         now = time.time()
         status = nvml.status()
         count = status.device_count if status.ok else 0

@@ -35,6 +35,7 @@ from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.processes import ProcessTree
 from mgpu_tui.engine.run.rootcause import RootCause, find_root_cause
 from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.stall import Stall
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.verify import Verification, Verify
@@ -74,8 +75,9 @@ class Run:
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
         self.stall: Stall | None = None  # once some rank stopped reporting
+        self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
         self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice,
-                                 launcher_is_rank=not resolved.mode.multi_process)  # fmt: skip
+                                 launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
         self._ingest = Ingest(run_dir)
         self._verification: Verification | None = None
         self._exit_code: int | None = None
@@ -123,6 +125,9 @@ class Run:
         finally:
             out.close()
             err.close()
+        self.log.info("started %s, %d rank(s) on %s (%s): pid %d, %s", self.resolved.mode.name,
+                      self.resolved.world_size, self.resolved.device, self.resolved.backend,
+                      self._tree.proc.pid, " ".join(self.launch.argv))  # fmt: skip
         self.state = RunState.RUNNING
 
     def poll(self) -> RunState:
@@ -174,6 +179,7 @@ class Run:
         if self.state is not RunState.RUNNING:
             return self.state
         self._stop_requested = True
+        self.log.info("stopping every process of the run (SIGTERM, then SIGKILL after %.0f s)", grace)
         self._tree.terminate(grace)
         return self.poll()
 
@@ -181,6 +187,8 @@ class Run:
         """Make sure nothing of this run is alive, whatever state it is in."""
         if self.state in (RunState.RUNNING, RunState.VERIFYING):
             self.stop(grace=0)
+        elif self.state is RunState.CREATED:  # never started: nothing runs, only the log to close
+            self.log.close()
 
     def __enter__(self) -> Run:
         return self
@@ -221,6 +229,8 @@ class Run:
             return
         stacks_dir = self.run_dir.path / "stacks"
         pids = [pid for pid, _ in self._ingest.rank_processes().values()]
+        who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
+        self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
         stall_rule.request_stacks(stalled, stacks_dir, lambda: self._tree.signal(pids, signal.SIGUSR2))
         self.stall = Stall(timeout, stalled, str(stacks_dir))
         if self.resolved.spec.on_stall == "stop":
@@ -228,6 +238,7 @@ class Run:
 
     def _launcher_ended(self, returncode: int) -> None:
         self._exit_code = returncode
+        self.log.info("the launcher exited with %d", returncode)
         # torchrun has ended its ranks when it exits normally; anything still alive
         # (after a hard kill, say) must not outlive the run.
         self._tree.kill_all()
@@ -235,6 +246,7 @@ class Run:
         if returncode == 0 and self.resolved.spec.verify and not self._stop_requested and self.stall is None:
             self._verification = Verification(self.resolved, self.run_dir, python=self.python,
                                               env=self.launch.env)  # fmt: skip
+            self.log.info("verifying against the single-device baseline (pid %d)", self._verification.pid)
             self.state = RunState.VERIFYING
             return
         self._finish(None)
@@ -263,6 +275,9 @@ class Run:
             malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
         )  # fmt: skip
         self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())
+        self.log.info("%s%s%s", state.value, f"; {root_cause.headline()}" if root_cause else "",
+                      f"; verify: {verify.describe()}" if verify else "")  # fmt: skip
         self._ingest.close()
         self._tree.close()
+        self.log.close()
         self.state = state

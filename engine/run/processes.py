@@ -14,6 +14,7 @@ events is believed only when it is one of them.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 import select
 import signal
@@ -30,7 +31,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 class ProcessTree:
-    def __init__(self, launch: Launch, run_id: str, nice: int, *, launcher_is_rank: bool) -> None:
+    def __init__(self, launch: Launch, run_id: str, nice: int, *, launcher_is_rank: bool,
+                 log: logging.LoggerAdapter | logging.Logger | None = None) -> None:  # fmt: skip
+        self.log = log or logging.getLogger(__name__)
         self.launch = launch
         self.run_id = run_id
         self.nice = nice
@@ -90,12 +93,14 @@ class ProcessTree:
         """Send ``sig`` to those of ``pids`` that are this run's descendants; the pids signalled."""
         sent = []
         for pid in pids:
-            if self.is_descendant(pid):
-                try:
-                    os.kill(pid, sig)
-                    sent.append(pid)
-                except OSError:
-                    pass
+            if not self.is_descendant(pid):
+                self.log.warning("not signalling pid %d: a rank named it, but it is not of this run", pid)
+                continue
+            try:
+                os.kill(pid, sig)
+                sent.append(pid)
+            except OSError:
+                pass
         return sent
 
     def returncode(self) -> int | None:
@@ -136,6 +141,8 @@ class ProcessTree:
     def kill_all(self) -> None:
         """SIGKILL every recorded descendant still alive, and any process that carries the run's id."""
         victims = {p.pid: p for p in self._alive_known() + self._tagged()}
+        if victims:
+            self.log.info("killing what is left of the run: pids %s", sorted(victims))
         for proc in victims.values():
             try:
                 proc.kill()

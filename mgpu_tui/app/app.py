@@ -22,7 +22,16 @@ from textual.widget import Widget
 from textual.widgets import ContentSwitcher, Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
-from mgpu_tui.app.messages import CompareEnded, CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
+from mgpu_tui.app.messages import (
+    CompareEnded,
+    CompareRequested,
+    CompareUpdated,
+    RunEnded,
+    RunUpdated,
+    StartRequested,
+    StopRequested,
+    TelemetryUpdated,
+)
 from mgpu_tui.app.run_controller import RunController
 from mgpu_tui.app.views.dashboard import Dashboard
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
@@ -200,9 +209,9 @@ class MgpuApp(App):
         if view is None:
             return
         view.show(message.stats, message.series, message.stall_after)
-        lines, dropped = self.controller.drain_log_lines()
-        if lines or dropped:
-            view.query_one("#logs").add(lines, dropped)
+        # Log lines are drained here, on the UI thread, not carried by the message: a newer
+        # RunUpdated replaces a waiting one, and the lines it carried would be lost.
+        view.add_log_lines(*self.controller.drain_log_lines())
 
     def on_run_ended(self, message: RunEnded) -> None:
         if self._quitting and not self.comparing.active:
@@ -210,8 +219,7 @@ class MgpuApp(App):
         view = self._view("run")
         if view is None:
             return
-        lines, dropped = self.controller.drain_log_lines()
-        view.query_one("#logs").add(lines, dropped)
+        view.add_log_lines(*self.controller.drain_log_lines())
         run = self.controller.run
         view.ended(message.summary, run.stats() if run else None)
 
@@ -242,43 +250,30 @@ class MgpuApp(App):
         try:
             self.controller.start(spec)
         except (SpecError, EnvironmentUnusable, RunDirError, UsageError) as exc:
-            self.notify(str(exc), title="Cannot start", severity="error", timeout=8)
+            self.notify(str(exc), title="Cannot start", severity="error", timeout=8, markup=False)
             return
         run = self.controller.run
-        view = self._view("run")
-        view.form.fill(spec, run.resolved.spec.nproc)
         from mgpu_tui.engine.run.summary import run_note  # with the run's engine, not the first frame
 
-        label = spec.script or spec.module or spec.mode
-        view.started(label, run.resolved.world_size, spec.steps, str(run.run_dir.path),
-                     note=run_note(run.resolved))
+        self._view("run").started(spec, run.resolved, str(run.run_dir.path), note=run_note(run.resolved))
         self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
 
-    def on_button_pressed(self, event) -> None:
-        if event.button.id == "start":
-            try:
-                spec = self._view("run").form.spec()
-            except UsageError as exc:
-                self.notify(str(exc), title="Cannot start", severity="error")
-                return
-            self.start_run(spec)
-        elif event.button.id == "compare-stop":
-            self.action_stop_run()
-        elif event.button.id == "compare-start":
-            self.start_compare()
+    def on_start_requested(self, message: StartRequested) -> None:
+        self.start_run(message.spec)
 
-    def start_compare(self) -> None:
+    def on_compare_requested(self, message: CompareRequested) -> None:
         if self.busy:
             self.notify("A run is going; stop it first (s).", title="Cannot compare", severity="error")
             return
-        view = self._view("compare")
         try:
-            modes, template = view.request()
-            comparison = self.comparing.start(modes, template)
-        except (UsageError, SpecError, EnvironmentUnusable) as exc:
-            self.notify(str(exc), title="Cannot compare", severity="error", timeout=8)
+            comparison = self.comparing.start(message.modes, message.template)
+        except (SpecError, EnvironmentUnusable) as exc:
+            self.notify(str(exc), title="Cannot compare", severity="error", timeout=8, markup=False)
             return
-        view.started(comparison)
+        self._view("compare").started(comparison)
+
+    def on_stop_requested(self, message: StopRequested) -> None:
+        self.action_stop_run()
 
     def action_stop_run(self) -> None:
         if self.controller.active:

@@ -6,6 +6,7 @@ it carries out; closing the app closes every run whatever its state.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
@@ -19,6 +20,8 @@ from mgpu_tui.engine.machine.host import Host
 if TYPE_CHECKING:
     from mgpu_tui.engine.compare import comparison as compare
     from mgpu_tui.engine.run.lifecycle import Run
+
+log = logging.getLogger(__name__)
 
 
 class CompareController:
@@ -56,6 +59,12 @@ class CompareController:
     def _work(self, runner: compare.Runner) -> None:
         try:
             runner.run()
+        except Exception as exc:  # a bug in running the comparison: say so, and leave no rank behind
+            log.exception("the comparison failed; stopping its runs")
+            self.app.call_from_thread(self.app.notify, f"The comparison failed ({type(exc).__name__}); "
+                                      "every rank was stopped. The app's log has the details.",
+                                      severity="error", timeout=12, markup=False)  # fmt: skip
+            runner.close()
         finally:
             if not self._closed.is_set():
                 self.app.post_message(CompareEnded(runner.comparison))

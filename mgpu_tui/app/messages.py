@@ -1,8 +1,10 @@
-"""Messages that worker threads post to the app. They carry data; they never touch widgets.
+"""The app's messages: what worker threads report, and what a view asks the app to do.
 
-Telemetry and run progress arrive faster than they matter: a newer one replaces an
-older one still waiting in the queue (``can_replace``), so a slow frame never
-builds a backlog. The end of a run is never replaced.
+Worker threads post data and never touch widgets. Telemetry and run progress arrive
+faster than they matter: a newer one replaces an older one still waiting in the queue
+(``can_replace``), so a slow frame never builds a backlog. The end of a run is never
+replaced. Views say what the user asked for (start, compare, stop) and the app, which
+owns the run and the comparison, decides.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from textual.message import Message
 
 if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not with the app
     from mgpu_tui.engine.compare.comparison import Comparison, Row
+    from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.run.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
@@ -59,3 +62,27 @@ class CompareEnded(Message):
     def __init__(self, comparison: Comparison) -> None:
         super().__init__()
         self.comparison = comparison
+
+
+# ---- what the user asked for, from a view -----------------------------------------------
+
+
+class StartRequested(Message):
+    """The run form's Start: run this spec."""
+
+    def __init__(self, spec: LaunchSpec) -> None:
+        super().__init__()
+        self.spec = spec
+
+
+class CompareRequested(Message):
+    """The Compare view's Compare: run these modes from this template, one after another."""
+
+    def __init__(self, modes: list[str], template: LaunchSpec) -> None:
+        super().__init__()
+        self.modes = modes
+        self.template = template
+
+
+class StopRequested(Message):
+    """A view's Stop: stop the run or the comparison going, every rank of it."""

@@ -6,6 +6,7 @@ request the thread carries out; closing the app closes the run whatever its stat
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import TYPE_CHECKING
 
@@ -16,6 +17,8 @@ from mgpu_tui.engine.launch.spec import LaunchSpec
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.run.lifecycle import Run
+
+log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.25
 
@@ -66,13 +69,20 @@ class RunController:
             self.run.close()
 
     def _loop(self, run: Run) -> None:
-        while not run.poll().finished:
-            if self._stop_requested.is_set():
-                run.stop()
-                break
-            self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout()))
-            # Booked after this poll finished, so polls never pile up.
-            self._stop_requested.wait(POLL_INTERVAL_S)
+        try:
+            while not run.poll().finished:
+                if self._stop_requested.is_set():
+                    run.stop()
+                    break
+                self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout()))
+                # Booked after this poll finished, so polls never pile up.
+                self._stop_requested.wait(POLL_INTERVAL_S)
+        except Exception as exc:  # a bug in following the run: say so, and leave no rank behind
+            log.exception("following the run in %s failed; stopping it", run.run_dir.path)
+            self.app.call_from_thread(self.app.notify, f"Following the run failed ({type(exc).__name__}); "
+                                      "every rank was stopped. The app's log has the details.",
+                                      severity="error", timeout=12, markup=False)  # fmt: skip
+            run.close()
         self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout()))
-        if not self._closed.is_set():
+        if not self._closed.is_set() and run.summary is not None:
             self.app.post_message(RunEnded(run.summary))

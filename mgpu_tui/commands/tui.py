@@ -10,6 +10,7 @@ import threading
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.errors import ExitCode
+from mgpu_tui.logs import start_app_log
 
 
 def tui_command(spec: LaunchSpec | None) -> int:
@@ -24,6 +25,7 @@ def tui_command(spec: LaunchSpec | None) -> int:
     gc.disable()
     from mgpu_tui.app import create_app
 
+    start_app_log()
     app = create_app(start=spec, host=host)
 
     def stop_and_exit(signum, frame) -> None:

@@ -23,6 +23,7 @@ from textual.widgets import (
     Static,
 )
 
+from mgpu_tui.app.messages import CompareRequested, StopRequested
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.engine.compare.comparison import Comparison, Row
@@ -39,6 +40,45 @@ COMPARED_STEPS = 60
 
 
 class CompareView(Widget):
+    DEFAULT_CSS = """
+    #compare-form {
+        height: 14;
+        padding: 0 1;
+    }
+    #compare-modes {
+        width: 64;
+        height: 12;
+    }
+    #compare-settings {
+        width: 1fr;
+        padding: 0 1;
+    }
+    .compare-field {
+        height: 3;
+    }
+    .compare-field Label {
+        padding: 1 0 0 1;
+    }
+    .compare-field Input {
+        width: 10;
+    }
+    #compare-device {
+        width: 12;
+    }
+    #compare-status {
+        height: 3;
+    }
+    #compare-results {
+        height: 1fr;
+    }
+    #compare-table {
+        width: 3fr;
+    }
+    #compare-charts-box {
+        width: 2fr;
+        padding: 0 1;
+    }
+    """
     def __init__(self, host: Host, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
@@ -76,6 +116,19 @@ class CompareView(Widget):
             yield DataTable(id="compare-table", cursor_type="none")
             with VerticalScroll(id="compare-charts-box"):
                 yield Static("", id="compare-charts")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "compare-stop":
+            event.stop()
+            self.post_message(StopRequested())
+        elif event.button.id == "compare-start":
+            event.stop()
+            try:
+                modes, template = self.request()
+            except UsageError as exc:
+                self.app.notify(str(exc), title="Cannot compare", severity="error", markup=False)
+                return
+            self.post_message(CompareRequested(modes, template))
 
     def request(self) -> tuple[list[str], LaunchSpec]:
         """The modes and the template the form describes; UsageError with one sentence when wrong."""

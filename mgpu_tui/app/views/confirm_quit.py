@@ -7,6 +7,18 @@ from textual.widgets import Static
 
 
 class ConfirmQuit(ModalScreen[bool]):
+    DEFAULT_CSS = """
+    ConfirmQuit {
+        align: center middle;
+    }
+    #confirm {
+        width: 84;
+        height: auto;
+        padding: 1 2;
+        border: thick $accent;
+        background: $surface;
+    }
+    """
     BINDINGS = [("y", "answer(True)", "Yes"), ("enter", "answer(True)", "Yes"),
                 ("n", "answer(False)", "No"), ("escape", "answer(False)", "No")]  # fmt: skip
 

@@ -23,6 +23,33 @@ HISTORY = 60
 
 
 class Dashboard(Widget):
+    DEFAULT_CSS = """
+    Dashboard {
+        height: 1fr;
+    }
+    #banner {
+        background: $warning 30%;
+        color: $text;
+        padding: 0 1;
+        text-style: bold;
+    }
+    #host {
+        padding: 0 1;
+        height: 3;
+        border-bottom: solid $primary-background;
+    }
+    #gpus {
+        height: 1fr;
+    }
+    .section-title {
+        text-style: bold;
+        padding: 0 1;
+    }
+    #rank-processes {
+        height: auto;
+        max-height: 12;
+    }
+    """
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._util: dict[str, collections.deque[float]] = {}

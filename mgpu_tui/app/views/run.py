@@ -25,6 +25,7 @@ from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.stall import DEFAULT_MIN_S
 
 if TYPE_CHECKING:
+    from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
     from mgpu_tui.engine.run.summary import RunSummary
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
@@ -70,6 +71,47 @@ def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_ra
 
 
 class RunView(Widget):
+    DEFAULT_CSS = """
+    RunView {
+        height: 1fr;
+    }
+    #run-status {
+        padding: 0 1;
+    }
+    #run-middle {
+        height: auto;
+        max-height: 14;
+    }
+    #ranks {
+        width: 1fr;
+        padding: 0 1;
+        height: auto;
+        max-height: 14;
+    }
+    #charts {
+        width: 1fr;
+        height: auto;
+        padding: 0 1;
+    }
+    #charts Chart {
+        height: 4;
+    }
+    #root-cause {
+        display: none;
+        height: auto;
+        max-height: 16;
+        border: heavy $error;
+        padding: 0 1;
+        overflow-y: auto;
+    }
+    /* Before any failure, the panel carries the run's note (ranks sharing GPUs): a remark, not an alarm. */
+    #root-cause.note {
+        border: round $warning;
+    }
+    #logs {
+        height: 1fr;
+    }
+    """
     def __init__(self, host: Host, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
@@ -97,10 +139,15 @@ class RunView(Widget):
     def form(self) -> RunForm:
         return self.query_one(RunForm)
 
-    def started(self, mode: str, world_size: int, steps: int, run_dir: str, note: str | None = None) -> None:
-        """A run began; ``note`` says what its figures do not show (ranks sharing GPUs, say)."""
+    def started(self, spec: LaunchSpec, resolved: ResolvedSpec, run_dir: str,
+                note: str | None = None) -> None:  # fmt: skip
+        """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
+        show (ranks sharing GPUs, say)."""
+        world_size, steps = resolved.world_size, spec.steps
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.ended_ok = False
+        self.form.fill(spec, resolved.spec.nproc)
+        mode = spec.script or spec.module or spec.mode
         self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
         status = self.query_one("#run-status", StatusLine)
         status.update(f"{self.label}: starting…  {run_dir}   (s stops it)", done=0.0)
@@ -111,6 +158,10 @@ class RunView(Widget):
         self.query_one(LogView).reset(world_size)
         self.query_one(RunForm).running(True)
         self._fill_table(None)
+
+    def add_log_lines(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
+        if lines or dropped:
+            self.query_one(LogView).add(lines, dropped)
 
     def show(self, stats: RunStats, series, stall_after: float) -> None:
         """The run's figures now; ``stall_after``: the engine's stall timeout (stall.py's rule)."""

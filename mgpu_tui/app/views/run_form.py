@@ -7,6 +7,7 @@ from textual.containers import Horizontal
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
+from mgpu_tui.app.messages import StartRequested
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
@@ -34,6 +35,24 @@ def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
 
 
 class RunForm(Horizontal):
+    DEFAULT_CSS = """
+    RunForm {
+        height: auto;
+        padding: 0 1;
+    }
+    RunForm Label {
+        padding: 1 0 0 1;
+    }
+    RunForm #mode {
+        width: 60;
+    }
+    RunForm Input {
+        width: 12;
+    }
+    RunForm #device {
+        width: 12;
+    }
+    """
     def __init__(self, host: Host, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
@@ -57,6 +76,17 @@ class RunForm(Horizontal):
         if self.host.has_cuda:  # rehearse a bigger box's job: ranks take the GPUs round-robin
             yield Checkbox("share GPUs", id="share-gpus")
         yield Button("Start", id="start", variant="success")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id != "start":
+            return
+        event.stop()
+        try:
+            spec = self.spec()
+        except UsageError as exc:
+            self.app.notify(str(exc), title="Cannot start", severity="error", markup=False)
+            return
+        self.post_message(StartRequested(spec))
 
     def spec(self) -> LaunchSpec:
         """The launch the form describes; UsageError with one sentence when a field is wrong."""

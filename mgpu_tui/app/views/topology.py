@@ -17,6 +17,11 @@ def _style(label: str) -> str:
 
 
 class TopologyView(Static):
+    DEFAULT_CSS = """
+    TopologyView {
+        padding: 1 2;
+    }
+    """
     def reading(self) -> None:
         """Until the read is done: nothing is said of GPUs before it is known (a big box takes a while)."""
         self.update(Text("reading the topology through NVML…", style="dim"))

@@ -20,6 +20,14 @@ def _na(value, fmt: str) -> str:
 
 class GpuCard(TextPanel):
     DEFAULT_CLASSES = "gpu-card"
+    DEFAULT_CSS = """
+    GpuCard {
+        padding: 0 1;
+        margin: 0;
+        border-left: thick $accent;
+        height: 3;
+    }
+    """
 
     def show(self, gpu: GpuSample, util_history: list[float], ranks: list[int]) -> None:
         head = Text.assemble((f"GPU{gpu.index} ", "bold"), (gpu.name, "bold cyan"))

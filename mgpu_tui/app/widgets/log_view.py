@@ -21,6 +21,21 @@ SHOWN = 2000
 
 
 class LogView(Vertical):
+    DEFAULT_CSS = """
+    #log-controls {
+        height: auto;
+    }
+    #log-rank {
+        width: 20;
+    }
+    #log-search {
+        width: 1fr;
+    }
+    #log {
+        height: 1fr;
+        border: round $primary-background;
+    }
+    """
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._lines: collections.deque[Entry] = collections.deque(maxlen=KEPT)
