@@ -8,12 +8,15 @@ baseline on the whole batch. Run it:
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.ddp --device cpu
 """
 
+from contextlib import nullcontext
+
 import torch
+import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record  # on failure, write the traceback where torchrun (and mgpu-tui) look for it
@@ -30,21 +33,29 @@ def main() -> None:
     scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="ddp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
-                       config=harness.config(args))
+    with Reporting(args, d.rank, d.device) as report:
+        report.hello(mode="ddp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                     config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             # This rank's slice of the global batch: rank r takes rows [r*b, (r+1)*b).
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
             x, y = x[mine].to(d.device), y[mine].to(d.device)
-            loss = harness.train_step(ddp_model, optimizer, scaler, x, y, args, d.device,
-                                      no_sync=ddp_model.no_sync)
-            harness.report_step(reporter, step, len(x), loss, d.device)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, last in harness.micro_batches(x, y, args.accum):
+                # no_sync: accumulate locally; the gradients are all-reduced once, on the last micro-batch.
+                with nullcontext() if last else ddp_model.no_sync():
+                    with harness.autocast(args, d.device):
+                        loss = F.cross_entropy(ddp_model(mx), my) * share
+                    scaler.scale(loss).backward()  # DDP all-reduces gradient buckets as they are ready
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)  # every rank now holds the same averaged gradients: the same step
+            scaler.update()
+            report.step(step, samples=len(x), loss=step_loss)
         if d.rank == 0:  # every rank holds the same parameters
             harness.save_params(model.state_dict(), args.save_params)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
     # Free DDP before the process group: destroying the group under a live DDP
     # module can abort the process at exit.

@@ -8,12 +8,15 @@ gradients across ranks. Run it:
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.ddp_mp
 """
 
+from contextlib import nullcontext
+
 import torch
+import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record
@@ -29,19 +32,27 @@ def main() -> None:
     scaler = harness.grad_scaler(args, last)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="ddp_mp", device=f"{first},{last}", device_uuid=harness.device_uuid(first),
-                       config=harness.config(args))
+    with Reporting(args, d.rank, first) as report:
+        report.hello(mode="ddp_mp", device=f"{first},{last}", device_uuid=harness.device_uuid(first),
+                     config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
-            loss = harness.train_step(ddp_model, optimizer, scaler, x[mine].to(first), y[mine].to(last),
-                                      args, last, no_sync=ddp_model.no_sync)
-            harness.report_step(reporter, step, local_batch, loss, first)
+            x, y = x[mine].to(first), y[mine].to(last)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, is_last in harness.micro_batches(x, y, args.accum):
+                with nullcontext() if is_last else ddp_model.no_sync():  # all-reduce on the last only
+                    with harness.autocast(args, last):
+                        loss = F.cross_entropy(ddp_model(mx), my) * share  # across this rank's two GPUs
+                    scaler.scale(loss).backward()  # and DDP all-reduces across the ranks
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)
+            scaler.update()
+            report.step(step, samples=len(x), loss=step_loss)
         if d.rank == 0:
             harness.save_params(model.state_dict(), args.save_params)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
     del ddp_model, optimizer
     harness.shutdown_distributed()

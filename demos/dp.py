@@ -11,12 +11,13 @@ without CUDA, DataParallel just calls the model. Run it:
 """
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import gather, parallel_apply, replicate, scatter
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 class ManualDataParallel(nn.Module):
@@ -52,17 +53,25 @@ def main() -> None:
     scaler = harness.grad_scaler(args, devices[0])
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="dp", device=",".join(map(str, devices)),
-                       device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
+    with Reporting(args, 0, devices[0]) as report:
+        report.hello(mode="dp", device=",".join(map(str, devices)),
+                     device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step)
             x, y = task.batch(step, args.batch_size)
-            loss = harness.train_step(wrapped, optimizer, scaler, x.to(devices[0]), y.to(devices[0]),
-                                      args, devices[0])
-            harness.report_step(reporter, step, len(x), loss, devices[0])
+            x, y = x.to(devices[0]), y.to(devices[0])  # the whole batch on the first GPU
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
+                with harness.autocast(args, devices[0]):
+                    # Forward: scatter, a replica per GPU in threads, the outputs gathered on GPU 0.
+                    loss = F.cross_entropy(wrapped(mx), my) * share
+                scaler.scale(loss).backward()  # the replicas' gradients sum into the master copy
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)
+            scaler.update()
+            report.step(step, samples=len(x), loss=step_loss)
         harness.save_params(model.state_dict(), args.save_params)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
 
 if __name__ == "__main__":

@@ -11,16 +11,16 @@ one all-gather less). Run it:
 """
 
 import argparse
-from contextlib import contextmanager
-from functools import partial
+from contextlib import contextmanager, nullcontext
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 @contextmanager
@@ -56,18 +56,27 @@ def main() -> None:
     scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="fsdp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
-                       config=harness.config(args))
+    with Reporting(args, d.rank, d.device) as report:
+        report.hello(mode="fsdp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                     config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
-            loss = harness.train_step(model, optimizer, scaler, x[mine].to(d.device), y[mine].to(d.device),
-                                      args, d.device, no_sync=partial(gradient_sync_off, model))
-            harness.report_step(reporter, step, local_batch, loss, d.device)
+            x, y = x[mine].to(d.device), y[mine].to(d.device)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, last in harness.micro_batches(x, y, args.accum):
+                with nullcontext() if last else gradient_sync_off(model):  # reduce-scatter on the last only
+                    with harness.autocast(args, d.device):
+                        # Forward: each block's parameters are all-gathered just before it runs.
+                        loss = F.cross_entropy(model(mx), my) * share
+                    scaler.scale(loss).backward()  # gathered again, then gradients reduce-scattered
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)  # each rank updates only the shard it owns
+            scaler.update()
+            report.step(step, samples=len(x), loss=step_loss)
         harness.save_gathered_params(model, args.save_params, d.rank)  # each rank holds only shards
-        reporter.done(args.steps)
+        report.done(args.steps)
 
     del model, optimizer
     harness.shutdown_distributed()

@@ -1,8 +1,10 @@
-"""What every demo shares: arguments, the model, the data, one training step, memory.
+"""What every demo shares: the arguments, the devices, the model, the data, mixed precision.
 
-The demos stay short because the parts that are the same in every mode live
-here. What a mode changes (how the model is wrapped, which slice of the batch a
-rank trains on) stays in the demo, where a reader can see it.
+The demos stay short because the parts that are the same in every mode live here.
+What a mode changes stays in the demo, where a reader sees it: how the model is
+wrapped, which slice of the batch a rank trains on, and the training step itself
+(forward, loss, backward, optimizer step), since that is where DDP all-reduces,
+FSDP gathers and the pipeline schedules. What a demo reports is in reporting.py.
 
 The task is synthetic but learnable: inputs are random vectors and each label is
 the class a fixed random "teacher" matrix scores highest, so the loss really
@@ -15,11 +17,6 @@ from __future__ import annotations
 import argparse
 import gc
 import os
-import resource
-import signal
-import sys
-import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -30,13 +27,12 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from mgpu_tui.demos import faults
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import PlacementError, rank_devices, shares_gpus, split_layers
-from mgpu_tui.engine.rank.reporter import Reporter
 
 CLASSES = 10
-FAIL_KINDS = ("exception", "exit", "segv", "abort", "hang", "oom")
 
 
 def parse_args(
@@ -71,18 +67,10 @@ def parse_args(
     parser.add_argument(
         "--save-params", metavar="DIR", help="save the trained parameters here (one file per rank)"
     )
-    faults = parser.add_argument_group("fault injection (off unless asked for)")
-    faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail at step K")
-    faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
-    faults.add_argument("--fail-kind", choices=FAIL_KINDS, default="exception",
-                        help="raise; exit 3; SIGSEGV; abort(); hang forever (the stall watch); "
-                        "oom: allocate until the allocator fails (CUDA), a MemoryError on the CPU")
-    faults.add_argument("--log-rate", type=int, default=0, metavar="N",
-                        help="also print N numbered lines a second, to test log handling")
+    faults.add_arguments(parser)
     if mode_args is not None:
         mode_args(parser)
     args = parser.parse_known_args(argv)[0] if known_only else parser.parse_args(argv)
-    start_log_flood(args)
     for name in ("steps", "batch_size", "accum", "width", "depth"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -160,16 +148,6 @@ def device_uuid(device: torch.device) -> str | None:
     if device.type != "cuda":
         return None
     return f"GPU-{torch.cuda.get_device_properties(device).uuid}"
-
-
-def memory(device: torch.device) -> tuple[int, int]:
-    """(current, peak) bytes: the caching allocator's on CUDA, resident set size on the CPU."""
-    if device.type == "cuda":
-        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
-    with open("/proc/self/statm") as f:
-        rss_pages = int(f.read().split()[1])
-    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss_pages * os.sysconf("SC_PAGE_SIZE"), peak_kib * 1024
 
 
 # ---- the model and the data ------------------------------------------------------
@@ -272,7 +250,7 @@ class SyntheticTask:
         return x, (x @ self.teacher).argmax(dim=1)
 
 
-# ---- mixed precision and one training step ---------------------------------------
+# ---- mixed precision and micro-batches ---------------------------------------------
 
 
 def amp_dtype(args: argparse.Namespace, device: torch.device) -> torch.dtype:
@@ -293,99 +271,15 @@ def grad_scaler(args: argparse.Namespace, device: torch.device) -> torch.amp.Gra
     return torch.amp.GradScaler(device.type, enabled=needed)
 
 
-def train_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    scaler: torch.amp.GradScaler,
-    x: torch.Tensor,
-    y: torch.Tensor,
-    args: argparse.Namespace,
-    device: torch.device,
-    no_sync=None,
-) -> torch.Tensor:
-    """One optimizer step over ``args.accum`` micro-batches; returns the mean loss (detached).
+def micro_batches(x: torch.Tensor, y: torch.Tensor, accum: int):
+    """The step's batch in ``accum`` micro-batches: (inputs, labels, share of the batch, last?).
 
-    ``no_sync`` (DDP's ``model.no_sync``) skips the gradient all-reduce on every
-    micro-batch but the last, so accumulation costs one all-reduce per step.
-    ``device`` is where the loss is computed: the device of the model's output.
+    Each micro-batch's mean loss times its share adds up to the whole batch's mean loss,
+    so accumulating their gradients gives the gradient of one step on the whole batch.
     """
-    optimizer.zero_grad(set_to_none=True)
-    total = torch.zeros((), device=device)
-    micro_x, micro_y = x.chunk(args.accum), y.chunk(args.accum)
-    for i, (mx, my) in enumerate(zip(micro_x, micro_y)):
-        last = i == len(micro_x) - 1
-        with (no_sync() if no_sync is not None and not last else nullcontext()):
-            with autocast(args, device):
-                # Each micro-batch's mean loss, weighted by its share of the batch.
-                loss = nn.functional.cross_entropy(model(mx), my) * (len(mx) / len(x))
-            scaler.scale(loss).backward()
-        total += loss.detach().float()
-    scaler.step(optimizer)
-    scaler.update()
-    return total
-
-
-# ---- reporting and the end ---------------------------------------------------------
-
-
-def report_step(reporter: Reporter, step: int, samples: int, loss, device) -> None:
-    """Report a step; ``samples`` counts only samples new to the job (0 on TP peers, later stages)."""
-    current, peak = memory(device)
-    reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak)
-
-
-def start_log_flood(args: argparse.Namespace) -> None:
-    """With --log-rate N, print N numbered lines a second from a daemon thread ("flood <i>")."""
-    if not args.log_rate:
-        return
-
-    def flood() -> None:
-        i, start = 0, time.monotonic()
-        while True:
-            due = int((time.monotonic() - start) * args.log_rate)
-            while i < due:
-                sys.stdout.write(f"flood {i}\n")  # one write per line: print() makes two, and a
-                i += 1  # line printed meanwhile by the training loop could land between them
-            sys.stdout.flush()
-            time.sleep(0.01)
-
-    threading.Thread(target=flood, name="log-flood", daemon=True).start()
-
-
-def maybe_fail(args: argparse.Namespace, step: int, rank: int = 0,
-               device: torch.device | None = None) -> None:
-    """Fail at the step and rank asked for with --fail-at-step/--fail-rank, as --fail-kind says."""
-    if args.fail_at_step != step or args.fail_rank != rank:
-        return
-    kind = args.fail_kind
-    print(f"injecting a failure ({kind}) at step {step} on rank {rank}", file=sys.stderr, flush=True)
-    if kind == "hang":
-        while True:  # the other ranks will wait for this one in their next collective
-            time.sleep(1)
-    if kind == "exit":
-        os._exit(3)  # no traceback, no error file: as a library calling exit() would
-    if kind == "segv":
-        os.kill(os.getpid(), signal.SIGSEGV)  # the signal a crash in native code brings
-    if kind == "abort":
-        os.abort()  # SIGABRT, as a failed C++ assertion
-    if kind == "oom":
-        _run_out_of_memory(device or torch.device("cpu"))
-    raise RuntimeError(f"injected failure at step {step} on rank {rank}")
-
-
-def _run_out_of_memory(device: torch.device) -> None:
-    """On CUDA, allocate 1 GiB blocks until the allocator fails (torch.OutOfMemoryError).
-
-    On the CPU, running the host out of memory would bring the OOM killer down on
-    anything; a bounded stand-in raises MemoryError after 256 MiB instead.
-    """
-    held = []
-    if device.type == "cuda":
-        while True:
-            held.append(torch.empty(2**30, dtype=torch.uint8, device=device))
-    for _ in range(4):
-        held.append(torch.empty(2**26, dtype=torch.uint8))
-    raise MemoryError(f"injected out-of-memory on {device} after {len(held) * 64} MiB")
+    xs, ys = x.chunk(accum), y.chunk(accum)
+    for i, (mx, my) in enumerate(zip(xs, ys)):
+        yield mx, my, len(mx) / len(x), i == len(xs) - 1
 
 
 def config(args: argparse.Namespace) -> dict:

@@ -9,10 +9,11 @@ host-device copies; the CPU part is as slow as the CPU. Run it:
 """
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record
@@ -25,16 +26,24 @@ def main() -> None:
     scaler = harness.grad_scaler(args, gpu)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="hybrid", device=f"{cpu},{gpu}", device_uuid=harness.device_uuid(gpu),
-                       config=harness.config(args))
+    with Reporting(args, 0, gpu) as report:
+        report.hello(mode="hybrid", device=f"{cpu},{gpu}", device_uuid=harness.device_uuid(gpu),
+                     config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step)
             x, y = task.batch(step, args.batch_size)
-            loss = harness.train_step(model, optimizer, scaler, x.to(cpu), y.to(gpu), args, gpu)
-            harness.report_step(reporter, step, len(x), loss, gpu)
+            x, y = x.to(cpu), y.to(gpu)  # the input starts on the CPU part; the labels meet the output
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
+                with harness.autocast(args, gpu):
+                    loss = F.cross_entropy(model(mx), my) * share  # forward: CPU layer, copy up, GPU layers
+                scaler.scale(loss).backward()  # backward: the gradient is copied back down to the CPU
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)
+            scaler.update()
+            report.step(step, samples=len(x), loss=step_loss)
         harness.save_params(model.state_dict(), args.save_params)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
 
 if __name__ == "__main__":

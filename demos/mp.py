@@ -9,10 +9,11 @@ time (pipeline parallelism fixes that with micro-batches). Run it:
 """
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record
@@ -30,17 +31,25 @@ def main() -> None:
     scaler = harness.grad_scaler(args, last)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="mp", device=",".join(map(str, stage_devices)),
-                       device_uuid=harness.device_uuid(first), config=harness.config(args))
+    with Reporting(args, 0, first) as report:
+        report.hello(mode="mp", device=",".join(map(str, stage_devices)),
+                     device_uuid=harness.device_uuid(first), config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step)
             x, y = task.batch(step, args.batch_size)
             # Inputs start on the first stage; the labels wait where the output appears.
-            loss = harness.train_step(model, optimizer, scaler, x.to(first), y.to(last), args, last)
-            harness.report_step(reporter, step, len(x), loss, first)
+            x, y = x.to(first), y.to(last)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
+                with harness.autocast(args, last):
+                    loss = F.cross_entropy(model(mx), my) * share  # forward: GPU by GPU, one at a time
+                scaler.scale(loss).backward()  # backward: the gradients hop back the same way
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)
+            scaler.update()
+            report.step(step, samples=len(x), loss=step_loss)
         harness.save_params(model.state_dict(), args.save_params)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
 
 if __name__ == "__main__":

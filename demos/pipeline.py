@@ -17,8 +17,8 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 from mgpu_tui.engine.launch.placement import split_layers
-from mgpu_tui.engine.rank.reporter import Reporter
 
 
 @record
@@ -55,11 +55,10 @@ def main() -> None:
     optimizer = torch.optim.SGD(module.parameters(), lr=args.lr, momentum=0.9)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
-                       config={**harness.config(args), "layers": [mine.start, mine.stop]})
+    with Reporting(args, d.rank, d.device) as report:
+        report.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                     config={**harness.config(args), "layers": [mine.start, mine.stop]})
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)
             optimizer.zero_grad(set_to_none=True)
             losses = []
@@ -76,9 +75,9 @@ def main() -> None:
             scaler.update()
             # Only the first stage counts samples (they enter there); only the last has a loss.
             loss = torch.stack(losses).mean() / scaler.get_scale() if losses else None
-            harness.report_step(reporter, step, len(x) if first_stage else 0, loss, d.device)
+            report.step(step, samples=len(x) if first_stage else 0, loss=loss)
         harness.save_params(module.state_dict(), args.save_params, d.rank)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
     del schedule, stage, optimizer
     harness.shutdown_distributed()

@@ -20,9 +20,9 @@ from torch.distributed.optim import DistributedOptimizer
 from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import rank_devices, split_layers
-from mgpu_tui.engine.rank.reporter import Reporter
 
 
 def rank_device(args, rank: int, world: int, device: torch.device) -> str:
@@ -33,7 +33,7 @@ def rank_device(args, rank: int, world: int, device: torch.device) -> str:
     return rank_devices(MODES["rpc"].layout, rank, gpus, nproc=world, share=args.share_gpus)[0]
 
 
-def train(args, world: int, device: torch.device, reporter: Reporter) -> None:
+def train(args, world: int, device: torch.device, report: Reporting) -> None:
     parts = split_layers(args.depth + 1, world)
     local = harness.Stage(args, parts[0].start, parts[0].stop).to(device)
     # Rank r builds layers parts[r] itself, on its own device: the same weights as the baseline's.
@@ -50,20 +50,19 @@ def train(args, world: int, device: torch.device, reporter: Reporter) -> None:
     task = harness.SyntheticTask(args)
 
     for step in range(1, args.steps + 1):
-        harness.maybe_fail(args, step)
         x, y = task.batch(step, args.batch_size)
-        total = 0.0
+        step_loss = 0.0
         with dist_autograd.context() as context:  # gradients live in the context, not in .grad
-            for mx, my in zip(x.chunk(args.accum), y.chunk(args.accum)):
+            for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
                 with harness.autocast(args, device):  # autocast covers the trainer's layers only
                     out = local(mx.to(device))
                 for remote in remotes:
                     out = remote(out)  # runs on the remote rank; the result comes back here
-                loss = F.cross_entropy(out.float(), my.to(out.device)) * (len(mx) / len(x))
+                loss = F.cross_entropy(out.float(), my.to(out.device)) * share
                 dist_autograd.backward(context, [loss])  # reaches every remote part
-                total += loss.item()
-            optimizer.step(context)
-        harness.report_step(reporter, step, len(x), total, device)
+                step_loss += loss.item()
+            optimizer.step(context)  # each parameter is stepped on the rank where it lives
+        report.step(step, samples=len(x), loss=step_loss)
 
     state = dict(local.state_dict())
     for remote in remotes:  # fetch each remote part's weights to compare with the baseline
@@ -91,12 +90,12 @@ def main() -> None:
     # torchrun's MASTER_ADDR and MASTER_PORT tell RPC where to meet.
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=options)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="rpc", device=str(device), device_uuid=harness.device_uuid(device),
-                       config={**harness.config(args), "role": "trainer" if rank == 0 else "remote"})
+    with Reporting(args, rank, device) as report:
+        report.hello(mode="rpc", device=str(device), device_uuid=harness.device_uuid(device),
+                     config={**harness.config(args), "role": "trainer" if rank == 0 else "remote"})
         if rank == 0:
-            train(args, world, device, reporter)
-        reporter.done(args.steps if rank == 0 else 0)
+            train(args, world, device, report)
+        report.done(args.steps if rank == 0 else 0)
         rpc.shutdown()  # waits for every rank: the remotes serve until the trainer is done
 
 

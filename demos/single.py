@@ -10,38 +10,47 @@ Run it:
 import argparse
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
-def train(args: argparse.Namespace, reporter: Reporter | None = None) -> torch.nn.Module:
+def train(args: argparse.Namespace, report: Reporting | None = None) -> torch.nn.Module:
     device = harness.place("single", args)[0]
     model = harness.build_model(args).to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    scaler = harness.grad_scaler(args, device)
+    scaler = harness.grad_scaler(args, device)  # on only for fp16 on CUDA
     task = harness.SyntheticTask(args)
 
-    if reporter:
-        reporter.hello(mode="single", device=str(device), device_uuid=harness.device_uuid(device),
-                       config=harness.config(args))
+    if report:
+        report.hello(mode="single", device=str(device), device_uuid=harness.device_uuid(device),
+                     config=harness.config(args))
     for step in range(1, args.steps + 1):
-        harness.maybe_fail(args, step, device=device)
         x, y = task.batch(step, args.batch_size)
-        loss = harness.train_step(model, optimizer, scaler, x.to(device), y.to(device), args, device)
-        if reporter:
-            harness.report_step(reporter, step, len(x), loss, device)
+        x, y = x.to(device), y.to(device)
+        optimizer.zero_grad(set_to_none=True)
+        step_loss = 0.0
+        for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
+            with harness.autocast(args, device):
+                loss = F.cross_entropy(model(mx), my) * share  # forward: this micro-batch's part of the loss
+            scaler.scale(loss).backward()  # backward: gradients add up over the micro-batches
+            step_loss += loss.detach().float()
+        scaler.step(optimizer)  # the update (the scaler skips it if fp16 gradients overflowed)
+        scaler.update()
+        if report:
+            report.step(step, samples=len(x), loss=step_loss)
     return model
 
 
 @record  # on failure, write the traceback where mgpu-tui (and torchrun) look for it
 def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
-    with Reporter() as reporter:
-        model = train(args, reporter)
+    with Reporting(args) as report:
+        model = train(args, report)
         harness.save_params(model.state_dict(), args.save_params)
-        reporter.done(args.steps)
+        report.done(args.steps)
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ head stays whole on every rank. Run it:
 """
 
 import torch
+import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import DTensor, Replicate, distribute_module
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
 from mgpu_tui.demos import harness
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.demos.reporting import Reporting
 
 
 def tensor_parallel(model: torch.nn.Sequential, mesh) -> torch.nn.Sequential:
@@ -50,17 +51,25 @@ def main() -> None:
     scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)
 
-    with Reporter() as reporter:
-        reporter.hello(mode="tp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
-                       config=harness.config(args))
+    with Reporting(args, d.rank, d.device) as report:
+        report.hello(mode="tp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
+                     config=harness.config(args))
         for step in range(1, args.steps + 1):
-            harness.maybe_fail(args, step, d.rank, d.device)
             x, y = task.batch(step, args.batch_size)  # the same whole batch on every rank
             x, y = x.to(d.device), y.to(d.device)
-            loss = harness.train_step(model, optimizer, scaler, x, y, args, d.device)
-            harness.report_step(reporter, step, len(x) if d.rank == 0 else 0, loss, d.device)
+            optimizer.zero_grad(set_to_none=True)
+            step_loss = 0.0
+            for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
+                with harness.autocast(args, d.device):
+                    # Forward: each block computes its share of the hidden units, then one all-reduce.
+                    loss = F.cross_entropy(model(mx), my) * share
+                scaler.scale(loss).backward()  # backward: the mirror image, one all-reduce per block
+                step_loss += loss.detach().float()
+            scaler.step(optimizer)  # each rank updates its own slices of the matrices
+            scaler.update()
+            report.step(step, samples=len(x) if d.rank == 0 else 0, loss=step_loss)  # samples counted once
         harness.save_gathered_params(model, args.save_params, d.rank)  # fc1/fc2 are sharded DTensors
-        reporter.done(args.steps)
+        report.done(args.steps)
 
     del model, optimizer
     harness.shutdown_distributed()

@@ -79,7 +79,10 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.02, momentum=0.9, foreach=T
 scaler = torch.amp.GradScaler("cpu", enabled=True)
 x, y = harness.SyntheticTask(args).batch(1, 8)
 for _ in range(2):
-    harness.train_step(model, optimizer, scaler, x, y, args, torch.device("cpu"))
+    optimizer.zero_grad()
+    scaler.scale(torch.nn.functional.cross_entropy(model(x), y)).backward()
+    scaler.step(optimizer)
+    scaler.update()
 dist.destroy_process_group()
 print("stepped")
 """

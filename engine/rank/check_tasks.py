@@ -38,6 +38,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES
@@ -285,8 +286,11 @@ def check_scaling(args: argparse.Namespace, rank: int, world: int, device: torch
                     start = time.perf_counter()
                 x, y = task.batch(step, local * k)
                 mine = slice(rank * local, (rank + 1) * local)
-                harness.train_step(model, optimizer, scaler, x[mine].to(device), y[mine].to(device),
-                                   train_args, device)
+                optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(x[mine].to(device)), y[mine].to(device))
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
             _sync(device)
             seconds[0] = time.perf_counter() - start
             dist.all_reduce(seconds, op=dist.ReduceOp.MAX, group=group)

@@ -1,0 +1,61 @@
+"""What a demo tells mgpu-tui, and the fault injection that rides on it.
+
+:class:`Reporting` wraps the reporter a user's own script would use
+(``mgpu_tui.engine.rank.reporter``): hello, one event per step with the step's memory,
+done. It is also the hook of the fault injection (faults.py): a failure asked for at
+step K happens right after step K-1 is reported (or after hello, for step 1), so the
+demos' training loops carry no fault code at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+
+import torch
+
+from mgpu_tui.demos import faults
+from mgpu_tui.engine.rank.reporter import Reporter
+
+
+def memory(device: torch.device) -> tuple[int, int]:
+    """(current, peak) bytes: the caching allocator's on CUDA, resident set size on the CPU."""
+    if device.type == "cuda":
+        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+    with open("/proc/self/statm") as f:
+        rss_pages = int(f.read().split()[1])
+    peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return rss_pages * os.sysconf("SC_PAGE_SIZE"), peak_kib * 1024
+
+
+class Reporting:
+    """``with Reporting(args, rank, device) as report:`` then ``report.hello``, ``report.step``,
+    ``report.done``. ``device`` is where this rank's memory is counted."""
+
+    def __init__(self, args: argparse.Namespace, rank: int = 0, device: torch.device | None = None) -> None:
+        self.args, self.rank = args, rank
+        self.device = device or torch.device("cpu")
+        self.reporter = Reporter()
+
+    def __enter__(self) -> Reporting:
+        self.reporter.__enter__()
+        faults.start_log_flood(self.args)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.reporter.__exit__(*exc)
+
+    def hello(self, **fields) -> None:
+        self.reporter.hello(**fields)
+        faults.maybe_fail(self.args, 1, self.rank, self.device)
+
+    def step(self, step: int, samples: int, loss) -> None:
+        """Report a step; ``samples`` counts only samples new to the job (0 on TP peers and later
+        pipeline stages), so no sample is counted twice."""
+        current, peak = memory(self.device)
+        self.reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak)
+        faults.maybe_fail(self.args, step + 1, self.rank, self.device)
+
+    def done(self, steps: int) -> None:
+        self.reporter.done(steps)
