@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test install lint bench clean gpu-check
+.PHONY: run test test-fast install lint bench clean gpu-check
 
 run: install
 	$(BIN)/mgpu-tui
@@ -14,6 +14,10 @@ run: install
 # so two overlap well even on two cores (three are no faster, and starve the app tests).
 test: install
 	$(BIN)/python -m pytest -n 2 --durations=12
+
+# The unit tests alone (tests/unit: no process started), in seconds.
+test-fast: install
+	$(BIN)/python -m pytest tests/unit -q
 
 install: $(VENV)/.installed
 

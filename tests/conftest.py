@@ -15,6 +15,9 @@ import pytest
 from mgpu_tui.engine.run.summary import RunSummary
 
 CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+TOPOLOGIES = TESTS / "fixtures" / "topology"  # real `nvidia-smi topo -m` outputs, with their sources
 
 # make test runs two workers on two cores: one OpenMP thread per process, as torchrun gives
 # each rank, so that idle OpenMP threads do not spin against the other worker's ranks.
@@ -29,6 +32,15 @@ def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
     )
+
+
+def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    """``mgpu-tui ARGS`` run by calling its main() here: (exit code, stdout, stderr). No process starts."""
+    from mgpu_tui.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 def summary_from(output: str) -> RunSummary:
@@ -72,3 +84,40 @@ def runs_root(tmp_path: Path) -> Path:
     root = tmp_path / "runs"
     root.mkdir()
     return root
+
+
+@pytest.fixture
+def broken_nvml():
+    """NVML as a broken driver presents it: it starts and counts GPUs, then every call fails."""
+    from mgpu_tui.engine.machine import nvml
+    from nvml_standin import nvml_failing_every_call
+
+    nvml.use_library(nvml_failing_every_call())
+    yield
+    nvml.use_library(None)
+
+
+# ---- the kinds of test: the folder says which --------------------------------------------
+
+KINDS = {"unit": "no process started", "integration": "real processes: torchrun launches, the CLI",
+         "app": "the Textual app: Pilot, snapshots, a real terminal"}  # fmt: skip
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        kind = Path(item.fspath).parent.name
+        if kind in KINDS:
+            item.add_marker(getattr(pytest.mark, kind))
+
+
+@pytest.fixture(autouse=True)
+def unit_tests_start_no_process(request, monkeypatch):
+    """A unit test that starts a process fails at once: it belongs in tests/integration."""
+    if request.node.get_closest_marker("unit") is None:
+        return
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError(f"a unit test started a process ({args[0] if args else kwargs.get('args')}); "
+                             "move it to tests/integration")
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

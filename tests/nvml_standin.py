@@ -287,3 +287,23 @@ def nvlink_pairs_machine() -> FakeMachine:
             for i in range(4)]  # fmt: skip
     ancestors = {(0, 1): "PIX", (2, 3): "PIX", (0, 2): "SYS", (0, 3): "SYS", (1, 2): "SYS", (1, 3): "SYS"}
     return FakeMachine(gpus, ancestors)
+
+
+def nvml_failing_every_call() -> types.ModuleType:
+    """pynvml as a broken driver presents it: init works, then every call raises NVMLError (Unknown)."""
+    fake = types.ModuleType("pynvml")
+    for name in dir(real):
+        if name.startswith(("NVMLError", "NVML_")):
+            setattr(fake, name, getattr(real, name))
+
+    def fail(*args, **kwargs):
+        raise real.NVMLError(real.NVML_ERROR_UNKNOWN)
+
+    for name in dir(real):
+        if name.startswith("nvml"):
+            setattr(fake, name, fail)
+    fake.nvmlInit = lambda: None
+    fake.nvmlShutdown = lambda: None
+    fake.nvmlDeviceGetCount = lambda: 2
+    fake.nvmlSystemGetDriverVersion = lambda: "550.54.15"
+    return fake

@@ -79,10 +79,13 @@ def _shm_bytes() -> int | None:
     return st.f_blocks * st.f_frsize
 
 
-def gather(environ: Mapping[str, str] | None = None, python: str = sys.executable) -> Environment:
+def gather(environ: Mapping[str, str] | None = None, python: str = sys.executable,
+           torch_info: dict | None = None) -> Environment:  # fmt: skip
+    """Read this machine; ``torch_info``, when given, is the torch probe's answer (no child is
+    started): a reading made elsewhere, or the tests' own."""
     environ = dict(os.environ if environ is None else environ)
     start = time.perf_counter()
-    child = start_torch_probe(python)
+    child = start_torch_probe(python) if torch_info is None else None
     try:
         status = nvml.status()
         visible = 0
@@ -94,7 +97,8 @@ def gather(environ: Mapping[str, str] | None = None, python: str = sys.executabl
         except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
             topo, topo_error = None, str(exc)
     finally:
-        torch_info = finish_torch_probe(child)
+        if child is not None:
+            torch_info = finish_torch_probe(child)
     return Environment(
         python=sys.version.split()[0],
         executable=python,

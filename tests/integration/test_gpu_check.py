@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.py"
+from conftest import REPO
+
+SCRIPT = REPO / "scripts" / "gpu_check.py"
 
 
 def gpu_check(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess:

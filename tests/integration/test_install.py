@@ -2,11 +2,12 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "install-torch.sh"
+from conftest import REPO
+
+SCRIPT = REPO / "scripts" / "install-torch.sh"
 
 
 def test_a_torch_inside_a_virtual_environment_is_kept(tmp_path):

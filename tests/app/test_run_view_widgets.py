@@ -169,7 +169,6 @@ def failed_summary(cause) -> RunSummary:
 
 
 class RunViewApp(App):
-    CSS_PATH = "../mgpu_tui/app/app.tcss"
 
     def compose(self) -> ComposeResult:
         from mgpu_tui.app.views.run import RunView

@@ -4,10 +4,10 @@ Update after an intended change of the views with `pytest tests/test_app_snapsho
 """
 
 import dataclasses
-from pathlib import Path
 
 import pytest
 
+from conftest import TOPOLOGIES
 from mgpu_tui.app import create_app
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.host import Host
@@ -15,7 +15,7 @@ from mgpu_tui.engine.machine.telemetry import HostSample, RankProcess, Sampler
 from mgpu_tui.engine.machine.topology import parse_topo_text
 from nvml_standin import machine_from_topology, standin
 
-FIXTURES = Path(__file__).parent / "fixtures" / "topology"
+FIXTURES = TOPOLOGIES
 HOST = Host(cpu_count=192, gpu_count=8, gpu_note="8 GPU(s), driver 550.54.15", torch_available=True)
 
 

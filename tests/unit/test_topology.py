@@ -1,16 +1,15 @@
 """Topology from real `nvidia-smi topo -m` outputs, and from NVML (a stand-in built from those machines)."""
 
 import json
-from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import TOPOLOGIES, cli_in_process
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.topology import TopologyParseError, describe, from_nvml, parse_topo_text, ranges
 from nvml_standin import FakeMachine, machine_from_topology, nvlink_pairs_machine, standin
 
-FIXTURES = Path(__file__).parent / "fixtures" / "topology"
+FIXTURES = TOPOLOGIES
 EXPECTED = {
     # file: (GPUs, the one off-diagonal label, CPU affinity of GPU0 and GPU7 (or last), NUMA of first/last)
     "a100-sxm4-8x-nvswitch.txt": (8, "NV12", "0-23,48-71", "24-47,72-95", "0", "1"),
@@ -122,27 +121,27 @@ def test_affinity_ranges_are_written_like_nvidia_smi():
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_topo_command_from_file_json(name):
-    result = run_cli("topo", "--from-file", str(FIXTURES / name), "--json")
-    assert result.returncode == 0, result.stderr
-    document = json.loads(result.stdout)
+def test_topo_command_from_file_json(name, capsys):
+    code, out, err = cli_in_process(capsys, "topo", "--from-file", str(FIXTURES / name), "--json")
+    assert code == 0, err
+    document = json.loads(out)
     n, label = EXPECTED[name][:2]
     assert document["matrix"][0][:2] == ["X", label][:n] and len(document["gpus"]) == n
     assert {"index", "name", "cpu_affinity", "numa_affinity"} <= document["gpus"][0].keys()
     assert document["reading"].endswith(".")
 
 
-def test_topo_here_without_a_driver_exits_0_with_no_gpus():
-    result = run_cli("topo", "--json")
-    assert result.returncode == 0
-    document = json.loads(result.stdout)
+def test_topo_here_without_a_driver_exits_0_with_no_gpus(capsys):
+    code, out, _ = cli_in_process(capsys, "topo", "--json")
+    assert code == 0
+    document = json.loads(out)
     assert document["gpus"] == [] and document["reason"]
-    text = run_cli("topo")
-    assert text.returncode == 0 and text.stdout.startswith("no NVIDIA GPU here")
+    code, out, _ = cli_in_process(capsys, "topo")
+    assert code == 0 and out.startswith("no NVIDIA GPU here")
 
 
-def test_topo_of_a_bad_file_is_a_usage_error(tmp_path):
+def test_topo_of_a_bad_file_is_a_usage_error(tmp_path, capsys):
     (tmp_path / "x.txt").write_text("not a topology")
     for path in (tmp_path / "x.txt", tmp_path / "missing.txt"):
-        result = run_cli("topo", "--from-file", str(path))
-        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+        code, _, err = cli_in_process(capsys, "topo", "--from-file", str(path))
+        assert code == 2 and len(err.strip().splitlines()) == 1

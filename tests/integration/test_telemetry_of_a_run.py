@@ -1,0 +1,29 @@
+"""The sampler on a real run's rank processes: found through the run, measured, gone when it ends."""
+
+import time
+
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.machine.telemetry import Sampler
+from mgpu_tui.engine.run.lifecycle import Run
+
+
+def test_ranks_of_a_real_cpu_run_show_their_processes(tmp_path):
+    run = Run.prepare(LaunchSpec("ddp", nproc=2, steps=100_000, device="cpu", run_root=tmp_path))
+    sampler = Sampler(ranks=run.rank_processes)
+    with run:
+        run.start()
+        deadline = time.monotonic() + 60
+        while len(run.rank_processes()) < 2 and time.monotonic() < deadline:
+            run.poll()
+            time.sleep(0.2)
+        first = sampler.sample().ranks
+        time.sleep(0.5)
+        ranks = sampler.sample().ranks
+        run.stop()
+    assert [r.rank for r in ranks] == [0, 1]
+    assert [r.cpu_percent for r in first] == [None, None]  # seen once: no share of time measured yet
+    for r in ranks:
+        assert r.alive and r.rss_bytes > 10 << 20 and r.threads >= 1 and r.cpu_percent > 0
+        assert r.gpu_uuid is None  # CPU ranks have no GPU
+    after = sampler.sample().ranks
+    assert not any(r.alive for r in after)
