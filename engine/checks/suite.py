@@ -15,20 +15,19 @@ No rank outlives :meth:`CheckSuite.run`, however it ends.
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.checks.environment import Environment, gather, level_one
+from mgpu_tui.engine.checks.rank_launch import COLLECTIVES, RankLaunch, check_name
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
 from mgpu_tui.engine.launch.modes import MODES, SCRIPT, availability
 from mgpu_tui.engine.launch.spec import (
     EnvironmentUnusable,
-    LaunchSpec,
     SpecError,
     check_gpus,
     choose_device,
@@ -36,20 +35,12 @@ from mgpu_tui.engine.launch.spec import (
 )
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.run.aggregate import read_events
-from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.rundir import RunDir
-from mgpu_tui.engine.run.tail import FileTail
 
 LEVELS = (1, 2, 3)
-RANK_MODULE = "mgpu_tui.engine.rank.check_tasks"
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
-START_BUDGET_S = 90.0  # torchrun, torch imports and the rendezvous, on a loaded machine
-TASK_BUDGET_S = {"sweep": 600.0, "copy_matrix": 300.0, "smoke": 120.0, "scaling": 300.0, "verify": 120.0}
-DEFAULT_TASK_BUDGET_S = 60.0
 MAX_LAUNCHES = 4  # one, and up to three more after crashes
 # Smoke: a few steps, enough for the loss to fall on the synthetic task.
 SMOKE_STEPS = 12
-SMOKE_BATCH_PER_RANK = 32  # divides into ranks and pipeline micro-batches
 
 
 class EnvironmentUnusableForChecks(EnvironmentUnusable):
@@ -70,20 +61,6 @@ class CheckOptions:
     share_gpus: bool = False  # ranks may share GPUs round-robin (over gloo), as run --share-gpus
 
 
-def _budget(task: str) -> float:
-    return TASK_BUDGET_S.get(task.partition(":")[0], DEFAULT_TASK_BUDGET_S)
-
-
-@dataclass
-class _LaunchOutcome:
-    finished: dict[str, dict] = field(default_factory=dict)  # task -> rank 0's result record
-    failed: str | None = None  # the task that broke the launch
-    failure: str = ""
-    started_any: bool = False
-    current_started: float = 0.0  # when the task in progress started (monotonic)
-    run_dir: RunDir | None = None
-
-
 class CheckSuite:
     def __init__(self, options: CheckOptions, on_result: Callable[[CheckResult], None] | None = None,
                  on_progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
@@ -96,7 +73,7 @@ class CheckSuite:
         self.on_result = on_result or (lambda result: None)
         self.on_progress = on_progress or (lambda text: None)
         self.report = CheckReport(level=options.level, nproc=None, device=options.device)
-        self._run: Run | None = None
+        self._launch: RankLaunch | None = None
         self._check_dir: RunDir | None = None
 
     # ---- the whole suite ----------------------------------------------------------------
@@ -115,8 +92,8 @@ class CheckSuite:
         return self.report
 
     def close(self) -> None:
-        if self._run is not None:
-            self._run.close()
+        if self._launch is not None:
+            self._launch.close()
 
     def _add(self, result: CheckResult) -> None:
         self.report.results.append(result)
@@ -215,21 +192,24 @@ class CheckSuite:
         while pending:
             if launches == MAX_LAUNCHES:
                 for task in pending:
-                    self._add(CheckResult(_check_name(task), Status.SKIP,
+                    self._add(CheckResult(check_name(task), Status.SKIP,
                                           f"not run: {MAX_LAUNCHES} launches of the ranks failed before it"))
                 return
             launches += 1
-            outcome = self._launch(pending, host, device, nproc)
+            launch = self._launch = RankLaunch(pending, host, device, nproc, self._check_dir, self.options,
+                                               on_result=self._add, on_progress=self.on_progress,
+                                               judge=self._judge)  # fmt: skip
+            outcome = launch.run()
             if outcome.failed is None:
                 return
             if not outcome.started_any:
                 # The ranks never got going: every task would fail the same way.
                 for task in pending:
-                    self._add(CheckResult(_check_name(task), Status.FAIL, f"the ranks did not start: "
+                    self._add(CheckResult(check_name(task), Status.FAIL, f"the ranks did not start: "
                                           f"{outcome.failure}"))  # fmt: skip
                 return
             seconds = time.monotonic() - outcome.current_started if outcome.current_started else 0.0
-            self._add(CheckResult(_check_name(outcome.failed), Status.FAIL, outcome.failure, {}, seconds))
+            self._add(CheckResult(check_name(outcome.failed), Status.FAIL, outcome.failure, {}, seconds))
             at = pending.index(outcome.failed)
             pending = [t for t in pending[at + 1 :] if t not in outcome.finished]
             if outcome.failed.startswith("smoke:"):  # nothing of it to verify
@@ -240,107 +220,16 @@ class CheckSuite:
             if pending:
                 self.on_progress(f"starting the ranks again for the {len(pending)} check(s) left")
 
-    def _launch(self, tasks: list[str], host, device: str, nproc: int) -> _LaunchOutcome:
-        opts = self.options
-        args = ("--tasks", ",".join(tasks), "--device", device, "--steps", str(opts.smoke_steps),
-                "--batch-size", str(SMOKE_BATCH_PER_RANK * nproc),
-                "--smoke-dir", str(self._check_dir.path / "smoke"))  # fmt: skip
-        if any(t.startswith("verify:") for t in tasks):
-            args += ("--save-params",)
-        if opts.share_gpus:
-            args += ("--share-gpus",)
-        spec = LaunchSpec(mode="check", module=RANK_MODULE, nproc=nproc, device=device,
-                          run_root=self._check_dir.path, demo_args=args)  # fmt: skip
-        self._run = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)
-        outcome = _LaunchOutcome(run_dir=run.run_dir)
-        results = FileTail(run.run_dir.path / "checks" / "rank0.jsonl")
-        current: str | None = None  # the task rank 0 started last
-        deadline = time.monotonic() + START_BUDGET_S + _budget(tasks[0])
-        self.on_progress(f"starting {nproc} rank(s) on {device} for {len(tasks)} check(s)")
-        run.start()
-
-        def take_new_records() -> None:
-            nonlocal current, deadline
-            for record in _records(results.read_lines()):
-                if record.get("state") == "started":
-                    current = record["task"]
-                    outcome.started_any = True
-                    outcome.current_started = time.monotonic()
-                    deadline = time.monotonic() + _budget(current)
-                    if _budget(current) > DEFAULT_TASK_BUDGET_S * 2:  # say so when it takes a while
-                        self.on_progress(f"running {_check_name(current)}")
-                elif record.get("state") == "finished":
-                    outcome.finished[record["task"]] = record
-                    self._add(self._judge(record["task"], record, device))
-
-        try:
-            while not run.poll().finished:
-                take_new_records()
-                if time.monotonic() > deadline:
-                    run.stop(grace=3)
-                    outcome.failed = current or tasks[0]
-                    outcome.failure = (f"no answer within {_budget(outcome.failed):g} s: a rank hangs "
-                                       f"(logs in {run.run_dir.path})")  # fmt: skip
-                    break
-                time.sleep(0.1)
-        finally:
-            run.close()
-        take_new_records()
-        results.close()
-        if outcome.failed is not None or run.state is RunState.OK:
-            return outcome
-        # The launch died: the first failure any rank wrote wins; else the task in progress.
-        failures = [r for p in sorted((run.run_dir.path / "checks").glob("rank*.jsonl"))
-                    for r in _read_records(p) if r.get("state") == "failed"]  # fmt: skip
-        if failures:
-            first = min(failures, key=lambda r: r.get("t", math.inf))
-            outcome.failed, outcome.failure = first["task"], first["detail"]
-        else:
-            # Tasks run one at a time: only the last one started can be unfinished.
-            outcome.failed = current if current and current not in outcome.finished else tasks[0]
-            cause = run.summary.root_cause if run.summary else None
-            exit_code = run.summary.exit_code if run.summary else None
-            outcome.failure = cause.message if cause else f"the ranks exited with {exit_code}"
-        return outcome
-
     # ---- reading a task's result ----------------------------------------------------------
 
     def _judge(self, task: str, record: dict, device: str) -> CheckResult:
-        name = _check_name(task)
+        name = check_name(task)
         seconds = float(record.get("seconds", 0.0))
         if task.startswith("smoke:"):
             mode = task.partition(":")[2]
             return judge_smoke(mode, self._check_dir.path / "smoke" / mode, seconds, device)
         return CheckResult(name, Status(record["status"]), record.get("detail", ""),
                            record.get("metrics", {}), seconds)
-
-
-def _check_name(task: str) -> str:
-    name, _, arg = task.partition(":")
-    if name in COLLECTIVES:
-        return f"collective:{name}"
-    if name == "bandwidth":
-        return "bandwidth:all_reduce"
-    if name == "sweep":
-        return "sweep:all_reduce"
-    return task
-
-
-def _records(lines) -> list[dict]:
-    records = []
-    for line in lines:
-        try:
-            records.append(json.loads(line))
-        except ValueError:
-            break  # a line still being written
-    return records
-
-
-def _read_records(path: Path) -> list[dict]:
-    try:
-        return _records(path.read_text().splitlines())
-    except OSError:
-        return []
 
 
 def judge_smoke(mode: str, smoke_dir: Path, seconds: float, device: str) -> CheckResult:

@@ -60,6 +60,16 @@ class RunState(str, Enum):
         return self in (RunState.OK, RunState.FAILED, RunState.INTERRUPTED)
 
 
+def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) -> RunState:
+    """How a run ended: a stall that stopped it is a failure; a stop asked for, an interruption;
+    otherwise the launcher's exit code decides."""
+    if stalled:
+        return RunState.FAILED
+    if stop_requested:
+        return RunState.INTERRUPTED
+    return RunState.OK if returncode == 0 else RunState.FAILED
+
+
 class Run:
     """A run of one resolved spec in one run directory."""
 
@@ -253,14 +263,8 @@ class Run:
 
     def _finish(self, verify: Verify | None) -> None:
         returncode = self._exit_code
-        if self.stall is not None and self.resolved.spec.on_stall == "stop":
-            state = RunState.FAILED
-        elif self._stop_requested:
-            state = RunState.INTERRUPTED
-        elif returncode == 0:
-            state = RunState.OK
-        else:
-            state = RunState.FAILED
+        stalled = self.stall is not None and self.resolved.spec.on_stall == "stop"
+        state = final_state(returncode, stalled=stalled, stop_requested=self._stop_requested)
         root_cause: RootCause | None = None
         if state is RunState.FAILED and self.stall is not None:
             root_cause = self.stall.root_cause()

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widget import Widget
-from textual.widgets import ContentSwitcher, Footer, Header, Tab, Tabs
+from textual.widgets import Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
+from mgpu_tui.app.machine_feed import MachineFeed
 from mgpu_tui.app.messages import (
     CompareEnded,
     CompareRequested,
@@ -31,26 +32,37 @@ from mgpu_tui.app.messages import (
     StartRequested,
     StopRequested,
     TelemetryUpdated,
+    TopologyRead,
 )
 from mgpu_tui.app.run_controller import RunController
 from mgpu_tui.app.views.dashboard import Dashboard
+from mgpu_tui.app.views.switcher import TABS, ViewSwitcher, new_view
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.run.rundir import RunDirError
 from mgpu_tui.errors import UsageError
 
 if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sampler and the topology
-    from mgpu_tui.engine.machine.telemetry import Sampler, Snapshot
+    from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
 
 _LIVE = object()  # "read it from this machine"
-TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
+
+
+def freeze_heap() -> None:
+    """Move what exists now out of the collector's sight, and turn collection back on.
+
+    The widgets, styles and modules of the app live as long as it does; a full collection
+    no longer walks them all: measured, that cut its pauses in the middle of a frame from up
+    to 72 ms to under 6. (tui_command turns the collector off while the first screen is built.)
+    """
+    gc.freeze()
+    gc.enable()
 
 
 class MgpuApp(App):
     TITLE = "mgpu-tui"
     SUB_TITLE = "every PyTorch multi-GPU strategy, on this machine"
-    CSS_PATH = "app.tcss"
     BINDINGS = [
         ("q", "quit_app", "Quit"),
         ("question_mark", "help", "Help"),
@@ -82,10 +94,9 @@ class MgpuApp(App):
         # The topology to show: given, or read from this machine once the first frame is up.
         self._topology: tuple[Topology | None, str] | None = None if topology is _LIVE else (topology, "")
         self._recorded = list(telemetry) if telemetry is not None else None
-        self._interval = interval
         self.controller = RunController(self)
         self.comparing = CompareController(self, lambda: self.host)
-        self.sampler: Sampler | None = None
+        self.feed = MachineFeed(self, interval, self._rank_processes)
         self._quitting = False
 
     @property
@@ -98,62 +109,31 @@ class MgpuApp(App):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        # Tabs over a ContentSwitcher of the views themselves: TabbedContent would wrap each
-        # view in two more full-screen containers, each painted on every tab switch.
         initial = "run" if self.start_spec else "dashboard"
         yield Tabs(*(Tab(title, id=tab) for tab, title in TABS.items()), active=initial, id="tabs")
-        with ContentSwitcher(initial=f"{initial}-view", id="views"):
+        with ViewSwitcher(lambda: self.host, initial=f"{initial}-view", id="views"):
             yield Dashboard(id="dashboard-view")
             if self.start_spec:
-                yield self._new_view("run")
+                yield new_view("run", lambda: self.host)
         yield Footer()
-
-    def _new_view(self, tab: str) -> Widget:
-        # Imported here: the views but the Dashboard (and what they use) load when first shown.
-        if tab == "topology":
-            from mgpu_tui.app.views.topology import TopologyView
-
-            return TopologyView(id="topology-view")
-        if tab == "run":
-            from mgpu_tui.app.views.run import RunView
-
-            return RunView(self.host, id="run-view")
-        from mgpu_tui.app.views.compare import CompareView
-
-        return CompareView(self.host, id="compare-view")
 
     async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""
         await self._show_view(event.tab.id)
 
     async def _show_view(self, tab: str) -> None:
-        views = self.query_one(ContentSwitcher)
-        if self._view(tab) is None:
-            # A tab's view is built the first time it shows: one nobody opens must not delay the
-            # first frame. (Textual's Lazy mounts it anyway right after, and raises MountError if
-            # the app is already quitting.)
-            view = self._new_view(tab)
-            view.display = False  # shown by the switch below, not beside the current view meanwhile
-            await views.mount(view)
-            if tab == "topology" and self._topology is not None:
-                view.show(*self._topology)
-            elif tab == "topology":
-                view.reading()
-            self.call_after_refresh(self._freeze_heap)
-        views.current = f"{tab}-view"
-
-    @staticmethod
-    def _freeze_heap() -> None:
-        # The widgets, styles and modules of the app live as long as it does. Moved out of the
-        # collector's sight, a full collection no longer walks them all: measured, that cut its
-        # pauses in the middle of a frame from up to 72 ms to under 6. (tui_command turns the
-        # collector off while the first screen is built.)
-        gc.freeze()
-        gc.enable()
+        view, built = await self.query_one(ViewSwitcher).show(tab)
+        if built and tab == "topology" and self._topology is not None:
+            view.show(*self._topology)
+        elif built and tab == "topology":
+            view.reading()
+        if built:
+            self.call_after_refresh(freeze_heap)
 
     def _view(self, tab: str) -> Widget | None:
         """The tab's view; None for Run or Compare before their tab first showed (or after the app closed)."""
-        return next(iter(self.query(f"#{tab}-view")), None)
+        switchers = self.query(ViewSwitcher)
+        return switchers.first().view(tab) if switchers else None
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._after_first_frame)
@@ -165,35 +145,17 @@ class MgpuApp(App):
             self.start_run(self.start_spec)
 
     def _after_first_frame(self) -> None:
-        """Start reading the machine. Before the first frame, NVML's and psutil's imports and the
-        worker threads would only compete with it for the one interpreter lock."""
-        self._freeze_heap()
+        """Start reading the machine (machine_feed.py), now that the first frame is up."""
+        freeze_heap()
         if self._recorded is None:
-            from mgpu_tui.engine.machine.telemetry import Sampler
-
-            self.sampler = Sampler(interval=self._interval, ranks=self._rank_processes)
-            self.sampler.start(on_sample=lambda snap: self.post_message(TelemetryUpdated(snap)))
+            self.feed.start_telemetry()
         if self._topology is None:
-            self.load_topology()
+            self.feed.read_topology()
 
-    def load_topology(self) -> None:
-        def work() -> None:
-            from mgpu_tui.engine.machine import nvml
-            from mgpu_tui.engine.machine.topology import from_nvml
-
-            try:
-                topology: Topology | None = from_nvml()
-                reason = "" if topology is not None else nvml.status().detail
-            except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
-                topology, reason = None, f"NVML failed while reading it ({exc})"
-            self.call_from_thread(self._topology_read, topology, reason)
-
-        self.run_worker(work, thread=True, exclusive=True, group="topology")
-
-    def _topology_read(self, topology: Topology | None, reason: str) -> None:
-        self._topology = (topology, reason)
+    def on_topology_read(self, message: TopologyRead) -> None:
+        self._topology = (message.topology, message.reason)
         if view := self._view("topology"):
-            view.show(topology, reason)
+            view.show(message.topology, message.reason)
 
     # ---- messages from the workers ---------------------------------------------------
 
@@ -312,8 +274,7 @@ class MgpuApp(App):
         self.push_screen(ConfirmQuit(), answered)
 
     def on_unmount(self) -> None:
-        if self.sampler is not None:
-            self.sampler.stop()
+        self.feed.stop()
         self.controller.close()  # whatever happened, no rank outlives the app
         self.comparing.close()
 

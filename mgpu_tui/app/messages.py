@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.compare.comparison import Comparison, Row
     from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.machine.telemetry import Snapshot
+    from mgpu_tui.engine.machine.topology import Topology
     from mgpu_tui.engine.run.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
@@ -32,6 +33,15 @@ class TelemetryUpdated(LatestOnly):
     def __init__(self, snapshot: Snapshot) -> None:
         super().__init__()
         self.snapshot = snapshot
+
+
+class TopologyRead(Message):
+    """The interconnect, read once from NVML (None, with the reason, where there is none)."""
+
+    def __init__(self, topology: Topology | None, reason: str) -> None:
+        super().__init__()
+        self.topology = topology
+        self.reason = reason
 
 
 class RunUpdated(LatestOnly):

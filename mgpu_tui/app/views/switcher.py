@@ -1,0 +1,66 @@
+"""The app's views under its tabs: each built the first time it shows.
+
+Tabs over this ContentSwitcher of the views themselves: TabbedContent would wrap
+each view in two more full-screen containers, each painted on every tab switch.
+A view nobody opens must not delay the first frame, so only the Dashboard (or the
+Run view, for ``run --tui``) is built up front.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from textual.widget import Widget
+from textual.widgets import ContentSwitcher
+
+from mgpu_tui.engine.machine.host import Host
+
+TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
+
+
+def new_view(tab: str, host: Callable[[], Host]) -> Widget:
+    """A tab's view. Imported here: each view (and what it uses) loads when first shown."""
+    if tab == "dashboard":
+        from mgpu_tui.app.views.dashboard import Dashboard
+
+        return Dashboard(id="dashboard-view")
+    if tab == "topology":
+        from mgpu_tui.app.views.topology import TopologyView
+
+        return TopologyView(id="topology-view")
+    if tab == "run":
+        from mgpu_tui.app.views.run import RunView
+
+        return RunView(host(), id="run-view")
+    from mgpu_tui.app.views.compare import CompareView
+
+    return CompareView(host(), id="compare-view")
+
+
+class ViewSwitcher(ContentSwitcher):
+    DEFAULT_CSS = """
+    ViewSwitcher {
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, host: Callable[[], Host], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._host = host
+
+    def view(self, tab: str) -> Widget | None:
+        """The tab's view; None before it first showed (or after the app closed)."""
+        return next(iter(self.query(f"#{tab}-view")), None)
+
+    async def show(self, tab: str) -> tuple[Widget, bool]:
+        """Switch to the tab's view; (the view, whether it was built just now)."""
+        view = self.view(tab)
+        built = view is None
+        if built:
+            # (Textual's Lazy would mount it anyway right after the first frame, and raise
+            # MountError if the app is already quitting.)
+            view = new_view(tab, self._host)
+            view.display = False  # shown by the switch below, not beside the current view meanwhile
+            await self.mount(view)
+        self.current = f"{tab}-view"
+        return view, built
