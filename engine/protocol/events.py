@@ -5,7 +5,8 @@ run directory. Each object carries ``v`` (the schema version), ``kind``, ``rank`
 and ``t`` (Unix time in seconds), plus the fields of its kind:
 
 - ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only,
-  else null), mode, config (an object of the rank's settings).
+  else null), mode, config (an object of the rank's settings), stacks (true when the rank
+  answers a stack request, SIGUSR2; absent is false).
 - ``step``: step, samples (new to the job: tensor-parallel peers and later
   pipeline stages report 0, so throughput is never counted twice), tokens,
   loss (null when this rank has none), step_s (wall seconds since the previous
@@ -15,7 +16,11 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
 
 Readers accept any line of the same major version and ignore fields they do not
 know, so a newer writer can add fields without breaking an older reader.
-Anything else is a :class:`MalformedEvent`, which the tailer counts and skips.
+Anything else is a :class:`MalformedEvent`, which the tailer counts and skips: a
+field of the wrong type, a number outside its range (a step of 2**63, a pid no
+kernel gives, a time of infinity), a string longer than a field can be. A rank is
+anyone's code, so nothing here trusts it; which events fit the job (their rank,
+their file) is the ingest's to check.
 
 This module imports nothing beyond the standard library: rank code imports it
 through the reporter, and the app process through the tailer.
@@ -32,6 +37,16 @@ SCHEMA_VERSION = 1
 
 # A line longer than this is not an event; the tailer drops it unread.
 MAX_LINE_BYTES = 1 << 20
+# What a number or a string may be. Wide enough for any real job, narrow enough that
+# nothing downstream (64-bit arrays, sums, the screen) can overflow on them.
+MAX_RANK = 1 << 20  # ranks, local ranks, world size
+MAX_PID = 1 << 22  # Linux's largest pid_max
+MAX_COUNT = 1 << 48  # steps, samples, tokens
+MAX_BYTES = 1 << 60  # memory
+MAX_SECONDS = 1e9  # a step's seconds
+MAX_TIME = 1e11  # Unix time: beyond the year 5000
+MAX_NAME = 1024  # host, device, mode, a GPU's UUID
+MAX_TEXT = 256 * 1024  # an error's message and traceback
 
 
 class MalformedEvent(ValueError):
@@ -50,6 +65,7 @@ class Hello:
     device_uuid: str | None
     mode: str
     config: dict[str, Any] = field(default_factory=dict)
+    stacks: bool = False  # it answers SIGUSR2 with its stacks
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +102,20 @@ Event = Hello | Step | Done | Error
 
 # ---- writing (the reporter's side) ------------------------------------------------
 
-_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
+# Whatever a script puts in its config or done fields must not make the reporter raise in
+# the middle of its training: what JSON cannot say is written as text.
+_dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=repr).encode
+
+
+def _finite(value: Any) -> Any:
+    """The value with every NaN or infinity (at any depth) written as text: JSON has none."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # "nan", "inf", "-inf"
+    if isinstance(value, dict):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 def encode(kind: str, rank: int, t: float, fields: dict[str, Any]) -> str:
@@ -101,7 +130,7 @@ def encode(kind: str, rank: int, t: float, fields: dict[str, Any]) -> str:
     if isinstance(loss, float) and not math.isfinite(loss):
         record["loss"] = None
         record["loss_nonfinite"] = True
-    return _dumps(record) + "\n"
+    return _dumps(_finite(record)) + "\n"
 
 
 # ---- reading (the engine's side) --------------------------------------------------
@@ -110,7 +139,7 @@ _INT = (int,)
 _NUM = (int, float)
 
 
-def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minimum=None):
+def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minimum=None, maximum=None):
     value = record.get(name)
     if value is None:
         if optional:
@@ -119,17 +148,23 @@ def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minim
     # bool is an int subclass in Python; a step number of true is still wrong.
     if isinstance(value, bool) or not isinstance(value, types):
         raise MalformedEvent(f"field {name!r} has the wrong type")
+    if isinstance(value, float) and not math.isfinite(value):  # json reads NaN and Infinity
+        raise MalformedEvent(f"field {name!r} is not a finite number")
     if minimum is not None and value < minimum:
         raise MalformedEvent(f"field {name!r} is below {minimum}")
+    if maximum is not None and value > maximum:
+        raise MalformedEvent(f"field {name!r} is above {maximum}")
     return value
 
 
-def _str(record: dict, name: str, *, optional: bool = False) -> str | None:
+def _str(record: dict, name: str, *, optional: bool = False, limit: int = MAX_NAME) -> str | None:
     value = record.get(name)
     if value is None and optional:
         return None
     if not isinstance(value, str):
         raise MalformedEvent(f"field {name!r} must be a string")
+    if len(value) > limit:
+        raise MalformedEvent(f"field {name!r} is longer than {limit} characters")
     return value
 
 
@@ -140,29 +175,35 @@ def _parse_hello(r: dict, rank: int, t: float) -> Hello:
     return Hello(
         rank=rank,
         t=t,
-        local_rank=_get(r, "local_rank", _INT, minimum=0),
-        world_size=_get(r, "world_size", _INT, minimum=1),
-        pid=_get(r, "pid", _INT, minimum=1),
+        local_rank=_get(r, "local_rank", _INT, minimum=0, maximum=MAX_RANK),
+        world_size=_get(r, "world_size", _INT, minimum=1, maximum=MAX_RANK),
+        pid=_get(r, "pid", _INT, minimum=1, maximum=MAX_PID),
         host=_str(r, "host"),
         device=_str(r, "device"),
         device_uuid=_str(r, "device_uuid", optional=True),
         mode=_str(r, "mode"),
         config=config,
+        stacks=r.get("stacks") is True,
     )
 
 
 def _parse_step(r: dict, rank: int, t: float) -> Step:
-    loss = _get(r, "loss", _NUM, optional=True)
+    loss = r.get("loss")
+    if loss is not None and (isinstance(loss, bool) or not isinstance(loss, _NUM)):
+        raise MalformedEvent("field 'loss' has the wrong type")
+    if isinstance(loss, int) and abs(loss) > MAX_COUNT:  # 10**400 is valid JSON, and no float
+        raise MalformedEvent("field 'loss' is out of range")
     return Step(
         rank=rank,
         t=t,
-        step=_get(r, "step", _INT, minimum=0),
-        samples=_get(r, "samples", _INT, minimum=0),
-        tokens=_get(r, "tokens", _INT, optional=True, minimum=0) or 0,
+        step=_get(r, "step", _INT, minimum=0, maximum=MAX_COUNT),
+        samples=_get(r, "samples", _INT, minimum=0, maximum=MAX_COUNT),
+        tokens=_get(r, "tokens", _INT, optional=True, minimum=0, maximum=MAX_COUNT) or 0,
+        # A diverged loss (NaN, infinite) is a true value, and what a user most needs to see.
         loss=None if loss is None else float(loss),
-        step_s=float(_get(r, "step_s", _NUM, minimum=0)),
-        mem_bytes=_get(r, "mem_bytes", _INT, optional=True, minimum=0),
-        mem_peak_bytes=_get(r, "mem_peak_bytes", _INT, optional=True, minimum=0),
+        step_s=float(_get(r, "step_s", _NUM, minimum=0, maximum=MAX_SECONDS)),
+        mem_bytes=_get(r, "mem_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
+        mem_peak_bytes=_get(r, "mem_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
     )
 
 
@@ -171,15 +212,15 @@ _DONE_FIELDS = {"v", "kind", "rank", "t", "steps"}
 
 def _parse_done(r: dict, rank: int, t: float) -> Done:
     extra = {k: v for k, v in r.items() if k not in _DONE_FIELDS}
-    return Done(rank=rank, t=t, steps=_get(r, "steps", _INT, minimum=0), extra=extra)
+    return Done(rank=rank, t=t, steps=_get(r, "steps", _INT, minimum=0, maximum=MAX_COUNT), extra=extra)
 
 
 def _parse_error(r: dict, rank: int, t: float) -> Error:
     return Error(
         rank=rank,
         t=t,
-        message=_str(r, "message"),
-        traceback=_str(r, "traceback", optional=True) or "",
+        message=_str(r, "message", limit=MAX_TEXT),
+        traceback=_str(r, "traceback", optional=True, limit=MAX_TEXT) or "",
     )
 
 
@@ -199,14 +240,23 @@ def parse_line(line: bytes | str) -> Event:
         record = json.loads(line)
     except (UnicodeDecodeError, ValueError) as exc:  # JSONDecodeError is a ValueError
         raise MalformedEvent(f"not JSON: {exc}") from None
+    except RecursionError:  # "[[[[..." nested deeper than the parser's stack: found by the fuzz test
+        raise MalformedEvent("not JSON: nested too deep") from None
     if not isinstance(record, dict):
         raise MalformedEvent("not a JSON object")
     version = record.get("v")
     if isinstance(version, bool) or not isinstance(version, int) or version != SCHEMA_VERSION:
         raise MalformedEvent(f"unsupported schema version {version!r}")
-    parser = _PARSERS.get(record.get("kind"))
+    kind = record.get("kind")
+    parser = _PARSERS.get(kind) if isinstance(kind, str) else None  # a list is no key: found by fuzzing
     if parser is None:
-        raise MalformedEvent(f"unknown kind {record.get('kind')!r}")
-    rank = _get(record, "rank", _INT, minimum=0)
-    t = float(_get(record, "t", _NUM, minimum=0))
-    return parser(record, rank, t)
+        raise MalformedEvent(f"unknown kind {str(kind)[:40]!r}")
+    rank = _get(record, "rank", _INT, minimum=0, maximum=MAX_RANK)
+    t = float(_get(record, "t", _NUM, minimum=0, maximum=MAX_TIME))
+    try:
+        return parser(record, rank, t)
+    except (OverflowError, TypeError, ValueError) as exc:  # MalformedEvent is a ValueError too
+        if isinstance(exc, MalformedEvent):
+            raise
+        # A check above missed a way to be wrong: still one malformed line, never the engine's end.
+        raise MalformedEvent(f"{kind}: {type(exc).__name__}") from None

@@ -26,7 +26,16 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mgpu_tui.engine.protocol.events import Done, Error, Event, Hello, MalformedEvent, Step, parse_line
+from mgpu_tui.engine.protocol.events import (
+    MAX_LINE_BYTES,
+    Done,
+    Error,
+    Event,
+    Hello,
+    MalformedEvent,
+    Step,
+    parse_line,
+)
 
 
 def warmup_steps(n: int) -> int:
@@ -120,6 +129,11 @@ class Aggregator:
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Rank -> (pid, CUDA UUID or None), for the ranks that have said hello."""
         return {rank: (t.hello.pid, t.hello.device_uuid) for rank, t in self._ranks.items() if t.hello}
+
+    def stack_answering(self) -> dict[int, int]:
+        """Rank -> pid, for the ranks that answer a stack request and have not said done."""
+        return {rank: t.hello.pid for rank, t in self._ranks.items()
+                if t.hello and t.hello.stacks and t.done is None}  # fmt: skip
 
     def series(self, max_points: int = 200) -> tuple[list[int], list[float], list[float | None]]:
         """(steps, global samples/s, global-batch loss) per step every rank reached, the last points.
@@ -222,7 +236,7 @@ def read_events(run_dir: Path) -> Aggregator:
     aggregator = Aggregator()
     for path in sorted((run_dir / "events").glob("rank*.jsonl")):
         with open(path, "rb") as f:
-            for line in f:
+            while line := f.readline(MAX_LINE_BYTES + 1):  # a longer line is refused, not read whole
                 try:
                     aggregator.add(parse_line(line))
                 except MalformedEvent:

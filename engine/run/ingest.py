@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import collections
 import os
+import stat
 import threading
 from pathlib import Path
 
-from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, MalformedEvent, parse_line
+from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Hello, MalformedEvent, parse_line
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.rundir import RunDir
 
@@ -42,6 +43,7 @@ class FileTail:
         self._skipping = False  # inside a line that is already too long
         self._fd: int | None = None
         self._inode: int | None = None
+        self.refused = False  # something that is not a regular file was found at the path
 
     def read_lines(self, max_bytes: int = READ_CHUNK) -> list[bytes]:
         """Complete lines (without their newlines) appended since the last call.
@@ -66,17 +68,25 @@ class FileTail:
         return self._split(data)
 
     def _open(self) -> bool:
+        """Open the file if it is there and is a regular file. A rank may put anything at the
+        path: a FIFO (whose open would block for ever without O_NONBLOCK), a device, a folder,
+        a link to something unreadable; such a path is read as empty, and never blocks."""
         try:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError:
             return False
-        self._inode = os.fstat(self._fd).st_ino
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            os.close(fd)
+            self.refused = True
+            return False
+        self._fd, self._inode = fd, info.st_ino
         return True
 
     def _replaced(self) -> bool:
         try:
             return os.stat(self.path).st_ino != self._inode
-        except FileNotFoundError:
+        except OSError:
             return False  # deleted: keep following the open file
 
     def close(self) -> None:
@@ -122,10 +132,19 @@ MAX_LOG_LINE_BYTES = 64 * 1024
 
 
 class Ingest:
-    def __init__(self, run_dir: RunDir) -> None:
+    """All of one run's files. ``world_size`` and ``restarts`` say which events fit the job:
+    an event must come from the file of its own rank, of a rank of the job (0..world_size-1),
+    and a rank says hello once (once per attempt when torchrun may restart it). The rest is
+    counted as malformed and never reaches the figures."""
+
+    def __init__(self, run_dir: RunDir, world_size: int, restarts: bool = False) -> None:
         self.run_dir = run_dir
+        self.world_size = world_size
+        self.restarts = restarts
         self.aggregator = Aggregator()
         self.malformed_events = 0
+        self._greeted: set[int] = set()  # ranks that said hello
+        self.foreign_files: set[int] = set()  # events/rank<N>.jsonl with N outside the job: unread
         self._lock = threading.Lock()
         self._event_tails: dict[int, FileTail] = {}
         self._log_tails: dict[tuple[int, str], FileTail] = {}
@@ -135,16 +154,25 @@ class Ingest:
     def read(self) -> None:
         """Take in what every file gained since the last call."""
         for rank, path in self.run_dir.event_files().items():
-            if rank not in self._event_tails:
+            if rank in self._event_tails:
+                continue
+            if rank < self.world_size:
                 self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
+            else:  # a file of no rank of the job: never opened (there may be thousands)
+                self.foreign_files.add(rank)
         # Every known file, listed or not: one deleted mid-run is still followed by its descriptor.
-        for tail in self._event_tails.values():
+        for file_rank, tail in self._event_tails.items():
             before = tail.dropped_long_lines
             events, malformed = [], 0
             for line in tail.read_lines():
                 try:
-                    events.append(parse_line(line))
+                    event = parse_line(line)
                 except MalformedEvent:
+                    malformed += 1
+                    continue
+                if self._fits(event, file_rank):
+                    events.append(event)
+                else:
                     malformed += 1
             with self._lock:
                 for event in events:
@@ -162,6 +190,18 @@ class Ingest:
                     with self._lock:
                         self._new_lines.extend((local, stream, line) for line in lines)
                         self._new_lines_seen += len(lines)
+
+    def _fits(self, event, file_rank: int) -> bool:
+        """Whether an event belongs to this job: its own rank's file, and a first hello."""
+        if event.rank != file_rank:  # one rank writing as another
+            return False
+        if isinstance(event, Hello):
+            if event.world_size != self.world_size:
+                return False  # a rank of another job, or one that lies about this one
+            if event.rank in self._greeted and not self.restarts:
+                return False  # a second hello would take over the rank's pid and device
+            self._greeted.add(event.rank)
+        return True
 
     # ---- for any thread ----------------------------------------------------------------
 
@@ -184,6 +224,10 @@ class Ingest:
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         with self._lock:
             return self.aggregator.rank_processes()
+
+    def stack_answering(self) -> dict[int, int]:
+        with self._lock:
+            return self.aggregator.stack_answering()
 
     def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
         """(rank, stream, line) read since the last drain, and how many were dropped unshown.
