@@ -59,8 +59,10 @@ def only_run_dir(root: Path) -> Path:
 
 
 def live_processes_of(run_dir: Path) -> list[psutil.Process]:
-    """Processes still alive that belong to the run: tagged with its run id, or a rank's pid."""
-    run_id = json.loads((run_dir / "spec.json").read_text())["run_id"]
+    """Processes still alive that belong to the run: tagged with its run id, or a rank's pid
+    (from its hello, believed only for a process younger than the run)."""
+    spec = json.loads((run_dir / "spec.json").read_text())
+    run_id, created_at = spec["run_id"], spec["created_at"]
     pids = set()
     for events in (run_dir / "events").glob("rank*.jsonl"):
         for line in events.read_text().splitlines():
@@ -72,7 +74,9 @@ def live_processes_of(run_dir: Path) -> list[psutil.Process]:
         try:
             if proc.status() == psutil.STATUS_ZOMBIE:
                 continue
-            if proc.pid in pids or proc.environ().get("MGPU_RUN_ID") == run_id:
+            # A hello's pid is a rank's word: only a process born after the run was made counts.
+            born_in_run = proc.pid in pids and proc.create_time() >= created_at - 0.5
+            if born_in_run or proc.environ().get("MGPU_RUN_ID") == run_id:
                 alive.append(proc)
         except psutil.Error:
             continue

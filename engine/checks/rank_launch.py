@@ -20,7 +20,7 @@ from mgpu_tui.engine.checks.results import CheckResult
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.run.ingest import FileTail
 from mgpu_tui.engine.run.lifecycle import Run, RunState
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.rundir import RunDir, read_capped
 
 RANK_MODULE = "mgpu_tui.engine.rank.check_tasks"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
@@ -145,7 +145,7 @@ def parse_records(lines) -> list[dict]:
 
 def read_records(path: Path) -> list[dict]:
     try:
-        return parse_records(path.read_text().splitlines())
+        return parse_records(read_capped(path, 16 << 20).splitlines())
     except OSError:
         return []
 

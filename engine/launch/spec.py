@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -63,6 +64,7 @@ class LaunchSpec:
     # Let ranks share GPUs (round-robin) when there are fewer GPUs than the mode needs: a big
     # box's job rehearsed on a small one. Such ranks talk over gloo (NCCL refuses two on one GPU).
     share_gpus: bool = False
+    force: bool = False  # start more CPU ranks than DEFAULTS.cpu_ranks_per_core per core anyway
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
 
@@ -133,6 +135,11 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
         host, _, port = spec.rdzv_endpoint.rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise SpecError(f"--rdzv-endpoint must be HOST:PORT, got {spec.rdzv_endpoint!r}.")
+        try:  # torchrun would wait for ever on a name that leads nowhere
+            socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+        except (socket.gaierror, UnicodeError) as exc:
+            raise SpecError(f"--rdzv-endpoint: the host {host!r} cannot be resolved "
+                            f"({getattr(exc, 'strerror', None) or exc}).") from None
     if spec.master_port is not None and not 0 < spec.master_port < 65536:
         raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
     if spec.stall_timeout is not None and spec.stall_timeout <= 0:
@@ -209,6 +216,10 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         raise SpecError(
             f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {spec.nproc}."
         )
+    most = DEFAULTS.cpu_ranks_per_core * host.cpu_count
+    if device == "cpu" and spec.nproc > most and not spec.force:
+        raise SpecError(f"--nproc {spec.nproc} would start {spec.nproc} processes on {host.cpu_count} CPU "
+                        f"core(s); more than {most} only fight over them (--force starts them anyway).")
     if spec.share_gpus and mode is SCRIPT:
         raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
     shared = False

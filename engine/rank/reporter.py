@@ -97,7 +97,12 @@ class Reporter:
 
     def _write(self, kind: str, fields: dict[str, Any], now: float | None = None) -> None:
         if self._file is not None:
-            self._file.write(events.encode(kind, self.rank, now or time.time(), fields))
+            try:
+                self._file.write(events.encode(kind, self.rank, now or time.time(), fields))
+            except OSError as exc:  # a full disk: the training goes on, unrecorded, and says so once
+                self._file = None
+                print(f"mgpu-tui reporter: events no longer recorded ({exc.strerror or exc})",
+                      file=sys.stderr)  # fmt: skip
 
     def hello(
         self,
@@ -122,6 +127,8 @@ class Reporter:
                 "device_uuid": device_uuid,
                 "mode": mode,
                 "config": config,
+                # Whether a stack request (SIGUSR2) is answered: the engine sends none otherwise.
+                "stacks": self._stacks is not None,
             },
         )
         steps = config.get("steps")
@@ -200,7 +207,14 @@ class Reporter:
             self._file.close()
             self._file = None
         if self._stacks is not None:
-            faulthandler.unregister(signal.SIGUSR2)
+            faulthandler.unregister(signal.SIGUSR2)  # the script's own handler, if it had one
+            try:
+                if signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL:
+                    # A stack request already on its way must not kill a rank that is only
+                    # finishing (in a last barrier, say): its default action would.
+                    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+            except ValueError:  # not the main thread: signal handlers cannot be set here
+                pass
             self._stacks.close()
             self._stacks = None
 

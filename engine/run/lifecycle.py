@@ -4,7 +4,8 @@
 
 - ``processes.py``: the launcher and every process it begets, and how they end;
 - ``ingest.py``: the ranks' event and log files, followed as they grow;
-- ``stall.py``: the stall rule, and the stacks of ranks that stopped reporting;
+- ``watchdog.py``: what ends a run early: a stall (and the stacks of the ranks that stopped
+  reporting), a full disk, the peers of a failed rank that outlive torchrun's patience;
 - ``rootcause.py``: which rank failed first, and why;
 - ``verify.py``: the comparison with the single-device baseline (``--verify``);
 - ``summary.py``: the :class:`RunSummary`, built once when the run ends.
@@ -19,7 +20,6 @@ safe from any thread.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 import uuid
@@ -29,22 +29,20 @@ from enum import Enum
 from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.run import stall as stall_rule
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.processes import ProcessTree
 from mgpu_tui.engine.run.rootcause import RootCause, find_root_cause
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.runlog import RunLog
-from mgpu_tui.engine.run.stall import Stall
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.verify import Verification, Verify
+from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, Watchdog
 
 # Once every rank has said hello, the process tree is rescanned this rarely: each
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
 # wake-up of the monitor delays a rank (and so the whole synchronous job).
 TREE_RESCAN_S = 5.0
-STALL_CHECK_S = 2.0
 
 
 class RunState(str, Enum):
@@ -61,8 +59,8 @@ class RunState(str, Enum):
 
 
 def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) -> RunState:
-    """How a run ended: a stall that stopped it is a failure; a stop asked for, an interruption;
-    otherwise the launcher's exit code decides."""
+    """How a run ended: a stall (or a full disk) that stopped it is a failure; a stop asked for,
+    an interruption; otherwise the launcher's exit code decides."""
     if stalled:
         return RunState.FAILED
     if stop_requested:
@@ -84,16 +82,16 @@ class Run:
                                             base_env=os.environ if environ is None else environ)  # fmt: skip
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
-        self.stall: Stall | None = None  # once some rank stopped reporting
         self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
         self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice,
                                  launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
-        self._ingest = Ingest(run_dir)
+        self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
         self._verification: Verification | None = None
         self._exit_code: int | None = None
         self._started_at = 0.0
         self._stop_requested = False
-        self._stall_checked_at = 0.0
+        self._watchdog = Watchdog(resolved, run_dir, self._ingest, self._tree, log=self.log, stop=self.stop,
+                                  local_ranks=self._local_pids)
 
     @classmethod
     def prepare(cls, spec: LaunchSpec, host: host_module.Host | None = None, *, name: str | None = None,
@@ -109,11 +107,23 @@ class Run:
             run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
         else:
             run_dir = RunDir.create(spec.run_root, name)
-        run = cls(resolved, run_dir, **kwargs)
-        run_dir.write_json(run_dir.spec_path, {
-            "spec": resolved.to_json(), "run_id": run.run_id, "argv": list(run.launch.argv),
-            "env_changes": run.launch.env_changes, "created_at": time.time(),
-        })  # fmt: skip
+        run = None
+        try:
+            free = run_dir.free_bytes()
+            if free is not None and free < MIN_FREE_BYTES:
+                need = MIN_FREE_BYTES >> 20
+                raise RunDirError(f"the disk that holds {run_dir.path.parent} has {free >> 10} KiB free; "
+                                  f"a run needs at least {need} MiB for its logs.")  # fmt: skip
+            run = cls(resolved, run_dir, **kwargs)
+            run_dir.write_json(run_dir.spec_path, {
+                "spec": resolved.to_json(), "run_id": run.run_id, "argv": list(run.launch.argv),
+                "env_changes": run.launch.env_changes, "created_at": time.time(),
+            })  # fmt: skip
+        except RunDirError:
+            if run is not None:
+                run.log.close()
+            run_dir.discard()  # nothing ran: leave no empty run behind
+            raise
         return run
 
     # ---- lifecycle ---------------------------------------------------------------------
@@ -121,14 +131,19 @@ class Run:
     def start(self) -> None:
         if self.state is not RunState.CREATED:
             raise RuntimeError("this run was already started")
-        self.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
-        if self.resolved.mode.multi_process:
-            out = err = open(self.run_dir.launcher_log, "wb")
-        else:
-            # One process is rank 0 itself: its output goes where torchrun would put it.
-            rank_dir = self.run_dir.python_rank_dir()
-            rank_dir.mkdir(parents=True, exist_ok=True)
-            out, err = open(rank_dir / "stdout.log", "wb"), open(rank_dir / "stderr.log", "wb")
+        try:
+            self.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
+            if self.resolved.mode.multi_process:
+                out = err = open(self.run_dir.launcher_log, "wb")
+            else:
+                # One process is rank 0 itself: its output goes where torchrun would put it.
+                rank_dir = self.run_dir.python_rank_dir()
+                rank_dir.mkdir(parents=True, exist_ok=True)
+                out, err = open(rank_dir / "stdout.log", "wb"), open(rank_dir / "stderr.log", "wb")
+        except OSError as exc:  # a full disk, a folder made read-only meanwhile
+            self.log.close()
+            raise RunDirError(f"cannot write the run's logs in {self.run_dir.path}: "
+                              f"{exc.strerror or exc}.") from None  # fmt: skip
         try:
             self._started_at = time.time()
             self._tree.start(out, err)
@@ -150,12 +165,14 @@ class Run:
         if self.state is not RunState.RUNNING:
             return self.state
         self._ingest.read()
-        if time.monotonic() - self._stall_checked_at >= STALL_CHECK_S:
-            self._stall_checked_at = time.monotonic()
-            self._watch_stall()
+        if not self._stop_requested:
+            self._watchdog.check()  # may stop the run: a stall, a full disk
             if self.state.finished:
                 return self.state
-        all_ranks_known = len(self._ingest.rank_processes()) >= self.resolved.world_size
+        # Until every rank of this node has said hello with a pid the tree holds, rescan at each
+        # poll (a rank's pid is believed only once the scan has seen it); then every few seconds.
+        ranks_here = self.resolved.world_size // max(1, self.resolved.spec.nnodes)
+        all_ranks_known = len(self.rank_processes()) >= ranks_here
         if not all_ranks_known or time.monotonic() - self._tree.scanned_at >= TREE_RESCAN_S:
             self._tree.record_descendants()
         returncode = self._tree.returncode()
@@ -219,32 +236,31 @@ class Run:
         return self._ingest.drain_log_lines()
 
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
-        """Rank -> (pid, CUDA UUID): a telemetry Sampler's ``ranks`` source."""
-        return self._ingest.rank_processes()
+        """Rank -> (pid, CUDA UUID) for this node's ranks whose hello named a process of this
+        run: a telemetry Sampler's ``ranks`` source. Any other pid a rank wrote is not believed
+        (on several nodes, another node's pid numbers mean nothing here)."""
+        return {rank: (pid, uuid) for rank, (pid, uuid) in self._ingest.rank_processes().items()
+                if self._is_local_rank_pid(rank, pid)}  # fmt: skip
+
+    def _local_pids(self) -> dict[int, int]:
+        return {rank: pid for rank, (pid, _) in self.rank_processes().items()}
+
+    def _is_local_rank_pid(self, rank: int, pid: int) -> bool:
+        spec = self.resolved.spec
+        per_node = self.resolved.world_size // max(1, spec.nnodes)
+        first = spec.node_rank * per_node
+        return first <= rank < first + per_node and self._tree.was_rank(pid)
+
+    @property
+    def stall(self) -> Stall | None:
+        """The stall, once some rank stopped reporting."""
+        return self._watchdog.stall
 
     def stall_timeout(self) -> float:
-        """Seconds of silence after which a rank counts as stalled now (stall.py's rule)."""
-        return stall_rule.stall_timeout(self.resolved.spec.stall_timeout, self._ingest.recent_step_time())
+        """Seconds of silence after which a rank counts as stalled now (watchdog.py's rule)."""
+        return self._watchdog.stall_timeout()
 
     # ---- inside -----------------------------------------------------------------------
-
-    def _watch_stall(self) -> None:
-        """A rank silent past the stall timeout: ask every rank for its stacks; with on_stall
-        "stop", stop the run, which then fails with the stall as its root cause."""
-        if self.stall is not None or self._stop_requested:
-            return
-        timeout = self.stall_timeout()
-        stalled = stall_rule.find_stalled(self._ingest.liveness(), timeout, time.time())
-        if not stalled:
-            return
-        stacks_dir = self.run_dir.path / "stacks"
-        pids = [pid for pid, _ in self._ingest.rank_processes().values()]
-        who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
-        self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
-        stall_rule.request_stacks(stalled, stacks_dir, lambda: self._tree.signal(pids, signal.SIGUSR2))
-        self.stall = Stall(timeout, stalled, str(stacks_dir))
-        if self.resolved.spec.on_stall == "stop":
-            self.stop()
 
     def _launcher_ended(self, returncode: int) -> None:
         self._exit_code = returncode
@@ -264,24 +280,41 @@ class Run:
     def _finish(self, verify: Verify | None) -> None:
         returncode = self._exit_code
         stalled = self.stall is not None and self.resolved.spec.on_stall == "stop"
-        state = final_state(returncode, stalled=stalled, stop_requested=self._stop_requested)
+        # Stopped for want of disk, or failed on a disk that filled between two polls.
+        full_now = (self.run_dir.free_bytes() or MIN_FREE_BYTES) < 1 << 20
+        stopped_for_disk = self._watchdog.disk_full is not None or (returncode != 0 and full_now)
+        state = final_state(returncode, stalled=stalled or stopped_for_disk,
+                            stop_requested=self._stop_requested)  # fmt: skip
         root_cause: RootCause | None = None
-        if state is RunState.FAILED and self.stall is not None:
+        if stopped_for_disk:
+            why = self._watchdog.disk_full or ("the disk that holds the run directory is full: the ranks "
+                                               "could not write their logs")
+            root_cause = RootCause(None, returncode, None, why, "")
+        elif state is RunState.FAILED and self.stall is not None:
             root_cause = self.stall.root_cause()
         elif state is RunState.FAILED:
             spec = self.resolved.spec
             root_cause = find_root_cause(self.run_dir, launcher_exit_code=returncode,
                                          single_process=not self.resolved.mode.multi_process,
                                          rank_offset=spec.node_rank * (spec.nproc or 1))  # fmt: skip
+        if foreign := sorted(self._ingest.foreign_files):
+            self.log.warning("not read: event files of %d rank(s) outside the job's 0..%d (%s)",
+                             len(foreign), self.resolved.world_size - 1,
+                             ", ".join(f"rank{r}" for r in foreign[:10]))  # fmt: skip
         self.summary = RunSummary.build(
             self.resolved, str(self.run_dir.path), self._ingest.stats(), status=state.value,
             exit_code=returncode, root_cause=root_cause, started_at=self._started_at, ended_at=time.time(),
             malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
+            pid_ok=self._is_local_rank_pid,
         )  # fmt: skip
-        self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())
+        try:
+            self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())
+        except RunDirError as exc:  # a full disk: the summary is still shown, only not kept
+            self.log.error("%s", exc)
         self.log.info("%s%s%s", state.value, f"; {root_cause.headline()}" if root_cause else "",
                       f"; verify: {verify.describe()}" if verify else "")  # fmt: skip
         self._ingest.close()
+        self._watchdog.close()
         self._tree.close()
         self.log.close()
         self.state = state

@@ -1,14 +1,15 @@
 """The run's process tree: start the launcher, know every process it begets, end them all.
 
-The launcher (torchrun, or python for one-process modes) starts in its own session,
-so a Ctrl-C at the terminal reaches mgpu-tui alone, which then stops the run in
-order. torchrun also starts each rank in a session of its own, so killing torchrun
-alone would orphan them: every descendant seen while the run lived is recorded with
-its start time (so a reused pid is never hit), and the child environment carries
-``MGPU_RUN_ID`` so a final sweep finds a rank born and missed between two scans.
+The tree: mgpu-tui -> the keeper (launch/keeper.py) -> the launcher (torchrun, or python for a
+one-process mode) -> the ranks -> whatever the ranks start. The keeper starts in its own
+session, so a Ctrl-C at the terminal reaches mgpu-tui alone, which then stops the run in
+order; it is the run's subreaper, so no process of the run can slip out of the tree,
+and it ends the tree when mgpu-tui dies, even by SIGKILL.
 
-Only processes recorded here are ever signalled: a pid that a rank writes in its
-events is believed only when it is one of them.
+Every descendant seen while the run lived is recorded with its start time (so a reused
+pid is never hit), and the child environment carries ``MGPU_RUN_ID`` so a final sweep
+finds a process born and missed between two scans. Only recorded ranks are ever
+signalled: a pid that a rank writes in its events is believed only when it is one of them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ from mgpu_tui.engine.launch import priority
 from mgpu_tui.engine.launch.command import RUN_ID_ENV, Launch
 
 _PR_SET_PDEATHSIG = 1
+KEEPER_MODULE = "mgpu_tui.engine.launch.keeper"
+STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL: torchrun's own 30 s is too long
 
 
 class ProcessTree:
@@ -38,7 +41,8 @@ class ProcessTree:
         self.run_id = run_id
         self.nice = nice
         self.launcher_is_rank = launcher_is_rank  # a one-process mode: python itself is rank 0
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen | None = None  # the keeper
+        self.launcher: int | None = None  # torchrun (or python), the keeper's first child
         self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
         self._pidfd: int | None = None
         self.scanned_at = 0.0
@@ -46,8 +50,9 @@ class ProcessTree:
     # ---- start -----------------------------------------------------------------------
 
     def start(self, stdout, stderr) -> None:
+        python = self.launch.argv[0]  # the run's own interpreter, whatever the launcher is
         self.proc = subprocess.Popen(
-            self.launch.argv,
+            [python, "-m", KEEPER_MODULE, "--grace", str(STOP_GRACE_S), "--", *self.launch.argv],
             env=self.launch.env,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
@@ -78,16 +83,47 @@ class ProcessTree:
                 if ctime is not None:
                     self._known[child.pid] = ctime
                     priority.lower_group(child.pid, self.nice)  # a rank's own session
+                    if self.launcher is None and _parent(child) == self.proc.pid:
+                        self.launcher = child.pid
+
+    def was_rank(self, pid: int) -> bool:
+        """Whether ``pid`` was recorded in this run's tree below the launcher: a rank, or a
+        process a rank started. Never the keeper, nor torchrun, which run no user code: no
+        rank's word sends them a signal. (A one-process mode's launcher is rank 0 itself.)"""
+        if pid not in self._known or pid == self.proc.pid:
+            return False
+        return pid != self.launcher or self.launcher_is_rank
 
     def is_descendant(self, pid: int) -> bool:
-        """Whether ``pid`` is a process this run started (and still the same process): a rank.
-
-        torchrun itself is not: it runs no user code, and no rank's word sends it a signal."""
-        ctime = self._known.get(pid)
-        if ctime is None or (pid == self.proc.pid and not self.launcher_is_rank):
+        """Whether ``pid`` is such a process now (still alive, and still the same process)."""
+        if not self.was_rank(pid):
             return False
         now = _create_time(pid)
-        return now is not None and abs(now - ctime) <= 0.01
+        return now is not None and abs(now - self._known[pid]) <= 0.01
+
+    def process_state(self, pid: int) -> str:
+        """A recorded process's state: "stopped" (SIGSTOP, a debugger), "running" (or sleeping:
+        alive and able to run), or "gone"."""
+        if not self.is_descendant(pid):
+            return "gone"
+        try:
+            status = psutil.Process(pid).status()
+        except psutil.Error:
+            return "gone"
+        if status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+            return "stopped"
+        return "gone" if status in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD) else "running"
+
+    def kill_ranks(self) -> list[int]:
+        """SIGKILL every recorded process below the launcher (the ranks and what they started),
+        leaving torchrun to see them gone, write its report and exit."""
+        victims = [p for p in self._alive_known() if self.was_rank(p.pid)]
+        for proc in victims:
+            try:
+                proc.kill()
+            except psutil.Error:
+                pass
+        return [p.pid for p in victims]
 
     def signal(self, pids: Iterable[int], sig: signal.Signals) -> list[int]:
         """Send ``sig`` to those of ``pids`` that are this run's descendants; the pids signalled."""
@@ -124,13 +160,14 @@ class ProcessTree:
     # ---- the end ---------------------------------------------------------------------
 
     def terminate(self, grace: float) -> None:
-        """SIGTERM to the launcher (torchrun passes it on), ``grace`` seconds, then SIGKILL to all."""
+        """SIGTERM to the keeper, which passes it to the launcher (torchrun to the ranks) and
+        SIGKILLs what is left after its own grace; past ``grace`` and a second, SIGKILL to all."""
         self.record_descendants()
         try:
             self.proc.send_signal(signal.SIGTERM)
         except ProcessLookupError:
             pass
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + grace + 1.0
         while self.proc.poll() is None and time.monotonic() < deadline:
             self.record_descendants()
             time.sleep(0.05)
@@ -184,16 +221,24 @@ class ProcessTree:
 
 
 def _term_when_parent_dies() -> None:
-    """In the launcher, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
+    """In the keeper, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
 
-    torchrun then stops its ranks, so a killed mgpu-tui leaves none behind. Linux ties
-    this to the thread that started the child: runs are started from the main thread.
+    The keeper then stops the whole run, so a killed mgpu-tui leaves nothing behind. Linux ties
+    this to the thread that started the child: runs are started from a thread that outlives them
+    (the main thread, or the comparison thread, which waits for its runs).
     """
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     except (OSError, AttributeError):  # not Linux: the other safeguards remain
         pass
+
+
+def _parent(proc: psutil.Process) -> int | None:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return None
 
 
 def _create_time(pid: int) -> float | None:

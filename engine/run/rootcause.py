@@ -19,9 +19,13 @@ import signal as signal_module
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.rundir import RunDir, read_capped
 
 STDERR_TAIL_LINES = 30
+# Ranks write these files (torchrun's error files hold a rank's exception): they are read
+# with a cap, so a rank cannot make the engine read gigabytes.
+MAX_ERROR_FILE_BYTES = 4 << 20
+MAX_LAUNCHER_LOG_BYTES = 1 << 20  # its end: torchrun's report is the last thing it writes
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,7 @@ def _parse_torchrun_report(text: str) -> _TorchrunReport | None:
 def read_error_file(path: Path) -> tuple[str, str, float | None] | None:
     """(message, traceback, timestamp) from an ``@record`` error file, or None."""
     try:
-        document = json.loads(path.read_text())
+        document = json.loads(read_capped(path, MAX_ERROR_FILE_BYTES))
         body = document["message"]
         if isinstance(body, str):  # torch writes a plain string for some failures
             return body, "", None
@@ -108,13 +112,31 @@ def read_error_file(path: Path) -> tuple[str, str, float | None] | None:
         return None
 
 
+_PORT_IN_USE = re.compile(r"EADDRINUSE|[Aa]ddress already in use")
+_PORT = re.compile(r"port[:= ]+(\d{2,5})", re.I)
+_ERROR_LINE = re.compile(r"\b\w*(Error|Exception|error:|failed)\b")
+
+
+def launcher_failure(text: str) -> tuple[str, str]:
+    """(message, the log's last lines) for a launcher that failed before any rank did: a port
+    already taken by another process is said in those words, anything else by the launcher's
+    last error line."""
+    tail = "\n".join(text.strip().splitlines()[-STDERR_TAIL_LINES:])
+    if _PORT_IN_USE.search(text):
+        port = _PORT.search(text[max(0, _PORT_IN_USE.search(text).start() - 2000) :])
+        which = f" {port.group(1)}" if port else ""
+        message = (f"the launcher could not open its rendezvous port{which}: it is in use by another "
+                   "process (EADDRINUSE); choose another --master-port, or leave it out to get a free one")
+        return message, tail
+    errors = [line.strip() for line in tail.splitlines() if _ERROR_LINE.search(line)]
+    if errors:
+        return f"the launcher failed before any rank did: {errors[-1]}", tail
+    return "the launcher ended before any rank reported a failure", tail
+
+
 def _stderr_tail(path: Path, lines: int = STDERR_TAIL_LINES) -> str:
     try:
-        with open(path, "rb") as f:
-            f.seek(0, 2)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            data = f.read().decode("utf-8", "replace")
+        data = read_capped(path, 64 * 1024, tail=True)
     except OSError:
         return ""
     return "\n".join(data.splitlines()[-lines:])
@@ -140,11 +162,13 @@ def find_root_cause(
     """
     rank_files = run_dir.rank_files()
     report = None
+    launcher_text = ""
     if not single_process:
         try:
-            report = _parse_torchrun_report(run_dir.launcher_log.read_text(errors="replace"))
+            launcher_text = read_capped(run_dir.launcher_log, MAX_LAUNCHER_LOG_BYTES, tail=True)
         except OSError:
-            report = None
+            launcher_text = ""
+        report = _parse_torchrun_report(launcher_text)
 
     if report is not None:
         rank, local, exit_code = report.rank, report.local_rank, report.exit_code
@@ -162,13 +186,8 @@ def find_root_cause(
             local = min(candidates)[1]
             rank, exit_code, error_file = local + rank_offset, None, None
         else:
-            return RootCause(
-                None,
-                launcher_exit_code,
-                signal_name(launcher_exit_code),
-                "the launcher ended before any rank reported a failure",
-                "",
-            )
+            message, detail = launcher_failure(launcher_text)
+            return RootCause(None, launcher_exit_code, signal_name(launcher_exit_code), message, detail)
 
     files = rank_files.get(local)
     parsed = None

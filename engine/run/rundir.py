@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,10 @@ class RunDir:
         now = now or dt.datetime.now(dt.timezone.utc)
         stem = f"{now.strftime('%Y%m%dT%H%M%SZ')}-{mode}"
         root = Path(root)
+        if root.is_symlink() and not root.exists():
+            raise RunDirError(f"{root} is a symbolic link to {os.readlink(root)}, which does not exist.")
+        if root.exists() and not root.is_dir():
+            raise RunDirError(f"{root} is a file, not a folder for runs.")
         try:
             root.mkdir(parents=True, exist_ok=True)
             if shared is not None:
@@ -93,8 +98,8 @@ class RunDir:
             reason = exc.strerror or str(exc)
             if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
                 reason = "permission denied" if exc.errno != errno.EROFS else "read-only file system"
-            raise RunDirError(f"cannot create a run directory under {root}: {reason}") from None
-        raise RunDirError(f"too many runs named {stem} under {root}")
+            raise RunDirError(f"cannot create a run directory under {root}: {reason}.") from None
+        raise RunDirError(f"too many runs named {stem} under {root}.")
 
     # ---- well-known paths --------------------------------------------------
 
@@ -164,7 +169,54 @@ class RunDir:
     # ---- JSON documents ----------------------------------------------------
 
     def write_json(self, path: Path, document: Any) -> None:
-        """Write atomically, so a reader never sees half a file."""
+        """Write atomically, so a reader never sees half a file; on failure (a full disk, say)
+        no temporary file is left behind, and RunDirError says why in one sentence."""
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise RunDirError(f"cannot write {path}: {exc.strerror or exc}.") from None
+
+    def discard(self) -> None:
+        """Remove a run directory that never ran (what it holds is ours: spec.json, our log)."""
+        for path in (self.spec_path, self.spec_path.with_suffix(".json.tmp"), self.path / "mgpu-tui.log"):
+            path.unlink(missing_ok=True)
+        for folder in (self.events_dir, self.path):  # only when empty: another node may share them
+            try:
+                folder.rmdir()
+            except OSError:
+                pass
+
+    def free_bytes(self) -> int | None:
+        """Space left for the run's files on the disk that holds them (None when unknown)."""
+        try:
+            st = os.statvfs(self.path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+
+def read_capped(path: Path, limit: int, *, tail: bool = False) -> str:
+    """The text of a file of a run, at most ``limit`` bytes of it: its start, or its end with
+    ``tail``. Ranks write these files, so they may be huge, or not files at all: a FIFO or a
+    device is refused (OSError) without blocking on it, and bytes that are not UTF-8 are
+    replaced."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        if tail and info.st_size > limit:
+            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
+        chunks, left = [], limit
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 16))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")

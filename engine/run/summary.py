@@ -17,20 +17,22 @@
   GPUs), or null,
 - ``verify``: null, or ok, max_abs_diff, max_rel_diff, tolerance, precision, compared, missing,
   unexpected (or ok false and an error) (verify.py),
-- ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s) and stacks_dir (stall.py).
+- ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
+  was doing, stopped, running or gone; answers_stacks) and stacks_dir (watchdog.py).
 
 aggregate.py defines every figure.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.rootcause import RootCause
-from mgpu_tui.engine.run.stall import Stall
 from mgpu_tui.engine.run.verify import Verify
+from mgpu_tui.engine.run.watchdog import Stall
 
 SHARED_GPUS_NOTE = ("the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
                     "but the timings say nothing about a box with a GPU for each rank.")  # fmt: skip
@@ -95,9 +97,11 @@ class RunSummary:
     @classmethod
     def build(cls, resolved: ResolvedSpec, run_dir: str, stats: RunStats, *, status: str,
               exit_code: int | None, root_cause: RootCause | None, started_at: float, ended_at: float,
-              malformed_events: int, verify: Verify | None = None,
-              stall: Stall | None = None) -> RunSummary:  # fmt: skip
-        world = stats.world_size or resolved.world_size
+              malformed_events: int, verify: Verify | None = None, stall: Stall | None = None,
+              pid_ok: Callable[[int, int], bool] = lambda rank, pid: True) -> RunSummary:  # fmt: skip
+        """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
+        host; others are not shown."""
+        world = resolved.world_size  # the job's, never what a rank claims
         peaks = stats.peak_mem_bytes()
         spec = resolved.spec
         return cls(
@@ -120,7 +124,8 @@ class RunSummary:
             final_loss=stats.final_loss,
             peak_mem_bytes=tuple(peaks.get(rank) for rank in range(world)),
             ranks=tuple(RankSummary(r.rank, r.last_step, r.samples_per_s, r.loss, r.mem_peak_bytes, r.device,
-                                    r.pid, r.done) for r in stats.ranks),  # fmt: skip
+                                    r.pid if r.pid is not None and pid_ok(r.rank, r.pid) else None, r.done)
+                        for r in stats.ranks),  # fmt: skip
             launch_to_first_step_s=(stats.first_step_t - started_at if stats.first_step_t is not None
                                     else None),  # fmt: skip
             duration_s=ended_at - started_at,

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.command import demo_argv
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.rundir import RunDir, read_capped
 
 VERIFY_MODULE = "mgpu_tui.demos.verify"
 TIMEOUT_S = 600.0
@@ -99,11 +99,12 @@ class Verification:
 
     def _read(self) -> Verify:
         try:
-            lines = self._out.read_text(errors="replace").strip().splitlines()
+            lines = read_capped(self._out, 1 << 20, tail=True).strip().splitlines()
             return Verify.from_json(json.loads(lines[-1]))
         except (OSError, IndexError, ValueError, TypeError):
             try:
-                tail = (self.run_dir.path / "verify.log").read_text(errors="replace").strip().splitlines()
+                log = read_capped(self.run_dir.path / "verify.log", 64 * 1024, tail=True)
+                tail = log.strip().splitlines()
             except OSError:
                 tail = []
             last = tail[-1] if tail else "no output"

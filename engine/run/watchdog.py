@@ -1,27 +1,44 @@
-"""The stall watch: a rank that reported before and has been silent too long stalls the run.
+"""The watchdog: what ends a run early, besides its own end.
 
-The rule lives here and only here (the engine and the app's rank table both ask
-:func:`stall_timeout`): a rank is stalled when its last event is older than
-``--stall-timeout``, or by default max(30 s, 10 x the job's recent median step time).
-Ranks that have not said hello are starting, not stalled; ranks that said done are not
-watched. When ranks stall, every rank is asked for its Python stacks (SIGUSR2; the
-reporter writes them to ``stacks/rank<N>.txt``) and the stall is described as a root
-cause that carries them, since steps alone cannot tell the rank that hung from the
-ranks waiting for it in a collective.
+- **A stall.** A rank that reported before and has been silent too long stalls the run. The
+  rule lives here and only here (the engine and the app's rank table both ask
+  :func:`stall_timeout`): a rank is stalled when its last event is older than
+  ``--stall-timeout``, or by default max(30 s, 10 x the job's recent median step time). Ranks
+  that have not said hello are starting, not stalled; ranks that said done are not watched.
+  The ranks that answer are asked for their Python stacks (SIGUSR2; the reporter writes them to
+  ``stacks/rank<N>.txt``), and the stall is described as a root cause that carries them, since
+  steps alone cannot tell the rank that hung from the ranks waiting for it in a collective.
+- **A full disk.** Under MIN_FREE_BYTES free, the ranks' logs and events start to fail, and
+  with them the ranks: the run is stopped first, and says why.
+- **A failed rank's peers.** When a rank fails torchrun stops the others, but gives a rank
+  that ignores SIGTERM 30 s (torch 2.13 applies its own 30 s on that path, whatever
+  TORCH_ELASTIC_SHUTDOWN_TIMEOUT says). STOP_GRACE_S after torchrun said it began (its
+  "closing signal" line), the engine kills the ranks still alive itself. Not with restarts:
+  torchrun then stops ranks only to start them again.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import logging
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.run.ingest import FileTail, Ingest
+from mgpu_tui.engine.run.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.run.rootcause import RootCause
+from mgpu_tui.engine.run.rundir import RunDir, read_capped
 
 DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
 STACKS_WAIT_S = 3.0  # how long ranks get to write their stacks after the request
+MAX_STACKS_BYTES = 256 * 1024  # a rank's stacks, as it wrote them
+CHECK_EVERY_S = 2.0  # the stall rule is checked this often
+MIN_FREE_BYTES = 8 << 20  # below this much room for the run directory, the run is stopped
 
 
 def stall_timeout(requested: float | None, recent_step_time: float | None) -> float:
@@ -36,6 +53,10 @@ class StalledRank:
     rank: int
     last_step: int
     silent_s: float
+    # What the engine saw of the rank's process when it stalled: "stopped" (SIGSTOP, a
+    # debugger: it cannot run at all), "running", "gone", or None when its process is unknown.
+    process: str | None = None
+    answers_stacks: bool = False  # its reporter said it answers a stack request
 
 
 @dataclass(frozen=True)
@@ -50,22 +71,44 @@ class Stall:
 
     @classmethod
     def from_json(cls, document: dict) -> Stall:
-        return cls(document["timeout_s"], tuple(StalledRank(**r) for r in document["ranks"]),
+        fields = StalledRank.__dataclass_fields__
+        return cls(document["timeout_s"],
+                   tuple(StalledRank(**{k: v for k, v in r.items() if k in fields})
+                         for r in document["ranks"]),
                    document["stacks_dir"])  # fmt: skip
 
     def root_cause(self) -> RootCause:
-        """The stall as a root cause, with every stuck rank's stacks."""
-        stuck = sorted(self.ranks, key=lambda r: (r.last_step, r.rank))
+        """The stall as a root cause, with every stuck rank's stacks.
+
+        A stopped process is the likeliest culprit (the others wait for it in a collective),
+        so it comes first; then the rank furthest behind."""
+        stuck = sorted(self.ranks, key=lambda r: (r.process != "stopped", r.last_step, r.rank))
         where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
         parts = []
         for r in stuck:
             try:
-                text = (Path(self.stacks_dir) / f"rank{r.rank}.txt").read_text(errors="replace").strip()
+                text = read_capped(Path(self.stacks_dir) / f"rank{r.rank}.txt", MAX_STACKS_BYTES).strip()
             except OSError:
                 text = ""
-            parts.append(f"--- rank {r.rank} ---\n{text or '(no stacks: the rank has no reporter)'}")
+            parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
         message = f"stalled: no progress for {self.timeout_s:.0f} s ({where})"
+        stopped = [r.rank for r in stuck if r.process == "stopped"]
+        if stopped:
+            ranks = ", ".join(map(str, stopped))
+            verb = "is" if len(stopped) == 1 else "are"
+            message += (f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
+                        "debugger) and cannot run until continued (SIGCONT)")  # fmt: skip
         return RootCause(stuck[0].rank, None, None, message, "\n".join(parts))
+
+
+def _why_no_stacks(rank: StalledRank) -> str:
+    if rank.process == "stopped":
+        return "(no stacks: the process is stopped, so it cannot answer)"
+    if rank.process == "gone":
+        return "(no stacks: the process has ended)"
+    if not rank.answers_stacks:
+        return "(no stacks: the rank has no reporter that answers a stack request)"
+    return f"(no stacks: the rank did not answer within {STACKS_WAIT_S:.0f} s)"
 
 
 # (rank, time of its last event, its last step, done) for every rank heard from.
@@ -88,3 +131,85 @@ def request_stacks(stalled: tuple[StalledRank, ...], stacks_dir: Path,
         for r in stalled
     ):
         time.sleep(0.1)
+
+
+class Watchdog:
+    """Watches one run for a stall, a full disk and a failed rank's peers; ``stop`` ends the run.
+
+    ``local_ranks()`` gives rank -> pid for this node's ranks whose pid the process tree holds:
+    nothing else is ever signalled."""
+
+    def __init__(self, resolved: ResolvedSpec, run_dir: RunDir, ingest: Ingest, tree: ProcessTree, *,
+                 local_ranks: Callable[[], dict[int, int]], stop: Callable[[], object],
+                 log: logging.LoggerAdapter | logging.Logger) -> None:  # fmt: skip
+        self.resolved, self.run_dir, self.ingest, self.tree = resolved, run_dir, ingest, tree
+        self.local_ranks, self.stop, self.log = local_ranks, stop, log
+        self.stall: Stall | None = None  # once some rank stopped reporting
+        self.disk_full: str | None = None  # why the run was stopped for want of disk
+        self._stall_checked_at = 0.0
+        self._failed_at: float | None = None  # when torchrun began to stop the ranks after a failure
+        self._ranks_killed = False
+        # torchrun's own log, followed for the line that says it is stopping the ranks.
+        watch = resolved.mode.multi_process and resolved.spec.max_restarts == 0
+        self._launcher_tail = FileTail(run_dir.launcher_log, max_line=64 * 1024) if watch else None
+
+    def stall_timeout(self) -> float:
+        return stall_timeout(self.resolved.spec.stall_timeout, self.ingest.recent_step_time())
+
+    def check(self) -> None:
+        """One look at the run (each poll); may call ``stop``. Never called once a stop began."""
+        self._disk()
+        if self.disk_full is None:
+            self._failure()
+        if self.disk_full is None and time.monotonic() - self._stall_checked_at >= CHECK_EVERY_S:
+            self._stall_checked_at = time.monotonic()
+            self._stall()
+
+    def close(self) -> None:
+        if self._launcher_tail is not None:
+            self._launcher_tail.close()
+
+    def _stall(self) -> None:
+        if self.stall is not None:
+            return
+        timeout = self.stall_timeout()
+        stalled = find_stalled(self.ingest.liveness(), timeout, time.time())
+        if not stalled:
+            return
+        stacks_dir = self.run_dir.path / "stacks"
+        # Only ranks that answer (their reporter says so, and has not closed): to any other
+        # process SIGUSR2's default action is to end it.
+        local = self.local_ranks()
+        answering = {rank for rank, pid in self.ingest.stack_answering().items() if local.get(rank) == pid}
+        pids = [local[rank] for rank in sorted(answering)]
+        stalled = tuple(dataclasses.replace(r, process=self.tree.process_state(local[r.rank])
+                                            if r.rank in local else None,
+                                            answers_stacks=r.rank in answering) for r in stalled)  # fmt: skip
+        who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
+        self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
+        request_stacks(stalled, stacks_dir, lambda: self.tree.signal(pids, signal.SIGUSR2))
+        self.stall = Stall(timeout, stalled, str(stacks_dir))
+        if self.resolved.spec.on_stall == "stop":
+            self.stop()
+
+    def _disk(self) -> None:
+        free = self.run_dir.free_bytes()
+        if self.disk_full is None and free is not None and free < MIN_FREE_BYTES:
+            self.disk_full = (f"the disk that holds the run directory is full ({free >> 10} KiB left): "
+                              "every rank was stopped before its logs and events were lost")  # fmt: skip
+            self.log.error("%s", self.disk_full)
+            self.stop()
+
+    def _failure(self) -> None:
+        if self._ranks_killed or self._launcher_tail is None:
+            return
+        if self._failed_at is None:
+            if any(b"closing signal" in line for line in self._launcher_tail.read_lines()):
+                self._failed_at = time.monotonic()
+                self.log.warning("torchrun is stopping the ranks after a failure")
+        elif time.monotonic() - self._failed_at > STOP_GRACE_S:
+            self._ranks_killed = True
+            killed = self.tree.kill_ranks()
+            if killed:
+                self.log.warning("%.0f s after a rank failed, %d process(es) still ran: killed %s",
+                                 STOP_GRACE_S, len(killed), killed)  # fmt: skip
