@@ -8,11 +8,13 @@ anywhere in the app process, imports torch.
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 from collections.abc import Sequence
 
 from mgpu_tui import __version__
+from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
@@ -32,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def _whole_number(minimum: int):
+def _whole_number(minimum: int, maximum: int | None = None):
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -40,19 +42,27 @@ def _whole_number(minimum: int):
             raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
         return value
 
     return parse
 
 
 def _positive_float(text: str) -> float:
+    """A finite number above zero: a learning rate, a timeout. (float() takes 'inf' and 'nan'.)"""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
     return value
+
+
+MAX_SEED = 2**32 - 1  # the demos derive each step's data seed from it: it must stay in 64 bits
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -113,11 +123,14 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
     training.add_argument("--accum", type=_whole_number(1), default=D.accum, help="micro-batches per step")
     training.add_argument("--lr", type=_positive_float, help=f"learning rate (default {D.lr})")
-    training.add_argument("--seed", type=_whole_number(0), help=f"weights and data seed (default {D.seed})")
+    training.add_argument("--seed", type=_whole_number(0, MAX_SEED),
+                          help=f"weights and data seed (default {D.seed})")
     training.add_argument("--width", type=_whole_number(1), default=D.width,
                           help=f"hidden width (default {D.width})")
     training.add_argument("--depth", type=_whole_number(1), default=D.depth,
                           help=f"hidden blocks (default {D.depth})")
+    run.add_argument("--force", action="store_true",
+                     help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway")
     run.add_argument("--stall-timeout", type=_positive_float, metavar="S",
                      help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
     run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
@@ -283,5 +296,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         if code is None:
             raise  # a bug: its traceback is the useful report
         if code is not ExitCode.INTERRUPTED:
-            print(f"mgpu-tui: {exc}", file=sys.stderr)
+            print(f"mgpu-tui: {plain(str(exc))}", file=sys.stderr)  # it may quote a path or a rank
         return code

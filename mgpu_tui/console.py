@@ -7,7 +7,26 @@ that reads well in a terminal, a CI log or a pipe alike.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
+
+# Every control character but newline and tab: C0, DEL and C1 (0x9b starts an escape sequence
+# on some terminals as ESC [ does).
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def _visible(char: str) -> str:
+    code = ord(char)
+    if code < 0x20:
+        return "^" + chr(code + 0x40)  # ESC shows as ^[, as a terminal echoes it
+    return "^?" if code == 0x7F else f"\\x{code:02x}"
+
+
+def plain(text: str) -> str:
+    """Text that came from a rank, a path or an exception, made safe for a terminal: every
+    control character but newline and tab is shown as a visible escape, so none can move the
+    cursor, clear the screen, retitle the window or hide what follows."""
+    return text if text.isprintable() else _CONTROL.sub(lambda m: _visible(m.group()), text)
 
 
 def fmt_bytes(n: int | None) -> str:

@@ -37,6 +37,7 @@ from mgpu_tui.app.messages import (
 from mgpu_tui.app.run_controller import RunController
 from mgpu_tui.app.views.dashboard import Dashboard
 from mgpu_tui.app.views.switcher import TABS, ViewSwitcher, new_view
+from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.run.rundir import RunDirError
@@ -212,7 +213,7 @@ class MgpuApp(App):
         try:
             self.controller.start(spec)
         except (SpecError, EnvironmentUnusable, RunDirError, UsageError) as exc:
-            self.notify(str(exc), title="Cannot start", severity="error", timeout=8, markup=False)
+            self.notify(plain(str(exc)), title="Cannot start", severity="error", timeout=8, markup=False)
             return
         run = self.controller.run
         from mgpu_tui.engine.run.summary import run_note  # with the run's engine, not the first frame
@@ -230,7 +231,7 @@ class MgpuApp(App):
         try:
             comparison = self.comparing.start(message.modes, message.template)
         except (SpecError, EnvironmentUnusable) as exc:
-            self.notify(str(exc), title="Cannot compare", severity="error", timeout=8, markup=False)
+            self.notify(plain(str(exc)), title="Cannot compare", severity="error", timeout=8, markup=False)
             return
         self._view("compare").started(comparison)
 

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.console import plain
 from mgpu_tui.engine.checks.suite import CheckOptions, CheckSuite, EnvironmentUnusableForChecks
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 from mgpu_tui.reports import check as check_output
@@ -29,10 +30,10 @@ def check_command(args: argparse.Namespace) -> int:
     table_stream = sys.stderr if args.json == "-" else sys.stdout
 
     def show(result) -> None:
-        print(check_output.row(result), file=table_stream, flush=True)
+        print(plain(check_output.row(result)), file=table_stream, flush=True)  # a rank's words: text
 
     def progress(text: str) -> None:
-        print(f"mgpu-tui: {text}", file=sys.stderr, flush=True)
+        print(plain(f"mgpu-tui: {text}"), file=sys.stderr, flush=True)
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None
     options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
@@ -48,14 +49,14 @@ def check_command(args: argparse.Namespace) -> int:
         # What ran is reported all the same, so a CI keeps it; bad input (SpecError, RunDirError)
         # raised before anything ran goes to cli.main.
         print("mgpu-tui: interrupted; every rank was stopped" if isinstance(exc, KeyboardInterrupt)
-              else f"mgpu-tui: {exc}", file=sys.stderr)  # fmt: skip
+              else plain(f"mgpu-tui: {exc}"), file=sys.stderr)  # fmt: skip
         report, code = suite.report, exit_code_for(exc)
     else:
         code = ExitCode.FAILED if report.failed else ExitCode.OK
     extra = check_output.details(report)
     if extra:
         print("\n" + extra + "\n", file=table_stream)
-    print(check_output.footer(report), file=table_stream, flush=True)
+    print(plain(check_output.footer(report)), file=table_stream, flush=True)
     if not _write_reports(args, report) and code is ExitCode.OK:
         return ExitCode.FAILED  # a CI that reads the report must not take its absence for a pass
     return code

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.run.aggregate import RunStats
@@ -85,7 +85,7 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, f"verify {'ok' if summary.verify.ok else 'FAILED'}: {summary.verify.describe()}")
     if summary.malformed_events:
         notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
-    return "\n".join([head, body, timing, *notes])
+    return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
 
 
 # Options that belong to one mode: (option, attribute, the mode it applies to).
@@ -142,6 +142,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         on_stall=args.on_stall,
         nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
         share_gpus=args.share_gpus,
+        force=args.force,
         nproc=args.nproc,
         steps=args.steps,
         batch_size=args.batch_size,
@@ -169,7 +170,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     resolved = run.resolved
     program = spec.script or spec.module
     what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
-    print(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}",
+    print(plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
           file=sys.stderr)  # fmt: skip
 
     def on_poll(run: Run) -> None:
@@ -197,8 +198,8 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     summary = run.summary
     print(json.dumps(summary.to_json()) if args.json else summary_text(summary))
     if summary.root_cause:
-        print(summary.root_cause.describe(), file=sys.stderr)
+        print(plain(summary.root_cause.describe()), file=sys.stderr)  # a rank's words: text only
     if summary.verify and not summary.verify.ok:
-        print(f"mgpu-tui: verification failed: {summary.verify.describe()}", file=sys.stderr)
+        print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
         return ExitCode.FAILED
     return _EXIT[run.state]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.topology import (
@@ -50,9 +51,9 @@ def topo_command(args: argparse.Namespace) -> int:
     if topology is None:
         print(describe(None, reason))
         return ExitCode.OK
-    print(render(topology))
+    print(plain(render(topology)))  # names read from a file a user gave: text only
     print()
     for line in (p2p_summary(topology), numa_summary(topology), describe(topology)):
         if line:
-            print(line)
+            print(plain(line))
     return ExitCode.OK

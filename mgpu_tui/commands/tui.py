@@ -48,4 +48,19 @@ def tui_command(spec: LaunchSpec | None) -> int:
         app.controller.close()  # no rank outlives the app, however it ended
     if app.return_code == ExitCode.INTERRUPTED:
         return ExitCode.INTERRUPTED
-    return ExitCode.OK if not app.return_code else ExitCode.FAILED
+    if app.return_code:
+        return ExitCode.FAILED
+    if spec is not None:  # `run --tui`: the command's outcome is the run's, as headless
+        return run_exit_code(app.controller.run)
+    return ExitCode.OK
+
+
+def run_exit_code(run) -> ExitCode:
+    """The exit code of the app's last run: 0 ok, 1 failed (or never started), 130 stopped."""
+    state = getattr(run, "state", None)
+    value = getattr(state, "value", None)
+    if value == "ok":
+        return ExitCode.OK
+    if value == "interrupted":
+        return ExitCode.INTERRUPTED
+    return ExitCode.FAILED

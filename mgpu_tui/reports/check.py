@@ -12,6 +12,7 @@ import socket
 import time
 import xml.etree.ElementTree as ET
 
+from mgpu_tui.console import plain
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
 
 NAME_WIDTH = 26
@@ -109,12 +110,13 @@ def junit_text(report: CheckReport) -> str:
     for result in report.results:
         case = ET.SubElement(suite, "testcase", classname=_group(result.name), name=result.name,
                              time=f"{result.seconds:.3f}")  # fmt: skip
+        detail = plain(result.detail)  # XML has no place for control characters, escaped or not
         if result.status is Status.FAIL:
-            failure = ET.SubElement(case, "failure", message=result.detail, type="CheckFailed")
-            failure.text = result.detail + ("\n" + json.dumps(result.metrics) if result.metrics else "")
+            failure = ET.SubElement(case, "failure", message=detail, type="CheckFailed")
+            failure.text = detail + ("\n" + json.dumps(result.metrics) if result.metrics else "")
         elif result.status is Status.SKIP:
-            ET.SubElement(case, "skipped", message=result.detail)
+            ET.SubElement(case, "skipped", message=detail)
         out = ET.SubElement(case, "system-out")
-        out.text = ("warning: " if result.status is Status.WARN else "") + result.detail
+        out.text = ("warning: " if result.status is Status.WARN else "") + detail
     ET.indent(suites)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"

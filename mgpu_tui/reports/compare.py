@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.console import plain, fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 
 FORMATS = (".json", ".md", ".csv")
@@ -77,7 +77,7 @@ def compare_table(comparison: Comparison) -> str:
                  "TFLOP/s from the model's training FLOPs (3 x forward).")  # fmt: skip
     for r in comparison.rows:
         if r.root_cause:
-            lines.append(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})")
+            lines.append(plain(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
         elif r.note:
             lines.append(f"{r.mode}: {r.note}")
     if comparison.parallel:

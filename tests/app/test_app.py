@@ -253,3 +253,32 @@ async def test_a_failed_rank_shows_the_root_cause_with_its_traceback(tmp_path):
         assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
         run_dir = app.controller.run.run_dir.path
     assert live_processes_of(run_dir) == []
+
+
+async def test_a_ranks_escapes_and_markup_in_paths_are_shown_as_plain_text(tmp_path):
+    """A run directory whose path holds markup ([/] crashed the app once) and a rank whose
+    exception carries terminal escapes: the app shows both as the text they are."""
+    from textual.widgets import Static
+
+    from mgpu_tui.engine.launch.spec import LaunchSpec
+
+    job = tmp_path / "job.py"
+    job.write_text('import os\nif os.environ["RANK"] == "1":\n'
+                   '    raise RuntimeError("\\x1b]0;pwned\\x07\\x1b[2J[bold]boom[/]")\n')
+    root = tmp_path / "runs [/] [bold]"
+    spec = LaunchSpec(None, script=str(job), nproc=2, device="cpu", run_root=root)
+    app = create_app(start=spec, telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        view = app.query_one(RunView)
+        status = app.query_one("#run-status", StatusLine)
+        assert await wait_for(pilot, lambda: view.finished, timeout=60), "the run never ended"
+        await pilot.pause(0.2)
+        cause = str(app.query_one("#root-cause", Static).render())
+        assert "RuntimeError: ^[]0;pwned^G^[[2J[bold]boom[/]" in cause, cause
+        assert "\x1b" not in cause and "\x07" not in cause
+        screen = app.export_screenshot()  # what the terminal was sent to draw
+        assert "^[]0;pwned" in screen and "\x1b]0;" not in screen
+        assert "FAILED" in str(status.render())
+        assert status.text.endswith(str(root)[-40:] + "/" + app.controller.run.run_dir.path.name)  # as it is
+        run_dir = app.controller.run.run_dir.path
+    assert "[/]" in str(run_dir) and live_processes_of(run_dir) == []

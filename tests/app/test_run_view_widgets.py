@@ -198,3 +198,22 @@ async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over()
         view.started(spec, resolved, "/runs/y")  # a run with nothing to note: no panel
         await pilot.pause()
         assert not panel.display
+
+
+async def test_a_text_panel_shows_gloo_messages_and_paths_as_text_never_as_markup():
+    """The Compare view's status is a TextPanel: gloo's own messages start with a [path]."""
+    from mgpu_tui.app.widgets.text_panel import TextPanel
+
+    class PanelApp(App):
+        def compose(self) -> ComposeResult:
+            yield TextPanel(id="panel")
+
+    app = PanelApp()
+    async with app.run_test(size=(100, 5)) as pilot:
+        panel = app.query_one(TextPanel)
+        message = ("ddp failed: [/__w/pytorch/third_party/gloo/pair.cc:553] Connection closed by peer "
+                   "[bold]\x1b[2J")
+        panel.update(message)
+        await pilot.pause()
+        assert str(panel.render()) == message.replace("\x1b", "^[")
+        assert "[/__w/pytorch" in app.export_screenshot()

@@ -5,6 +5,7 @@ fails the test as surely as a traceback on a terminal would), against the real
 engine: nothing is launched because every case is refused first.
 """
 
+import os
 
 import pytest
 
@@ -20,6 +21,9 @@ def files(tmp_path):
     (tmp_path / "a-folder").mkdir()
     (tmp_path / "a-file").write_text("x")
     (tmp_path / "train.py").write_text("print('hi')\n")
+    (tmp_path / "dangling").symlink_to("/nonexistent-runs-target")
+    os.mkfifo(tmp_path / "a-fifo")  # no one writes it: opening it would block for ever
+    (tmp_path / "huge.txt").write_bytes(b"GPU0\t" * (512 * 1024))  # 2.5 MiB
     return tmp_path
 
 
@@ -33,7 +37,14 @@ CASES = [
     (["run", "ddp", "--batch-size", "lots"], "--batch-size: must be a whole number"),
     (["run", "ddp", "--accum", "0"], "--accum: must be at least 1"),
     (["run", "ddp", "--lr", "fast"], "--lr: must be a number, got 'fast'"),
-    (["run", "ddp", "--stall-timeout", "-1"], "--stall-timeout: must not be negative"),
+    (["run", "ddp", "--stall-timeout", "-1"], "--stall-timeout: must be more than 0, got -1"),
+    (["run", "ddp", "--stall-timeout", "nan"], "--stall-timeout: must be a finite number, got 'nan'"),
+    (["run", "ddp", "--lr", "inf"], "--lr: must be a finite number, got 'inf'"),
+    (["run", "ddp", "--lr", "0"], "--lr: must be more than 0, got 0"),
+    (["run", "ddp", "--seed", str(2**40)], "--seed: must be at most 4294967295"),
+    (["run", "ddp", "--device", "cpu", "--nproc", "100000"], "would start 100000 processes on"),
+    (["run", "ddp", "--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400"],
+     "--rdzv-endpoint: the host 'no-such-host.invalid' cannot be resolved"),
     (["run", "ddp", "--master-port", "70000"], "--master-port must be between 1 and 65535"),
     (["run", "ddp", "--nice", "20"], "--nice must be between 0 and 19, got 20"),
     (["run", "ddp", "--nice", "-5"], "--nice: must be at least 0, got -5"),
@@ -64,6 +75,10 @@ CASES = [
     (["run", "--script", "{dir}/train.py", "--verify"], "--verify are for the modes"),
     (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/a-file/runs"], "cannot create a run directory"),
     (["run", "ddp", "--device", "cpu", "--run-dir", "/proc/mgpu-runs"], "cannot create a run directory"),
+    (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/dangling"],
+     "dangling is a symbolic link to /nonexistent-runs-target, which does not exist."),
+    (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/a-file"],
+     "a-file is a file, not a folder for runs."),
     # other commands
     (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
     (["list", "--json", "--", "x"], "arguments after -- are only for `mgpu-tui run`"),
@@ -71,6 +86,8 @@ CASES = [
     (["topo", "--from-file", "{dir}/not-topology.txt"], "not-topology.txt: "),
     (["topo", "--from-file", "{dir}/a-folder"], "is not a regular file"),
     (["topo", "--from-file", "/dev/zero"], "is not a regular file"),  # would read without end
+    (["topo", "--from-file", "{dir}/a-fifo"], "a-fifo is not a regular file"),  # would block
+    (["topo", "--from-file", "{dir}/huge.txt"], "huge.txt is over 1024 KiB; that is not output of"),
     (["compare", "ddp", "nosuchmode"], "unknown mode 'nosuchmode'"),
     (["compare", "ddp", "ddp"], "a mode is named twice"),
     (["compare", "ddp", "--out", "{dir}/r.txt"], "--out must end in .json, .md or .csv"),

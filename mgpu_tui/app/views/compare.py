@@ -26,6 +26,7 @@ from textual.widgets import (
 from mgpu_tui.app.messages import CompareRequested, StopRequested
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
 from mgpu_tui.app.widgets.text_panel import TextPanel
+from mgpu_tui.console import plain
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
@@ -126,7 +127,7 @@ class CompareView(Widget):
             try:
                 modes, template = self.request()
             except UsageError as exc:
-                self.app.notify(str(exc), title="Cannot compare", severity="error", markup=False)
+                self.app.notify(plain(str(exc)), title="Cannot compare", severity="error", markup=False)
                 return
             self.post_message(CompareRequested(modes, template))
 
@@ -181,8 +182,8 @@ class CompareView(Widget):
             verdict += "; " + "; ".join(f"{r.mode} {r.status}: {r.root_cause or 'no cause found'}"
                                         for r in failed)  # fmt: skip
         self.query_one("#compare-status", TextPanel).update(verdict + "   * best in its column")
-        self.query_one("#compare-charts", Static).update(compare_output.compare_charts(comparison)
-                                                         if comparison.rows else "")  # fmt: skip
+        charts = compare_output.compare_charts(comparison) if comparison.rows else ""
+        self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup
 
     def _set_busy(self, active: bool) -> None:
         self.query_one("#compare-start", Button).disabled = active

@@ -14,7 +14,7 @@ from textual.widgets import DataTable, Static
 from mgpu_tui.app.widgets.bars import bar
 from mgpu_tui.app.widgets.gpu_card import GpuCard
 from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.console import fmt_bytes
+from mgpu_tui.console import fmt_bytes, plain
 
 if TYPE_CHECKING:  # psutil loads with the sampler, after the first frame
     from mgpu_tui.engine.machine.telemetry import Snapshot
@@ -73,7 +73,7 @@ class Dashboard(Widget):
             self._banner = text
             banner = self.query_one("#banner", Static)
             banner.display = text is not None
-            banner.update(text or "")
+            banner.update(Text(plain(text or "")))  # NVML's words, not markup
         host = snap.host
         n = len(host.cpu_percent)
         if None in host.cpu_percent:  # the first sample: CPU use needs two readings

@@ -19,10 +19,10 @@ from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, plain
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
-from mgpu_tui.engine.run.stall import DEFAULT_MIN_S
+from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
@@ -150,7 +150,7 @@ class RunView(Widget):
         mode = spec.script or spec.module or spec.mode
         self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
         status = self.query_one("#run-status", StatusLine)
-        status.update(f"{self.label}: starting…  {run_dir}   (s stops it)", done=0.0)
+        status.update(plain(f"{self.label}: starting…  {run_dir}   (s stops it)"), done=0.0)
         panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
         panel.update(Text(f"Note: {note}", style="yellow") if note else "")
         panel.set_class(bool(note), "note")
@@ -164,7 +164,7 @@ class RunView(Widget):
             self.query_one(LogView).add(lines, dropped)
 
     def show(self, stats: RunStats, series, stall_after: float) -> None:
-        """The run's figures now; ``stall_after``: the engine's stall timeout (stall.py's rule)."""
+        """The run's figures now; ``stall_after``: the engine's stall timeout (watchdog.py's rule)."""
         self.stall_after = stall_after
         steps, rates, losses = series
         status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
@@ -200,14 +200,15 @@ class RunView(Widget):
         if summary.verify is not None:
             verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
         self.query_one("#run-status", StatusLine).update(
-            f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
-            f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}",
+            plain(f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
+                  f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"),
             done=summary.steps / max(self.steps, 1),
         )
         if cause:
             panel = self.query_one("#root-cause", Static)
-            panel.update(Text.assemble((f"Root cause: {cause.headline()}\n", "bold red"),
-                                       cause.traceback[-3000:]))  # fmt: skip
+            # A rank's own words: plain text, no escape reaches the terminal.
+            panel.update(Text.assemble((plain(f"Root cause: {cause.headline()}\n"), "bold red"),
+                                       plain(cause.traceback[-3000:])))  # fmt: skip
             panel.remove_class("note")
             panel.display = True
         self.query_one(RunForm).running(False)

@@ -8,6 +8,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from mgpu_tui.app.messages import StartRequested
+from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
@@ -84,7 +85,7 @@ class RunForm(Horizontal):
         try:
             spec = self.spec()
         except UsageError as exc:
-            self.app.notify(str(exc), title="Cannot start", severity="error", markup=False)
+            self.app.notify(plain(str(exc)), title="Cannot start", severity="error", markup=False)
             return
         self.post_message(StartRequested(spec))
 
