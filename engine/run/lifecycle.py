@@ -32,7 +32,7 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.processes import ProcessTree
-from mgpu_tui.engine.run.rootcause import RootCause, find_root_cause
+from mgpu_tui.engine.run.rootcause import find_root_cause
 from mgpu_tui.engine.run.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunSummary
@@ -83,7 +83,10 @@ class Run:
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
         self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
+        per_node = resolved.world_size // max(1, resolved.spec.nnodes)
         self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice,
+                                 ranks_here=range(resolved.spec.node_rank * per_node,
+                                                  (resolved.spec.node_rank + 1) * per_node),
                                  launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
         self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
         self._verification: Verification | None = None
@@ -109,11 +112,7 @@ class Run:
             run_dir = RunDir.create(spec.run_root, name)
         run = None
         try:
-            free = run_dir.free_bytes()
-            if free is not None and free < MIN_FREE_BYTES:
-                need = MIN_FREE_BYTES >> 20
-                raise RunDirError(f"the disk that holds {run_dir.path.parent} has {free >> 10} KiB free; "
-                                  f"a run needs at least {need} MiB for its logs.")  # fmt: skip
+            run_dir.require_room(MIN_FREE_BYTES)
             run = cls(resolved, run_dir, **kwargs)
             run_dir.write_json(run_dir.spec_path, {
                 "spec": resolved.to_json(), "run_id": run.run_id, "argv": list(run.launch.argv),
@@ -132,18 +131,10 @@ class Run:
         if self.state is not RunState.CREATED:
             raise RuntimeError("this run was already started")
         try:
-            self.run_dir.logs_dir.mkdir(parents=True, exist_ok=True)
-            if self.resolved.mode.multi_process:
-                out = err = open(self.run_dir.launcher_log, "wb")
-            else:
-                # One process is rank 0 itself: its output goes where torchrun would put it.
-                rank_dir = self.run_dir.python_rank_dir()
-                rank_dir.mkdir(parents=True, exist_ok=True)
-                out, err = open(rank_dir / "stdout.log", "wb"), open(rank_dir / "stderr.log", "wb")
-        except OSError as exc:  # a full disk, a folder made read-only meanwhile
+            out, err = self.run_dir.open_launcher_output(one_process=not self.resolved.mode.multi_process)
+        except RunDirError:
             self.log.close()
-            raise RunDirError(f"cannot write the run's logs in {self.run_dir.path}: "
-                              f"{exc.strerror or exc}.") from None  # fmt: skip
+            raise
         try:
             self._started_at = time.time()
             self._tree.start(out, err)
@@ -240,16 +231,10 @@ class Run:
         run: a telemetry Sampler's ``ranks`` source. Any other pid a rank wrote is not believed
         (on several nodes, another node's pid numbers mean nothing here)."""
         return {rank: (pid, uuid) for rank, (pid, uuid) in self._ingest.rank_processes().items()
-                if self._is_local_rank_pid(rank, pid)}  # fmt: skip
+                if self._tree.is_rank_here(rank, pid)}  # fmt: skip
 
     def _local_pids(self) -> dict[int, int]:
         return {rank: pid for rank, (pid, _) in self.rank_processes().items()}
-
-    def _is_local_rank_pid(self, rank: int, pid: int) -> bool:
-        spec = self.resolved.spec
-        per_node = self.resolved.world_size // max(1, spec.nnodes)
-        first = spec.node_rank * per_node
-        return first <= rank < first + per_node and self._tree.was_rank(pid)
 
     @property
     def stall(self) -> Stall | None:
@@ -279,20 +264,11 @@ class Run:
 
     def _finish(self, verify: Verify | None) -> None:
         returncode = self._exit_code
-        stalled = self.stall is not None and self.resolved.spec.on_stall == "stop"
-        # Stopped for want of disk, or failed on a disk that filled between two polls.
-        full_now = (self.run_dir.free_bytes() or MIN_FREE_BYTES) < 1 << 20
-        stopped_for_disk = self._watchdog.disk_full is not None or (returncode != 0 and full_now)
-        state = final_state(returncode, stalled=stalled or stopped_for_disk,
-                            stop_requested=self._stop_requested)  # fmt: skip
-        root_cause: RootCause | None = None
-        if stopped_for_disk:
-            why = self._watchdog.disk_full or ("the disk that holds the run directory is full: the ranks "
-                                               "could not write their logs")
-            root_cause = RootCause(None, returncode, None, why, "")
-        elif state is RunState.FAILED and self.stall is not None:
-            root_cause = self.stall.root_cause()
-        elif state is RunState.FAILED:
+        ended_by_watchdog, root_cause = self._watchdog.verdict(returncode)
+        state = final_state(returncode, stalled=ended_by_watchdog, stop_requested=self._stop_requested)
+        if state is not RunState.FAILED:
+            root_cause = None
+        elif root_cause is None:
             spec = self.resolved.spec
             root_cause = find_root_cause(self.run_dir, launcher_exit_code=returncode,
                                          single_process=not self.resolved.mode.multi_process,
@@ -305,7 +281,7 @@ class Run:
             self.resolved, str(self.run_dir.path), self._ingest.stats(), status=state.value,
             exit_code=returncode, root_cause=root_cause, started_at=self._started_at, ended_at=time.time(),
             malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
-            pid_ok=self._is_local_rank_pid,
+            pid_ok=self._tree.is_rank_here,
         )  # fmt: skip
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())

@@ -35,8 +35,10 @@ STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL: torchrun's own 30 s
 
 class ProcessTree:
     def __init__(self, launch: Launch, run_id: str, nice: int, *, launcher_is_rank: bool,
+                 ranks_here: range = range(1 << 20),
                  log: logging.LoggerAdapter | logging.Logger | None = None) -> None:  # fmt: skip
         self.log = log or logging.getLogger(__name__)
+        self.ranks_here = ranks_here  # the global ranks this node starts
         self.launch = launch
         self.run_id = run_id
         self.nice = nice
@@ -93,6 +95,11 @@ class ProcessTree:
         if pid not in self._known or pid == self.proc.pid:
             return False
         return pid != self.launcher or self.launcher_is_rank
+
+    def is_rank_here(self, rank: int, pid: int) -> bool:
+        """Whether a hello's (rank, pid) can be believed: a rank this node starts, and a process
+        this tree recorded (on several nodes, another node's pid numbers mean nothing here)."""
+        return rank in self.ranks_here and self.was_rank(pid)
 
     def is_descendant(self, pid: int) -> bool:
         """Whether ``pid`` is such a process now (still alive, and still the same process)."""

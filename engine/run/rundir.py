@@ -189,6 +189,28 @@ class RunDir:
             except OSError:
                 pass
 
+    def open_launcher_output(self, *, one_process: bool):
+        """(stdout, stderr) for the launcher, opened for writing: ``launcher.log`` for torchrun;
+        for a one-process mode, whose process is rank 0 itself, where torchrun would put a rank's.
+        RunDirError when they cannot be made (a full disk, a folder made read-only meanwhile)."""
+        try:
+            self.logs_dir.mkdir(parents=True, exist_ok=True)
+            if not one_process:
+                out = open(self.launcher_log, "wb")
+                return out, out
+            rank_dir = self.python_rank_dir()
+            rank_dir.mkdir(parents=True, exist_ok=True)
+            return open(rank_dir / "stdout.log", "wb"), open(rank_dir / "stderr.log", "wb")
+        except OSError as exc:
+            raise RunDirError(f"cannot write the run's logs in {self.path}: {exc.strerror or exc}.") from None
+
+    def require_room(self, min_bytes: int) -> None:
+        """RunDirError unless the disk holds at least ``min_bytes`` free for the run's files."""
+        free = self.free_bytes()
+        if free is not None and free < min_bytes:
+            raise RunDirError(f"the disk that holds {self.path.parent} has {free >> 10} KiB free; a run "
+                              f"needs at least {min_bytes >> 20} MiB for its logs.")  # fmt: skip
+
     def free_bytes(self) -> int | None:
         """Space left for the run's files on the disk that holds them (None when unknown)."""
         try:

@@ -165,6 +165,18 @@ class Watchdog:
             self._stall_checked_at = time.monotonic()
             self._stall()
 
+    def verdict(self, returncode: int | None) -> tuple[bool, RootCause | None]:
+        """(whether the watchdog ended the run, the root cause it knows of) once the run is over:
+        a full disk (also one that filled between two looks and failed the run), or a stall."""
+        full_now = (self.run_dir.free_bytes() or MIN_FREE_BYTES) < 1 << 20
+        if self.disk_full is not None or (returncode != 0 and full_now):
+            why = self.disk_full or ("the disk that holds the run directory is full: the ranks could not "
+                                     "write their logs")
+            return True, RootCause(None, returncode, None, why, "")
+        if self.stall is not None:
+            return self.resolved.spec.on_stall == "stop", self.stall.root_cause()
+        return False, None
+
     def close(self) -> None:
         if self._launcher_tail is not None:
             self._launcher_tail.close()
