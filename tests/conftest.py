@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,12 @@ TOPOLOGIES = TESTS / "fixtures" / "topology"  # real `nvidia-smi topo -m` output
 # make test runs two workers on two cores: one OpenMP thread per process, as torchrun gives
 # each rank, so that idle OpenMP threads do not spin against the other worker's ranks.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# A shell that starts a job in the background (`make test &`, nohup) ignores SIGINT in it, and
+# children inherit an ignored signal: Python then never raises KeyboardInterrupt, and the tests
+# that press Ctrl-C on mgpu-tui would wait for ever. A handled signal is reset to its default
+# on exec instead, so the commands these tests start get Ctrl-C back.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # The app's log goes under XDG_STATE_HOME: here, not in the user's home.
 os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="mgpu-tui-state-"))
 
