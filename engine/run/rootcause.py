@@ -73,11 +73,32 @@ class _TorchrunReport:
     error_file: Path | None
 
 
+_FAILURES = re.compile(r"^Failures:\s*\n(?P<body>.*?)(?:\n-{20,}\s*\nRoot Cause|\Z)", re.S | re.M)
+_ENTRY = re.compile(r"^\[\d+\]:\s*$", re.M)
+
+
+def _parse_torchrun_reports(text: str) -> list[_TorchrunReport]:
+    """Every failure torchrun reported: its root cause ("first observed failure") first, then the
+    others, in its order."""
+    first = _parse_torchrun_report(text)
+    if first is None:
+        return []
+    found = [first]
+    others = _FAILURES.search(text)
+    if others:
+        for body in _ENTRY.split(others.group("body"))[1:]:
+            entry = _parse_block(body)
+            if entry is not None and entry.rank != first.rank:
+                found.append(entry)
+    return found
+
+
 def _parse_torchrun_report(text: str) -> _TorchrunReport | None:
     match = _BLOCK.search(text)
-    if not match:
-        return None
-    body = match.group("body")
+    return _parse_block(match.group("body")) if match else None
+
+
+def _parse_block(body: str) -> _TorchrunReport | None:
     rank = _RANK.search(body)
     if not rank:
         return None
@@ -149,6 +170,34 @@ def _last_line(text: str) -> str:
     return ""
 
 
+# What a rank says when it is the casualty of another rank's failure, not its cause.
+_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
+                        r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted", re.I)
+
+
+def _first_cause(reports: list[_TorchrunReport], rank_files: dict) -> _TorchrunReport | None:
+    """torchrun's root cause, unless it is a casualty and another failure is not.
+
+    torchrun orders failures by time, and a rank that lost its peer can write its error before
+    torchrun notices the peer's death (a signal has no error file, so its time is when torchrun
+    saw it). A casualty: a rank torchrun itself ended (SIGTERM) with no error of its own, or one
+    whose error is its peer going away."""
+
+    def casualty(report: _TorchrunReport) -> bool:
+        files = rank_files.get(report.local_rank)
+        parsed = None
+        for path in (report.error_file, files.error_json if files else None):
+            if path is not None and (parsed := read_error_file(path)):
+                break
+        if parsed is None:
+            return report.exit_code == -signal_module.SIGTERM
+        return bool(_PEER_GONE.search(parsed[0]))
+
+    if not reports:
+        return None
+    return next((r for r in reports if not casualty(r)), reports[0])
+
+
 def find_root_cause(
     run_dir: RunDir,
     *,
@@ -168,7 +217,7 @@ def find_root_cause(
             launcher_text = read_capped(run_dir.launcher_log, MAX_LAUNCHER_LOG_BYTES, tail=True)
         except OSError:
             launcher_text = ""
-        report = _parse_torchrun_report(launcher_text)
+        report = _first_cause(_parse_torchrun_reports(launcher_text), rank_files)
 
     if report is not None:
         rank, local, exit_code = report.rank, report.local_rank, report.exit_code

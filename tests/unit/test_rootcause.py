@@ -1,0 +1,44 @@
+"""The root cause from torchrun's own report, including when torchrun names a casualty first."""
+
+import json
+from pathlib import Path
+
+from mgpu_tui.engine.run.rootcause import find_root_cause
+from mgpu_tui.engine.run.rundir import RunDir
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/torchrun/segv-reported-after-its-casualty.txt"
+REPORT = "".join(line for line in FIXTURE.read_text().splitlines(keepends=True) if not line.startswith("#"))
+GLOO_RESET = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read "
+              "error [127.0.0.1]:4838: Connection reset by peer.")
+
+
+def run_dir_with(tmp_path, report: str, errors: dict[int, str]) -> RunDir:
+    run = RunDir.create(tmp_path, "ddp")
+    for local in (0, 1):
+        rank_dir = run.logs_dir / "job_1" / "attempt_0" / str(local)
+        rank_dir.mkdir(parents=True)
+        (rank_dir / "stdout.log").write_text("")
+        (rank_dir / "stderr.log").write_text("injecting a failure (segv) at step 3\n" if local == 1 else "")
+        if local in errors:
+            (rank_dir / "error.json").write_text(json.dumps({"message": {
+                "message": errors[local], "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"}}}))
+    error_file = run.logs_dir / "job_1" / "attempt_0" / "0" / "error.json"
+    run.launcher_log.write_text(report.replace("{ERROR_FILE}", str(error_file)))
+    return run
+
+
+def test_a_rank_that_lost_its_peer_is_not_the_cause_when_torchrun_names_it_first(tmp_path):
+    report = REPORT
+    run = run_dir_with(tmp_path, report, {0: GLOO_RESET})
+    cause = find_root_cause(run, launcher_exit_code=1, single_process=False)
+    assert (cause.rank, cause.exit_code, cause.signal) == (1, -11, "SIGSEGV")
+    assert cause.message == "killed by SIGSEGV (last stderr line: injecting a failure (segv) at step 3)"
+
+
+def test_torchrun_is_believed_when_its_first_failure_is_a_failure_of_its_own(tmp_path):
+    """Rank 1 raised, then torchrun ended it with SIGTERM while it tore down: still the cause."""
+    report = REPORT
+    # Root cause: rank 0 (SIGTERM) with an exception of its own; the other: rank 1 (SIGSEGV).
+    run = run_dir_with(tmp_path, report, {0: "ValueError: bad batch"})
+    cause = find_root_cause(run, launcher_exit_code=1, single_process=False)
+    assert (cause.rank, cause.message) == (0, "ValueError: bad batch")
