@@ -125,6 +125,8 @@ def test_rank_states_read_as_a_user_expects():
     assert rank_state(rank(5, error="boom"), 110, 30, None, finished=False) == "failed"
     assert rank_state(rank(5), 200, 30, None, finished=True) == "stopped"
     assert rank_state(None, 200, 30, None, finished=True, ok=True) == "done"  # a script without reporter
+    assert rank_state(None, 200, 30, 1, finished=True, number=1) == "failed"  # ... that torchrun named
+    assert rank_state(None, 200, 30, 1, finished=True, number=0) == "stopped"
 
 
 async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypatch):

@@ -47,15 +47,15 @@ def rank_table(rows: list[tuple[str, ...]]) -> Text:
 
 
 def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_rank: int | None,
-               finished: bool, ok: bool = False) -> str:  # fmt: skip
+               finished: bool, ok: bool = False, number: int | None = None) -> str:  # fmt: skip
     """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped.
 
     ``ok``: the run ended ok, so a rank that reported nothing (a script without the
-    reporter) is done, not stopped.
+    reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
     """
     if rank is None or (rank.last_step == 0 and not rank.done):
-        if failed_rank is not None and rank is not None and rank.rank == failed_rank:
-            return "failed"
+        if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
+            return "failed"  # a script without the reporter says nothing, but torchrun named it
         if finished:
             return "done" if ok else "stopped"
         return "starting"
@@ -180,7 +180,8 @@ class RunView(Widget):
         rows = []
         for rank in range(self.world_size):  # the job's ranks, by their own number
             r = by_rank.get(rank)
-            state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok)
+            state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok,
+                               number=rank)
             if r is None:
                 rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
                 continue
