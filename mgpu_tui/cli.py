@@ -62,6 +62,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _interval(text: str) -> float:
+    """0 (off), or a finite number of seconds of at least 0.1."""
+    if text.strip() in ("0", "0.0"):
+        return 0.0
+    value = _positive_float(text)
+    if value < 0.1:
+        raise argparse.ArgumentTypeError(f"must be 0 or at least 0.1 seconds, got {text}")
+    return value
+
+
 MAX_SEED = 2**32 - 1  # the demos derive each step's data seed from it: it must stay in 64 bits
 
 
@@ -135,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
     run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
                      help="stop the run with exit 1 (default), or report the stall and go on")
+    run.add_argument("--sample-interval", type=_interval, metavar="S", default=1.0,
+                     help="sample the GPUs, the host and the ranks every S seconds into the run's "
+                          "telemetry.jsonl (default 1; 0: none)")
     run.add_argument("--nice", type=_whole_number(0), metavar="N",
                      help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
                           "screen answers keys on a machine whose cores the ranks fill)")
@@ -207,6 +220,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     topo.add_argument("--json", action="store_true", help='print JSON: {"gpus": [...], "matrix": [...]}')
     topo.add_argument("--from-file", metavar="FILE", help="read saved `nvidia-smi topo -m` output instead")
+
+    history = commands.add_parser("runs", help="the past runs of a folder, newest first",
+                                  description="The past runs under --run-dir, newest first: when, what, "
+                                  "ranks, status, duration, samples/s, final loss, and why a run failed. "
+                                  "Folders that are not runs, or half-written ones, are listed as broken.")
+    history.add_argument("--run-dir", default="runs", metavar="DIR",
+                         help="the folder of runs (default ./runs)")
+    history.add_argument("--json", action="store_true", help='print JSON: {"runs": [...]}')
 
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
@@ -284,6 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mgpu_tui.commands.compare import compare_command, scale_command
 
             return (compare_command if args.command == "compare" else scale_command)(args)
+        if args.command == "runs":
+            from mgpu_tui.commands.runs import runs_command
+
+            return runs_command(args)
         if args.command == "topo":
             from mgpu_tui.commands.topo import topo_command
 

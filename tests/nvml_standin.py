@@ -150,6 +150,11 @@ def standin(machine: FakeMachine) -> types.ModuleType:
     def _(g, h):
         return 70_000 + 5_000 * g.util  # milliwatts
 
+    @query("nvmlDeviceGetTotalEnergyConsumption")
+    def _(g, h):
+        # As the driver counts it: millijoules since it loaded, the power drawn integrated.
+        return int((time.monotonic() - started) * (70_000 + 5_000 * g.util))
+
     @query("nvmlDeviceGetEnforcedPowerLimit")
     def _(g, h):
         return 700_000

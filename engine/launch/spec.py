@@ -61,6 +61,8 @@ class LaunchSpec:
     on_stall: Literal["stop", "report"] = "stop"
     # Lower the ranks' CPU priority by this much (0-19); the app uses priority.UI_RANK_NICE.
     nice: int = 0
+    # Seconds between two samples of the machine kept with the run (telemetry.jsonl); 0: none.
+    sample_interval: float = 1.0
     # Let ranks share GPUs (round-robin) when there are fewer GPUs than the mode needs: a big
     # box's job rehearsed on a small one. Such ranks talk over gloo (NCCL refuses two on one GPU).
     share_gpus: bool = False
@@ -142,6 +144,9 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
                             f"({getattr(exc, 'strerror', None) or exc}).") from None
     if spec.master_port is not None and not 0 < spec.master_port < 65536:
         raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
+    if spec.sample_interval and spec.sample_interval < 0.1:
+        raise SpecError("--sample-interval must be 0 (no telemetry) or at least 0.1 s, "
+                        f"got {spec.sample_interval}.")
     if spec.stall_timeout is not None and spec.stall_timeout <= 0:
         raise SpecError(f"--stall-timeout must be more than 0 seconds, got {spec.stall_timeout}.")
     if spec.on_stall not in ("stop", "report"):

@@ -179,6 +179,9 @@ class Readings:
     nvlink_tx_bytes: int | None  # cumulative counters: rates come from two readings
     nvlink_rx_bytes: int | None
     processes: tuple[tuple[int, int | None], ...]  # (pid, GPU memory used)
+    # The GPU's energy counter since the driver loaded (Volta and later): a run's joules are the
+    # difference of two readings. None where the GPU has no counter.
+    energy_mj: int | None = None
 
 
 def readings(index: int, pcie: bool = True) -> Readings:
@@ -208,6 +211,7 @@ def readings(index: int, pcie: bool = True) -> Readings:
         nvlink_tx_bytes=nvlink_tx,
         nvlink_rx_bytes=nvlink_rx,
         processes=tuple((p.pid, _process_memory(p)) for p in procs),
+        energy_mj=_call(n.nvmlDeviceGetTotalEnergyConsumption, h),
     )
 
 

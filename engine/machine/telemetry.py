@@ -88,11 +88,13 @@ class Sampler:
         interval: float = 1.0,
         history: int = 600,
         ranks: RankSource | None = None,
+        pcie: bool = True,
     ) -> None:
         if interval < MIN_INTERVAL_S:
             raise ValueError(f"the sampling interval must be at least {MIN_INTERVAL_S} s, got {interval}")
         self.interval = interval
         self.ranks = ranks
+        self.pcie = pcie  # False: no PCIe rates, whose NVML call blocks 20 ms (a run's record skips them)
         self._history: collections.deque[Snapshot] = collections.deque(maxlen=history)
         self._nvlink_prev: dict[str, tuple[float, int | None, int | None]] = {}
         self._pcie_last: dict[int, tuple[float, float | None, float | None]] = {}  # index -> (t, tx, rx)
@@ -149,7 +151,8 @@ class Sampler:
         now = time.time()
         status = nvml.status()
         count = status.device_count if status.ok else 0
-        pcie_turn = {(self._pcie_next + k) % count for k in range(min(PCIE_GPUS_PER_SAMPLE, count))}
+        pcie_turn = {(self._pcie_next + k) % count for k in range(min(PCIE_GPUS_PER_SAMPLE, count))
+                     if self.pcie}  # fmt: skip
         self._pcie_next = (self._pcie_next + PCIE_GPUS_PER_SAMPLE) % max(count, 1)
         gpus = tuple(self._gpu(i, now, i in pcie_turn) for i in range(count))
         snapshot = Snapshot(now, status, gpus, self._host(), self._ranks())

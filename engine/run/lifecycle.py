@@ -29,6 +29,7 @@ from enum import Enum
 from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.processes import ProcessTree
@@ -90,6 +91,7 @@ class Run:
                                  launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
         self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
         self._verification: Verification | None = None
+        self._telemetry: TelemetryLog | None = None
         self._exit_code: int | None = None
         self._started_at = 0.0
         self._stop_requested = False
@@ -141,6 +143,11 @@ class Run:
         finally:
             out.close()
             err.close()
+        interval = self.resolved.spec.sample_interval
+        if interval:  # the machine during the run, kept with it (engine/records/telemetry_log.py)
+            self._telemetry = TelemetryLog(self.run_dir.telemetry_path, interval=interval,
+                                           ranks=self.rank_processes)
+            self._telemetry.start()
         self.log.info("started %s, %d rank(s) on %s (%s): pid %d, %s", self.resolved.mode.name,
                       self.resolved.world_size, self.resolved.device, self.resolved.backend,
                       self._tree.proc.pid, " ".join(self.launch.argv))  # fmt: skip
@@ -277,11 +284,12 @@ class Run:
             self.log.warning("not read: event files of %d rank(s) outside the job's 0..%d (%s)",
                              len(foreign), self.resolved.world_size - 1,
                              ", ".join(f"rank{r}" for r in foreign[:10]))  # fmt: skip
+        telemetry = self._telemetry.stop() if self._telemetry is not None else None
         self.summary = RunSummary.build(
             self.resolved, str(self.run_dir.path), self._ingest.stats(), status=state.value,
             exit_code=returncode, root_cause=root_cause, started_at=self._started_at, ended_at=time.time(),
             malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
-            pid_ok=self._tree.is_rank_here,
+            pid_ok=self._tree.is_rank_here, telemetry=telemetry,
         )  # fmt: skip
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())

@@ -112,6 +112,11 @@ class RunDir:
         return self.path / f"summary{self._suffix}.json"
 
     @property
+    def telemetry_path(self) -> Path:
+        """The machine during the run, a JSON line a sample (records/telemetry_log.py)."""
+        return self.path / f"telemetry{self._suffix}.jsonl"
+
+    @property
     def launcher_log(self) -> Path:
         return self.path / f"launcher{self._suffix}.log"
 

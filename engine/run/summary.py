@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.records.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.verify import Verify
@@ -88,6 +89,7 @@ class RunSummary:
     note: str | None
     verify: Verify | None
     stall: Stall | None
+    telemetry: TelemetryFigures | None = None  # the machine during the run (records/telemetry_log.py)
 
     @property
     def ok(self) -> bool:
@@ -98,7 +100,8 @@ class RunSummary:
     def build(cls, resolved: ResolvedSpec, run_dir: str, stats: RunStats, *, status: str,
               exit_code: int | None, root_cause: RootCause | None, started_at: float, ended_at: float,
               malformed_events: int, verify: Verify | None = None, stall: Stall | None = None,
-              pid_ok: Callable[[int, int], bool] = lambda rank, pid: True) -> RunSummary:  # fmt: skip
+              pid_ok: Callable[[int, int], bool] = lambda rank, pid: True,
+              telemetry: TelemetryFigures | None = None) -> RunSummary:  # fmt: skip
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
         host; others are not shown."""
         world = resolved.world_size  # the job's, never what a rank claims
@@ -135,6 +138,7 @@ class RunSummary:
             note=run_note(resolved),
             verify=verify,
             stall=stall,
+            telemetry=telemetry,
         )
 
     def to_json(self) -> dict:
@@ -145,6 +149,7 @@ class RunSummary:
         document["root_cause"] = self.root_cause.to_json() if self.root_cause else None
         document["verify"] = self.verify.to_json() if self.verify else None
         document["stall"] = self.stall.to_json() if self.stall else None
+        document["telemetry"] = self.telemetry.to_json() if self.telemetry else None
         return document
 
     @classmethod
@@ -159,5 +164,7 @@ class RunSummary:
         fields["root_cause"] = RootCause(**fields["root_cause"]) if fields["root_cause"] else None
         fields["verify"] = Verify.from_json(fields["verify"]) if fields["verify"] else None
         fields["stall"] = Stall.from_json(fields["stall"]) if fields.get("stall") else None
+        telemetry = fields.get("telemetry")
+        fields["telemetry"] = TelemetryFigures.from_json(telemetry) if telemetry else None
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in fields.items() if k in known})

@@ -65,6 +65,33 @@ class Progress:
             self.stream.flush()
 
 
+def machine_lines(summary: RunSummary) -> list[str]:
+    """What the machine did during the run, from its telemetry: the host, each GPU, each rank."""
+    t = summary.telemetry
+    if t is None or not t.samples:
+        return []
+    lines = [f"host: CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples), memory "
+             f"{fmt_bytes(t.host_peak_mem_bytes)} (peak)"]  # fmt: skip
+    for i, g in enumerate(t.gpus):
+        energy = "n/a" if g.energy_j is None else f"{g.energy_j / 1000:.2f} kJ"
+        lines.append(f"GPU {i} {g.name}: memory {fmt_bytes(g.peak_mem_bytes)} (peak), use "
+                     f"{_pct(g.mean_util_percent)}, power {_watts(g.mean_power_w)} (peak "
+                     f"{_watts(g.peak_power_w)}), energy {energy}")  # fmt: skip
+    if t.ranks:
+        each = [f"rank {r.rank} CPU {_pct(r.mean_cpu_percent)} RSS {fmt_bytes(r.peak_rss_bytes)}"
+                for r in t.ranks]
+        lines.append("processes: " + "  ".join(each))
+    return lines
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f}%"
+
+
+def _watts(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.0f} W"
+
+
 def summary_text(summary: RunSummary) -> str:
     head = (f"mode {summary.mode}  status {summary.status}  world size {summary.world_size}  "
             f"device {summary.device} ({summary.backend})  steps {summary.steps}")  # fmt: skip
@@ -78,7 +105,7 @@ def summary_text(summary: RunSummary) -> str:
     if spread:
         timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
     timing += f"  launch to first step {fmt_seconds(summary.launch_to_first_step_s)}"
-    notes = [f"run directory {summary.run_dir}"]
+    notes = [*machine_lines(summary), f"run directory {summary.run_dir}"]
     if summary.note:
         notes.insert(0, f"note: {summary.note}")
     if summary.verify:
@@ -139,6 +166,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         max_restarts=args.max_restarts,
         master_port=args.master_port,
         stall_timeout=args.stall_timeout,
+        sample_interval=args.sample_interval,
         on_stall=args.on_stall,
         nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
         share_gpus=args.share_gpus,

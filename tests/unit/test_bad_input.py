@@ -88,6 +88,8 @@ CASES = [
     (["topo", "--from-file", "/dev/zero"], "is not a regular file"),  # would read without end
     (["topo", "--from-file", "{dir}/a-fifo"], "a-fifo is not a regular file"),  # would block
     (["topo", "--from-file", "{dir}/huge.txt"], "huge.txt is over 1024 KiB; that is not output of"),
+    (["runs", "--run-dir", "{dir}/a-file"], "a-file is a file, not a folder of runs."),
+    (["run", "ddp", "--sample-interval", "0.01"], "--sample-interval: must be 0 or at least 0.1 seconds"),
     (["compare", "ddp", "nosuchmode"], "unknown mode 'nosuchmode'"),
     (["compare", "ddp", "ddp"], "a mode is named twice"),
     (["compare", "ddp", "--out", "{dir}/r.txt"], "--out must end in .json, .md or .csv"),

@@ -1,0 +1,38 @@
+"""``mgpu-tui runs``: the past runs of a folder, newest first; ``--json`` for scripts."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+
+from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, table
+from mgpu_tui.engine.records.history import list_runs
+from mgpu_tui.errors import ExitCode, UsageError
+
+
+def runs_command(args: argparse.Namespace) -> int:
+    root = Path(args.run_dir)
+    if root.exists() and not root.is_dir():
+        raise UsageError(f"{root} is a file, not a folder of runs.")
+    records = list_runs(root)
+    if args.json:
+        print(json.dumps({"run_dir": str(root), "runs": [r.to_json() for r in records]}))
+        return ExitCode.OK
+    if not records:
+        print(plain(f"no runs under {root} yet (mgpu-tui run MODE --run-dir {root} makes one)"))
+        return ExitCode.OK
+    rows = []
+    for r in records:
+        s = r.summary
+        when = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "?"
+        nodes = f" on {r.nnodes}" if (r.nnodes or 1) > 1 else ""
+        ranks = "?" if r.world_size is None else f"{r.world_size}{nodes}"
+        detail = r.reason or (s.root_cause.headline() if s and s.root_cause else "")
+        rows.append([when, r.what, ranks, r.status, fmt_seconds(s.duration_s) if s else "n/a",
+                     fmt_rate(s.samples_per_s) if s else "n/a", fmt_loss(s.final_loss) if s else "n/a",
+                     Path(r.path).name, detail[:100]])  # fmt: skip
+    headers = ["started", "what", "ranks", "status", "took", "samples/s", "loss", "folder", "why"]
+    print(plain(table(headers, rows, right=(2, 4, 5, 6))))  # names and causes from the runs: text only
+    return ExitCode.OK

@@ -1,0 +1,133 @@
+"""Every run is a record: the machine during the run kept with it (telemetry.jsonl, the summary)."""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from conftest import TESTS, only_run_dir, run_cli, summary_from
+from mgpu_tui.engine.records.telemetry_log import TelemetryLog
+
+
+def test_a_run_keeps_the_host_and_ranks_every_second_and_the_summary_says_what_they_used(runs_root):
+    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "300", "--device", "cpu",
+                     "--run-dir", str(runs_root), "--json")
+    assert result.returncode == 0, result.stderr
+    summary = summary_from(result.stdout)
+    telemetry = (only_run_dir(runs_root) / "telemetry.jsonl").read_text()
+    lines = [json.loads(line) for line in telemetry.splitlines()]
+    times = [line["t"] for line in lines]
+    # At least one host sample a second, from the start to the end of the run.
+    assert len(lines) >= int(summary.duration_s) - 1 and max(b - a for a, b in zip(times, times[1:])) < 1.6
+    assert all(line["host"]["mem_used"] > 0 for line in lines)
+    pids = {rank["rank"]: rank["pid"] for line in lines for rank in line["ranks"]}
+    assert pids == {r.rank: r.pid for r in summary.ranks}  # both ranks, by the pids the engine believes
+    figures = summary.telemetry
+    assert figures.samples >= len(lines) and figures.interval_s == 1.0
+    assert 0 < figures.host_mean_cpu_percent <= 100 and figures.host_peak_mem_bytes > 0
+    assert figures.gpus == ()  # no GPU here: nothing is invented
+    assert [r.rank for r in figures.ranks] == [0, 1]
+    # Each rank imported torch and trained: tens of MB, and a real share of a core.
+    assert all(r.peak_rss_bytes > 50 << 20 and r.mean_cpu_percent > 10 for r in figures.ranks)
+
+
+def test_sample_interval_0_keeps_no_telemetry(runs_root):
+    result = run_cli("run", "single", "--steps", "5", "--device", "cpu", "--sample-interval", "0",
+                     "--run-dir", str(runs_root), "--json")
+    assert result.returncode == 0, result.stderr
+    assert summary_from(result.stdout).telemetry is None
+    assert not (only_run_dir(runs_root) / "telemetry.jsonl").exists()
+
+
+def test_a_long_runs_telemetry_stays_within_its_bounds(tmp_path):
+    """The rule of a long run, at a fast interval: every sample of the first N, then one in K,
+    and never more than the byte cap (the real sampler, on its own thread)."""
+    path = tmp_path / "telemetry.jsonl"
+    log = TelemetryLog(path, interval=0.1, ranks=dict, full_rate_samples=10, thin_every=4, max_bytes=10_000)
+    log.start()
+    deadline = time.monotonic() + 20
+    while log.samples < 34 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    figures = log.stop()
+    lines = path.read_text().splitlines()
+    assert figures.samples >= 34
+    assert len(lines) == log.kept == 10 + (figures.samples - 10) // 4  # 10, then one in 4
+    assert path.stat().st_size <= 10_000
+
+    capped = tmp_path / "capped.jsonl"
+    log = TelemetryLog(capped, interval=0.1, ranks=dict, max_bytes=600)
+    log.start()
+    while log.samples < 12 and time.monotonic() < deadline + 10:
+        time.sleep(0.05)
+    log.stop()
+    kept = capped.read_text().splitlines()
+    assert json.loads(kept[-1])["end"] == "recording stopped at 600 bytes"
+    assert sum(len(line) + 1 for line in kept[:-1]) <= 600 and log.samples > len(kept)
+
+
+def test_gpu_figures_come_from_nvml_and_energy_from_its_counter(tmp_path):
+    """On the NVML stand-in of an 8-GPU H100 box (it answers as the real library does)."""
+    sys.path.insert(0, str(TESTS))
+    from mgpu_tui.engine.machine import nvml
+    from mgpu_tui.engine.machine.topology import parse_topo_text
+    from nvml_standin import machine_from_topology, standin
+
+    text = (TESTS / "fixtures/topology/h100-sxm-8x-nvswitch.txt").read_text()
+    machine = machine_from_topology(parse_topo_text(text), "NVIDIA H100 80GB HBM3", 80)
+    for i, gpu in enumerate(machine.gpus):
+        gpu.util, gpu.memory_used = 10 * i, (i + 1) << 30
+    machine.gpus[7].unsupported.add("nvmlDeviceGetTotalEnergyConsumption")  # an older GPU: no counter
+    nvml.use_library(standin(machine))
+    try:
+        log = TelemetryLog(tmp_path / "t.jsonl", interval=0.1, ranks=dict)
+        log.start()
+        time.sleep(1.5)
+        figures = log.stop()
+    finally:
+        nvml.use_library(None)
+    gpus = {Path(g.uuid).name: g for g in figures.gpus}
+    assert len(gpus) == 8
+    g3 = figures.gpus[3]
+    assert g3.peak_mem_bytes == 4 << 30 and g3.mean_util_percent == 30
+    assert g3.mean_power_w == g3.peak_power_w == 70 + 5 * 30  # the stand-in draws 70 W + 5 W per % of use
+    # Energy from the counter: power x the time between the first and the last sample.
+    span = figures.samples * 0.1
+    assert 0.5 * 220 * (span - 0.3) < g3.energy_j < 220 * (span + 0.3)
+    assert figures.gpus[7].energy_j is None  # no counter: null, not a guess
+    line = json.loads((tmp_path / "t.jsonl").read_text().splitlines()[-1])
+    assert [g["i"] for g in line["gpus"]] == list(range(8)) and line["gpus"][7]["energy_mj"] is None
+
+
+def test_runs_lists_past_runs_newest_first_and_the_broken_ones_as_broken(runs_root):
+    for mode in ("single", "mp"):
+        done = run_cli("run", mode, "--steps", "5", "--device", "cpu", "--run-dir", str(runs_root),
+                       "--sample-interval", "0")
+        assert done.returncode in (0, 1), done.stderr
+    (runs_root / "not-a-run").mkdir()
+    half = runs_root / "20200101T000000Z-ddp"
+    half.mkdir()
+    (half / "spec.json").write_text('{"spec": {"mode": "ddp", "world_size": 2}, "created_at": 1}')
+    (half / "summary.json").write_text('{"mode": "ddp", "sta')  # its writer died mid-way
+    going = runs_root / "20200102T000000Z-fsdp"
+    going.mkdir()
+    (going / "spec.json").write_text('{"spec": {"mode": "fsdp", "world_size": 4}, "created_at": 2}')
+
+    result = run_cli("runs", "--run-dir", str(runs_root), "--json")
+    assert result.returncode == 0, result.stderr
+    runs = json.loads(result.stdout)["runs"]
+    assert [r["what"] for r in runs] == ["mp", "single", "fsdp", "ddp", "?"]  # newest first
+    mp, single, fsdp, ddp, other = runs
+    assert single["status"] == "ok" and single["steps"] == 5 and single["samples_per_s"] > 0
+    assert single["final_loss"] == summary_from_file(Path(single["path"])).final_loss
+    assert fsdp["status"] == "unfinished" and fsdp["world_size"] == 4
+    assert ddp["status"] == "broken" and ddp["reason"].startswith("summary.json unreadable")
+    assert other["status"] == "broken" and other["reason"] == "no spec.json: not a run directory"
+
+    table = run_cli("runs", "--run-dir", str(runs_root))
+    assert table.returncode == 0 and "unfinished" in table.stdout and "broken" in table.stdout
+
+
+def summary_from_file(path: Path):
+    from conftest import read_summary
+
+    return read_summary(path / "summary.json")
