@@ -197,7 +197,9 @@ def build_parser() -> argparse.ArgumentParser:
         "throughput, FLOP/s, memory and loss. A mode that fails is a row with its cause; "
         "the others still run.",
     )
-    comparing.add_argument("modes", metavar="MODE", nargs="+", help="modes from `mgpu-tui list`")
+    comparing.add_argument("modes", metavar="MODE", nargs="*", help="modes from `mgpu-tui list`")
+    comparing.add_argument("--runs", metavar="DIR", nargs="+",
+                           help="compare finished runs from their folders instead, running nothing")
     comparing.add_argument("--nproc", type=_whole_number(1), default=None,
                            help="ranks for the multi-process modes (default: one per GPU, or "
                                 f"{D.cpu_ranks} on the CPU)")

@@ -20,6 +20,7 @@ safe from any thread.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import time
 import uuid
@@ -106,7 +107,8 @@ class Run:
         ``name`` ends the run folder's name (default: the mode's). Raises SpecError,
         EnvironmentUnusable or RunDirError, each with a sentence for the user.
         """
-        resolved = resolve(spec, host or host_module.probe())
+        host = host or host_module.probe()
+        resolved = resolve(spec, host)
         name = name or resolved.mode.name
         if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
             run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
@@ -119,6 +121,9 @@ class Run:
             run_dir.write_json(run_dir.spec_path, {
                 "spec": resolved.to_json(), "run_id": run.run_id, "argv": list(run.launch.argv),
                 "env_changes": run.launch.env_changes, "created_at": time.time(),
+                # Which machine ran it: runs compared from their records must say when they differ.
+                "machine": {"hostname": socket.gethostname(), "cpu_count": host.cpu_count,
+                            "gpu_count": host.gpu_count, "gpu_note": host.gpu_note},
             })  # fmt: skip
         except RunDirError:
             if run is not None:

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
-from mgpu_tui.console import fmt_rate, fmt_seconds
+from mgpu_tui.console import fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
@@ -75,6 +75,12 @@ def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_jso
     except KeyboardInterrupt:  # the runs so far are reported all the same
         print("\nmgpu-tui: interrupted; every rank was stopped", file=sys.stderr)
         code = ExitCode.INTERRUPTED
+    return _report(comparison, out, suffix, as_json, code)
+
+
+def _report(comparison: compare.Comparison, out: str | None, suffix: str | None, as_json: bool,
+            code: int | None) -> int:  # fmt: skip
+    """Print the table and charts (or the JSON), write --out, and give the exit code."""
     scale = comparison.kind == "scale"
     if as_json:
         print(json.dumps(comparison.to_json()))
@@ -102,6 +108,12 @@ def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_jso
 
 def compare_command(args: argparse.Namespace) -> int:
     suffix = _out_suffix(args.out)
+    if args.runs:
+        if args.modes:
+            raise UsageError("give MODEs to run, or --runs with the folders of finished runs, not both.")
+        return _compare_records(args, suffix)
+    if not args.modes:
+        raise UsageError("give the MODEs to compare, or --runs with the folders of finished runs.")
     if len(set(args.modes)) != len(args.modes):
         raise UsageError("a mode is named twice; name each mode once.")
     template = _template(args, args.nproc)
@@ -113,6 +125,21 @@ def compare_command(args: argparse.Namespace) -> int:
         print("mgpu-tui: --parallel: the modes run at the same time and share this host; "
               "the figures are not a fair race", file=sys.stderr)  # fmt: skip
     return _execute(runner, args.out, suffix, args.json)
+
+
+def _compare_records(args: argparse.Namespace, suffix: str | None) -> int:
+    """``compare --runs A B``: the table from the runs' own records; nothing is run."""
+    from mgpu_tui.engine.compare.records import RecordError, comparison_from_runs
+
+    if len(set(args.runs)) != len(args.runs):
+        raise UsageError("a run folder is named twice; name each once.")
+    try:
+        comparison = comparison_from_runs([Path(p) for p in args.runs])
+    except RecordError as exc:
+        raise UsageError(str(exc)) from None
+    for difference in comparison.settings["differences"]:
+        print(plain(f"mgpu-tui: not comparable: {difference}"), file=sys.stderr)
+    return _report(comparison, args.out, suffix, args.json, code=None)
 
 
 def scale_command(args: argparse.Namespace) -> int:

@@ -131,3 +131,44 @@ def summary_from_file(path: Path):
     from conftest import read_summary
 
     return read_summary(path / "summary.json")
+
+
+def test_compare_runs_from_their_records_gives_their_own_figures_in_under_2_s(runs_root, tmp_path):
+    for mode in ("ddp", "fsdp"):
+        done = run_cli("run", mode, "--nproc", "2", "--steps", "40", "--device", "cpu", "--run-dir",
+                       str(runs_root), "--sample-interval", "0")
+        assert done.returncode == 0, done.stderr
+    other = tmp_path / "other"  # another global batch: compared all the same, and said so
+    done = run_cli("run", "single", "--steps", "40", "--batch-size", "32", "--device", "cpu",
+                   "--run-dir", str(other))
+    assert done.returncode == 0, done.stderr
+    ddp, fsdp = sorted(runs_root.iterdir())
+    out = tmp_path / "r.json"
+
+    started = time.monotonic()
+    result = run_cli("compare", "--runs", str(ddp), str(fsdp), "--out", str(out))
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    assert took < 2.0, took
+    report = json.loads(out.read_text())
+    assert report["settings"]["comparable"] and report["settings"]["differences"] == []
+    for row, path in zip(report["rows"], (ddp, fsdp)):
+        own = summary_from_file(path)
+        assert (row["mode"], row["samples_per_s"], row["final_loss"]) == (own.mode, own.samples_per_s,
+                                                                          own.final_loss)
+        assert row["loss_curve"][-1] == [own.steps, own.final_loss]
+
+    mixed = run_cli("compare", "--runs", str(ddp), str(only_run_dir(other)), "--json")
+    assert mixed.returncode == 0, mixed.stderr
+    assert "not comparable: the global batch differs" in mixed.stderr
+    assert json.loads(mixed.stdout)["settings"]["comparable"] is False
+
+
+def test_compare_runs_refuses_a_run_without_a_result_in_one_sentence(runs_root):
+    going = runs_root / "20200102T000000Z-fsdp"
+    going.mkdir(parents=True)
+    (going / "spec.json").write_text('{"spec": {"mode": "fsdp", "world_size": 4}, "created_at": 2}')
+    result = run_cli("compare", "--runs", str(going), str(going) + "/")
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("has no result yet (no summary.json): it is still going, "
+                                          "or was cut off.")

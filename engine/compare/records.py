@@ -1,0 +1,106 @@
+"""Compare runs from their records: yesterday's ddp against today's fsdp, nothing run again.
+
+Each run directory gives a row as a live comparison would (comparison.row_from_run): its
+summary, its spec, and its loss and throughput curves from its events. The runs must have
+trained the same thing on the same kind of machine for the table to mean anything; where
+they did not (another model, global batch, precision, device or machine), the comparison is
+still made and says so, difference by difference.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from mgpu_tui.engine.compare.comparison import (
+    Comparison,
+    Row,
+    devices_used,
+    peak_flops,
+    train_flops_per_sample,
+)
+from mgpu_tui.engine.records.history import MAX_SPEC_BYTES, read_run
+from mgpu_tui.engine.run.aggregate import read_events
+from mgpu_tui.engine.run.rundir import read_capped
+
+# What must be the same for two runs' figures to be compared: (spec key, what it is called).
+SAME_JOB = (("width", "the model's width"), ("depth", "the model's depth"),
+            ("batch_size", "the global batch"), ("amp", "mixed precision"), ("device", "the device"))
+SAME_MACHINE = (("hostname", "the machine"), ("cpu_count", "the number of CPU cores"),
+                ("gpu_count", "the number of GPUs"))  # fmt: skip
+
+
+class RecordError(ValueError):
+    """A run directory that cannot be compared: one sentence for the user."""
+
+
+def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
+    """One row per run directory, in the order given; RecordError for one that has no result."""
+    specs, rows = [], []
+    for path in paths:
+        spec, machine, row = _row(Path(path))
+        specs.append((path, spec, machine))
+        rows.append(row)
+    differences = _differences(specs)
+    settings = {"runs": [str(p) for p in paths], "comparable": not differences, "differences": differences}
+    comparison = Comparison("compare", settings, rows=rows)
+    comparison.ended_at = comparison.started_at
+    return comparison
+
+
+def _row(path: Path) -> tuple[dict, dict, Row]:
+    record = read_run(path)
+    if record.status == "broken":
+        raise RecordError(f"{path} cannot be compared: {record.reason}.")
+    if record.summary is None:
+        raise RecordError(f"{path} has no result yet (no summary.json): it is still going, or was cut off.")
+    spec_path = path / "spec.json" if (path / "spec.json").exists() else min(path.glob("spec-node*.json"))
+    try:  # read_run has read it once already; this is its whole record
+        document = json.loads(read_capped(spec_path, MAX_SPEC_BYTES))
+        spec, machine = document["spec"], document.get("machine") or {}
+        if not isinstance(spec, dict) or not isinstance(machine, dict):
+            raise TypeError("not an object")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = type(exc).__name__
+        raise RecordError(f"{path} cannot be compared: its spec.json is unreadable ({why}).") from None
+    summary = record.summary
+    gpu_names = [g.name for g in summary.telemetry.gpus] if summary.telemetry else []
+    devices = devices_used(str(spec.get("mode")), spec["device"], summary.world_size, spec.get("nproc"),
+                           spec.get("stages", 1), int(machine.get("gpu_count") or 0))  # fmt: skip
+    rate = summary.samples_per_s
+    per_device = rate / devices if rate is not None and devices else None
+    own_program = bool(spec.get("script") or spec.get("module"))  # a model we cannot count FLOPs of
+    flops = None if own_program else train_flops_per_sample(spec["width"], spec["depth"])
+    tflops = per_device * flops / 1e12 if per_device and flops else None
+    peak = peak_flops(gpu_names[0] if gpu_names else None, spec["amp"]) if spec["device"] == "cuda" else None
+    steps, rates, losses = read_events(path).series()
+    peaks = [p for p in summary.peak_mem_bytes if p is not None]
+    row = Row(
+        mode=record.what, status=summary.status, world_size=summary.world_size, devices=devices,
+        samples_per_s=rate, samples_per_s_per_device=per_device, tokens_per_s=None,
+        step_time_s_median=summary.step_time_s_median,
+        step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
+        tflops_per_device=tflops, mfu=tflops * 1e12 / peak if tflops and peak else None,
+        peak_mem_bytes=max(peaks) if peaks else None, peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
+        final_loss=summary.final_loss, loss_curve=[[s, v] for s, v in zip(steps, losses) if v is not None],
+        throughput_curve=[[s, r] for s, r in zip(steps, rates)], duration_s=summary.duration_s,
+        run_dir=str(path), root_cause=summary.root_cause.headline() if summary.root_cause else None,
+        note=summary.note,
+    )  # fmt: skip
+    return spec, machine, row
+
+
+def _differences(specs: list[tuple[Path, dict, dict]]) -> list[str]:
+    """One sentence per way the runs differ that makes their figures incomparable."""
+    found = []
+    unrecorded = [Path(path).name for path, _, machine in specs if not machine]
+    if unrecorded:  # made before runs recorded their machine: nothing can be said of it
+        found.append(f"{', '.join(unrecorded)} does not record its machine (an older mgpu-tui made it)")
+    for keys, source in ((SAME_JOB, 1), (SAME_MACHINE, 2)):
+        for key, name in keys:
+            known = [item for item in specs if item[source]]
+            if len({item[source].get(key) for item in known}) > 1:
+                each = ", ".join(f"{Path(item[0]).name}: {item[source].get(key)}" for item in known)
+                found.append(f"{name} differs ({each})")
+    return found
