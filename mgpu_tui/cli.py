@@ -231,6 +231,15 @@ def build_parser() -> argparse.ArgumentParser:
                          help="the folder of runs (default ./runs)")
     history.add_argument("--json", action="store_true", help='print JSON: {"runs": [...]}')
 
+    opening = commands.add_parser("open", help="the app on one run: replayed if it ended, followed if not",
+                                  description="Open the app on a run folder. A finished run is replayed from "
+                                  "its files (ranks, charts, logs, root cause, the machine's telemetry); a "
+                                  "run still going (started in another terminal, or by a scheduler) is "
+                                  "followed live, and quitting leaves it running.")
+    opening.add_argument("run", metavar="RUN", help="a run folder, or `latest` (the newest under --run-dir)")
+    opening.add_argument("--run-dir", default="runs", metavar="DIR",
+                         help="the folder of runs, for `latest` and the Runs view (default ./runs)")
+
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
     return parser
@@ -311,6 +320,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mgpu_tui.commands.runs import runs_command
 
             return runs_command(args)
+        if args.command == "open":
+            from mgpu_tui.commands.runs import open_command
+
+            return open_command(args)
         if args.command == "topo":
             from mgpu_tui.commands.topo import topo_command
 

@@ -9,7 +9,6 @@ still made and says so, difference by difference.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,19 +19,14 @@ from mgpu_tui.engine.compare.comparison import (
     peak_flops,
     train_flops_per_sample,
 )
-from mgpu_tui.engine.records.history import MAX_SPEC_BYTES, read_run
+from mgpu_tui.engine.records.history import RecordError, read_run, read_spec
 from mgpu_tui.engine.run.aggregate import read_events
-from mgpu_tui.engine.run.rundir import read_capped
 
 # What must be the same for two runs' figures to be compared: (spec key, what it is called).
 SAME_JOB = (("width", "the model's width"), ("depth", "the model's depth"),
             ("batch_size", "the global batch"), ("amp", "mixed precision"), ("device", "the device"))
 SAME_MACHINE = (("hostname", "the machine"), ("cpu_count", "the number of CPU cores"),
                 ("gpu_count", "the number of GPUs"))  # fmt: skip
-
-
-class RecordError(ValueError):
-    """A run directory that cannot be compared: one sentence for the user."""
 
 
 def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
@@ -55,15 +49,7 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
         raise RecordError(f"{path} cannot be compared: {record.reason}.")
     if record.summary is None:
         raise RecordError(f"{path} has no result yet (no summary.json): it is still going, or was cut off.")
-    spec_path = path / "spec.json" if (path / "spec.json").exists() else min(path.glob("spec-node*.json"))
-    try:  # read_run has read it once already; this is its whole record
-        document = json.loads(read_capped(spec_path, MAX_SPEC_BYTES))
-        spec, machine = document["spec"], document.get("machine") or {}
-        if not isinstance(spec, dict) or not isinstance(machine, dict):
-            raise TypeError("not an object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        why = type(exc).__name__
-        raise RecordError(f"{path} cannot be compared: its spec.json is unreadable ({why}).") from None
+    spec, machine, _ = read_spec(path)
     summary = record.summary
     gpu_names = [g.name for g in summary.telemetry.gpus] if summary.telemetry else []
     devices = devices_used(str(spec.get("mode")), spec["device"], summary.world_size, spec.get("nproc"),

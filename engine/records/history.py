@@ -3,8 +3,10 @@
 A run directory holds ``spec.json`` from the start and ``summary.json`` once it ended (the
 run/rundir.py layout). Each is read with a bound and trusted for nothing but what it says;
 a folder that is not a run, or a run whose files are half-written or foreign, is listed as
-broken with the reason, never fatal. A run with a spec and no summary is *unfinished*: still
-going, or its monitor was killed before it could write one.
+broken with the reason, never fatal. A run with a spec and no summary is *running* while the
+process that follows it holds its lock (records/monitor.py), *cut off* once that process is gone
+without writing one (killed, the machine restarted), and *unfinished* when it has no lock to tell
+by (made by an mgpu-tui from before the lock).
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.records.monitor import is_followed
 from mgpu_tui.engine.run.rundir import read_capped
 from mgpu_tui.engine.run.summary import RunSummary
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_SUMMARY_BYTES = 8 << 20
 MAX_RUNS = 10_000  # a folder with more entries is read up to this many, the newest by name
+
+
+class RecordError(ValueError):
+    """A run directory that cannot be used as asked (opened, compared): one sentence for the user."""
 
 
 @dataclass(frozen=True)
@@ -29,7 +36,7 @@ class RunRecord:
     what: str  # the mode, or the user's script or module
     world_size: int | None
     nnodes: int | None
-    status: str  # ok, failed, interrupted, unfinished, broken
+    status: str  # ok, failed, interrupted, running, cut off, unfinished, broken
     summary: RunSummary | None = None
     reason: str | None = None  # why it is broken
 
@@ -64,13 +71,32 @@ def read_run(path: Path) -> RunRecord:
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return _broken(path, f"spec.json unreadable ({_why(exc)})")
     if not summary_path.exists():
-        return RunRecord(str(path), created, what, world, nnodes, "unfinished")
+        lock = path / f"monitor{suffix}.lock"
+        status = "unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off"
+        return RunRecord(str(path), created, what, world, nnodes, status)
     try:
         summary = RunSummary.from_json(json.loads(read_capped(summary_path, MAX_SUMMARY_BYTES)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return RunRecord(str(path), created, what, world, nnodes, "broken",
                          reason=f"summary.json unreadable ({_why(exc)})")  # fmt: skip
     return RunRecord(str(path), created, what, world, nnodes, summary.status, summary)
+
+
+def read_spec(path: Path) -> tuple[dict, dict, int | None]:
+    """(the resolved spec, the machine it ran on, the node) of a run directory: spec.json, or the
+    first node's spec-node<N>.json where nodes share the folder. RecordError if unreadable."""
+    spec_path, node = path / "spec.json", None
+    try:
+        if not spec_path.exists():
+            spec_path = min(path.glob("spec-node*.json"))
+            node = int(spec_path.stem.removeprefix("spec-node"))
+        document = json.loads(read_capped(spec_path, MAX_SPEC_BYTES))
+        spec, machine = document["spec"], document.get("machine") or {}
+        if not isinstance(spec, dict) or not isinstance(machine, dict):
+            raise TypeError("not an object")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RecordError(f"{path}: its spec.json is unreadable ({type(exc).__name__}).") from None
+    return spec, machine, node
 
 
 def list_runs(root: Path) -> list[RunRecord]:

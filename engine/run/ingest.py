@@ -44,6 +44,7 @@ class FileTail:
         self._fd: int | None = None
         self._inode: int | None = None
         self.refused = False  # something that is not a regular file was found at the path
+        self.behind = False  # the last read stopped short of the end (a chunk at a time)
 
     def read_lines(self, max_bytes: int = READ_CHUNK) -> list[bytes]:
         """Complete lines (without their newlines) appended since the last call.
@@ -65,6 +66,7 @@ class FileTail:
             return []
         data = os.pread(self._fd, min(size - self.offset, max_bytes), self.offset)
         self.offset += len(data)
+        self.behind = self.offset < size
         return self._split(data)
 
     def _open(self) -> bool:
@@ -151,8 +153,9 @@ class Ingest:
         self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
         self._new_lines_seen = 0
 
-    def read(self) -> None:
-        """Take in what every file gained since the last call."""
+    def read(self) -> bool:
+        """Take in what every file gained since the last call (a chunk of each at most);
+        True when some file has more than was read."""
         for rank, path in self.run_dir.event_files().items():
             if rank in self._event_tails:
                 continue
@@ -190,6 +193,7 @@ class Ingest:
                     with self._lock:
                         self._new_lines.extend((local, stream, line) for line in lines)
                         self._new_lines_seen += len(lines)
+        return any(tail.behind for tail in [*self._event_tails.values(), *self._log_tails.values()])
 
     def _fits(self, event, file_rank: int) -> bool:
         """Whether an event belongs to this job: its own rank's file, and a first hello."""

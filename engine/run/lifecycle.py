@@ -30,6 +30,7 @@ from enum import Enum
 from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.records.monitor import MonitorLock
 from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.ingest import Ingest
@@ -93,6 +94,8 @@ class Run:
         self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None
+        # Held while this process follows the run: `mgpu-tui open` and `runs` tell a live run by it.
+        self._monitor = MonitorLock(run_dir.monitor_lock_path)
         self._exit_code: int | None = None
         self._started_at = 0.0
         self._stop_requested = False
@@ -142,9 +145,15 @@ class Run:
         except RunDirError:
             self.log.close()
             raise
+        if not self._monitor.hold():  # the run still goes; only others cannot tell it is live
+            self.log.warning("cannot lock %s: `mgpu-tui open` will see this run as cut off",
+                             self.run_dir.monitor_lock_path)  # fmt: skip
         try:
             self._started_at = time.time()
             self._tree.start(out, err)
+        except BaseException:
+            self._monitor.release()
+            raise
         finally:
             out.close()
             err.close()
@@ -307,3 +316,4 @@ class Run:
         self._tree.close()
         self.log.close()
         self.state = state
+        self._monitor.release()  # after the summary: whoever sees the lock go finds the result

@@ -1,4 +1,4 @@
-"""The mgpu-tui app: Dashboard, Topology, Run and Compare, fed by worker threads that only post messages.
+"""The mgpu-tui app: Dashboard, Topology, Run, Compare and Runs, fed by threads that only post messages.
 
 :func:`create_app` is the one factory the CLI and the tests use. Inputs can be
 given instead of read live (a topology, recorded telemetry), so views can be
@@ -14,6 +14,7 @@ from __future__ import annotations
 import gc
 import os
 from collections.abc import Iterable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual.app import App, ComposeResult
@@ -27,6 +28,7 @@ from mgpu_tui.app.messages import (
     CompareEnded,
     CompareRequested,
     CompareUpdated,
+    OpenRequested,
     RunEnded,
     RunUpdated,
     StartRequested,
@@ -71,7 +73,9 @@ class MgpuApp(App):
         ("t", "show_tab('topology')", "Topology"),
         ("r", "show_tab('run')", "Run"),
         ("c", "show_tab('compare')", "Compare"),
+        ("h", "show_tab('runs')", "Runs"),
         ("s", "stop_run", "Stop"),
+        Binding("g", "next_gpu", "Next GPU", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -84,6 +88,8 @@ class MgpuApp(App):
         telemetry: Iterable[Snapshot] | None = None,
         interval: float = 1.0,
         host: host_module.Host | None = None,
+        open_run: Path | None = None,
+        run_root: Path = Path("runs"),
     ) -> None:
         super().__init__()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
@@ -91,6 +97,8 @@ class MgpuApp(App):
             # cores the ranks fill cannot spare. TEXTUAL_ANIMATIONS=full brings it back.
             self.animation_level = "none"
         self.start_spec = start
+        self.open_path = open_run  # a run folder to show at once (mgpu-tui open)
+        self.run_root = run_root  # where the Runs view looks
         self._host = host
         # The topology to show: given, or read from this machine once the first frame is up.
         self._topology: tuple[Topology | None, str] | None = None if topology is _LIVE else (topology, "")
@@ -110,12 +118,12 @@ class MgpuApp(App):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        initial = "run" if self.start_spec else "dashboard"
+        initial = "run" if self.start_spec or self.open_path else "dashboard"
         yield Tabs(*(Tab(title, id=tab) for tab, title in TABS.items()), active=initial, id="tabs")
-        with ViewSwitcher(lambda: self.host, initial=f"{initial}-view", id="views"):
+        with ViewSwitcher(lambda: self.host, self.run_root, initial=f"{initial}-view", id="views"):
             yield Dashboard(id="dashboard-view")
-            if self.start_spec:
-                yield new_view("run", lambda: self.host)
+            if initial == "run":
+                yield new_view("run", lambda: self.host, self.run_root)
         yield Footer()
 
     async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
@@ -144,6 +152,8 @@ class MgpuApp(App):
                 self.query_one(Dashboard).show(snapshot)
         if self.start_spec is not None:
             self.start_run(self.start_spec)
+        elif self.open_path is not None:
+            self.call_later(self.open_run, self.open_path)
 
     def _after_first_frame(self) -> None:
         """Start reading the machine (machine_feed.py), now that the first frame is up."""
@@ -172,6 +182,8 @@ class MgpuApp(App):
         if view is None:
             return
         view.show(message.stats, message.series, message.stall_after)
+        if message.telemetry is not None:
+            view.show_telemetry(message.telemetry)
         # Log lines are drained here, on the UI thread, not carried by the message: a newer
         # RunUpdated replaces a waiting one, and the lines it carried would be lost.
         view.add_log_lines(*self.controller.drain_log_lines())
@@ -202,7 +214,8 @@ class MgpuApp(App):
 
     @property
     def busy(self) -> bool:
-        return self.controller.active or self.comparing.active
+        """A run or comparison of the app's own is going (a run it only follows does not count)."""
+        return self.controller.owns_active or self.comparing.active
 
     # ---- starting and stopping -----------------------------------------------------------
 
@@ -224,6 +237,25 @@ class MgpuApp(App):
     def on_start_requested(self, message: StartRequested) -> None:
         self.start_run(message.spec)
 
+    async def open_run(self, path: Path) -> None:
+        """Show a run from its folder: a finished one replayed, a live one followed (never owned)."""
+        if self.busy:
+            self.notify("A run of this app is going; stop it first (s).", title="Cannot open",
+                        severity="error")
+            return
+        from mgpu_tui.engine.records.history import RecordError
+
+        await self.action_show_tab("run")
+        try:
+            run = self.controller.follow(path)
+        except RecordError as exc:
+            self.notify(plain(str(exc)), title="Cannot open", severity="error", timeout=8, markup=False)
+            return
+        self._view("run").opened(run)
+
+    async def on_open_requested(self, message: OpenRequested) -> None:
+        await self.open_run(message.path)
+
     def on_compare_requested(self, message: CompareRequested) -> None:
         if self.busy:
             self.notify("A run is going; stop it first (s).", title="Cannot compare", severity="error")
@@ -239,12 +271,46 @@ class MgpuApp(App):
         self.action_stop_run()
 
     def action_stop_run(self) -> None:
+        if self.controller.following:
+            self._stop_followed()
+            return
         if self.controller.active:
             self.controller.request_stop()
             self.notify("Stopping every rank…")
         if self.comparing.active:
             self.comparing.request_stop()
             self.notify("Stopping the comparison: every rank…")
+
+    def _stop_followed(self) -> None:
+        """A run started elsewhere: say who follows it, ask, and only then ask its monitor to stop it."""
+        run = self.controller.run
+        monitor = run.monitor()
+        if monitor is None:
+            self.notify("Nothing follows this run any more: it has ended.", severity="warning")
+            return
+        if reason := monitor.why_not_stoppable():
+            self.notify(plain(reason), title="Cannot stop", severity="error", timeout=8, markup=False)
+            return
+
+        def answered(yes: bool | None) -> None:
+            if not yes:
+                return
+            try:
+                run.stop()  # finds its monitor again: the one asked about may have ended since
+            except (PermissionError, ProcessLookupError) as exc:
+                self.notify(plain(str(exc)), title="Cannot stop", severity="error", timeout=8, markup=False)
+                return
+            self.notify("Asked the run's monitor to stop every rank…")
+
+        from mgpu_tui.app.views.confirm import Confirm
+
+        question = (f"This run was started elsewhere (its monitor is pid {monitor.pid}, "
+                    f"user {monitor.owner}). Stop it and every rank?")  # fmt: skip
+        self.push_screen(Confirm(question), answered)
+
+    def action_next_gpu(self) -> None:
+        if view := self._view("run"):
+            view.next_gpu()
 
     def action_leave_field(self) -> None:
         self.set_focus(None)
@@ -270,9 +336,9 @@ class MgpuApp(App):
                 self.comparing.request_stop()
                 self.notify("Stopping every rank, then quitting…")
 
-        from mgpu_tui.app.views.confirm_quit import ConfirmQuit
+        from mgpu_tui.app.views.confirm import QUIT_WHILE_RUNNING, Confirm
 
-        self.push_screen(ConfirmQuit(), answered)
+        self.push_screen(Confirm(QUIT_WHILE_RUNNING), answered)
 
     def on_unmount(self) -> None:
         self.feed.stop()

@@ -14,10 +14,14 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not with the app
+    from pathlib import Path
+
     from mgpu_tui.engine.compare.comparison import Comparison, Row
     from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
+    from mgpu_tui.engine.records.follow import TelemetrySeries
+    from mgpu_tui.engine.records.history import RunRecord
     from mgpu_tui.engine.run.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
@@ -46,15 +50,35 @@ class TopologyRead(Message):
 
 class RunUpdated(LatestOnly):
     def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]],
-                 stall_after: float) -> None:  # fmt: skip
+                 stall_after: float, telemetry: TelemetrySeries | None = None) -> None:  # fmt: skip
         super().__init__()
         self.stats = stats
         self.series = series
         self.stall_after = stall_after  # the run's stall timeout now
+        self.telemetry = telemetry  # a followed run's recorded telemetry so far (a copy)
+
+
+class OpenRequested(Message):
+    """Show a run from its folder (the Runs view's Enter)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+
+
+class RunsListed(Message):
+    """The past runs of the run folder, read by a worker (engine/records/history.py)."""
+
+    def __init__(self, records: list[RunRecord], root: Path) -> None:
+        super().__init__()
+        self.records = records
+        self.root = root
 
 
 class RunEnded(Message):
-    def __init__(self, summary: RunSummary) -> None:
+    """The run ended; ``summary`` is None for a followed run that was cut off without one."""
+
+    def __init__(self, summary: RunSummary | None) -> None:
         super().__init__()
         self.summary = summary
 

@@ -129,7 +129,8 @@ def compare_command(args: argparse.Namespace) -> int:
 
 def _compare_records(args: argparse.Namespace, suffix: str | None) -> int:
     """``compare --runs A B``: the table from the runs' own records; nothing is run."""
-    from mgpu_tui.engine.compare.records import RecordError, comparison_from_runs
+    from mgpu_tui.engine.compare.records import comparison_from_runs
+    from mgpu_tui.engine.records.history import RecordError
 
     if len(set(args.runs)) != len(args.runs):
         raise UsageError("a run folder is named twice; name each once.")

@@ -1,4 +1,5 @@
-"""``mgpu-tui runs``: the past runs of a folder, newest first; ``--json`` for scripts."""
+"""``mgpu-tui runs``: the past runs of a folder, newest first (``--json`` for scripts); ``mgpu-tui open``:
+the app on one of them."""
 
 from __future__ import annotations
 
@@ -8,14 +9,39 @@ import json
 from pathlib import Path
 
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, table
-from mgpu_tui.engine.records.history import list_runs
+from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.errors import ExitCode, UsageError
 
 
-def runs_command(args: argparse.Namespace) -> int:
+def _root(args: argparse.Namespace) -> Path:
     root = Path(args.run_dir)
     if root.exists() and not root.is_dir():
         raise UsageError(f"{root} is a file, not a folder of runs.")
+    return root
+
+
+def open_command(args: argparse.Namespace) -> int:
+    """Check the folder before any screen opens (one sentence and exit 2 when it is no run)."""
+    root = _root(args)
+    if args.run == "latest":
+        usable = [r for r in list_runs(root) if r.status != "broken"]
+        if not usable:
+            raise UsageError(f"there is no run under {root} to open (mgpu-tui run MODE makes one).")
+        path = Path(usable[0].path)
+    else:
+        path = Path(args.run)
+        if not path.is_dir():
+            raise UsageError(f"{path} is not a run folder (no such folder).")
+        record = read_run(path)
+        if record.status == "broken":
+            raise UsageError(f"{path} cannot be opened: {record.reason}.")
+    from mgpu_tui.commands.tui import tui_command
+
+    return tui_command(None, open_run=path, run_root=root)
+
+
+def runs_command(args: argparse.Namespace) -> int:
+    root = _root(args)
     records = list_runs(root)
     if args.json:
         print(json.dumps({"run_dir": str(root), "runs": [r.to_json() for r in records]}))

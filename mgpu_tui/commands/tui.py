@@ -1,4 +1,5 @@
-"""Open the app: bare ``mgpu-tui``, or ``mgpu-tui run ... --tui`` with a run to start."""
+"""Open the app: bare ``mgpu-tui``, ``mgpu-tui run ... --tui`` with a run to start, or ``mgpu-tui open``
+with a run folder to show."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import gc
 import os
 import signal
 import threading
+from pathlib import Path
 
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
@@ -13,7 +15,8 @@ from mgpu_tui.errors import ExitCode
 from mgpu_tui.logs import start_app_log
 
 
-def tui_command(spec: LaunchSpec | None) -> int:
+def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None,
+                run_root: Path = Path("runs")) -> int:  # fmt: skip
     host = None  # bare `mgpu-tui`: the app probes the machine once its first frame is up
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.
@@ -26,7 +29,8 @@ def tui_command(spec: LaunchSpec | None) -> int:
     from mgpu_tui.app import create_app
 
     start_app_log()
-    app = create_app(start=spec, host=host)
+    app = create_app(start=spec, host=host, open_run=open_run,
+                     run_root=spec.run_root if spec is not None else run_root)
 
     def stop_and_exit(signum, frame) -> None:
         # The terminal closed (SIGHUP) or we were told to stop (SIGTERM). This runs on the

@@ -9,7 +9,7 @@ from textual.widgets import Input, Select
 
 from conftest import live_processes_of
 from mgpu_tui.app import create_app
-from mgpu_tui.app.views.confirm_quit import ConfirmQuit
+from mgpu_tui.app.views.confirm import Confirm
 from mgpu_tui.app.views.run import RunView
 from mgpu_tui.app.widgets.log_pane import LogPane
 from mgpu_tui.app.widgets.status_line import StatusLine
@@ -69,12 +69,12 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         await pilot.press("t", "r")  # on the Run tab, letters must still be the app's keys
         await pilot.press("q")  # a run is going: quitting asks first
         await pilot.pause(0.3)
-        assert isinstance(app.screen, ConfirmQuit)
+        assert isinstance(app.screen, Confirm)
         assert "Quit and stop every rank?" in str(app.screen.query_one("Static").render())
         assert app.screen.query_one("#confirm").size.width > 40  # the box is drawn, not collapsed
         await pilot.press("n")  # no: the run goes on (y, in a real terminal: tests/test_app_tmux.py)
         await pilot.pause(0.3)
-        assert app.controller.active and not isinstance(app.screen, ConfirmQuit)
+        assert app.controller.active and not isinstance(app.screen, Confirm)
         await pilot.press("s")
         assert await wait_for(pilot, lambda: not app.controller.active, timeout=30)
         await pilot.pause(0.3)

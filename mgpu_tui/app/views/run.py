@@ -1,6 +1,8 @@
 """The Run view: start a mode and watch every rank: state, step, samples/s, loss, memory, logs.
 
 It only draws what the app hands it (RunUpdated / RunEnded); the RunController owns the run.
+A run opened from its folder (``mgpu-tui open``, the Runs view) shows the same way, with the
+machine's telemetry over the whole run under its charts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from mgpu_tui.app.views.run_form import RunForm
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.status_line import StatusLine
+from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, plain
 from mgpu_tui.engine.machine.host import Host
@@ -26,6 +29,7 @@ from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
+    from mgpu_tui.engine.records.follow import FollowedRun, TelemetrySeries
     from mgpu_tui.engine.run.summary import RunSummary
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
@@ -83,7 +87,8 @@ class RunView(Widget):
         max-height: 14;
     }
     #ranks {
-        width: 1fr;
+        width: auto;
+        max-width: 60%;
         padding: 0 1;
         height: auto;
         max-height: 14;
@@ -122,6 +127,7 @@ class RunView(Widget):
         self.ended_ok = False
         self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
         self.label = ""  # "ddp on 2 ranks"
+        self.hint = "(s stops it)"  # what the keys do to this run
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
 
     def compose(self) -> ComposeResult:
@@ -132,6 +138,7 @@ class RunView(Widget):
             with Vertical(id="charts"):
                 yield Chart("throughput (samples/s)", fmt_rate, id="throughput")
                 yield Chart("loss (global batch)", fmt_loss, id="loss")
+        yield TelemetryCharts(id="telemetry")
         yield Static("", id="root-cause")
         yield LogView(id="logs")
 
@@ -143,21 +150,42 @@ class RunView(Widget):
                 note: str | None = None) -> None:  # fmt: skip
         """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
         show (ranks sharing GPUs, say)."""
-        world_size, steps = resolved.world_size, spec.steps
-        self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
-        self.ended_ok = False
         self.form.fill(spec, resolved.spec.nproc)
         mode = spec.script or spec.module or spec.mode
-        self.label = f"{mode} on {world_size} rank{'s' if world_size != 1 else ''}"
-        status = self.query_one("#run-status", StatusLine)
-        status.update(plain(f"{self.label}: starting…  {run_dir}   (s stops it)"), done=0.0)
+        label = f"{mode} on {resolved.world_size} rank{'s' if resolved.world_size != 1 else ''}"
+        self._begin(label, resolved.world_size, spec.steps, f"starting…  {run_dir}   (s stops it)", note)
+        self.query_one(RunForm).running(True)
+
+    def opened(self, run: FollowedRun) -> None:
+        """A run from its folder: a finished one replayed, a live one followed."""
+        how = ("started elsewhere, followed live (q leaves it running; s asks before stopping it)"
+               if run.live_at_open else "opened from its record")  # fmt: skip
+        self._begin(run.label, run.world_size, run.steps_requested, f"{how}   {run.path}", None,
+                    hint="(followed: q leaves it running)")
+        again = run.launch_spec()
+        if again is not None:  # Start runs it again, as it was
+            self.form.fill(*again)
+        self.form.running(run.live_at_open)
+
+    def _begin(self, label: str, world_size: int, steps: int, status: str, note: str | None,
+               hint: str = "(s stops it)") -> None:  # fmt: skip
+        self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
+        self.ended_ok = False
+        self.label, self.hint = label, hint
+        self.query_one("#run-status", StatusLine).update(plain(f"{label}: {status}"), done=0.0)
         panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
         panel.update(Text(f"Note: {note}", style="yellow") if note else "")
         panel.set_class(bool(note), "note")
         panel.display = bool(note)
+        self.query_one(TelemetryCharts).display = False
         self.query_one(LogView).reset(world_size)
-        self.query_one(RunForm).running(True)
         self._fill_table(None)
+
+    def show_telemetry(self, series: TelemetrySeries) -> None:
+        self.query_one(TelemetryCharts).show(series)
+
+    def next_gpu(self) -> None:
+        self.query_one(TelemetryCharts).next_gpu()
 
     def add_log_lines(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
         if lines or dropped:
@@ -168,7 +196,7 @@ class RunView(Widget):
         self.stall_after = stall_after
         steps, rates, losses = series
         status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
-                  f"samples/s   loss {fmt_loss(stats.final_loss)}   (s stops it)")  # fmt: skip
+                  f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}")  # fmt: skip
         self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
         self.query_one("#throughput", Chart).update(rates)
         self.query_one("#loss", Chart).update([x for x in losses if x is not None])
@@ -192,8 +220,17 @@ class RunView(Widget):
         self.rank_rows = rows
         self.query_one("#ranks", TextPanel).update(rank_table(rows), relayout=relayout)
 
-    def ended(self, summary: RunSummary, stats: RunStats | None) -> None:
+    def ended(self, summary: RunSummary | None, stats: RunStats | None) -> None:
+        """The run ended; no summary: a followed run cut off (its monitor died without one)."""
         self.finished = True
+        if summary is None:
+            steps = stats.steps if stats else 0
+            self.query_one("#run-status", StatusLine).update(
+                plain(f"{self.label} cut off at step {steps:,}: nothing follows it and it has no summary "
+                      "(its monitor was killed, or the machine restarted)"), done=steps / max(self.steps, 1))
+            self.query_one(RunForm).running(False)
+            self._fill_table(stats)
+            return
         self.ended_ok = summary.status == "ok"
         cause = summary.root_cause
         self.failed_rank = cause.rank if cause else None

@@ -9,16 +9,17 @@ Run view, for ``run --tui``) is built up front.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher
 
 from mgpu_tui.engine.machine.host import Host
 
-TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare"}
+TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare", "runs": "Runs"}
 
 
-def new_view(tab: str, host: Callable[[], Host]) -> Widget:
+def new_view(tab: str, host: Callable[[], Host], run_root: Path) -> Widget:
     """A tab's view. Imported here: each view (and what it uses) loads when first shown."""
     if tab == "dashboard":
         from mgpu_tui.app.views.dashboard import Dashboard
@@ -32,6 +33,10 @@ def new_view(tab: str, host: Callable[[], Host]) -> Widget:
         from mgpu_tui.app.views.run import RunView
 
         return RunView(host(), id="run-view")
+    if tab == "runs":
+        from mgpu_tui.app.views.runs import RunsView
+
+        return RunsView(run_root, id="runs-view")
     from mgpu_tui.app.views.compare import CompareView
 
     return CompareView(host(), id="compare-view")
@@ -44,9 +49,10 @@ class ViewSwitcher(ContentSwitcher):
     }
     """
 
-    def __init__(self, host: Callable[[], Host], **kwargs) -> None:
+    def __init__(self, host: Callable[[], Host], run_root: Path, **kwargs) -> None:
         super().__init__(**kwargs)
         self._host = host
+        self._run_root = run_root
 
     def view(self, tab: str) -> Widget | None:
         """The tab's view; None before it first showed (or after the app closed)."""
@@ -59,7 +65,7 @@ class ViewSwitcher(ContentSwitcher):
         if built:
             # (Textual's Lazy would mount it anyway right after the first frame, and raise
             # MountError if the app is already quitting.)
-            view = new_view(tab, self._host)
+            view = new_view(tab, self._host, self._run_root)
             view.display = False  # shown by the switch below, not beside the current view meanwhile
             await self.mount(view)
         self.current = f"{tab}-view"

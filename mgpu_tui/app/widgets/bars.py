@@ -55,5 +55,15 @@ def spark_rows(values: Sequence[float], width: int, height: int, style: str = "c
     return Text("\n".join(rows), style=style)
 
 
+def fit(values: Sequence[float], width: int) -> list[float]:
+    """At most ``width`` values covering all of ``values``: the mean of each of ``width`` equal
+    spans, so a whole run fits a chart (its peaks are softened, never invented)."""
+    values = list(values)
+    if width <= 0 or len(values) <= width:
+        return values
+    edges = [round(i * len(values) / width) for i in range(width + 1)]
+    return [sum(values[a:b]) / (b - a) for a, b in zip(edges, edges[1:]) if b > a]
+
+
 def rate(bytes_per_s: float | None) -> str:
     return "n/a" if bytes_per_s is None else f"{fmt_bytes(bytes_per_s)}/s"

@@ -1,14 +1,18 @@
-"""Asked before quitting while a run is going: quitting stops every rank."""
+"""A yes-or-no question before something that cannot be undone: quitting while a run of the app
+goes (it stops every rank), stopping a run the app did not start."""
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
+QUIT_WHILE_RUNNING = "A run is going. Quit and stop every rank?"
 
-class ConfirmQuit(ModalScreen[bool]):
+
+class Confirm(ModalScreen[bool]):
     DEFAULT_CSS = """
-    ConfirmQuit {
+    Confirm {
         align: center middle;
     }
     #confirm {
@@ -22,11 +26,15 @@ class ConfirmQuit(ModalScreen[bool]):
     BINDINGS = [("y", "answer(True)", "Yes"), ("enter", "answer(True)", "Yes"),
                 ("n", "answer(False)", "No"), ("escape", "answer(False)", "No")]  # fmt: skip
 
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
-            yield Static(
-                "A run is going. Quit and stop every rank?\n\n[b]y[/b] / Enter: yes    [b]n[/b] / Escape: no"
-            )
+            # The question may hold a path: plain text, never markup.
+            yield Static(Text.assemble(self.question, "\n\n", ("y", "bold"), " / Enter: yes    ",
+                                       ("n", "bold"), " / Escape: no"))  # fmt: skip
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

@@ -1,0 +1,219 @@
+"""A run read from its folder alone: a finished one replayed, a live one followed (``mgpu-tui open``).
+
+:class:`FollowedRun` offers the reading side of run/lifecycle.py's ``Run`` (poll, stats, series,
+log lines, the summary) from the files only, so the app shows either the same way. It never owns
+the run: closing it leaves the run going. It can only *ask* the process that follows the run to
+stop it (records/monitor.py), and only when that process is an mgpu-tui of this user.
+
+Its states: ``running`` while a process follows the run (its lock is held); then ``ok``, ``failed``
+or ``interrupted`` from ``summary.json``; or ``cut off`` when nobody follows the run and it has no
+summary (its monitor was killed, the machine restarted): its ranks died with their monitor
+(the keeper's parent-death signal), so it will never have one.
+
+Every file is read as the untrusted thing it is: bounded, parsed defensively, the events through
+the same Ingest as a live run (which checks each event against the job's shape).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from mgpu_tui.engine.launch.modes import MODES
+from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.records.history import MAX_SUMMARY_BYTES, RecordError, read_run, read_spec
+from mgpu_tui.engine.records.monitor import Monitor, is_followed, monitor_of
+from mgpu_tui.engine.run.aggregate import RunStats
+from mgpu_tui.engine.run.ingest import FileTail, Ingest
+from mgpu_tui.engine.run.rundir import RunDir, read_capped
+from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.watchdog import stall_timeout
+
+READS_PER_POLL = 64  # a finished run's files are read in chunks; this many a poll keeps it brisk
+MAX_TELEMETRY_POINTS = 20_000  # past this, every other point is dropped: the whole run stays in view
+MAX_TELEMETRY_LINE = 64 * 1024
+
+
+class FollowState(str, Enum):
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    CUT_OFF = "cut off"
+
+    @property
+    def finished(self) -> bool:
+        return self is not FollowState.RUNNING
+
+
+@dataclass
+class TelemetrySeries:
+    """The run's telemetry.jsonl as series over time: one value (or None) a sample each."""
+
+    t: list[float] = field(default_factory=list)
+    host_cpu: list[float | None] = field(default_factory=list)  # percent of all cores
+    host_mem: list[float | None] = field(default_factory=list)  # bytes used
+    gpus: dict[int, dict[str, list[float | None]]] = field(default_factory=dict)  # i -> mem, util, power
+    ended: str | None = None  # the file's own last word, when recording stopped at its cap
+
+    def add(self, line: dict) -> None:
+        t = _number(line.get("t"))
+        if t is None:
+            return
+        if isinstance(line.get("end"), str):
+            self.ended = line["end"][:200]
+            return
+        host = line.get("host") if isinstance(line.get("host"), dict) else {}
+        gpus = {g.get("i"): g for g in line.get("gpus") or () if isinstance(g, dict)}
+        for i in list(self.gpus) + [i for i in gpus if isinstance(i, int) and 0 <= i < 64]:
+            track = self.gpus.setdefault(i, {"mem": [None] * len(self.t), "util": [None] * len(self.t),
+                                             "power": [None] * len(self.t)})  # fmt: skip
+            g = gpus.get(i, {})
+            track["mem"].append(_number(g.get("mem_used")))
+            track["util"].append(_number(g.get("util")))
+            track["power"].append(_number(g.get("power_w")))
+        self.t.append(t)
+        self.host_cpu.append(_number(host.get("cpu")))
+        self.host_mem.append(_number(host.get("mem_used")))
+        if len(self.t) > MAX_TELEMETRY_POINTS:
+            self._halve()
+
+    def copy(self) -> TelemetrySeries:
+        return TelemetrySeries(list(self.t), list(self.host_cpu), list(self.host_mem),
+                               {i: {k: list(v) for k, v in track.items()} for i, track in self.gpus.items()},
+                               self.ended)  # fmt: skip
+
+    def _halve(self) -> None:
+        for series in (self.t, self.host_cpu, self.host_mem,
+                       *(s for track in self.gpus.values() for s in track.values())):  # fmt: skip
+            del series[1::2]
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+class FollowedRun:
+    """One run directory, read as it is and as it grows."""
+
+    def __init__(self, path: Path) -> None:
+        record = read_run(path)
+        if record.status == "broken":
+            raise RecordError(f"{path} cannot be opened: {record.reason}.")
+        spec, _, node = read_spec(path)
+        try:
+            self.world_size = int(spec["world_size"])
+            self.steps_requested = int(spec.get("steps") or 0)
+            self.requested_stall_timeout = _number(spec.get("stall_timeout"))
+            restarts = int(spec.get("max_restarts") or 0) > 0
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RecordError(f"{path}: its spec.json is unreadable ({type(exc).__name__}).") from None
+        self.path = path
+        self.recorded_spec = spec
+        self.run_dir = RunDir(path, node=node)
+        self.what = record.what
+        self.label = f"{record.what} on {self.world_size} rank{'s' if self.world_size != 1 else ''}"
+        self.summary: RunSummary | None = None
+        self.state = FollowState.RUNNING
+        self.telemetry = TelemetrySeries()
+        self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts)
+        self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
+        self.live_at_open = self.followed()
+
+    def launch_spec(self) -> tuple[LaunchSpec, int] | None:
+        """(the spec to run it again, its ranks) for a run of a built-in mode; None otherwise."""
+        spec = self.recorded_spec
+        try:
+            again = LaunchSpec(mode=str(spec["mode"]), steps=int(spec["steps"]),
+                               batch_size=int(spec["batch_size"]), amp=bool(spec["amp"]),
+                               device=str(spec.get("device_requested") or spec["device"]),
+                               share_gpus=bool(spec.get("share_gpus")))  # fmt: skip
+        except (KeyError, TypeError, ValueError):
+            return None
+        if again.mode not in MODES or again.device not in ("auto", "cpu", "cuda") or spec.get("script") \
+                or spec.get("module"):  # fmt: skip
+            return None
+        return again, int(spec.get("nproc") or self.world_size)
+
+    def followed(self) -> bool:
+        """Whether a process follows the run now (and so it may still change)."""
+        return is_followed(self.run_dir.monitor_lock_path)
+
+    def monitor(self) -> Monitor | None:
+        """The process that follows the run, as the kernel names it; None when nobody does."""
+        return monitor_of(self.run_dir.monitor_lock_path)
+
+    # ---- the same reading interface as a Run ---------------------------------------------
+
+    def poll(self) -> FollowState:
+        """Read what the files gained; notice the summary, or that nobody follows the run any more."""
+        if self.state.finished:
+            return self.state
+        # Looked at before reading, so that what a monitor wrote before it let go is read below.
+        alive = self.followed()
+        for _ in range(READS_PER_POLL):
+            if not self._ingest.read():
+                break
+        self._read_telemetry()
+        summary_path = self.run_dir.summary_path
+        if summary_path.exists():
+            try:
+                self.summary = RunSummary.from_json(json.loads(read_capped(summary_path, MAX_SUMMARY_BYTES)))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                self.summary = None  # half-written: read again at the next poll
+            if self.summary is not None:
+                self.state = FollowState(self.summary.status)
+        elif not alive:
+            self.state = FollowState.CUT_OFF
+        if self.state.finished:  # whatever came last
+            while self._ingest.read():
+                pass
+            self._read_telemetry()
+        return self.state
+
+    def _read_telemetry(self) -> None:
+        for _ in range(READS_PER_POLL):
+            for raw in self._telemetry_tail.read_lines():
+                try:
+                    line = json.loads(raw)
+                except ValueError:
+                    continue
+                if isinstance(line, dict):
+                    self.telemetry.add(line)
+            if not self._telemetry_tail.behind:
+                return
+
+    def stats(self) -> RunStats:
+        return self._ingest.stats()
+
+    def series(self) -> tuple[list[int], list[float], list[float | None]]:
+        return self._ingest.series()
+
+    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
+        return self._ingest.drain_log_lines()
+
+    def rank_processes(self) -> dict[int, tuple[int, str | None]]:
+        """Nothing: another process owns this run's ranks, and pids read from its files are not ours
+        to trust (the Dashboard samples the ranks of the app's own runs only)."""
+        return {}
+
+    def stall_timeout(self) -> float:
+        return stall_timeout(self.requested_stall_timeout, self._ingest.recent_step_time())
+
+    def stop(self) -> None:
+        """Ask the run's monitor to stop it (SIGTERM, as Ctrl-C in its terminal): PermissionError with
+        a sentence when it may not be asked, ProcessLookupError when it is gone."""
+        monitor = self.monitor()
+        if monitor is None:
+            raise ProcessLookupError("nobody follows this run any more; it has ended.")
+        monitor.ask_to_stop()
+
+    def close(self) -> None:
+        """Let go of the files; the run itself goes on."""
+        self._ingest.close()
+        self._telemetry_tail.close()

@@ -1,0 +1,111 @@
+"""The Runs view: the past runs of the run folder, newest first; Enter opens one in the Run view.
+
+The list is read by a worker thread (engine/records/history.py reads two small files a run)
+each time the view shows and every few seconds while it does, so a run that ends in another
+terminal changes its row here. A broken folder is a row that says why, never an error.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from mgpu_tui.app.messages import OpenRequested, RunsListed
+from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain
+
+REFRESH_S = 3.0
+STATUS_STYLE = {"ok": "green", "failed": "bold red", "interrupted": "yellow", "running": "bold cyan",
+                "cut off": "red", "unfinished": "dim", "broken": "dim red"}  # fmt: skip
+COLUMNS = ("started", "what", "ranks", "status", "duration", "samples/s", "loss", "root cause or reason")
+
+
+class RunsView(Widget):
+    DEFAULT_CSS = """
+    RunsView {
+        height: 1fr;
+    }
+    #runs-title {
+        padding: 0 1;
+        height: auto;
+    }
+    #runs-table {
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, root: Path, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.root = root
+        self.paths: list[str] = []  # the rows' run folders, in the table's order
+
+    def compose(self) -> ComposeResult:
+        yield Static(plain(f"Runs in {self.root}: reading…"), id="runs-title", markup=False)
+        table = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        table.add_columns(*COLUMNS)
+        yield table
+
+    def on_mount(self) -> None:
+        self.set_interval(REFRESH_S, self.reload)
+
+    def on_show(self) -> None:
+        self.reload()
+        self.query_one(DataTable).focus()
+
+    def reload(self) -> None:
+        if self.display:
+            self.run_worker(self._read, thread=True, exclusive=True, group="runs")
+
+    def _read(self) -> None:
+        from mgpu_tui.engine.records.history import list_runs
+
+        self.post_message(RunsListed(list_runs(self.root), self.root))
+
+    def on_runs_listed(self, message: RunsListed) -> None:
+        self.show(message.records)
+
+    def show(self, records) -> None:
+        """The rows, newest first; the cursor stays on the run it was on."""
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        current = self.paths[row] if 0 <= row < len(self.paths) else None
+        table.clear()
+        self.paths = [r.path for r in records]
+        for record in records:
+            table.add_row(*_cells(record), key=record.path)
+        if current in self.paths:
+            table.move_cursor(row=self.paths.index(current))
+        count = len(records)
+        if count:
+            title = (f"Runs in {self.root}: {count}, newest first. Enter opens one; a run still going "
+                     "is followed live, and keeps going when you leave.")  # fmt: skip
+        else:
+            title = f"No runs in {self.root} yet: start one in the Run view (r), or with `mgpu-tui run`."
+        self.query_one("#runs-title", Static).update(plain(title))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.post_message(OpenRequested(Path(event.row_key.value)))
+
+
+def _cells(record) -> tuple:
+    """One run's row. Every text from a run folder is plain text (a DataTable reads a str as markup)."""
+    s = record.summary
+    when = record.created_at
+    started = dt.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M") if when else "?"
+    what = record.what if record.status != "broken" else Path(record.path).name
+    cause = (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
+    figures = (fmt_seconds(s.duration_s) if s.duration_s is not None else "", fmt_rate(s.samples_per_s),
+               fmt_loss(s.final_loss)) if s else ("", "", "")  # fmt: skip
+    return (
+        Text(started),
+        Text(plain(what)[:40]),
+        Text(str(record.world_size) if record.world_size else "?", justify="right"),
+        Text(record.status, style=STATUS_STYLE.get(record.status, "")),
+        *(Text(f, justify="right") for f in figures),
+        Text(plain(cause)[:120]),
+    )
