@@ -68,7 +68,8 @@ class TelemetrySeries:
             return
         host = line.get("host") if isinstance(line.get("host"), dict) else {}
         gpus = {g.get("i"): g for g in line.get("gpus") or () if isinstance(g, dict)}
-        for i in list(self.gpus) + [i for i in gpus if isinstance(i, int) and 0 <= i < 64]:
+        seen = [i for i in gpus if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 64]
+        for i in dict.fromkeys([*self.gpus, *seen]):  # each GPU once, in the order first seen
             track = self.gpus.setdefault(i, {"mem": [None] * len(self.t), "util": [None] * len(self.t),
                                              "power": [None] * len(self.t)})  # fmt: skip
             g = gpus.get(i, {})

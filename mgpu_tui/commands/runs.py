@@ -31,7 +31,8 @@ def open_command(args: argparse.Namespace) -> int:
     else:
         path = Path(args.run)
         if not path.is_dir():
-            raise UsageError(f"{path} is not a run folder (no such folder).")
+            what = "is not a folder" if path.exists() else "does not exist"
+            raise UsageError(f"{path} {what}: give a run folder, or `latest`.")
         record = read_run(path)
         if record.status == "broken":
             raise UsageError(f"{path} cannot be opened: {record.reason}.")

@@ -284,3 +284,39 @@ async def test_a_ranks_escapes_and_markup_in_paths_are_shown_as_plain_text(tmp_p
         assert status.text.endswith(str(root)[-40:] + "/" + app.controller.run.run_dir.path.name)  # as it is
         run_dir = app.controller.run.run_dir.path
     assert "[/]" in str(run_dir) and live_processes_of(run_dir) == []
+
+
+async def test_the_runs_view_lists_past_runs_and_enter_opens_one(tmp_path):
+    """h shows the run folder's runs, newest first, a broken folder as broken; Enter on a run
+    replays it in the Run view, its rows, its figures and the machine's telemetry."""
+    from textual.widgets import DataTable
+
+    from conftest import read_summary, run_cli
+    from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
+
+    runs = tmp_path / "runs"
+    done = run_cli("run", "mp", "--steps", "20", "--device", "cpu", "--run-dir", str(runs),
+                   "--sample-interval", "0.2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (runs / "00-not-a-run").mkdir()
+    summary = read_summary(next(p for p in runs.iterdir() if p.name != "00-not-a-run") / "summary.json")
+    app = create_app(telemetry=[], topology=None, run_root=runs)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("h")
+        table = app.query_one("#runs-table", DataTable)
+        assert await wait_for(pilot, lambda: table.row_count == 2, timeout=10)
+        first, second = (table.get_row_at(i) for i in range(2))
+        assert (str(first[1]), str(first[3])) == ("mp", "ok")
+        assert str(first[5]) == fmt_rate(summary.samples_per_s)
+        assert (str(second[3]), str(second[7])) == ("broken", "no spec.json: not a run directory")
+        table.focus()
+        await pilot.press("enter")  # the cursor starts on the newest run
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: view.finished, timeout=10)
+        assert app.query_one("#views").current == "run-view"
+        assert [row[:3] for row in view.rank_rows] == [("rank 0", "done", "20")]
+        status = str(app.query_one("#run-status", StatusLine).render())
+        assert status.startswith("mp finished ok: 20 steps")
+        telemetry = app.query_one(TelemetryCharts)
+        assert telemetry.display and len(app.query_one("#tm-cpu").values) >= 2
+        assert not app.busy  # a record is no run of the app's: q quits at once

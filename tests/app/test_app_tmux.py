@@ -121,3 +121,71 @@ def test_run_tui_of_a_run_that_failed_exits_1_and_the_terminal_keeps_its_title(t
         assert wait_exit(marker, 10) == "1"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def keys(session: str, *pressed: str) -> None:
+    subprocess.run(["tmux", "send-keys", "-t", session, *pressed], check=True)
+
+
+def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_app(tmp_path):
+    """The issue's own check: `open` on a finished run shows it whole; a run started in another
+    terminal is followed (its step grows), quitting leaves it going, and s, y stops it."""
+    from conftest import live_processes_of, run_cli
+
+    runs = tmp_path / "runs"
+    done = run_cli("run", "ddp", "--nproc", "2", "--steps", "60", "--device", "cpu", "--run-dir", str(runs),
+                   "--sample-interval", "0.2")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    session, marker = start(f"open latest --run-dir {runs}", tmp_path)
+    try:
+        assert wait_screen(session, r"ddp finished ok: 60 steps"), screen(session)
+        text = screen(session)
+        for row in (r"rank 0 +done +60 ", r"rank 1 +done +60 "):
+            assert re.search(row, text), text
+        for chart in (r"throughput \(samples/s\), last \d+ steps", r"loss \(global batch\), last \d+ steps",
+                      r"host CPU, whole run · now \d+%", r"host memory, whole run"):  # fmt: skip
+            assert re.search(chart, text), text
+        assert re.search(r"rank 1 .*step 60 +loss", text), text  # the logs, from the files
+        keys(session, "q")
+        assert wait_exit(marker, 10) == "0"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+    # A run started elsewhere: its own terminal, its own monitor.
+    other = f"other-{time.monotonic_ns()}"
+    command = f"{CLI[0]} run ddp --nproc 2 --steps 100000 --device cpu --run-dir {runs}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", other, "-x", "120", "-y", "20",
+                    f"cd {tmp_path} && {command}; echo $? > {tmp_path}/other-exit"], check=True)  # fmt: skip
+    try:
+        assert wait_screen(other, r"step [\d,]+/100000", timeout=90), screen(other)
+        live = max(p for p in runs.iterdir() if p.is_dir())
+        marker.unlink()
+        session, marker = start(f"open {live}", tmp_path)
+        try:
+            assert wait_screen(session, r"followed: q leaves it running"), screen(session)
+            first = int(re.search(r"step ([\d,]+)/100,000", screen(session)).group(1).replace(",", ""))
+            assert wait_screen(session, rf"step (?!{first:,}/)[\d,]+/100,000"), screen(session)  # it grows
+            keys(session, "q")
+            assert wait_exit(marker, 10) == "0"
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        time.sleep(1)
+        assert not (tmp_path / "other-exit").exists() and live_processes_of(live)  # still going
+
+        marker.unlink()
+        session, marker = start(f"open {live}", tmp_path)
+        try:
+            assert wait_screen(session, r"followed: q leaves it running"), screen(session)
+            keys(session, "s")
+            asked = r"This run was started elsewhere \(its monitor is pid \d+"
+            assert wait_screen(session, asked), screen(session)
+            keys(session, "y")
+            assert wait_screen(session, r"ddp stopped: [\d,]+ steps", timeout=30), screen(session)
+            keys(session, "q")
+            assert wait_exit(marker, 10) == "0"
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        assert wait_exit(tmp_path / "other-exit", 20) == "130"  # stopped as by Ctrl-C in its terminal
+        assert live_processes_of(live) == []
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", other], capture_output=True)

@@ -1,11 +1,15 @@
 """Every run is a record: the machine during the run kept with it (telemetry.jsonl, the summary)."""
 
 import json
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
-from conftest import TESTS, only_run_dir, run_cli, summary_from
+import pytest
+
+from conftest import CLI, TESTS, live_processes_of, only_run_dir, run_cli, summary_from
 from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 
 
@@ -172,3 +176,101 @@ def test_compare_runs_refuses_a_run_without_a_result_in_one_sentence(runs_root):
     assert result.returncode == 2
     assert result.stderr.strip().endswith("has no result yet (no summary.json): it is still going, "
                                           "or was cut off.")
+
+
+def test_a_finished_run_replays_from_its_files_as_its_summary_says(runs_root):
+    from mgpu_tui.engine.records.follow import FollowedRun, FollowState
+
+    done = run_cli("run", "ddp", "--nproc", "2", "--steps", "40", "--device", "cpu",
+                   "--run-dir", str(runs_root), "--sample-interval", "0.2", "--json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    summary = summary_from(done.stdout)
+    run = FollowedRun(Path(summary.run_dir))
+    assert not run.live_at_open and run.monitor() is None  # nobody follows a finished run
+    assert run.poll() is FollowState.OK and run.summary == summary
+    stats = run.stats()
+    assert stats.steps == summary.steps == 40
+    assert [r.last_step for r in stats.ranks] == [r.last_step for r in summary.ranks]
+    steps, _, losses = run.series()
+    assert steps[-1] == 40 and losses[-1] == pytest.approx(summary.final_loss)
+    lines, _ = run.drain_log_lines()
+    assert any(rank == 1 and "step 40" in line for rank, _, line in lines)
+    kept = (Path(summary.run_dir) / "telemetry.jsonl").read_text().splitlines()
+    assert len(run.telemetry.t) == len(kept) == summary.telemetry.samples >= 2
+    assert all(v is not None for v in run.telemetry.host_cpu[1:])  # the first sample has no rate yet
+    again, nproc = run.launch_spec()
+    assert (again.mode, again.steps, again.device, nproc) == ("ddp", 40, "cpu", 2)
+    run.close()
+
+
+def test_a_live_run_is_known_by_its_monitors_lock_and_a_killed_monitor_leaves_it_cut_off(runs_root):
+    from mgpu_tui.engine.records.follow import FollowedRun, FollowState
+
+    monitor = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
+                                "--run-dir", str(runs_root)], stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        run_dir = wait_for_a_step(runs_root)
+        run = FollowedRun(run_dir)
+        assert run.live_at_open and run.poll() is FollowState.RUNNING
+        found = run.monitor()
+        assert (found.pid, found.is_mgpu_tui, found.owned) == (monitor.pid, True, True)
+        assert found.why_not_stoppable() is None
+        listed = json.loads(run_cli("runs", "--run-dir", str(runs_root), "--json").stdout)["runs"]
+        assert listed[0]["status"] == "running"
+
+        monitor.kill()  # no summary can be written now; the keeper takes the ranks down with it
+        monitor.wait(10)
+        deadline = time.monotonic() + 15
+        while live_processes_of(run_dir) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not live_processes_of(run_dir)
+        assert run.poll() is FollowState.CUT_OFF and run.summary is None and run.monitor() is None
+        listed = json.loads(run_cli("runs", "--run-dir", str(runs_root), "--json").stdout)["runs"]
+        assert listed[0]["status"] == "cut off"
+        with pytest.raises(ProcessLookupError):
+            run.stop()
+        run.close()
+    finally:
+        monitor.kill()
+        monitor.wait(10)
+
+
+def test_a_lock_held_by_a_process_of_a_run_is_never_sent_a_signal(runs_root):
+    """A rank could replace the lock file with one it locks itself: the engine must not take
+    the lock's holder for the run's monitor and signal it."""
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    run_dir = runs_root / "20200101T000000Z-ddp"
+    run_dir.mkdir()
+    spec = {"spec": {"mode": "ddp", "world_size": 2}, "created_at": 1}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+         str(run_dir / "monitor.lock"), "mgpu_tui"],
+        env={**os.environ, "MGPU_RUN_ID": "someone-elses-run"}, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        run = FollowedRun(run_dir)
+        assert run.live_at_open
+        found = run.monitor()
+        assert found.pid == holder.pid and not found.is_mgpu_tui
+        with pytest.raises(PermissionError, match="not an mgpu-tui monitor"):
+            run.stop()
+        assert holder.poll() is None  # nothing was sent to it
+        run.close()
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+def wait_for_a_step(runs_root: Path, timeout: float = 60) -> Path:
+    """The only run folder under runs_root, once a rank has reported its first step."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for events in runs_root.glob("*/events/rank0.jsonl"):
+            if '"kind":"step"' in events.read_text():
+                return events.parent.parent
+        time.sleep(0.2)
+    raise AssertionError(f"no run under {runs_root} reached a step in {timeout} s")

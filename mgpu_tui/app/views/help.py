@@ -15,7 +15,10 @@ HELP = """\
   t   Topology: which GPUs talk over NVLink, PCIe or across the CPU socket
   r   Run: start a mode, watch every rank, its logs and its throughput
   c   Compare: run several modes on the same model and batch, one table
-  s   stop the current run or comparison (every rank)
+  h   Runs: the past runs of the run folder; Enter opens one (as `mgpu-tui open`)
+  s   stop the current run or comparison (every rank); a run the app only
+      follows (started elsewhere) is stopped only after you say yes
+  g   the next GPU in an opened run's telemetry charts
   ?   this help          q   quit (asks first while a run is going)
   Esc leave a text field, so that the keys above work again
 

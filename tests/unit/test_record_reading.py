@@ -1,0 +1,58 @@
+"""Reading a run back: its telemetry file parsed as the untrusted thing it is, and fitted to a chart."""
+
+import math
+
+from mgpu_tui.app.widgets.bars import fit
+from mgpu_tui.app.widgets.chart import chart_title
+from mgpu_tui.engine.records.follow import MAX_TELEMETRY_POINTS, TelemetrySeries
+
+
+def sample(t, cpu=50.0, gpus=()):
+    return {"t": t, "host": {"cpu": cpu, "mem_used": 1000}, "gpus": list(gpus), "ranks": []}
+
+
+def test_telemetry_lines_become_series_with_none_where_a_field_is_missing_or_not_a_number():
+    series = TelemetrySeries()
+    series.add(sample(1.0, gpus=[{"i": 0, "mem_used": 5, "util": 90, "power_w": 300.5}]))
+    series.add(sample(2.0, cpu=math.nan, gpus=[{"i": 0, "mem_used": "lots", "util": True, "power_w": None}]))
+    series.add(sample(3.0, cpu=math.inf))  # GPU 0 missing from this sample
+    series.add({"t": "yesterday", "host": {"cpu": 1}})  # no time: not a sample
+    series.add({"t": 4.0, "host": "x", "gpus": [7, {"i": 10**9}, {"i": -1}]})  # junk, and GPUs of no sense
+    series.add({"t": 5.0, "end": "recording stopped at 33554432 bytes"})
+    assert series.t == [1.0, 2.0, 3.0, 4.0]
+    assert series.host_cpu == [50.0, None, None, None]
+    assert list(series.gpus) == [0]
+    assert series.gpus[0] == {"mem": [5.0, None, None, None], "util": [90.0, None, None, None],
+                              "power": [300.5, None, None, None]}  # fmt: skip
+    assert series.ended == "recording stopped at 33554432 bytes"
+
+
+def test_a_gpu_that_appears_late_is_aligned_with_the_samples_before_it():
+    series = TelemetrySeries()
+    series.add(sample(1.0))
+    series.add(sample(2.0, gpus=[{"i": 1, "util": 40}]))
+    assert series.gpus[1]["util"] == [None, 40.0]
+
+
+def test_a_very_long_record_is_halved_and_still_covers_the_whole_run():
+    series = TelemetrySeries()
+    for t in range(MAX_TELEMETRY_POINTS + 1):
+        series.add(sample(float(t), cpu=float(t % 100)))
+    assert len(series.t) == len(series.host_cpu) == (MAX_TELEMETRY_POINTS + 2) // 2
+    assert series.t[0] == 0.0 and series.t[-1] >= MAX_TELEMETRY_POINTS - 1
+
+
+def test_fit_gives_one_mean_per_column_over_the_whole_series():
+    assert fit([1, 2, 3], 5) == [1, 2, 3]
+    assert fit(list(range(10)), 5) == [0.5, 2.5, 4.5, 6.5, 8.5]
+    assert len(fit(list(range(1001)), 80)) == 80 and fit(list(range(1001)), 80)[-1] > 990
+
+
+def test_a_chart_title_drops_the_range_then_the_latest_value_to_stay_on_one_row():
+    values = [1.0, 5.0, 3.0]
+    full = chart_title("loss", values, str).plain
+    assert full == "loss, last 3 steps · now 3.0 · range 1.0 to 5.0"
+    assert chart_title("loss", values, str, width=len(full)).plain == full
+    assert chart_title("loss", values, str, width=len(full) - 1).plain == "loss, last 3 steps · now 3.0"
+    assert chart_title("loss", values, str, width=20).plain == "loss, last 3 steps"
+    assert chart_title("CPU", values, str, span="whole run").plain.startswith("CPU, whole run · now")
