@@ -143,16 +143,23 @@ async def test_a_chart_says_what_its_bars_span_over_the_steps_that_fit():
             yield Chart("throughput (samples/s)", fmt_rate)
 
     app = ChartApp()
-    async with app.run_test(size=(10, 4)) as pilot:
+    async with app.run_test(size=(80, 4)) as pilot:
         chart = app.query_one(Chart)
         chart.update([])
         await pilot.pause()
         assert chart.render().plain.split("\n")[0] == "throughput (samples/s)"  # nothing to span yet
-        chart.update([5000.0] + [1000.0 + i for i in range(10)])  # the first value does not fit
+        chart.update([5000.0] + [1000.0 + i for i in range(80)])  # the first value does not fit
         await pilot.pause()
         title, *bars = chart.render().plain.split("\n")
-        assert title == "throughput (samples/s), last 10 steps · now 1,009 · range 1,000 to 1,009"
-        assert len(bars) == 3 and all(len(row) == 10 for row in bars)
+        assert title == "throughput (samples/s), last 80 steps · now 1,079 · range 1,000 to 1,079"
+        assert len(bars) == 3 and all(len(row) == 80 for row in bars)
+    narrow = ChartApp()
+    async with narrow.run_test(size=(40, 4)) as pilot:  # too narrow for it all: the title keeps to its row
+        chart = narrow.query_one(Chart)
+        chart.update([1000.0 + i for i in range(40)])
+        await pilot.pause()
+        title, *bars = chart.render().plain.split("\n")
+        assert title == "throughput (samples/s), last 40 steps" and len(bars) == 3
 
 
 ONE_GPU = Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=True)
