@@ -76,6 +76,7 @@ class MgpuApp(App):
         ("h", "show_tab('runs')", "Runs"),
         ("s", "stop_run", "Stop"),
         Binding("g", "next_gpu", "Next GPU", show=False),
+        Binding("v", "toggle_guide", "Guide", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -307,6 +308,12 @@ class MgpuApp(App):
         question = (f"This run was started elsewhere (its monitor is pid {monitor.pid}, "
                     f"user {monitor.owner}). Stop it and every rank?")  # fmt: skip
         self.push_screen(Confirm(question), answered)
+
+    def action_toggle_guide(self) -> None:
+        """v: the chosen mode's guide and demo source, or the logs, in the Run view."""
+        view = self._view("run")
+        if view is not None and self.query_one(ViewSwitcher).current == "run-view":
+            view.show_guide()
 
     def action_next_gpu(self) -> None:
         if view := self._view("run"):

@@ -24,6 +24,8 @@ def list_command(args: argparse.Namespace) -> int:
                 "devices_per_rank": mode.devices_per_rank,
                 "cpu_path": mode.cpu_path,
                 "teaches": mode.teaches,
+                "choose": mode.choose,
+                "costs": mode.costs,
                 "runnable": here.runnable,
                 "device": here.device,
                 "reason": here.reason,

@@ -13,7 +13,6 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import (
     Button,
-    Checkbox,
     DataTable,
     Input,
     Label,
@@ -25,7 +24,9 @@ from textual.widgets import (
 
 from mgpu_tui.app.messages import CompareRequested, StopRequested
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
+from mgpu_tui.app.widgets.mode_guide import explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
+from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import plain
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 from mgpu_tui.engine.launch.defaults import DEFAULTS
@@ -94,7 +95,7 @@ class CompareView(Widget):
                 here = availability(mode, self.host)
                 choices.append((f"{mode.name}  {'' if here.runnable else '(cannot run here) '}{mode.title}",
                                 mode.name, here.runnable and mode.name in DEFAULT_MODES))  # fmt: skip
-            yield SelectionList(*choices, id="compare-modes")
+            yield TickList(*choices, id="compare-modes")
             with Vertical(id="compare-settings"):
                 with Horizontal(classes="compare-field"):
                     yield Label("ranks")
@@ -107,7 +108,7 @@ class CompareView(Widget):
                 with Horizontal(classes="compare-field"):
                     yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="compare-device",
                                  type_to_search=False)
-                    yield Checkbox("AMP", id="compare-amp")
+                    yield TickBox("AMP", id="compare-amp")
                     yield Button("Compare", id="compare-start", variant="success")
                     yield Button("Stop", id="compare-stop", variant="error", disabled=True)
                 yield TextPanel("Choose modes (space), then Compare: they run one after another on the "
@@ -116,7 +117,18 @@ class CompareView(Widget):
         with Horizontal(id="compare-results"):
             yield DataTable(id="compare-table", cursor_type="none")
             with VerticalScroll(id="compare-charts-box"):
+                yield Static("", id="compare-guide")  # the highlighted mode, explained
                 yield Static("", id="compare-charts")
+
+    def on_mount(self) -> None:
+        self._explain(DEFAULT_MODES[0])
+
+    def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
+        self._explain(event.selection.value)
+
+    def _explain(self, name: str) -> None:
+        if name in MODES:
+            self.query_one("#compare-guide", Static).update(explanation(MODES[name], self.host))
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "compare-stop":
@@ -141,7 +153,7 @@ class CompareView(Widget):
         device = self.query_one("#compare-device", Select).value
         template = LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
                               batch_size=numbers["compare-batch"], device=device,
-                              amp=self.query_one("#compare-amp", Checkbox).value)  # fmt: skip
+                              amp=self.query_one("#compare-amp", TickBox).value)  # fmt: skip
         return sorted(modes, key=list(MODES).index), template
 
     def started(self, comparison: Comparison) -> None:

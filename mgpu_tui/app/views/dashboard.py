@@ -1,4 +1,8 @@
-"""The dashboard: the host, every GPU, and the current run's rank processes."""
+"""The dashboard: the host, every GPU, and the current run's rank processes.
+
+With no GPU to show, its middle says what the app can do here, with the keys, and shows the
+host's own layout (sockets, NUMA nodes, cores, memory per node) instead of GPU cards.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +21,39 @@ from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, plain
 
 if TYPE_CHECKING:  # psutil loads with the sampler, after the first frame
+    from mgpu_tui.engine.machine.host_layout import HostLayout
     from mgpu_tui.engine.machine.telemetry import Snapshot
+
+GUIDE = (
+    ("r", "run a mode, watch every rank, read its demo's code (v)"),
+    ("c", "compare modes on the same model, data and global batch"),
+    ("t", "the topology: how GPUs talk, or this host's layout"),
+    ("h", "past runs; Enter opens one, finished or still going"),
+    ("?", "every view and key explained"),
+)
+
+
+def layout_lines(layout: HostLayout) -> list[str]:
+    """The host's layout for a person: the whole, then each NUMA node."""
+    def some(n: int | None, what: str) -> str:
+        return f"{n} {what}{'s' if n != 1 else ''}" if n else f"{what}s n/a"
+
+    lines = [", ".join((some(layout.sockets, "socket"), some(layout.physical_cores, "core"),
+                        some(layout.logical_cpus, "logical CPU"), some(len(layout.nodes), "NUMA node")))]
+    for n in layout.nodes:
+        lines.append(f"NUMA node {n.node}: CPUs {n.cpus} ({n.cpu_count}), memory {fmt_bytes(n.memory_bytes)}")
+    return lines
+
+
+def first_steps(layout: HostLayout) -> Text:
+    """What a first screen with no GPU says: what can be done here, the keys, and the host."""
+    text = Text("What you can do here: every mode runs, on the CPU with gloo.\n\n", style="bold")
+    for key, what in GUIDE:
+        text.append(f"  {key}  ", style="bold reverse")
+        text.append(f"  {what}\n")
+    text.append("\nThis host: ", style="bold")
+    text.append("\n  ".join(layout_lines(layout)))
+    return text
 
 HISTORY = 60
 
@@ -41,6 +77,11 @@ class Dashboard(Widget):
     #gpus {
         height: 1fr;
     }
+    #first-steps {
+        height: 1fr;
+        padding: 1 1 0 1;
+        display: none;
+    }
     .section-title {
         text-style: bold;
         padding: 0 1;
@@ -50,8 +91,9 @@ class Dashboard(Widget):
         max-height: 12;
     }
     """
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, host_layout: HostLayout | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
+        self.host_layout = host_layout  # the host's layout: read on the first sample without a GPU
         self._util: dict[str, collections.deque[float]] = {}
         self._rank_rows: list[tuple] | None = None
         self._banner: str | None = ""
@@ -60,7 +102,8 @@ class Dashboard(Widget):
         yield Static("", id="banner")
         yield TextPanel("waiting for the first sample…", id="host")
         yield VerticalScroll(id="gpus")
-        yield Static("Rank processes of the current run", classes="section-title")
+        yield TextPanel("", id="first-steps")
+        yield Static("Rank processes of the current run", id="ranks-title", classes="section-title")
         table = DataTable(id="rank-processes", cursor_type="none")
         table.add_columns("rank", "pid", "CPU %", "memory (RSS)", "threads", "GPU")
         yield table
@@ -93,7 +136,16 @@ class Dashboard(Widget):
         self._show_ranks(snap)
 
     def _show_gpus(self, snap: Snapshot) -> None:
+        guide = self.query_one("#first-steps", TextPanel)
+        if not snap.gpus and not guide.display:
+            if self.host_layout is None:
+                from mgpu_tui.engine.machine.host_layout import read_layout
+
+                self.host_layout = read_layout()
+            guide.update(first_steps(self.host_layout))
+        guide.display = not snap.gpus
         container = self.query_one("#gpus", VerticalScroll)
+        container.display = bool(snap.gpus)
         cards = list(container.query(GpuCard))
         if len(cards) != len(snap.gpus):
             container.remove_children()
@@ -122,6 +174,8 @@ class Dashboard(Widget):
         if rows == self._rank_rows:
             return  # an unchanged table is not redrawn: each redraw re-lays out the screen
         self._rank_rows = rows
+        for part in ("#ranks-title", "#rank-processes"):  # no run, no table: the room goes to the rest
+            self.query_one(part).display = bool(rows)
         table = self.query_one("#rank-processes", DataTable)
         table.clear()
         for row in rows:

@@ -19,10 +19,12 @@ from textual.widgets import Static
 from mgpu_tui.app.views.run_form import RunForm
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
+from mgpu_tui.app.widgets.mode_guide import ModeGuide
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, plain
+from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
@@ -140,7 +142,26 @@ class RunView(Widget):
                 yield Chart("loss (global batch)", fmt_loss, id="loss")
         yield TelemetryCharts(id="telemetry")
         yield Static("", id="root-cause")
+        # Before a run: the chosen mode explained, with its demo's source. During one: the logs
+        # (v brings the guide back, to read the code while it runs).
+        yield ModeGuide(self.host, id="guide")
         yield LogView(id="logs")
+
+    def on_mount(self) -> None:
+        self.query_one(LogView).display = False
+        self.query_one(ModeGuide).show(MODES[self.form.query_one("#mode").value])
+
+    def on_select_changed(self, event) -> None:
+        if event.select.id == "mode" and event.value in MODES:
+            self.query_one(ModeGuide).show(MODES[event.value])
+            self.show_guide(True)
+
+    def show_guide(self, shown: bool | None = None) -> None:
+        """Show the mode's guide in place of the logs (None: the other one of the two)."""
+        guide = self.query_one(ModeGuide)
+        shown = not guide.display if shown is None else shown
+        guide.display = shown
+        self.query_one(LogView).display = not shown
 
     @property
     def form(self) -> RunForm:
@@ -179,6 +200,7 @@ class RunView(Widget):
         panel.display = bool(note)
         self.query_one(TelemetryCharts).display = False
         self.query_one(LogView).reset(world_size)
+        self.show_guide(False)
         self._fill_table(None)
 
     def show_telemetry(self, series: TelemetrySeries) -> None:

@@ -8,6 +8,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
 from mgpu_tui.app.messages import StartRequested
+from mgpu_tui.app.widgets.tick_box import TickBox
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
@@ -73,15 +74,23 @@ class RunForm(Horizontal):
         yield Label("batch")
         yield Input(str(DEFAULTS.batch_size), id="batch", restrict=r"[0-9]*", max_length=7)
         yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
-        yield Checkbox("AMP", id="amp")
+        yield TickBox("AMP", id="amp")
         if self.host.has_cuda:  # rehearse a bigger box's job: ranks take the GPUs round-robin
-            yield Checkbox("share GPUs", id="share-gpus")
+            yield TickBox("share GPUs", id="share-gpus")
         yield Button("Start", id="start", variant="success")
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id != "start":
             return
         event.stop()
+        self.start()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        """Enter in a field starts the run, as the Start button does."""
+        event.stop()
+        self.start()
+
+    def start(self) -> None:
         try:
             spec = self.spec()
         except UsageError as exc:

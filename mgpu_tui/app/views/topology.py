@@ -22,13 +22,22 @@ class TopologyView(Static):
         padding: 1 2;
     }
     """
+    host_layout = None  # the host's layout; read from this machine when not given (tests give one)
+
     def reading(self) -> None:
         """Until the read is done: nothing is said of GPUs before it is known (a big box takes a while)."""
         self.update(Text("reading the topology through NVML…", style="dim"))
 
     def show(self, topology: Topology | None, reason: str = "") -> None:
         if topology is None or not topology.gpus:
-            self.update(Text(describe(topology, reason), style="bold"))
+            from mgpu_tui.app.views.dashboard import layout_lines
+            from mgpu_tui.engine.machine.host_layout import read_layout
+
+            text = Text(describe(topology, reason), style="bold")
+            text.append("\n\nThis host's own layout (ranks on the CPU run best within one NUMA node):\n",
+                        style="bold")  # fmt: skip
+            text.append("\n".join(f"  {line}" for line in layout_lines(self.host_layout or read_layout())))
+            self.update(text)
             return
         table = Table(title="GPU interconnect (like nvidia-smi topo -m)", title_justify="left")
         table.add_column("")

@@ -47,17 +47,27 @@ def printable(text: str) -> str:
     return text.translate(_CONTROLS) if not text.isprintable() else text
 
 
+def own_words(rank: int, text: str) -> str:
+    """The line without the reporter's ``[rank N] `` when it names the same rank the row shows:
+    the rank is said once, in colour, at the start of the row."""
+    prefix = f"[rank {rank}] "
+    return text[len(prefix):] if text.startswith(prefix) else text
+
+
 def entry_segments(entry: Entry) -> list[Segment]:
     rank, stream, text = entry
     text = printable(text)
     if rank is None:
         return [Segment(text, _NOTE)]
+    text = own_words(rank, text)
     prefix = Segment(f"rank {rank} ", _PREFIX[rank % len(_PREFIX)])
     return [prefix, Segment(text, _STDERR if stream == "stderr" else None)]
 
 
 def entry_width(entry: Entry) -> int:
     rank, _, text = entry
+    if rank is not None:
+        text = own_words(rank, text)
     width = len(text) if text.isascii() else cell_len(text)
     return width + (0 if rank is None else len(f"rank {rank} "))
 

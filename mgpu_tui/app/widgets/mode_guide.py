@@ -1,0 +1,99 @@
+"""One mode explained where it is chosen: what it does, when to choose it, what it costs, what is
+real on this machine, and its demo's source beside it, to read while it runs.
+
+Every text comes from the catalogue (engine/launch/modes.py), which `mgpu-tui list` shows too;
+the source is the demo file itself, read from the installed package (never imported: that
+would load torch into the app).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
+from textual.widgets import Static
+
+from mgpu_tui.engine.launch.modes import Mode, availability
+from mgpu_tui.engine.machine.host import Host
+
+DOCS = "docs/modes.md"
+MAX_SOURCE_BYTES = 256 * 1024
+
+
+@lru_cache(maxsize=16)
+def demo_source(demo: str) -> str:
+    """The demo's own file, as installed (a few KiB; capped all the same)."""
+    try:
+        path = resources.files("mgpu_tui.demos").joinpath(f"{demo}.py")
+        return path.read_bytes()[:MAX_SOURCE_BYTES].decode("utf-8", "replace")
+    except (OSError, ModuleNotFoundError) as exc:
+        return f"# the demo's source could not be read: {exc}"
+
+
+def explanation(mode: Mode, host: Host) -> Text:
+    """The catalogue's words on a mode, and what it does on this machine."""
+    here = availability(mode, host)
+    text = Text()
+    text.append(f"{mode.title}\n", style="bold")
+    for heading, body in (("What it does", mode.teaches), ("Choose it when", mode.choose),
+                          ("What it costs", mode.costs)):  # fmt: skip
+        text.append(f"\n{heading}: ", style="bold")
+        text.append(body)
+    text.append("\n\nOn this machine: ", style="bold")
+    if not here.runnable:
+        text.append(f"cannot run: {here.reason}.", style="red")
+    elif mode.cpu_path == "degenerate" and here.device == "cpu":
+        text.append(f"it runs, but degenerate: {mode.cpu_note}", style="yellow")
+    else:
+        text.append(f"real, {here.reason}.", style="green")
+    text.append(f"\n\nMore: {DOCS}#{mode.name}", style="dim")
+    return text
+
+
+class ModeGuide(Horizontal):
+    DEFAULT_CSS = """
+    ModeGuide {
+        height: 1fr;
+    }
+    ModeGuide #guide-text {
+        width: 1fr;
+        max-width: 60;
+        padding: 0 1;
+        border: round $primary-background;
+    }
+    ModeGuide #guide-source {
+        width: 2fr;
+        border: round $primary-background;
+    }
+    ModeGuide #guide-code {
+        width: auto;
+    }
+    """
+
+    def __init__(self, host: Host, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.host = host
+        self.mode: Mode | None = None
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(id="guide-text"):
+            yield Static("", id="guide-explanation")
+        with ScrollableContainer(id="guide-source"):  # long lines scroll sideways, not wrap
+            yield Static("", id="guide-code")
+
+    def show(self, mode: Mode) -> None:
+        if mode == self.mode:
+            return
+        self.mode = mode
+        self.query_one("#guide-explanation", Static).update(
+            explanation(mode, self.host).append("   v: the logs instead", style="dim"))
+        source = self.query_one("#guide-source", ScrollableContainer)
+        source.border_title = f"demos/{mode.demo}.py: the training loop it runs"
+        code = Syntax(demo_source(mode.demo), "python", line_numbers=True, word_wrap=False,
+                      theme="ansi_dark", background_color="default")  # fmt: skip
+        self.query_one("#guide-code", Static).update(code)
+        source.scroll_home(animate=False)
