@@ -195,6 +195,10 @@ class FollowedRun:
     def series(self) -> tuple[list[int], list[float], list[float | None]]:
         return self._ingest.series()
 
+    def whole_series(self) -> tuple[list[int], list[float], list[float | None]]:
+        """(steps, global samples/s, global-batch loss) over the whole run, thinned (aggregate.py)."""
+        return self._ingest.whole_series()
+
     def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
         return self._ingest.drain_log_lines()
 

@@ -21,6 +21,8 @@ Definitions, so that every number on screen can be checked by hand:
 
 from __future__ import annotations
 
+import bisect
+import math
 import statistics
 from array import array
 from dataclasses import dataclass, field
@@ -154,6 +156,34 @@ class Aggregator:
                     slowest[step] = max(slowest.get(step, 0.0), t.step_s[i])
         steps = sorted(samples)[-max_points:]
         rates = [samples[s] / slowest[s] if slowest[s] > 0 else 0.0 for s in steps]
+        return steps, rates, [self._loss_at(s) for s in steps]
+
+    def whole_series(self, max_points: int = 300) -> tuple[list[int], list[float], list[float | None]]:
+        """(steps, global samples/s, global-batch loss) over the whole run, at most ``max_points``
+        of them: every k-th step from the first to the last that every rank reached (and that
+        last one), each figured as in :meth:`series`. A chart of the whole run draws these."""
+        tracks = [t for t in self._ranks.values() if t.steps]
+        if not tracks:
+            return [], [], []
+        first, common = max(t.steps[0] for t in tracks), min(t.steps[-1] for t in tracks)
+        if common < first:
+            return [], [], []
+        stride = max(1, math.ceil((common - first + 1) / max_points))
+        wanted = list(range(first, common + 1, stride))
+        if wanted[-1] != common:
+            wanted[-1] = common  # the run's end is always in view
+        steps, rates = [], []
+        for step in wanted:
+            samples, slowest = 0, 0.0
+            for t in tracks:
+                i = bisect.bisect_left(t.steps, step)
+                if i == len(t.steps) or t.steps[i] != step:
+                    break  # a step some rank did not report: left out, not made up
+                samples += t.samples[i]
+                slowest = max(slowest, t.step_s[i])
+            else:
+                steps.append(step)
+                rates.append(samples / slowest if slowest > 0 else 0.0)
         return steps, rates, [self._loss_at(s) for s in steps]
 
     def stats(self) -> RunStats:

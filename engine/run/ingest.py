@@ -217,6 +217,10 @@ class Ingest:
         with self._lock:
             return self.aggregator.series()
 
+    def whole_series(self) -> tuple[list[int], list[float], list[float | None]]:
+        with self._lock:
+            return self.aggregator.whole_series()
+
     def liveness(self) -> list[tuple[int, float | None, int, bool]]:
         with self._lock:
             return self.aggregator.liveness()

@@ -77,6 +77,7 @@ class MgpuApp(App):
         ("s", "stop_run", "Stop"),
         Binding("g", "next_gpu", "Next GPU", show=False),
         Binding("v", "toggle_guide", "Guide", show=False),
+        Binding("w", "toggle_whole", "Whole run", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -182,7 +183,7 @@ class MgpuApp(App):
         view = self._view("run")
         if view is None:
             return
-        view.show(message.stats, message.series, message.stall_after)
+        view.show(message.stats, message.series, message.stall_after, message.whole)
         if message.telemetry is not None:
             view.show_telemetry(message.telemetry)
         # Log lines are drained here, on the UI thread, not carried by the message: a newer
@@ -314,6 +315,10 @@ class MgpuApp(App):
         view = self._view("run")
         if view is not None and self.query_one(ViewSwitcher).current == "run-view":
             view.show_guide()
+
+    def action_toggle_whole(self) -> None:
+        if view := self._view("run"):
+            view.toggle_whole()
 
     def action_next_gpu(self) -> None:
         if view := self._view("run"):

@@ -50,10 +50,12 @@ class TopologyRead(Message):
 
 class RunUpdated(LatestOnly):
     def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]],
-                 stall_after: float, telemetry: TelemetrySeries | None = None) -> None:  # fmt: skip
+                 stall_after: float, telemetry: TelemetrySeries | None = None,
+                 whole: tuple[list[int], list[float], list[float | None]] | None = None) -> None:  # fmt: skip
         super().__init__()
         self.stats = stats
-        self.series = series
+        self.series = series  # the latest steps
+        self.whole = whole  # the whole run, thinned
         self.stall_after = stall_after  # the run's stall timeout now
         self.telemetry = telemetry  # a followed run's recorded telemetry so far (a copy)
 

@@ -119,7 +119,8 @@ class RunController:
         # A followed run's telemetry is read from its file and shown whole: a copy each time,
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
         telemetry = None if owned else run.telemetry.copy()
-        self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout(), telemetry))
+        self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout(), telemetry,
+                                         whole=run.whole_series()))
 
     def _loop(self, run: Run | FollowedRun) -> None:
         owned = self.owned

@@ -23,7 +23,7 @@ from mgpu_tui.app.widgets.mode_guide import ModeGuide
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, plain
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
@@ -36,19 +36,21 @@ if TYPE_CHECKING:
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
                "stalled": "bold yellow", "stopped": "yellow"}  # fmt: skip
-RANK_COLUMNS = (("rank", 8), ("state", 9), ("step", 9), ("samples/s", 11), ("loss", 10), ("peak memory", 12))
+WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
+TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
+RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
 
 
 def rank_table(rows: list[tuple[str, ...]]) -> Text:
     """The per-rank rows under a bold header; text columns left, numbers right."""
     text = Text()
     for i, (name, width) in enumerate(RANK_COLUMNS):
-        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + "  ", style="bold")
+        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + " ", style="bold")
     for cells in rows:
         text.append("\n")
         for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
             style = STATE_STYLE[cell] if i == 1 else ""
-            text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + "  ", style=style)
+            text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
     return text
 
 
@@ -76,6 +78,24 @@ def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_ra
     return "running"
 
 
+def result_panel(summary: RunSummary) -> Text:
+    """A finished run's figures in two lines, and where its files are."""
+    peaks = [p for p in summary.peak_mem_bytes if p is not None]
+    figures = [f"{summary.steps:,}/{summary.steps_requested:,} steps in {fmt_seconds(summary.duration_s)}",
+               f"{fmt_rate(summary.samples_per_s)} samples/s",
+               f"step {fmt_seconds(summary.step_time_s_median)}",
+               f"loss {fmt_loss(summary.final_loss)}",
+               f"peak {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank"]  # fmt: skip
+    if summary.verify is not None:
+        figures.append(f"verify {summary.verify.describe()}")
+    energy = [g.energy_j for g in summary.telemetry.gpus] if summary.telemetry else []
+    if energy and None not in energy:
+        figures.append(f"GPU energy {sum(energy):,.0f} J")
+    title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
+    return Text.assemble((f"{title}: ", "bold"), " · ".join(figures), "\n",
+                         ("Run directory: ", "bold"), plain(summary.run_dir))
+
+
 class RunView(Widget):
     DEFAULT_CSS = """
     RunView {
@@ -90,7 +110,7 @@ class RunView(Widget):
     }
     #ranks {
         width: auto;
-        max-width: 60%;
+        max-width: 75%;
         padding: 0 1;
         height: auto;
         max-height: 14;
@@ -101,7 +121,7 @@ class RunView(Widget):
         padding: 0 1;
     }
     #charts Chart {
-        height: 4;
+        height: 5;
     }
     #root-cause {
         display: none;
@@ -114,6 +134,9 @@ class RunView(Widget):
     /* Before any failure, the panel carries the run's note (ranks sharing GPUs): a remark, not an alarm. */
     #root-cause.note {
         border: round $warning;
+    }
+    #root-cause.result {
+        border: round $success;
     }
     #logs {
         height: 1fr;
@@ -131,6 +154,8 @@ class RunView(Widget):
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
+        self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
+        self._whole: tuple = ([], [], [])  # the whole run, thinned
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, id="run-form")
@@ -138,8 +163,8 @@ class RunView(Widget):
         with Horizontal(id="run-middle"):
             yield TextPanel(rank_table([]), id="ranks")
             with Vertical(id="charts"):
-                yield Chart("throughput (samples/s)", fmt_rate, id="throughput")
-                yield Chart("loss (global batch)", fmt_loss, id="loss")
+                yield Chart("throughput (samples/s)", fmt_rate, whole=WHOLE, smoothed=True, id="throughput")
+                yield Chart("loss (global batch)", fmt_loss, whole=WHOLE, smoothed=True, id="loss")
         yield TelemetryCharts(id="telemetry")
         yield Static("", id="root-cause")
         # Before a run: the chosen mode explained, with its demo's source. During one: the logs
@@ -197,6 +222,7 @@ class RunView(Widget):
         panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
         panel.update(Text(f"Note: {note}", style="yellow") if note else "")
         panel.set_class(bool(note), "note")
+        panel.set_class(False, "result")
         panel.display = bool(note)
         self.query_one(TelemetryCharts).display = False
         self.query_one(LogView).reset(world_size)
@@ -204,7 +230,10 @@ class RunView(Widget):
         self._fill_table(None)
 
     def show_telemetry(self, series: TelemetrySeries) -> None:
-        self.query_one(TelemetryCharts).show(series)
+        charts = self.query_one(TelemetryCharts)
+        charts.show(series)
+        # On a short terminal the run's own rows, charts and logs come first.
+        charts.display = charts.display and self.app.size.height >= TELEMETRY_MIN_HEIGHT
 
     def next_gpu(self) -> None:
         self.query_one(TelemetryCharts).next_gpu()
@@ -213,16 +242,30 @@ class RunView(Widget):
         if lines or dropped:
             self.query_one(LogView).add(lines, dropped)
 
-    def show(self, stats: RunStats, series, stall_after: float) -> None:
-        """The run's figures now; ``stall_after``: the engine's stall timeout (watchdog.py's rule)."""
+    def show(self, stats: RunStats, series, stall_after: float, whole=None) -> None:
+        """The run's figures now; ``series``: the latest steps, ``whole``: the whole run (thinned);
+        ``stall_after``: the engine's stall timeout (watchdog.py's rule)."""
         self.stall_after = stall_after
-        steps, rates, losses = series
+        self._series, self._whole = series, whole or series
         status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
                   f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}")  # fmt: skip
         self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
-        self.query_one("#throughput", Chart).update(rates)
-        self.query_one("#loss", Chart).update([x for x in losses if x is not None])
+        self._draw_charts()
         self._fill_table(stats)
+
+    def _draw_charts(self) -> None:
+        throughput, loss = self.query_one("#throughput", Chart), self.query_one("#loss", Chart)
+        steps, rates, losses = self._whole if throughput.whole else self._series
+        throughput.update(rates, steps)
+        known = [(s, x) for s, x in zip(steps, losses) if x is not None]
+        loss.update([x for _, x in known], [s for s, _ in known])
+
+    def toggle_whole(self) -> None:
+        """w: the charts show the whole run, or the latest steps that fit."""
+        for chart_id in ("#throughput", "#loss"):
+            chart = self.query_one(chart_id, Chart)
+            chart.whole = None if chart.whole else WHOLE
+        self._draw_charts()
 
     def _fill_table(self, stats: RunStats | None) -> None:
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
@@ -270,6 +313,12 @@ class RunView(Widget):
             panel.update(Text.assemble((plain(f"Root cause: {cause.headline()}\n"), "bold red"),
                                        plain(cause.traceback[-3000:])))  # fmt: skip
             panel.remove_class("note")
+            panel.display = True
+        else:  # what the run came to, kept on screen with where its files are
+            panel = self.query_one("#root-cause", Static)
+            panel.update(result_panel(summary))
+            panel.set_class(False, "note")
+            panel.set_class(True, "result")
             panel.display = True
         self.query_one(RunForm).running(False)
         self._fill_table(stats)

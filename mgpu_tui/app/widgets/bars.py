@@ -35,24 +35,53 @@ def spark(values: Sequence[float], width: int = 20, top: float = 100.0) -> Text:
     return Text(chars.rjust(width), style="cyan")
 
 
-def spark_rows(values: Sequence[float], width: int, height: int, style: str = "cyan") -> Text:
+def spark_rows(values: Sequence[float], width: int, height: int, style: str = "cyan",
+               line: Sequence[float] | None = None, line_style: str = "bold yellow") -> Text:  # fmt: skip
     """The last ``width`` values as a bar chart ``height`` rows high, scaled from their minimum
-    to their maximum (so a steady series shows its wobble); every value keeps at least a sliver."""
+    to their maximum (so a steady series shows its wobble); every value keeps at least a sliver.
+
+    ``line``: a second series (a smoothed one), one value per bar, drawn over the bars on the
+    same scale: the cell it passes through takes ``line_style`` (a dash where the bar is empty).
+    """
     values = list(values)[-width:]
     if not values or width <= 0 or height <= 0:
         return Text("\n".join(" " * max(width, 0) for _ in range(max(height, 1))))
+    line = list(line)[-len(values):] if line is not None else None
     low, high = min(values), max(values)
     span = high - low
     levels = height * len(_SPARKS)  # eighths of a row
-    eighths = [1 + round((v - low) / span * (levels - 1)) if span else levels // 2 for v in values]
-    rows = []
+
+    def eighths_of(v: float) -> int:
+        return 1 + round((min(max(v, low), high) - low) / span * (levels - 1)) if span else levels // 2
+
+    eighths = [eighths_of(v) for v in values]
+    # The row (from the bottom) each point of the line falls in.
+    drawn = line is not None and len(line) == len(values)
+    line_rows = [(eighths_of(v) - 1) // len(_SPARKS) for v in line] if drawn else None
+    pad = width - len(values)
+    text = Text(style=style)
     for row in range(height - 1, -1, -1):  # top row first
-        cells = []
-        for e in eighths:
+        text.append(" " * pad)
+        for col, e in enumerate(eighths):
             fill = min(max(e - row * len(_SPARKS), 0), len(_SPARKS))
-            cells.append(_SPARKS[fill - 1] if fill else " ")
-        rows.append("".join(cells).rjust(width))
-    return Text("\n".join(rows), style=style)
+            cell = _SPARKS[fill - 1] if fill else " "
+            if line_rows is not None and line_rows[col] == row:
+                text.append(cell if fill else "─", style=line_style)
+            else:
+                text.append(cell)
+        if row:
+            text.append("\n")
+    return text
+
+
+def smooth(values: Sequence[float], weight: float = 0.9) -> list[float]:
+    """An exponential moving average (TensorBoard's smoothing, debiased at the start)."""
+    out, average, norm = [], 0.0, 0.0
+    for v in values:
+        average = weight * average + (1 - weight) * v
+        norm = weight * norm + (1 - weight)
+        out.append(average / norm)
+    return out
 
 
 def fit(values: Sequence[float], width: int) -> list[float]:

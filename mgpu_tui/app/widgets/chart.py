@@ -5,7 +5,8 @@ characters in one colour, which costs a fraction of that four times a second.
 The bars span the minimum to the maximum of what is drawn (so a steady series
 shows its wobble), which is why the title says what that range is. A chart of
 the ``whole`` series fits all of it to its width (the mean of each span) instead
-of drawing the latest values only.
+of drawing the latest values only; a smoothed line over the bars shows the trend
+through the noise of single steps, and an axis says which steps are drawn.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from rich.text import Text
 from textual.widget import Widget
 
-from mgpu_tui.app.widgets.bars import fit, spark_rows
+from mgpu_tui.app.widgets.bars import fit, smooth, spark_rows
 
 
 def chart_title(title: str, values: Sequence[float], fmt: Callable[[float], str], *,
@@ -23,9 +24,13 @@ def chart_title(title: str, values: Sequence[float], fmt: Callable[[float], str]
     """``title, last N steps · now X · range LOW to HIGH``: the figures behind the bars below.
     ``span`` replaces "last N steps" (a whole series says how much it covers). Within ``width``,
     the range goes first, then the latest value: the title stays on its one row."""
+    if width is not None and 1 < width < len(title):
+        return Text(title[: width - 1] + "…", style="bold")  # one row, whatever the width
     text = Text(title, style="bold")
     if values:
         span = span or f"last {len(values):,} step{'s' if len(values) != 1 else ''}"
+        if width is not None and len(text) + len(span) + 2 > width:
+            return text  # the axis below says which steps are drawn
         text.append(f", {span}", style="bold")
         # Visible separators: an SVG screenshot drops spaces where the bold part ends.
         now, spread = f" · now {fmt(values[-1])}", f" · range {fmt(min(values))} to {fmt(max(values))}"
@@ -36,6 +41,15 @@ def chart_title(title: str, values: Sequence[float], fmt: Callable[[float], str]
     return text
 
 
+def axis(steps: Sequence[int], width: int) -> Text:
+    """The x axis under the bars: the first step drawn at the left, the last at the right."""
+    if not steps or width <= 0:
+        return Text(" " * max(width, 0))
+    left, right = f"step {steps[0]:,}", f"{steps[-1]:,}"
+    gap = width - len(left) - len(right)
+    return Text(left + " " * gap + right if gap >= 1 else right.rjust(width)[:width], style="dim")
+
+
 class Chart(Widget):
     DEFAULT_CSS = """
     Chart {
@@ -44,26 +58,38 @@ class Chart(Widget):
     """
 
     def __init__(self, title: str, fmt: Callable[[float], str] = str, *, whole: str | None = None,
-                 **kwargs) -> None:  # fmt: skip
-        """``whole``: draw the whole series, and say so with this text ("the whole run")."""
+                 smoothed: bool = False, **kwargs) -> None:  # fmt: skip
+        """``whole``: draw the whole series (fitted to the width), and say so with this text
+        ("the whole run"); else the latest values that fit. ``smoothed``: a moving average drawn
+        over the bars. Steps given to :meth:`update` label an x axis under the bars."""
         super().__init__(**kwargs)
         self.title = title
         self.fmt = fmt
         self.whole = whole
+        self.smoothed = smoothed
         self.values: list[float] = []
+        self.steps: list[int] = []
 
-    def update(self, values: Sequence[float]) -> None:
+    def update(self, values: Sequence[float], steps: Sequence[int] | None = None) -> None:
         self.values = list(values)
+        self.steps = list(steps) if steps is not None and len(steps) == len(self.values) else []
         self.refresh()
 
     def render(self) -> Text:
-        """The title and the range on the first row, the bars of the values that fit below it."""
+        """The title and the range on the first row, the bars of the values that fit below it,
+        and the steps they span on the last row when known."""
         width = self.size.width
+        rows = max(1, self.size.height - 1 - (1 if self.steps else 0))
         if self.whole:
             shown = fit(self.values, width) if width > 0 else []
+            steps = self.steps
             title = chart_title(self.title, self.values, self.fmt, span=self.whole, width=width)
         else:
             shown = self.values[-width:] if width > 0 else []
+            steps = self.steps[-width:]
             title = chart_title(self.title, shown, self.fmt, width=width)
-        chart = spark_rows(shown, width, max(1, self.size.height - 1))
-        return Text.assemble(title, "\n", chart)
+        line = smooth(shown) if self.smoothed and len(shown) > 2 else None
+        parts = [title, "\n", spark_rows(shown, width, rows, line=line)]
+        if self.steps:
+            parts += ["\n", axis(steps, width)]
+        return Text.assemble(*parts)
