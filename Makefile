@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 .PHONY: run test test-fast install lint bench clean gpu-check
 
 run: install
-	$(BIN)/mgpu-tui
+	$(BIN)/mgpu-tui $(ARGS)
 
 # Two workers: most of a test's time is processes starting (torchrun, torch imports),
 # so two overlap well even on two cores (three are no faster, and starve the app tests).

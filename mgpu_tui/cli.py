@@ -12,6 +12,7 @@ import math
 import re
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from mgpu_tui import __version__
 from mgpu_tui.console import plain
@@ -86,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"mgpu-tui {__version__}")
     parser.add_argument("--check", action="store_true",
                         help="run the diagnostic suite headless (see mgpu-tui --check --help)")
+    parser.add_argument("--run-dir", default="runs", metavar="DIR", dest="app_run_dir",
+                        help="with no COMMAND: where the app's runs go and where its Runs view looks "
+                             "(default ./runs)")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
 
     run = commands.add_parser(
@@ -305,7 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command is None:
             from mgpu_tui.commands.tui import tui_command
 
-            return tui_command(None)
+            return tui_command(None, run_root=Path(args.app_run_dir))
         if demo_args and args.command != "run":
             raise UsageError("arguments after -- are only for `mgpu-tui run`.")
         if args.command == "run":

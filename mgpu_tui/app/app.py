@@ -92,6 +92,7 @@ class MgpuApp(App):
         host: host_module.Host | None = None,
         open_run: Path | None = None,
         run_root: Path = Path("runs"),
+        host_layout=None,
     ) -> None:
         super().__init__()
         if "TEXTUAL_ANIMATIONS" not in os.environ:
@@ -101,6 +102,7 @@ class MgpuApp(App):
         self.start_spec = start
         self.open_path = open_run  # a run folder to show at once (mgpu-tui open)
         self.run_root = run_root  # where the Runs view looks
+        self.host_layout = host_layout  # given, or read from this machine when first shown
         self._host = host
         # The topology to show: given, or read from this machine once the first frame is up.
         self._topology: tuple[Topology | None, str] | None = None if topology is _LIVE else (topology, "")
@@ -123,7 +125,7 @@ class MgpuApp(App):
         initial = "run" if self.start_spec or self.open_path else "dashboard"
         yield Tabs(*(Tab(title, id=tab) for tab, title in TABS.items()), active=initial, id="tabs")
         with ViewSwitcher(lambda: self.host, self.run_root, initial=f"{initial}-view", id="views"):
-            yield Dashboard(id="dashboard-view")
+            yield Dashboard(host_layout=self.host_layout, id="dashboard-view")
             if initial == "run":
                 yield new_view("run", lambda: self.host, self.run_root)
         yield Footer()
@@ -134,6 +136,8 @@ class MgpuApp(App):
 
     async def _show_view(self, tab: str) -> None:
         view, built = await self.query_one(ViewSwitcher).show(tab)
+        if built and tab == "topology":
+            view.host_layout = self.host_layout
         if built and tab == "topology" and self._topology is not None:
             view.show(*self._topology)
         elif built and tab == "topology":
@@ -234,6 +238,7 @@ class MgpuApp(App):
         from mgpu_tui.engine.run.summary import run_note  # with the run's engine, not the first frame
 
         self._view("run").started(spec, run.resolved, str(run.run_dir.path), note=run_note(run.resolved))
+        self.set_focus(None)  # the form's field goes away with the form: the keys are the app's again
         self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
 
     def on_start_requested(self, message: StartRequested) -> None:

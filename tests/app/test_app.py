@@ -320,3 +320,60 @@ async def test_the_runs_view_lists_past_runs_and_enter_opens_one(tmp_path):
         telemetry = app.query_one(TelemetryCharts)
         assert telemetry.display and len(app.query_one("#tm-cpu").values) >= 2
         assert not app.busy  # a record is no run of the app's: q quits at once
+
+
+async def test_each_mode_chosen_in_the_run_view_shows_its_explanation_and_its_demos_source():
+    from rich.syntax import Syntax
+
+    from mgpu_tui.app.widgets.mode_guide import ModeGuide, demo_source
+    from mgpu_tui.engine.launch.modes import MODES
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        guide = app.query_one(ModeGuide)
+        assert guide.display and not app.query_one("#logs").display  # no run yet: the guide has the room
+        for name, mode in MODES.items():
+            app.query_one("#mode", Select).value = name
+            await pilot.pause()
+            said = str(app.query_one("#guide-explanation").render())
+            for text in (mode.title, mode.teaches, mode.choose, mode.costs, f"docs/modes.md#{name}"):
+                assert " ".join(text.split()) in " ".join(said.split()), (name, text)
+            code = app.query_one("#guide-code").content
+            assert isinstance(code, Syntax) and code.code == demo_source(mode.demo)
+            path = Path(__file__).parents[2] / "demos" / f"{mode.demo}.py"
+            assert code.code == path.read_text()  # the demo itself, as the user would open it
+            assert f"demos/{mode.demo}.py" in app.query_one("#guide-source").border_title
+        await pilot.press("v")  # the logs instead, and back
+        assert not guide.display and app.query_one("#logs").display
+        await pilot.press("v")
+        assert guide.display
+
+
+async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_path, monkeypatch):
+    from mgpu_tui.app.widgets.chart import Chart
+
+    monkeypatch.chdir(tmp_path)
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        form = app.query_one("#run-form")
+        form.query_one("#nproc", Input).value = "2"
+        form.query_one("#device", Select).value = "cpu"
+        steps = form.query_one("#steps", Input)
+        steps.value = "300"
+        steps.focus()
+        await pilot.press("enter")
+        assert app.controller.active
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: view.finished, timeout=90)
+        await pilot.pause(0.3)
+        for chart_id in ("#throughput", "#loss"):
+            chart = app.query_one(chart_id, Chart)
+            assert chart.whole and chart.steps[0] == 1 and chart.steps[-1] == 300, chart_id
+            assert str(chart.render()).splitlines()[-1].split() == ["step", "1", "300"]
+        result = str(app.query_one("#root-cause").render())
+        assert result.startswith("Finished: 300/300 steps") and str(app.controller.run.run_dir.path) in result
+        await pilot.press("w")  # the latest steps instead: the last ones that fit the width
+        chart = app.query_one("#loss", Chart)
+        assert not chart.whole and str(chart.render()).splitlines()[-1].split()[-1] == "300"

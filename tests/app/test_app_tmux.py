@@ -189,3 +189,37 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
         assert live_processes_of(live) == []
     finally:
         subprocess.run(["tmux", "kill-session", "-t", other], capture_output=True)
+
+
+def test_make_run_at_80x24_guides_a_first_user_and_enter_starts_a_run(tmp_path):
+    """The README's own command in the smallest common terminal: on this CPU machine the first
+    screen says what to do and shows the host; r, Tab, Enter starts a run whose ranks and charts show."""
+    from conftest import TESTS, live_processes_of, only_run_dir
+
+    runs = tmp_path / "runs"
+    session = f"mgpu-make-{time.monotonic_ns()}"
+    marker = tmp_path / "exit"
+    command = (f"cd {TESTS.parent} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state "
+               f"make --no-print-directory run ARGS='--run-dir {runs}'; echo $? > {marker}")  # fmt: skip
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
+    try:
+        assert wait_screen(session, r"What you can do here", timeout=60), screen(session)
+        text = screen(session)
+        for key in ("r ", "c ", "t ", "h "):
+            assert re.search(rf"^ +{re.escape(key)} +\S", text, re.MULTILINE), (key, text)
+        host = r"This host: \d+ sockets?, \d+ cores?, \d+ logical CPUs?, \d+ NUMA nodes?"
+        assert re.search(host, text), text
+        assert re.search(r"NUMA node 0: CPUs [\d,-]+ \(\d+\), memory [\d.]+ [KMGT]iB", text), text
+        keys(session, "r")
+        assert wait_screen(session, r"What it does:"), screen(session)
+        keys(session, "Tab", "Enter")  # from the mode to the ranks field; Enter starts
+        assert wait_screen(session, r"rank 1 +running +\d+", timeout=120), screen(session)
+        assert wait_screen(session, r"throughput"), screen(session)
+        assert wait_screen(session, r"(?m)step 1 +[\d,]+\s*$"), screen(session)  # a chart's axis
+        keys(session, "q")
+        if wait_screen(session, "Quit and stop every rank", timeout=3):  # unless it finished already
+            keys(session, "y")
+        assert wait_exit(marker, 30) == "0"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert live_processes_of(only_run_dir(runs)) == []

@@ -51,6 +51,13 @@ class CompareView(Widget):
         width: 64;
         height: 12;
     }
+    /* Under 120 columns: the modes' names (their titles are cut), so the settings keep their room. */
+    CompareView.narrow #compare-modes {
+        width: 34;
+    }
+    CompareView.narrow .compare-field Input {
+        width: 8;
+    }
     #compare-settings {
         width: 1fr;
         padding: 0 1;
@@ -123,6 +130,9 @@ class CompareView(Widget):
     def on_mount(self) -> None:
         self._explain(DEFAULT_MODES[0])
 
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < 120, "narrow")
+
     def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
         self._explain(event.selection.value)
 
@@ -153,7 +163,8 @@ class CompareView(Widget):
         device = self.query_one("#compare-device", Select).value
         template = LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
                               batch_size=numbers["compare-batch"], device=device,
-                              amp=self.query_one("#compare-amp", TickBox).value)  # fmt: skip
+                              amp=self.query_one("#compare-amp", TickBox).value,
+                              run_root=self.app.run_root)  # fmt: skip
         return sorted(modes, key=list(MODES).index), template
 
     def started(self, comparison: Comparison) -> None:

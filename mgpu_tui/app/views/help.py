@@ -2,7 +2,7 @@
 
 from rich.markup import escape
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -11,23 +11,31 @@ from mgpu_tui.logs import app_log_path
 HELP = """\
 [b]mgpu-tui[/b]: every PyTorch multi-GPU strategy, run on this machine.
 
+[b]The views[/b]
   d   Dashboard: every GPU, the host, the run's rank processes
-  t   Topology: which GPUs talk over NVLink, PCIe or across the CPU socket
-  r   Run: start a mode, watch every rank, its logs and its throughput
-  c   Compare: run several modes on the same model and batch, one table
-  h   Runs: the past runs of the run folder; Enter opens one (as `mgpu-tui open`)
-  s   stop the current run or comparison (every rank); a run the app only
-      follows (started elsewhere) is stopped only after you say yes
-  g   the next GPU in an opened run's telemetry charts
-  ?   this help          q   quit (asks first while a run is going)
+  t   Topology: how GPUs talk (NVLink, PCIe, sockets), or the host
+  r   Run: a mode explained, with its demo's code; Enter starts it;
+      then every rank, its charts and its logs
+  c   Compare: several modes on the same model and batch, one table
+  h   Runs: the runs kept in the run folder; Enter opens one
+
+[b]Keys[/b]
+  s   stop the run or comparison (every rank); a run started
+      elsewhere is stopped by its own monitor, after you say yes
+  v   Run view: the mode's guide and code, or the logs
+  w   Run view: the charts over the whole run, or the latest steps
+  g   an opened run's telemetry: the next GPU
+  ?   this help      q   quit (asks first while a run is going)
   Esc leave a text field, so that the keys above work again
 
-In the logs, the mouse wheel (or arrows and PgUp once the log has the focus)
-scrolls back and holds still while lines arrive; End follows the newest again.
+[b]Each mode[/b], what it holds and sends: docs/modes.md#MODE
+(ddp, fsdp, tp, ...), after the PyTorch tutorials on distributed
+and parallel training.
 
-Every line every rank prints is kept in the run directory (runs/ by default),
-even when the screen shows only the latest, with the run's own log, mgpu-tui.log.
-What the app itself did and met is in {log}.
+The logs: the mouse wheel (or arrows and PgUp) scrolls back and
+holds still; End follows the newest again. Every line every rank
+printed is kept in the run directory (runs/ by default), with the
+run's own log, mgpu-tui.log. The app's own log: {log}
 
 Press Escape or ? to close."""
 
@@ -38,8 +46,10 @@ class HelpScreen(ModalScreen):
         align: center middle;
     }
     #help {
-        width: 84;
+        width: 100%;
+        max-width: 90;
         height: auto;
+        max-height: 100%;
         padding: 1 2;
         border: thick $accent;
         background: $surface;
@@ -48,6 +58,6 @@ class HelpScreen(ModalScreen):
     BINDINGS = [("escape", "dismiss", "Close"), ("question_mark", "dismiss", "Close")]
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="help"):
+        with VerticalScroll(id="help"):
             # The text is markup; a path is not, so it is escaped (a folder may be named "[b]").
             yield Static(HELP.replace("{log}", escape(str(app_log_path()))))

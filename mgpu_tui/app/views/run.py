@@ -174,7 +174,12 @@ class RunView(Widget):
 
     def on_mount(self) -> None:
         self.query_one(LogView).display = False
+        self.query_one("#run-middle").display = False  # no run yet: the guide gets the room
         self.query_one(ModeGuide).show(MODES[self.form.query_one("#mode").value])
+
+    def on_show(self) -> None:
+        if self.form.display:  # ready for the form: the mode first, Tab to a field, Enter starts
+            self.form.query_one("#mode").focus()
 
     def on_select_changed(self, event) -> None:
         if event.select.id == "mode" and event.value in MODES:
@@ -225,6 +230,7 @@ class RunView(Widget):
         panel.set_class(False, "result")
         panel.display = bool(note)
         self.query_one(TelemetryCharts).display = False
+        self.query_one("#run-middle").display = True
         self.query_one(LogView).reset(world_size)
         self.show_guide(False)
         self._fill_table(None)

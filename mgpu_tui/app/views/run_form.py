@@ -18,6 +18,7 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.errors import UsageError
 
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
+NARROW = 120  # columns under which the form takes two rows
 # A run started from the app is watched: long enough to see the loss fall and the rates settle.
 WATCHED_STEPS = 1000
 
@@ -42,14 +43,34 @@ class RunForm(Horizontal):
         height: auto;
         padding: 0 1;
     }
+    /* Under 120 columns the mode takes a row of its own, so every field and Start stay in view. */
+    RunForm.narrow {
+        layout: vertical;
+    }
+    RunForm #form-fields {
+        height: auto;
+        width: auto;
+    }
     RunForm Label {
         padding: 1 0 0 1;
     }
     RunForm #mode {
         width: 60;
     }
+    RunForm.narrow #mode {
+        width: 1fr;
+    }
     RunForm Input {
-        width: 12;
+        width: 10;
+    }
+    RunForm.narrow Input {
+        width: 8;
+    }
+    RunForm.narrow #steps {
+        width: 10;
+    }
+    RunForm.narrow TickBox {
+        padding: 0 1;
     }
     RunForm #device {
         width: 12;
@@ -67,6 +88,13 @@ class RunForm(Horizontal):
             options.append((label, mode.name))
         # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
         yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
+        with Horizontal(id="form-fields"):
+            yield from self._fields()
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < NARROW, "narrow")
+
+    def _fields(self) -> ComposeResult:
         yield Label("ranks")
         yield Input(str(DEFAULTS.cpu_ranks), id="nproc", restrict=r"[0-9]*", max_length=3)
         yield Label("steps")
@@ -111,6 +139,7 @@ class RunForm(Horizontal):
             amp=self.query_one("#amp", Checkbox).value,
             share_gpus=self._share_gpus().value if self._share_gpus() is not None else False,
             nice=UI_RANK_NICE,  # the screen must answer keys whatever the ranks do
+            run_root=self.app.run_root,
         )
 
     def _share_gpus(self) -> Checkbox | None:

@@ -29,29 +29,64 @@ class GpuCard(TextPanel):
     }
     """
 
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._shown: tuple | None = None
+
     def show(self, gpu: GpuSample, util_history: list[float], ranks: list[int]) -> None:
-        head = Text.assemble((f"GPU{gpu.index} ", "bold"), (gpu.name, "bold cyan"))
-        if gpu.lost:
-            self.update(Text.assemble(head, "  ", ("lost: the GPU stopped answering", "bold red"), "\n  ",
-                                      (gpu.uuid, "dim")))
-            return
-        if gpu.error:
-            self.update(Text.assemble(head, "  ", (f"NVML error: {gpu.error}", "bold red"), "\n  ",
-                                      (gpu.uuid, "dim")))
-            return
-        r = gpu.readings
-        mem_fraction = None
-        if r.memory_used is not None and r.memory_total:
-            mem_fraction = r.memory_used / r.memory_total
-        power = _na(r.power_w, "{:.0f}") + "/" + _na(r.power_limit_w, "{:.0f} W")
-        ranks_text = ", ".join(f"rank {k}" for k in ranks) or "no rank"
-        self.update(Text.assemble(
-            head, f"   {_na(r.temperature_c, '{}°C')}  {power}  SM {_na(r.sm_clock_mhz, '{} MHz')}   ",
-            (ranks_text, "magenta"), f"  processes {len(r.processes)}",
-            "\n  mem ", bar(mem_fraction), f" {fmt_bytes(r.memory_used):>10} / {fmt_bytes(r.memory_total)}",
-            "   util ", bar(None if r.util_gpu is None else r.util_gpu / 100),
-            f" {_na(r.util_gpu, '{}%'):>4} ", spark(util_history),
-            "\n  PCIe " + (f"↑{rate(r.pcie_tx_bps)} ↓{rate(r.pcie_rx_bps)}   " if gpu.pcie_age_s is not None
-                           else "measuring   "),  # read one GPU per sample in turn
-            f"NVLink ↑{rate(gpu.nvlink_tx_bps)} ↓{rate(gpu.nvlink_rx_bps)}   ", (gpu.uuid, "dim"),
-        ))  # fmt: skip
+        self._shown = (gpu, util_history, ranks)
+        self.update(card_text(gpu, util_history, ranks, self.size.width - 3 if self.size.width else 160))
+
+    def on_resize(self) -> None:
+        if self._shown:
+            self.show(*self._shown)
+
+
+SEP = " · "  # a visible separator: a screenshot drops plain spaces where a styled part ends
+
+
+def fields_line(fields: list[Text], width: int) -> Text:
+    """The fields in order, separated, as many as fit ``width``: the later ones are dropped first."""
+    line = Text()
+    for field in fields:
+        extra = len(field) + (len(SEP) if line else 0)
+        if line and len(line) + extra > width:
+            break
+        if line:
+            line.append(SEP, style="dim")
+        line.append_text(field)
+    return line
+
+
+def card_text(gpu: GpuSample, util_history: list[float], ranks: list[int], width: int) -> Text:
+    """Three lines: identity and state, memory and utilisation, links. Each keeps to ``width``:
+    fields never run together, and what does not fit is left out, the least useful first."""
+    head = Text.assemble((f"GPU{gpu.index} ", "bold"), (gpu.name, "bold cyan"))
+    if gpu.lost or gpu.error:
+        why = "lost: the GPU stopped answering" if gpu.lost else f"NVML error: {gpu.error}"
+        return Text.assemble(fields_line([head, Text(why, style="bold red")], width), "\n  ",
+                             (gpu.uuid, "dim"))  # fmt: skip
+    r = gpu.readings
+    mem_fraction = r.memory_used / r.memory_total if r.memory_used is not None and r.memory_total else None
+    power = _na(r.power_w, "{:.0f}") + "/" + _na(r.power_limit_w, "{:.0f} W")
+    ranks_text = ", ".join(f"rank {k}" for k in ranks) or "no rank"
+    processes = len(r.processes)
+    first = fields_line([head, Text(_na(r.temperature_c, "{}°C")), Text(power),
+                         Text(ranks_text, style="magenta"),
+                         Text(f"{processes} process{'es' if processes != 1 else ''}"),
+                         Text(f"SM {_na(r.sm_clock_mhz, '{} MHz')}")], width)  # fmt: skip
+    gauge = 20 if width >= 110 else 10
+    util = None if r.util_gpu is None else r.util_gpu / 100
+    second = fields_line([
+        Text.assemble("mem ", bar(mem_fraction, gauge),
+                      f" {fmt_bytes(r.memory_used)} / {fmt_bytes(r.memory_total)}"),
+        Text.assemble("util ", bar(util, gauge), f" {_na(r.util_gpu, '{}%')}"),
+        spark(util_history, gauge),
+    ], width - 2)  # fmt: skip
+    # PCIe is read one GPU per sample in turn: until this one's turn, it is being measured.
+    pcie = "PCIe measuring"
+    if gpu.pcie_age_s is not None:
+        pcie = f"PCIe ↑{rate(r.pcie_tx_bps)} ↓{rate(r.pcie_rx_bps)}"
+    third = fields_line([Text(pcie), Text(f"NVLink ↑{rate(gpu.nvlink_tx_bps)} ↓{rate(gpu.nvlink_rx_bps)}"),
+                         Text(gpu.uuid, style="dim")], width - 2)  # fmt: skip
+    return Text.assemble(first, "\n  ", second, "\n  ", third)

@@ -60,13 +60,13 @@ class ModeGuide(Horizontal):
         height: 1fr;
     }
     ModeGuide #guide-text {
-        width: 1fr;
+        width: 2fr;
         max-width: 60;
         padding: 0 1;
         border: round $primary-background;
     }
     ModeGuide #guide-source {
-        width: 2fr;
+        width: 3fr;
         border: round $primary-background;
     }
     ModeGuide #guide-code {

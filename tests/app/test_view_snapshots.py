@@ -1,0 +1,90 @@
+"""Every view, at 80x24 and at 160x50, on a box with 0, 1, 8 and 16 GPUs: snapshots to look at.
+
+The GPUs are the NVML stand-in (tests/nvml_standin.py) of real boxes (the 1-GPU H100 VM and the
+8-GPU HGX H100, from their `nvidia-smi topo -m`) and of a 16-GPU NVSwitch box built the same way;
+every moving figure (host load, clocks, rates) is pinned, so a snapshot changes only when a view
+does. Read them as pictures after a change: `pytest tests/app/test_view_snapshots.py
+--snapshot-update`, then open tests/app/__snapshots__/test_view_snapshots/*.svg (the README's
+screenshots are copies of two of them).
+"""
+
+import dataclasses
+from pathlib import Path
+
+import pynvml as real
+import pytest
+
+from conftest import TOPOLOGIES
+from mgpu_tui.app import create_app
+from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.machine.host_layout import HostLayout, NumaNode
+from mgpu_tui.engine.machine.telemetry import HostSample, RankProcess, Sampler
+from mgpu_tui.engine.machine.topology import from_nvml, parse_topo_text
+from nvml_standin import FakeGpu, FakeMachine, machine_from_topology, standin
+
+SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
+VIEWS = {"dashboard": [], "topology": ["t"], "run": ["r"], "compare": ["c"], "runs": ["h"]}
+LAYOUT = HostLayout(logical_cpus=64, physical_cores=32, sockets=2, nodes=(
+    NumaNode(0, "0-15,32-47", 32, 256 << 30), NumaNode(1, "16-31,48-63", 32, 256 << 30)))
+
+
+def sixteen_gpu_box() -> FakeMachine:
+    """16 GPUs on NVSwitch (an HGX-2 class box), two sockets: the biggest single node sold."""
+    gpus = [FakeGpu(name="Tesla V100-SXM3-32GB", uuid=f"GPU-{i:08x}-1616-1616-1616-161616161616",
+                    bus_id=f"00000000:{0x10 + 0x8 * i:02X}:00.0", memory_total=32 << 30,
+                    cpus=list(range(0, 24)) if i < 8 else list(range(24, 48)), numa_node=i // 8,
+                    switch_links=6) for i in range(16)]  # fmt: skip
+    return FakeMachine(gpus, {(i, j): "SYS" for i in range(16) for j in range(i + 1, 16)})
+
+
+def machine(gpus: int) -> FakeMachine:
+    if gpus == 0:
+        return FakeMachine([], {}, init_error=real.NVML_ERROR_LIBRARY_NOT_FOUND)
+    if gpus == 16:
+        return sixteen_gpu_box()
+    fixture = {1: "h100-1x-vm.txt", 8: "h100-sxm-8x-nvswitch.txt"}[gpus]
+    topology = parse_topo_text((TOPOLOGIES / fixture).read_text())
+    return machine_from_topology(topology, "NVIDIA H100 80GB HBM3", 80)
+
+
+def recorded(gpus: int):
+    """(telemetry snapshots, topology, host) of a box with ``gpus`` GPUs, every moving figure pinned."""
+    box = machine(gpus)
+    for i, gpu in enumerate(box.gpus):
+        gpu.memory_used, gpu.util = (4 + 2 * i) << 30, (10 * (i + 2)) % 101
+        gpu.processes = [(1000 + i, (3 + 2 * i) << 30)]
+    nvml.use_library(standin(box))
+    try:
+        sampler = Sampler()  # PCIe rates are read one GPU per sample: enough samples read them all
+        snapshots = [sampler.sample() for _ in range(max(gpus, 1) + 1)][-2:]
+        topology = from_nvml() if gpus else None
+    finally:
+        nvml.use_library(None)
+    host = HostSample(cpu_percent=(35.0,) * 64, memory_used=96 << 30, memory_total=512 << 30,
+                      load_avg=(8.0, 7.5, 7.0))  # fmt: skip
+    ranks = tuple(RankProcess(r, 2000 + r, True, 99.0, 3 << 30, 12, box.gpus[r].uuid)
+                  for r in range(min(gpus, 8)))  # fmt: skip
+    pinned = [dataclasses.replace(
+        snap, t=0.0, host=host, ranks=ranks,
+        gpus=tuple(dataclasses.replace(g, nvlink_tx_bps=float(20 << 30), nvlink_rx_bps=float(19 << 30),
+                                       readings=dataclasses.replace(g.readings, sm_clock_mhz=1980,
+                                                                    temperature_c=45, power_w=300.0))
+                   for g in snap.gpus))
+        for snap in snapshots]  # fmt: skip
+    note = f"{gpus} GPU(s), driver 550.54.15" if gpus else "no NVIDIA GPU (no NVIDIA driver library)"
+    return pinned, topology, Host(cpu_count=64, gpu_count=gpus, gpu_note=note, torch_available=True)
+
+
+@pytest.mark.parametrize("gpus", [0, 1, 8, 16])
+@pytest.mark.parametrize("size", list(SIZES))
+@pytest.mark.parametrize("view", list(VIEWS))
+def test_every_view_at_both_sizes_with_0_1_8_and_16_gpus(snap_compare, view, size, gpus):
+    snapshots, topology, host = recorded(gpus)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, host_layout=LAYOUT,
+                     run_root=Path("no-runs-here"))  # fmt: skip
+
+    async def settle(pilot):
+        await pilot.pause(0.3)  # the Runs view lists in a worker; the others draw at once
+
+    assert snap_compare(app, press=VIEWS[view], terminal_size=SIZES[size], run_before=settle)
