@@ -61,7 +61,7 @@ def fields_line(fields: list[Text], width: int) -> Text:
 def card_text(gpu: GpuSample, util_history: list[float], ranks: list[int], width: int) -> Text:
     """Three lines: identity and state, memory and utilisation, links. Each keeps to ``width``:
     fields never run together, and what does not fit is left out, the least useful first."""
-    head = Text.assemble((f"GPU{gpu.index} ", "bold"), (gpu.name, "bold cyan"))
+    head = Text.assemble((f"GPU{gpu.index}:", "bold"), " ", (gpu.name, "bold cyan"))
     if gpu.lost or gpu.error:
         why = "lost: the GPU stopped answering" if gpu.lost else f"NVML error: {gpu.error}"
         return Text.assemble(fields_line([head, Text(why, style="bold red")], width), "\n  ",
