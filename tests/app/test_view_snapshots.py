@@ -39,6 +39,9 @@ def sixteen_gpu_box() -> FakeMachine:
 
 
 def machine(gpus: int) -> FakeMachine:
+    if gpus == 2:  # two GPUs of the HGX H100 box
+        box = machine(8)
+        return FakeMachine(box.gpus[:2], {(0, 1): box.ancestors.get((0, 1), "SYS")})
     if gpus == 0:
         return FakeMachine([], {}, init_error=real.NVML_ERROR_LIBRARY_NOT_FOUND)
     if gpus == 16:
@@ -88,3 +91,28 @@ def test_every_view_at_both_sizes_with_0_1_8_and_16_gpus(snap_compare, view, siz
         await pilot.pause(0.3)  # the Runs view lists in a worker; the others draw at once
 
     assert snap_compare(app, press=VIEWS[view], terminal_size=SIZES[size], run_before=settle)
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 8, 16])
+@pytest.mark.parametrize("size", [(80, 24), (160, 50), (250, 70)])
+async def test_a_gpu_cards_fields_never_touch_or_run_past_its_width(gpus, size):
+    from mgpu_tui.app.widgets.gpu_card import SEP, GpuCard
+
+    snapshots, topology, host = recorded(gpus)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, host_layout=LAYOUT)
+    async with app.run_test(size=size) as pilot:
+        await pilot.pause(0.2)
+        cards = list(app.query(GpuCard))
+        assert len(cards) == gpus
+        for card in cards:
+            width = card.content_region.width
+            lines = str(card.render()).split("\n")
+            assert len(lines) == 3 and all(len(line) <= width for line in lines), (width, lines)
+            index = cards.index(card)
+            assert lines[0].startswith(f"GPU{index}: {host_name(gpus)}{SEP}45°C{SEP}")  # apart, in order
+            assert lines[1].lstrip().startswith("mem [") and f"{SEP}util [" in lines[1]
+            assert lines[2].lstrip().startswith("PCIe ") and f"{SEP}NVLink " in lines[2]
+
+
+def host_name(gpus: int) -> str:
+    return "Tesla V100-SXM3-32GB" if gpus == 16 else "NVIDIA H100 80GB HBM3"
