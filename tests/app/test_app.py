@@ -358,7 +358,7 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("r")
         form = app.query_one("#run-form")
-        form.query_one("#nproc", Input).value = "2"
+        form.query_one("#mode", Select).value = "single"  # one process: 300 steps in a few seconds
         form.query_one("#device", Select).value = "cpu"
         steps = form.query_one("#steps", Input)
         steps.value = "300"
