@@ -244,6 +244,16 @@ def build_parser() -> argparse.ArgumentParser:
     opening.add_argument("--run-dir", default="runs", metavar="DIR",
                          help="the folder of runs, for `latest` and the Runs view (default ./runs)")
 
+    reading = commands.add_parser(
+        "nccl", help="read NCCL's own log (NCCL_DEBUG=INFO): transports, channels, warnings, what they mean",
+        description="Read NCCL_DEBUG=INFO logs (one or several files: one per rank or host is fine; "
+        "launcher prefixes such as Ray's or MPI's are skipped): which transport NCCL chose between each "
+        "pair of ranks, its channels and rings, its version, hosts, warnings and errors, each explained.")
+    reading.add_argument("logs", metavar="LOG", nargs="+", help="a log file with NCCL's lines")
+    reading.add_argument("--topo", metavar="FILE",
+                         help="saved `nvidia-smi topo -m` of the host: say where NCCL's choice disagrees")
+    reading.add_argument("--json", action="store_true", help="print JSON")
+
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
     return parser
@@ -324,6 +334,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mgpu_tui.commands.runs import runs_command
 
             return runs_command(args)
+        if args.command == "nccl":
+            from mgpu_tui.commands.nccl import nccl_command
+
+            return nccl_command(args)
         if args.command == "open":
             from mgpu_tui.commands.runs import open_command
 
