@@ -19,6 +19,7 @@ safe from any thread.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sys
@@ -35,7 +36,7 @@ from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.processes import ProcessTree
-from mgpu_tui.engine.run.rootcause import find_root_cause
+from mgpu_tui.engine.run.rootcause import find_root_cause, hint_for
 from mgpu_tui.engine.run.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunSummary
@@ -287,6 +288,15 @@ class Run:
             return
         self._finish(None)
 
+    def _work_finished(self, rank: int) -> bool:
+        """Whether a rank had done all its work: it said so, or it reached the last step of a mode."""
+        stats = next((r for r in self._ingest.stats().ranks if r.rank == rank), None)
+        if stats is None:
+            return False
+        spec = self.resolved.spec
+        own_program = bool(spec.script or spec.module)  # its steps are its own: only `done` says
+        return stats.done or (not own_program and stats.last_step >= spec.steps)
+
     def _finish(self, verify: Verify | None) -> None:
         returncode = self._exit_code
         ended_by_watchdog, root_cause = self._watchdog.verdict(returncode)
@@ -298,6 +308,8 @@ class Run:
             root_cause = find_root_cause(self.run_dir, launcher_exit_code=returncode,
                                          single_process=not self.resolved.mode.multi_process,
                                          rank_offset=spec.node_rank * (spec.nproc or 1))  # fmt: skip
+            if root_cause.rank is not None and self._work_finished(root_cause.rank):
+                root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
         if foreign := sorted(self._ingest.foreign_files):
             self.log.warning("not read: event files of %d rank(s) outside the job's 0..%d (%s)",
                              len(foreign), self.resolved.world_size - 1,

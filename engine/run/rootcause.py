@@ -13,6 +13,7 @@ Sources, best first:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal as signal_module
@@ -35,6 +36,7 @@ class RootCause:
     signal: str | None  # "SIGSEGV", when a signal ended the rank
     message: str
     traceback: str
+    hint: str | None = None  # what the error means and what to try (HINTS), when it is a known one
 
     def headline(self) -> str:
         """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
@@ -43,11 +45,70 @@ class RootCause:
         return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
 
     def describe(self) -> str:
-        """The headline and, below it, the traceback (or the stacks, for a stall)."""
-        return self.headline() + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
+        """The headline, the hint, and below them the traceback (or the stacks, for a stall)."""
+        text = self.headline() + (f"\nhint: {self.hint}" if self.hint else "")
+        return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+# The common signatures of distributed training's failures, and what each means for the user:
+# (a pattern searched in the message and the traceback, the hint). The first that matches wins.
+HINTS = (
+    (r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available|"
+     r"torch\._C' has no attribute '_cuda",
+     "the script asks for CUDA, but torch here cannot use a GPU (this torch is a CPU build, or there is "
+     "no NVIDIA driver): run it with --device cpu, or let the script choose its device with "
+     "torch.cuda.is_available()."),
+    (r"ProcessGroupNCCL is only supported with GPUs|Distributed package doesn't have NCCL|"
+     r"NCCL is not available",
+     "NCCL needs CUDA GPUs, and there are none for it here: use the gloo backend on the CPU "
+     "(init_process_group(\"gloo\"))."),
+    (r"EADDRINUSE|[Aa]ddress already in use",
+     "another process already listens on the rendezvous port: choose another --master-port, or leave it "
+     "out to get a free one."),
+    (r"CUDA out of memory|OutOfMemoryError",
+     "the GPU ran out of memory: lower the batch size, train in mixed precision (--amp), accumulate "
+     "gradients (--accum), or shard the model (fsdp) so that each rank holds less."),
+    (r"Expected all tensors to be on the same device|is not on the expected device",
+     "two tensors of one operation are on different devices: move the model and every batch to this "
+     "rank's device (under DDP, the device of its LOCAL_RANK)."),
+    (r"Expected to have finished reduction in the prior iteration",
+     "DDP waited for the gradients of parameters that took no part in the loss: pass "
+     "find_unused_parameters=True to DistributedDataParallel, or make every parameter count."),
+    (r"[Mm]ismatch between collectives|[Dd]etected mismatch|collective mismatch",
+     "the ranks called different collectives (or the same one with other shapes) at the same point: "
+     "every rank must issue the same collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL "
+     "names them."),
+    (r"Duplicate GPU detected",
+     "two ranks use the same GPU in one NCCL communicator: give each rank its own device "
+     "(torch.cuda.set_device(LOCAL_RANK)), or let ranks share GPUs over gloo (--share-gpus)."),
+    (r"invalid device ordinal",
+     "a rank asked for a GPU that does not exist: this node has fewer GPUs than ranks; lower --nproc, "
+     "or let ranks share GPUs (--share-gpus)."),
+    (r"Connection reset by peer|Connection closed by peer|Watchdog caught collective operation timeout|"
+     r"NCCL watchdog",
+     "this rank lost a peer: another rank failed or was killed first, and this error is the consequence; "
+     "look for the cause in the other ranks' errors."),
+)  # fmt: skip
+ABORT_AT_EXIT = re.compile(r"terminate called without an active exception")
+WORK_DONE_ABORT = (
+    "every step had finished before this crash: the process aborted while shutting down (a gloo/DDP "
+    "process group destroyed while a DDP model still holds it). The run's results are complete; to "
+    "end cleanly, delete the DDP model and call gc.collect() before destroy_process_group()."
+)
+
+
+def hint_for(cause: RootCause, *, work_finished: bool = False) -> str | None:
+    """What a root cause means, in a sentence or two; None for an error this does not know.
+
+    ``work_finished``: the failed rank had reported its last step, so an abort at exit hit a
+    finished job (the race that destroying a process group under a live DDP model loses)."""
+    text = f"{cause.message}\n{cause.traceback[-20_000:]}"
+    if work_finished and (cause.signal == "SIGABRT" or ABORT_AT_EXIT.search(text)):
+        return WORK_DONE_ABORT
+    return next((hint for pattern, hint in HINTS if re.search(pattern, text)), None)
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -236,7 +297,8 @@ def find_root_cause(
             rank, exit_code, error_file = local + rank_offset, None, None
         else:
             message, detail = launcher_failure(launcher_text)
-            return RootCause(None, launcher_exit_code, signal_name(launcher_exit_code), message, detail)
+            cause = RootCause(None, launcher_exit_code, signal_name(launcher_exit_code), message, detail)
+            return dataclasses.replace(cause, hint=hint_for(cause))
 
     files = rank_files.get(local)
     parsed = None
@@ -253,4 +315,5 @@ def find_root_cause(
             message = f"killed by {name}" + (f" (last stderr line: {message})" if message else "")
         elif not message:
             message = f"exited with code {exit_code}"
-    return RootCause(rank, exit_code, signal_name(exit_code), message, traceback)
+    cause = RootCause(rank, exit_code, signal_name(exit_code), message, traceback)
+    return dataclasses.replace(cause, hint=hint_for(cause))

@@ -12,7 +12,8 @@
 - ``peak_mem_bytes``: a list indexed by rank (allocator peak on CUDA, peak RSS on the CPU),
 - ``ranks``: per-rank figures (rank, last_step, samples_per_s, loss, peak_mem_bytes, device,
   pid, done), ``launch_to_first_step_s``, ``duration_s``, ``malformed_events``, ``run_dir``,
-- ``root_cause``: null, or rank, exit_code, signal, message, traceback (rootcause.py),
+- ``root_cause``: null, or rank, exit_code, signal, message, traceback, hint (what it means and what
+  to try, for the known signatures; null otherwise) (rootcause.py),
 - ``note``: one sentence on what the figures do not show (a degenerate CPU path, ranks sharing
   GPUs), or null,
 - ``verify``: null, or ok, max_abs_diff, max_rel_diff, tolerance, precision, compared, missing,

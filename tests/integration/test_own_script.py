@@ -75,6 +75,7 @@ def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
     cause = summary_from(result.stdout).root_cause
     assert cause.rank in (0, 1) and "cuda" in (cause.message + cause.traceback).lower()
     assert "Traceback" in cause.traceback  # the script's own, from its stderr
+    assert "CPU build" in cause.hint and "--device cpu" in cause.hint  # what it means, and what to do
     assert time.monotonic() - started < 30
     assert live_processes_of(only_run_dir(runs_root)) == []
 

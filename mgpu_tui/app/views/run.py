@@ -316,7 +316,8 @@ class RunView(Widget):
         if cause:
             panel = self.query_one("#root-cause", Static)
             # A rank's own words: plain text, no escape reaches the terminal.
-            panel.update(Text.assemble((plain(f"Root cause: {cause.headline()}\n"), "bold red"),
+            hint = [("What it means: ", "bold yellow"), (f"{cause.hint}\n", "yellow")] if cause.hint else []
+            panel.update(Text.assemble((plain(f"Root cause: {cause.headline()}\n"), "bold red"), *hint,
                                        plain(cause.traceback[-3000:])))  # fmt: skip
             panel.remove_class("note")
             panel.display = True
