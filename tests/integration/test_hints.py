@@ -1,5 +1,5 @@
 """A root cause says what it means: real failures of distributed training, reproduced on the CPU,
-each named with its hint (the signatures without a CPU reproduction: tests/unit/test_hints.py)."""
+each named with its hint (the signatures without a CPU reproduction: tests/unit/test_root_cause_hints.py)."""
 
 import subprocess
 import textwrap
