@@ -146,7 +146,7 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
                       r"(?m)step 1 +60\s*$", r"host CPU, whole run · now \d+%",
                       r"host memory, whole run"):  # fmt: skip
             assert re.search(chart, text), text
-        assert re.search(r"rank 1 .*step 60 +loss", text), text  # the logs, from the files
+        assert wait_screen(session, r"rank 1 .*step 60 +loss"), screen(session)  # the logs, from the files
         keys(session, "q")
         assert wait_exit(marker, 10) == "0"
     finally:

@@ -113,7 +113,7 @@ async def test_lines_that_arrive_while_the_view_is_hidden_show_when_it_shows():
         await pilot.pause()
         assert len(pane.entries) == 2  # nothing drawn meanwhile
         view.display = True
-        await pilot.pause()
+        await pilot.pause(0.2)  # drawn once the refresh has put the view back on screen
         assert rows(pane)[-1] == "rank 1 line 8999" and len(pane.entries) == SHOWN
 
 

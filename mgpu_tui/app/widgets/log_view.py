@@ -77,6 +77,8 @@ class LogView(Vertical):
         self._lines.extend(lines)
         if not self.is_on_screen:
             self._unseen += len(lines)  # drawn when the view shows again: a hidden log costs nothing
+            # A log just made visible is on screen only after the next refresh: look again then.
+            self.call_after_refresh(self._draw_unseen)
             return
         self.query_one(LogPane).extend(filter(self._filter(), lines))
 
@@ -86,7 +88,10 @@ class LogView(Vertical):
         pane.extend(list(filter(self._filter(), self._lines))[-SHOWN:])
 
     def on_show(self) -> None:
-        if self._unseen:
+        self.call_after_refresh(self._draw_unseen)  # on screen once the refresh placed it
+
+    def _draw_unseen(self) -> None:
+        if self._unseen and self.is_on_screen:
             unseen = list(itertools.islice(reversed(self._lines), min(self._unseen, KEPT)))[::-1]
             self._unseen = 0
             self.query_one(LogPane).extend(list(filter(self._filter(), unseen))[-SHOWN:])
