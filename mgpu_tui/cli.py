@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
     )
     run.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
+    output = run.add_mutually_exclusive_group()
+    output.add_argument("--ranks-filter", metavar="R,R,...",
+                        help="show these ranks' own output on the console while it runs (like torchrun's "
+                             "--local-ranks-filter); your own script shows every rank's by default")
+    output.add_argument("--quiet", action="store_true", help="show none of the ranks' own output")
     run.add_argument("--tui", action="store_true", help="open the app on the Run view with this run started")
     run.add_argument(
         "--verify",

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.commands.rank_output import RankOutput, last_lines, parse_ranks_filter
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
@@ -28,10 +29,10 @@ _EXIT = {
 class Progress:
     """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
 
-    def __init__(self, steps: int, stream=sys.stderr) -> None:
+    def __init__(self, steps: int, stream=None) -> None:
         self.steps = steps
-        self.stream = stream
-        self.live = stream.isatty()
+        self.stream = stream or sys.stderr  # the one of now, not of when this module loaded
+        self.live = self.stream.isatty()
         self._next_milestone = max(1, steps // 10)
         self._last_draw = 0.0
         self.said_verifying = False
@@ -63,6 +64,12 @@ class Progress:
         if self.live:
             self.stream.write("\n")
             self.stream.flush()
+
+    def clear(self) -> None:
+        """Take the live line away (it is drawn again at the next update): lines print above it."""
+        if self.live:
+            self.stream.write("\r\x1b[K")
+            self._last_draw = 0.0
 
 
 def machine_lines(summary: RunSummary) -> list[str]:
@@ -153,6 +160,24 @@ def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
     return demo_args
 
 
+def _ranks_filter(args: argparse.Namespace) -> frozenset[int] | None:
+    try:
+        return parse_ranks_filter(args.ranks_filter)
+    except ValueError:
+        got = args.ranks_filter
+        raise UsageError(f"--ranks-filter: give rank numbers separated by commas, got {got!r}.") from None
+
+
+def _rank_output(args: argparse.Namespace, spec: LaunchSpec, ranks: frozenset[int] | None,
+                 progress: Progress) -> RankOutput | None:  # fmt: skip
+    """The ranks' own output on the console: every rank's for your own program, none for a mode
+    (its demo's lines are in the progress and the logs) unless --ranks-filter names some."""
+    if args.quiet or (ranks is None and not (spec.script or spec.module)):
+        return None
+    return RankOutput(ranks=ranks, rank_offset=spec.node_rank * (spec.nproc or 1), json_stdout=args.json,
+                      clear_progress=progress.clear)
+
+
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     program_args = _program_args(args, demo_args)
     spec = LaunchSpec(
@@ -191,10 +216,12 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         if args.json:
             raise UsageError("--json and --tui do not go together.")
         return tui_command(spec)
+    ranks = _ranks_filter(args)
     run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
 
     interrupt_on_term_and_hup()
     progress = Progress(spec.steps)
+    output = _rank_output(args, spec, ranks, progress)
     resolved = run.resolved
     program = spec.script or spec.module
     what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
@@ -202,6 +229,9 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
           file=sys.stderr)  # fmt: skip
 
     def on_poll(run: Run) -> None:
+        lines, dropped = run.drain_log_lines()
+        if output is not None:
+            output.show(lines, dropped)
         if run.state is not RunState.VERIFYING and not progress.said_verifying:
             progress.update(run)
         elif not progress.said_verifying:  # the ranks are done: the progress line ends here
@@ -225,6 +255,9 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
 
     summary = run.summary
     print(json.dumps(summary.to_json()) if args.json else summary_text(summary))
+    if summary.steps == 0 and not args.json:  # nothing reported: what the ranks said is the why
+        print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
+        print("\n".join(last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1))), file=sys.stderr)
     if summary.root_cause:
         print(plain(summary.root_cause.describe()), file=sys.stderr)  # a rank's words: text only
     if summary.verify and not summary.verify.ok:

@@ -126,3 +126,40 @@ def test_bad_script_and_node_arguments_are_one_sentence(args, words, runs_root):
     result = run_cli("run", *args, "--run-dir", str(runs_root))
     assert result.returncode == 2, result.stderr
     assert words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+CHATTY = """
+    import os, sys
+    rank = os.environ["RANK"]
+    print(f"hello from {rank}", flush=True)
+    print(f"\\x1b]2;pwned\\x07warning on {rank}", file=sys.stderr, flush=True)
+    if rank == "1":
+        print("not enough GPUs for this job", flush=True)
+"""
+
+
+def test_a_scripts_output_shows_on_the_console_by_rank_as_torchrun_tees_it(tmp_path):
+    """Every rank's prints, prefixed once by rank (stdout to stdout, stderr to stderr, escapes made
+    visible); --ranks-filter picks ranks; --quiet shows none; with --json, stdout keeps only the
+    summary line. A run that reported no step ends with what each rank printed last."""
+    write(tmp_path, "chatty.py", CHATTY)
+    variants = {"every rank": [], "rank 1, json": ["--ranks-filter", "1", "--json"], "quiet": ["--quiet"]}
+    command = [*CLI, "run", "--script", "chatty.py", "--nproc", "2", "--run-dir", "runs"]
+    launches = {name: subprocess.Popen([*command, *extra], cwd=tmp_path, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+                for name, extra in variants.items()}  # fmt: skip
+    results = {name: (proc.communicate(timeout=120), proc.returncode) for name, proc in launches.items()}
+
+    (out, err), code = results["every rank"]
+    assert code == 0
+    assert "[rank 0] hello from 0\n" in out and "[rank 1] not enough GPUs for this job\n" in out
+    assert "[rank 1] ^[]2;pwned^Gwarning on 1" in err and "\x1b" not in out + err
+    assert "no rank reported a step; what each printed last:" in err
+    assert "rank 1 printed last:\n  hello from 1\n  not enough GPUs for this job" in err
+
+    (out, err), code = results["rank 1, json"]
+    assert code == 0 and out.splitlines()[-1].startswith("{") and len(out.splitlines()) == 1
+    assert "[rank 1] hello from 1" in err and "[rank 0]" not in err
+
+    (out, err), code = results["quiet"]
+    assert code == 0 and "hello from" not in out + err.split("no rank reported a step")[0]

@@ -97,6 +97,8 @@ CASES = [
      "a-folder cannot be compared: no spec.json: not a run directory."),
     (["compare", "ddp", "ddp"], "a mode is named twice"),
     (["nccl", "{dir}/no-such-log"], "cannot read"),
+    (["run", "--script", "{dir}/train.py", "--ranks-filter", "one"], "--ranks-filter: give rank numbers"),
+    (["run", "--script", "{dir}/train.py", "--ranks-filter", "1", "--quiet"], "not allowed with"),
     (["nccl", "{dir}/a-fifo"], "a-fifo is not a regular file; give the saved NCCL_DEBUG=INFO output."),
     (["nccl", "{dir}/train.py", "--topo", "{dir}/not-topology.txt"], "not-topology.txt:"),
     (["open", "{dir}/no-such-run"], "no-such-run does not exist: give a run folder, or `latest`."),
