@@ -33,7 +33,7 @@ def main() -> None:
     scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)
 
-    with Reporting(args, d.rank, d.device) as report:
+    with Reporting(args, d.rank, d.device, task=task) as report:
         report.hello(mode="ddp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                      config=harness.config(args))
         for step in range(1, args.steps + 1):

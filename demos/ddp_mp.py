@@ -32,7 +32,7 @@ def main() -> None:
     scaler = harness.grad_scaler(args, last)
     task = harness.SyntheticTask(args)
 
-    with Reporting(args, d.rank, first) as report:
+    with Reporting(args, d.rank, first, task=task) as report:
         report.hello(mode="ddp_mp", device=f"{first},{last}", device_uuid=harness.device_uuid(first),
                      config=harness.config(args))
         for step in range(1, args.steps + 1):

@@ -53,7 +53,7 @@ def main() -> None:
     scaler = harness.grad_scaler(args, devices[0])
     task = harness.SyntheticTask(args)
 
-    with Reporting(args, 0, devices[0]) as report:
+    with Reporting(args, 0, devices[0], task=task) as report:
         report.hello(mode="dp", device=",".join(map(str, devices)),
                      device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
         for step in range(1, args.steps + 1):

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-FAIL_KINDS = ("exception", "exit", "segv", "abort", "hang", "oom")
+FAIL_KINDS = ("exception", "exit", "segv", "abort", "hang", "oom", "slow")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -25,14 +25,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
     faults.add_argument("--fail-kind", choices=FAIL_KINDS, default="exception",
                         help="raise; exit 3; SIGSEGV; abort(); hang forever (the stall watch); oom: "
-                             "allocate until the allocator fails (CUDA), a MemoryError on the CPU")
+                             "allocate until the allocator fails (CUDA), a MemoryError on the CPU; slow: "
+                             "from step K (default 1) on, load each batch --slow-ms later (a straggler)")
+    faults.add_argument("--slow-ms", type=float, default=50.0, metavar="MS",
+                        help="with --fail-kind slow: the delay added to each of its steps (default 50)")
     faults.add_argument("--log-rate", type=int, default=0, metavar="N",
                         help="also print N numbered lines a second, to test log handling")
 
 
+def maybe_slow(args: argparse.Namespace, step: int, rank: int) -> None:
+    """--fail-kind slow: the chosen rank takes --slow-ms longer over each batch, before its
+    collectives, as a rank with a slow disk or data loader would. The others wait for it."""
+    if args.fail_kind == "slow" and rank == args.fail_rank and step >= (args.fail_at_step or 1):
+        time.sleep(args.slow_ms / 1000)
+
+
 def maybe_fail(args: argparse.Namespace, step: int, rank: int, device: torch.device) -> None:
     """Fail now if step ``step`` of rank ``rank`` is the one asked for."""
-    if args.fail_at_step != step or args.fail_rank != rank:
+    if args.fail_at_step != step or args.fail_rank != rank or args.fail_kind == "slow":
         return
     kind = args.fail_kind
     print(f"injecting a failure ({kind}) at step {step} on rank {rank}", file=sys.stderr, flush=True)

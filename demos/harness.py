@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
@@ -237,17 +238,27 @@ def layer_devices(stage_devices: list[str], n_layers: int) -> list[torch.device]
 
 
 class SyntheticTask:
+    """The data: learnable batches made from (seed, step). It also times itself: ``data_s`` is how
+    long this rank spent on its latest batch, the "loading data" part of its step."""
+
     def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
         self.seed = args.seed
         self.width = args.width
         teacher_rng = torch.Generator().manual_seed(args.seed + 1)
         self.teacher = torch.randn(args.width, CLASSES, generator=teacher_rng)
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.data_s: float | None = None
 
     def batch(self, step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The global batch of ``step``: the same on every rank, in every mode."""
+        started = time.perf_counter()
+        faults.maybe_slow(self.args, step, self.rank)  # --fail-kind slow: a rank slow to load its data
         rng = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
         x = torch.randn(batch_size, self.width, generator=rng)
-        return x, (x @ self.teacher).argmax(dim=1)
+        batch = x, (x @ self.teacher).argmax(dim=1)
+        self.data_s = time.perf_counter() - started
+        return batch
 
 
 # ---- mixed precision and micro-batches ---------------------------------------------

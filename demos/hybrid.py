@@ -26,7 +26,7 @@ def main() -> None:
     scaler = harness.grad_scaler(args, gpu)
     task = harness.SyntheticTask(args)
 
-    with Reporting(args, 0, gpu) as report:
+    with Reporting(args, 0, gpu, task=task) as report:
         report.hello(mode="hybrid", device=f"{cpu},{gpu}", device_uuid=harness.device_uuid(gpu),
                      config=harness.config(args))
         for step in range(1, args.steps + 1):

@@ -31,7 +31,7 @@ def main() -> None:
     scaler = harness.grad_scaler(args, last)
     task = harness.SyntheticTask(args)
 
-    with Reporting(args, 0, first) as report:
+    with Reporting(args, 0, first, task=task) as report:
         report.hello(mode="mp", device=",".join(map(str, stage_devices)),
                      device_uuid=harness.device_uuid(first), config=harness.config(args))
         for step in range(1, args.steps + 1):

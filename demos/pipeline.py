@@ -55,7 +55,7 @@ def main() -> None:
     optimizer = torch.optim.SGD(module.parameters(), lr=args.lr, momentum=0.9)
     task = harness.SyntheticTask(args)
 
-    with Reporting(args, d.rank, d.device) as report:
+    with Reporting(args, d.rank, d.device, task=task) as report:
         report.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                      config={**harness.config(args), "layers": [mine.start, mine.stop]})
         for step in range(1, args.steps + 1):

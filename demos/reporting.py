@@ -30,11 +30,13 @@ def memory(device: torch.device) -> tuple[int, int]:
 
 
 class Reporting:
-    """``with Reporting(args, rank, device) as report:`` then ``report.hello``, ``report.step``,
+    """``with Reporting(args, rank, device, task=task) as report:`` then ``report.hello``, ``report.step``,
     ``report.done``. ``device`` is where this rank's memory is counted."""
 
-    def __init__(self, args: argparse.Namespace, rank: int = 0, device: torch.device | None = None) -> None:
-        self.args, self.rank = args, rank
+    def __init__(self, args: argparse.Namespace, rank: int = 0, device: torch.device | None = None,
+                 task=None) -> None:  # fmt: skip
+        """``task``: the demo's data (harness.SyntheticTask), whose time on each batch is reported."""
+        self.args, self.rank, self.task = args, rank, task
         self.device = device or torch.device("cpu")
         self.reporter = Reporter()
 
@@ -54,7 +56,9 @@ class Reporting:
         """Report a step; ``samples`` counts only samples new to the job (0 on TP peers and later
         pipeline stages), so no sample is counted twice."""
         current, peak = memory(self.device)
-        self.reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak)
+        data_s = self.task.data_s if self.task is not None else None
+        self.reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak,
+                           data_s=data_s)  # fmt: skip
         faults.maybe_fail(self.args, step + 1, self.rank, self.device)
 
     def done(self, steps: int) -> None:

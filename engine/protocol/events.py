@@ -79,6 +79,7 @@ class Step:
     step_s: float
     mem_bytes: int | None
     mem_peak_bytes: int | None
+    data_s: float | None = None  # of step_s, the time before this rank's compute (its batch): when known
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,6 +205,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         step_s=float(_get(r, "step_s", _NUM, minimum=0, maximum=MAX_SECONDS)),
         mem_bytes=_get(r, "mem_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         mem_peak_bytes=_get(r, "mem_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
+        data_s=_get(r, "data_s", _NUM, optional=True, minimum=0, maximum=MAX_SECONDS),
     )
 
 

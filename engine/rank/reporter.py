@@ -162,11 +162,14 @@ class Reporter:
         tokens: int = 0,
         mem_bytes: int | None = None,
         mem_peak_bytes: int | None = None,
+        data_s: float | None = None,
     ) -> None:
         """Record the end of a training step.
 
         ``samples`` counts only samples that are new to the job on this rank.
-        ``loss`` may be a float, a 0-d tensor or None.
+        ``loss`` may be a float, a 0-d tensor or None. ``data_s``: of this step, the seconds
+        spent before its compute (loading the batch): with it, a rank that arrives late at the
+        step's collectives is named, and why (a straggler).
         """
         now = time.time()
         step_s = now - self._last
@@ -182,6 +185,7 @@ class Reporter:
                 "step_s": step_s,
                 "mem_bytes": mem_bytes,
                 "mem_peak_bytes": mem_peak_bytes,
+                **({"data_s": data_s} if data_s is not None else {}),
             },
             now,
         )

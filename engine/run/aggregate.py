@@ -51,6 +51,7 @@ class _RankTrack:
     steps: array = field(default_factory=lambda: array("q"))
     samples: array = field(default_factory=lambda: array("q"))
     step_s: array = field(default_factory=lambda: array("d"))
+    data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
     first_step_t: float | None = None
     last_t: float | None = None
@@ -76,6 +77,31 @@ class RankStats:
 
 
 @dataclass(frozen=True)
+class Straggler:
+    """A rank that arrives last at the step's collectives, step after step: the others wait for it."""
+
+    rank: int
+    late_s: float  # how much later than the earliest rank it is ready, on average
+    steps: int  # of how many steps (each rank's data time known) it was the last
+    of_steps: int
+    data_s: float  # its mean time on its batch a step ("loading data")
+    others_data_s: float  # the other ranks' median
+
+    def describe(self) -> str:
+        own, others = self.data_s * 1000, self.others_data_s * 1000
+        return (f"rank {self.rank} arrives {self.late_s * 1000:.0f} ms late at its collectives in "
+                f"{self.steps} of {self.of_steps} steps; it spends them loading data "
+                f"({own:.0f} ms a step, the others {others:.0f} ms)")  # fmt: skip
+
+
+# A straggler is the last to arrive in at least this share of steps, by at least this much on average.
+STRAGGLER_SHARE = 0.6
+STRAGGLER_MIN_S = 0.005
+STRAGGLER_WINDOW = 500  # the latest steps looked at: a straggler is about now, not the first minute
+STRAGGLER_MIN_STEPS = 10
+
+
+@dataclass(frozen=True)
 class RunStats:
     ranks: tuple[RankStats, ...]
     world_size: int | None  # from hello events
@@ -85,6 +111,7 @@ class RunStats:
     step_time_s_spread: tuple[float, float] | None  # 10th and 90th percentile
     final_loss: float | None
     first_step_t: float | None  # when the first step event of any rank was written
+    stragglers: tuple[Straggler, ...] = ()
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
@@ -105,6 +132,7 @@ class Aggregator:
             track.steps.append(event.step)
             track.samples.append(event.samples)
             track.step_s.append(event.step_s)
+            track.data_s.append(math.nan if event.data_s is None else event.data_s)
             if event.loss is not None:
                 track.loss[event.step] = (event.loss, event.samples)
             if event.mem_bytes is not None:
@@ -186,6 +214,38 @@ class Aggregator:
                 rates.append(samples / slowest if slowest > 0 else 0.0)
         return steps, rates, [self._loss_at(s) for s in steps]
 
+    def stragglers(self) -> tuple[Straggler, ...]:
+        """The ranks that arrive last at the collectives, from the time each rank's steps spent on
+        their batch (``data_s``): in synchronous training every rank's step takes the slowest's, so
+        step times cannot tell; when each is ready can. Over the latest STRAGGLER_WINDOW steps."""
+        tracks = {r: t for r, t in self._ranks.items() if t.steps and t.data_s}
+        if len(tracks) < 2:
+            return ()
+        common = min(t.steps[-1] for t in tracks.values())
+        per_step: dict[int, dict[int, float]] = {}
+        for rank, t in tracks.items():
+            for i in range(max(0, len(t.steps) - STRAGGLER_WINDOW - 1), len(t.steps)):
+                if t.steps[i] <= common and not math.isnan(t.data_s[i]):
+                    per_step.setdefault(t.steps[i], {})[rank] = t.data_s[i]
+        full = [ready for ready in per_step.values() if len(ready) == len(tracks)][-STRAGGLER_WINDOW:]
+        if len(full) < STRAGGLER_MIN_STEPS:
+            return ()
+        last_count = dict.fromkeys(tracks, 0)
+        lateness: dict[int, list[float]] = {rank: [] for rank in tracks}
+        for ready in full:
+            earliest = min(ready.values())
+            last_count[max(ready, key=ready.get)] += 1
+            for rank, seconds in ready.items():
+                lateness[rank].append(seconds - earliest)
+        found = []
+        for rank, count in last_count.items():
+            late = statistics.fmean(lateness[rank])
+            if count >= STRAGGLER_SHARE * len(full) and late >= STRAGGLER_MIN_S:
+                own = statistics.fmean(ready[rank] for ready in full)
+                others = statistics.median(s for ready in full for r, s in ready.items() if r != rank)
+                found.append(Straggler(rank, late, count, len(full), own, others))
+        return tuple(found)
+
     def stats(self) -> RunStats:
         tracks = self._ranks
         stepping = {r: t for r, t in tracks.items() if t.steps}
@@ -242,6 +302,7 @@ class Aggregator:
             step_time_s_median=median,
             step_time_s_spread=spread,
             final_loss=self._loss_at(common),
+            stragglers=self.stragglers(),
             first_step_t=min(
                 (t.first_step_t for t in tracks.values() if t.first_step_t is not None), default=None
             ),

@@ -18,6 +18,9 @@
   GPUs), or null,
 - ``verify``: null, or ok, max_abs_diff, max_rel_diff, tolerance, precision, compared, missing,
   unexpected (or ok false and an error) (verify.py),
+- ``stragglers``: the ranks the others waited for, each with rank, late_s (how much later than the
+  earliest rank it was ready, on average), steps and of_steps (how often it was the last), data_s
+  and others_data_s (its time on its batch, and the others' median) (aggregate.py),
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks) and stacks_dir (watchdog.py).
 
@@ -31,7 +34,7 @@ from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.records.telemetry_log import TelemetryFigures
-from mgpu_tui.engine.run.aggregate import RunStats
+from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.verify import Verify
 from mgpu_tui.engine.run.watchdog import Stall
@@ -91,6 +94,7 @@ class RunSummary:
     verify: Verify | None
     stall: Stall | None
     telemetry: TelemetryFigures | None = None  # the machine during the run (records/telemetry_log.py)
+    stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
 
     @property
     def ok(self) -> bool:
@@ -140,6 +144,7 @@ class RunSummary:
             verify=verify,
             stall=stall,
             telemetry=telemetry,
+            stragglers=stats.stragglers,
         )
 
     def to_json(self) -> dict:
@@ -151,6 +156,7 @@ class RunSummary:
         document["verify"] = self.verify.to_json() if self.verify else None
         document["stall"] = self.stall.to_json() if self.stall else None
         document["telemetry"] = self.telemetry.to_json() if self.telemetry else None
+        document["stragglers"] = [asdict(s) for s in self.stragglers]
         return document
 
     @classmethod
@@ -165,6 +171,7 @@ class RunSummary:
         fields["root_cause"] = RootCause(**fields["root_cause"]) if fields["root_cause"] else None
         fields["verify"] = Verify.from_json(fields["verify"]) if fields["verify"] else None
         fields["stall"] = Stall.from_json(fields["stall"]) if fields.get("stall") else None
+        fields["stragglers"] = tuple(Straggler(**s) for s in fields.get("stragglers") or ())
         telemetry = fields.get("telemetry")
         fields["telemetry"] = TelemetryFigures.from_json(telemetry) if telemetry else None
         known = cls.__dataclass_fields__

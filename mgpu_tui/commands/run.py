@@ -119,6 +119,7 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, f"verify {'ok' if summary.verify.ok else 'FAILED'}: {summary.verify.describe()}")
     if summary.malformed_events:
         notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
+    notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]
     return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
 
 
@@ -228,7 +229,14 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     print(plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
           file=sys.stderr)  # fmt: skip
 
+    named: set[int] = set()  # stragglers already said, while the run goes
+
     def on_poll(run: Run) -> None:
+        for straggler in run.stats().stragglers:
+            if straggler.rank not in named:
+                named.add(straggler.rank)
+                progress.clear()
+                print(plain(f"mgpu-tui: straggler: {straggler.describe()}"), file=sys.stderr)
         lines, dropped = run.drain_log_lines()
         if output is not None:
             output.show(lines, dropped)

@@ -377,3 +377,20 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
         await pilot.press("w")  # the latest steps instead: the last ones that fit the width
         chart = app.query_one("#loss", Chart)
         assert not chart.whole and str(chart.render()).splitlines()[-1].split()[-1] == "300"
+
+
+async def test_a_straggler_is_marked_in_the_rank_table_with_where_its_time_goes(tmp_path):
+    from mgpu_tui.engine.launch.spec import LaunchSpec
+
+    spec = LaunchSpec(mode="ddp", nproc=2, steps=40, device="cpu", run_root=tmp_path,
+                      demo_args=("--fail-kind", "slow", "--fail-rank", "1"))  # fmt: skip
+    app = create_app(start=spec, telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: any(row[1] == "slow" for row in view.rank_rows), timeout=90)
+        assert [row[1] for row in view.rank_rows if row[1] == "slow"] and view.rank_rows[1][1] == "slow"
+        note = str(app.query_one("#root-cause").render())
+        assert note.startswith("Straggler: rank 1 arrives") and "loading data" in note
+        assert await wait_for(pilot, lambda: view.finished, timeout=90)
+        await pilot.pause(0.3)
+        assert "Straggler: rank 1 arrives" in str(app.query_one("#root-cause").render())  # kept in the result

@@ -140,3 +140,16 @@ def test_sigkill_of_mgpu_tui_leaves_no_rank_behind(runs_root):
     while time.monotonic() < deadline and live_processes_of(run_dir):
         time.sleep(0.2)
     assert live_processes_of(run_dir) == []
+
+
+def test_a_slow_rank_is_named_a_straggler_with_where_its_time_goes(runs_root):
+    """--fail-kind slow: rank 1 takes 50 ms longer over each batch. Every step of the job then takes
+    as long (the others wait in the all-reduce), so step times cannot tell; when each rank is ready
+    can. Named while the run goes and in the summary."""
+    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "30", "--device", "cpu", "--run-dir",
+                     str(runs_root), "--json", "--", "--fail-kind", "slow", "--fail-rank", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    (straggler,) = summary_from(result.stdout).stragglers
+    assert straggler.rank == 1 and straggler.steps >= 0.8 * straggler.of_steps >= 20
+    assert 0.035 < straggler.late_s < 0.2 and straggler.data_s > 0.04 > straggler.others_data_s
+    assert "mgpu-tui: straggler: rank 1 arrives" in result.stderr  # said as soon as it showed

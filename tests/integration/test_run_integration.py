@@ -27,6 +27,7 @@ def test_ddp_run_ends_with_an_ok_json_summary(ddp_run):
     assert 0 < summary.final_loss < 3
     assert len(summary.peak_mem_bytes) == 2 and all(m > 10**6 for m in summary.peak_mem_bytes)
     assert summary.root_cause is None and summary.stall is None and summary.verify is None
+    assert summary.stragglers == ()  # two ranks on two cores, neither waited for
     assert summary.run_dir == str(run_dir)
     # The summary on stdout is the one saved in the run directory, and reads back whole.
     assert read_summary(run_dir / "summary.json") == summary

@@ -64,3 +64,41 @@ def test_no_events_gives_no_numbers_rather_than_zeros():
     stats = Aggregator().stats()
     assert stats.samples_per_s is None and stats.final_loss is None
     assert stats.step_time_s_median is None and stats.steps == 0
+
+
+def steps_with_data(agg: Aggregator, rank: int, data_s, step_s: float = 0.06) -> None:
+    for step, data in enumerate(data_s, start=1):
+        agg.add(Step(rank=rank, t=float(step), step=step, samples=8, tokens=0, loss=1.0, step_s=step_s,
+                     mem_bytes=None, mem_peak_bytes=None, data_s=data))  # fmt: skip
+
+
+def test_the_rank_that_is_ready_last_step_after_step_is_named_a_straggler():
+    import random
+
+    rng = random.Random(0)
+    agg = Aggregator()
+    for rank in range(4):  # every step takes the slowest rank's time: step times cannot tell
+        late = 0.05 if rank == 3 else 0.0
+        steps_with_data(agg, rank, [late + rng.uniform(0, 0.004) for _ in range(40)])
+    (straggler,) = agg.stats().stragglers
+    assert straggler.rank == 3 and straggler.of_steps == 40 and straggler.steps >= 38
+    assert straggler.late_s == pytest.approx(0.05, abs=0.005)
+    assert straggler.describe().startswith("rank 3 arrives 5") and "loading data" in straggler.describe()
+
+
+def test_noise_or_too_few_steps_name_no_straggler():
+    import random
+
+    rng = random.Random(1)
+    noisy = Aggregator()
+    for rank in range(4):  # who is last changes from step to step
+        steps_with_data(noisy, rank, [rng.uniform(0, 0.02) for _ in range(200)])
+    assert noisy.stats().stragglers == ()
+    short = Aggregator()
+    for rank in range(2):
+        steps_with_data(short, rank, [0.1 * rank] * 5)  # late, but 5 steps are no pattern yet
+    assert short.stats().stragglers == ()
+    unknown = Aggregator()
+    for rank in range(2):
+        steps_with_data(unknown, rank, [None] * 40)  # a script that does not say: nothing guessed
+    assert unknown.stats().stragglers == ()

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.run.summary import RunSummary
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
-               "stalled": "bold yellow", "stopped": "yellow"}  # fmt: skip
+               "stalled": "bold yellow", "stopped": "yellow", "slow": "bold magenta"}  # fmt: skip
 WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
 RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
@@ -92,7 +92,8 @@ def result_panel(summary: RunSummary) -> Text:
     if energy and None not in energy:
         figures.append(f"GPU energy {sum(energy):,.0f} J")
     title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
-    return Text.assemble((f"{title}: ", "bold"), " · ".join(figures), "\n",
+    slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
+    return Text.assemble((f"{title}: ", "bold"), " · ".join(figures), (slow, "magenta"), "\n",
                          ("Run directory: ", "bold"), plain(summary.run_dir))
 
 
@@ -153,6 +154,7 @@ class RunView(Widget):
         self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
+        self._noted: str | None = None  # the note shown while the run goes
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
         self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
         self._whole: tuple = ([], [], [])  # the whole run, thinned
@@ -223,6 +225,7 @@ class RunView(Widget):
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.ended_ok = False
         self.label, self.hint = label, hint
+        self._noted: str | None = None
         self.query_one("#run-status", StatusLine).update(plain(f"{label}: {status}"), done=0.0)
         panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
         panel.update(Text(f"Note: {note}", style="yellow") if note else "")
@@ -234,6 +237,16 @@ class RunView(Widget):
         self.query_one(LogView).reset(world_size)
         self.show_guide(False)
         self._fill_table(None)
+
+    def _note(self, text: str) -> None:
+        """A remark under the charts while the run goes (a straggler): the note panel, never an alarm."""
+        panel = self.query_one("#root-cause", Static)
+        if panel.has_class("result") or self.failed_rank is not None or text == self._noted:
+            return  # (a Static's update lays the screen out again: only on a change)
+        self._noted = text
+        panel.update(Text(plain(text), style="yellow"))
+        panel.set_class(True, "note")
+        panel.display = True
 
     def show_telemetry(self, series: TelemetrySeries) -> None:
         charts = self.query_one(TelemetryCharts)
@@ -258,6 +271,8 @@ class RunView(Widget):
         self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
         self._draw_charts()
         self._fill_table(stats)
+        if stats.stragglers and not self.finished:
+            self._note(" ".join(f"Straggler: {s.describe()}." for s in stats.stragglers))
 
     def _draw_charts(self) -> None:
         throughput, loss = self.query_one("#throughput", Chart), self.query_one("#loss", Chart)
@@ -275,12 +290,15 @@ class RunView(Widget):
 
     def _fill_table(self, stats: RunStats | None) -> None:
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
+        slow = {s.rank for s in stats.stragglers} if stats else set()
         now = time.time()
         rows = []
         for rank in range(self.world_size):  # the job's ranks, by their own number
             r = by_rank.get(rank)
             state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok,
                                number=rank)
+            if state == "running" and rank in slow:
+                state = "slow"  # a straggler: the others wait for it at every collective
             if r is None:
                 rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
                 continue
