@@ -39,6 +39,9 @@ class FakeGpu:
     memory_used: int = 0
     util: int = 0
     nvlink_rate: int = 0  # bytes/s added to each NVLink counter
+    nvlink_version: int = 4  # NVML's number for the NVLink generation (4: H100)
+    pcie_gen: int = 5  # the most this GPU and its slot can train to
+    pcie_width: int = 16
     processes: list[tuple[int, int]] = field(default_factory=list)
 
 
@@ -197,6 +200,20 @@ def standin(machine: FakeMachine) -> types.ModuleType:
         if link >= len(links(g)):
             raise _error(real.NVML_ERROR_NOT_SUPPORTED if not links(g) else real.NVML_ERROR_INVALID_ARGUMENT)
         return real.NVML_FEATURE_ENABLED
+
+    @query("nvmlDeviceGetNvLinkVersion")
+    def _(g, h, link):
+        if link >= len(links(g)):
+            raise _error(real.NVML_ERROR_NOT_SUPPORTED if not links(g) else real.NVML_ERROR_INVALID_ARGUMENT)
+        return g.nvlink_version
+
+    @query("nvmlDeviceGetMaxPcieLinkGeneration")
+    def _(g, h):
+        return g.pcie_gen
+
+    @query("nvmlDeviceGetMaxPcieLinkWidth")
+    def _(g, h):
+        return g.pcie_width
 
     @query("nvmlDeviceGetNvLinkRemoteDeviceType")
     def _(g, h, link):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.checks.environment import Environment, gather, level_one
+from mgpu_tui.engine.checks.expected_bandwidth import Expectation, expectation_for_gpus, graded
 from mgpu_tui.engine.checks.rank_launch import COLLECTIVES, RankLaunch, check_name
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
 from mgpu_tui.engine.launch.modes import MODES, SCRIPT, availability
@@ -75,6 +76,8 @@ class CheckSuite:
         self.report = CheckReport(level=options.level, nproc=None, device=options.device)
         self._launch: RankLaunch | None = None
         self._check_dir: RunDir | None = None
+        # What the measured all_reduce busbw is graded against (expected_bandwidth.py), or why not.
+        self._expected: tuple[Expectation | None, str] = (None, "CPU ranks: no GPU link to grade it against")
 
     # ---- the whole suite ----------------------------------------------------------------
 
@@ -96,6 +99,8 @@ class CheckSuite:
             self._launch.close()
 
     def _add(self, result: CheckResult) -> None:
+        if result.name == "bandwidth:all_reduce":
+            result = graded(result, *self._expected)
         self.report.results.append(result)
         self.on_result(result)
 
@@ -108,6 +113,10 @@ class CheckSuite:
         device, nproc = self._placement(env)
         self.report.device, self.report.nproc = device, nproc
         self.report.shared_gpus = device == "cuda" and nproc > env.visible_gpus
+        if self.report.shared_gpus:
+            self._expected = (None, "ranks share GPUs over gloo: no GPU link is measured")
+        elif device == "cuda":
+            self._expected = expectation_for_gpus(nproc)
         if opts.level < 2:
             return
         if not env.torch.get("torch"):

@@ -288,6 +288,34 @@ def nvlinks(index: int) -> NvLinks:
     return NvLinks(to_gpu, to_switch)
 
 
+@dataclass(frozen=True)
+class LinkFacts:
+    """What one GPU's links can carry, as NVML says: None for what it cannot tell."""
+
+    nvlink_version: int | None  # NVML's NVLink generation number (4: Hopper), of its first active link
+    nvlink_links: int  # active NVLinks, to GPUs or switches
+    pcie_gen: int | None  # the most this GPU in this slot can train to
+    pcie_width: int | None
+
+
+def link_facts(index: int) -> LinkFacts:
+    n, h = lib(), _handle(index)
+    links = nvlinks(index)
+    active = links.to_switch + sum(links.to_gpu.values())
+    version = None
+    for link in range(n.NVML_NVLINK_MAX_LINKS if active else 0):  # the first active link's
+        try:
+            if n.nvmlDeviceGetNvLinkState(h, link) == n.NVML_FEATURE_ENABLED:
+                version = n.nvmlDeviceGetNvLinkVersion(h, link)
+                break
+        except n.NVMLError_GpuIsLost as exc:
+            raise GpuLost(str(exc)) from None
+        except n.NVMLError:
+            continue
+    return LinkFacts(version, active, _call(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
+                     _call(n.nvmlDeviceGetMaxPcieLinkWidth, h))  # fmt: skip
+
+
 def p2p(i: int, j: int) -> dict[str, bool | None]:
     """Peer-to-peer read, write and NVLink support between two GPUs."""
     n = lib()

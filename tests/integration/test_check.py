@@ -97,6 +97,9 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
     # nccl-tests' definitions, with n = 2: busbw = algbw x 2(n-1)/n = algbw.
     assert bandwidth["algbw_GBps"] == pytest.approx(bandwidth["size_bytes"] / bandwidth["time_us"] / 1e3)
     assert bandwidth["busbw_GBps"] == pytest.approx(bandwidth["algbw_GBps"])
+    assert bandwidth["expected_busbw_GBps"] is None  # CPU ranks: shown, never graded
+    assert checks["bandwidth:all_reduce"]["detail"].endswith(
+        "not graded: CPU ranks: no GPU link to grade it against")
     assert checks["smoke:ddp"]["metrics"]["final_loss"] < checks["smoke:ddp"]["metrics"]["first_loss"]
     assert report["nproc"] == 2 and report["device"] == "cpu" and not report["passed"]
     # The table: one row per check, then the counts.
