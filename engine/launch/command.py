@@ -68,6 +68,9 @@ def _rendezvous(resolved: ResolvedSpec) -> list[str]:
     return ["--standalone"]
 
 
+NCCL_LOG_PATTERN = "nccl-%h.%p.log"
+
+
 def build_command(
     resolved: ResolvedSpec,
     run_dir: RunDir,
@@ -114,6 +117,14 @@ def build_command(
     if "OMP_NUM_THREADS" not in base_env:
         # Share the cores out, so ranks do not fight over them.
         changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.world_size))
+    if resolved.backend == "nccl" and "NCCL_DEBUG" not in base_env:
+        # NCCL's own account of how the ranks talk, kept with the run (engine/records/nccl_record.py
+        # reads it back): into files of the run directory, not the ranks' logs.
+        changes["NCCL_DEBUG"] = "INFO"
+        if "NCCL_DEBUG_SUBSYS" not in base_env:
+            changes["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,ENV"
+        if "NCCL_DEBUG_FILE" not in base_env:
+            changes["NCCL_DEBUG_FILE"] = str(run_dir.path / NCCL_LOG_PATTERN)  # NCCL fills in host and pid
     if not mode.multi_process:
         # torchrun sets this for its ranks; a one-process mode gets the same, so
         # @record writes its error file where the engine looks for it.

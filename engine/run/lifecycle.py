@@ -32,6 +32,7 @@ from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.records.monitor import MonitorLock
+from mgpu_tui.engine.records.nccl_record import nccl_figures
 from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.ingest import Ingest
@@ -320,6 +321,7 @@ class Run:
             exit_code=returncode, root_cause=root_cause, started_at=self._started_at, ended_at=time.time(),
             malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
             pid_ok=self._tree.is_rank_here, telemetry=telemetry,
+            nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None,
         )  # fmt: skip
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())

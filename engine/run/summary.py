@@ -21,6 +21,8 @@
 - ``stragglers``: the ranks the others waited for, each with rank, late_s (how much later than the
   earliest rank it was ready, on average), steps and of_steps (how often it was the last), data_s
   and others_data_s (its time on its batch, and the others' median) (aggregate.py),
+- ``nccl``: null, or what NCCL's own log of a CUDA run says: summary (one line), versions,
+  transports, ring_channels, warnings, errors, files (records/nccl_record.py),
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks) and stacks_dir (watchdog.py).
 
@@ -95,6 +97,7 @@ class RunSummary:
     stall: Stall | None
     telemetry: TelemetryFigures | None = None  # the machine during the run (records/telemetry_log.py)
     stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
+    nccl: dict | None = None  # NCCL's own account of a CUDA run (records/nccl_record.py)
 
     @property
     def ok(self) -> bool:
@@ -106,7 +109,7 @@ class RunSummary:
               exit_code: int | None, root_cause: RootCause | None, started_at: float, ended_at: float,
               malformed_events: int, verify: Verify | None = None, stall: Stall | None = None,
               pid_ok: Callable[[int, int], bool] = lambda rank, pid: True,
-              telemetry: TelemetryFigures | None = None) -> RunSummary:  # fmt: skip
+              telemetry: TelemetryFigures | None = None, nccl: dict | None = None) -> RunSummary:  # fmt: skip
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
         host; others are not shown."""
         world = resolved.world_size  # the job's, never what a rank claims
@@ -145,6 +148,7 @@ class RunSummary:
             stall=stall,
             telemetry=telemetry,
             stragglers=stats.stragglers,
+            nccl=nccl,
         )
 
     def to_json(self) -> dict:

@@ -120,6 +120,8 @@ def summary_text(summary: RunSummary) -> str:
     if summary.malformed_events:
         notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
     notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]
+    if summary.nccl:
+        notes.insert(0, f"NCCL: {summary.nccl['summary']}")
     return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
 
 

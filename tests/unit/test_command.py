@@ -94,3 +94,14 @@ def test_shared_gpus_reach_the_demo_and_rpc_amp_is_bf16_on_cuda():
     rpc = build(LaunchSpec("rpc", nproc=2, device="cuda", amp=True), host=GPU_HOST).argv
     assert rpc[rpc.index("--amp-dtype") + 1] == "bf16"
     assert "--amp-dtype" not in build(LaunchSpec("rpc", nproc=2, device="cpu", amp=True)).argv
+
+
+def test_a_run_on_nccl_keeps_nccls_own_account_in_its_run_directory():
+    launch = build(LaunchSpec("ddp", nproc=2, device="cuda"), host=GPU_HOST)
+    assert launch.env["NCCL_DEBUG"] == "INFO" and launch.env["NCCL_DEBUG_SUBSYS"] == "INIT,GRAPH,ENV"
+    assert launch.env["NCCL_DEBUG_FILE"] == "/runs/r1/nccl-%h.%p.log"  # NCCL puts in host and pid
+    # The user's own choice wins, and gloo runs get nothing of it.
+    mine = build(LaunchSpec("ddp", nproc=2, device="cuda"), host=GPU_HOST,
+                 env={"PATH": "/bin", "NCCL_DEBUG": "WARN"})  # fmt: skip
+    assert mine.env["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_FILE" not in mine.env
+    assert "NCCL_DEBUG" not in build(LaunchSpec("ddp", nproc=2, device="cpu")).env

@@ -152,3 +152,16 @@ def test_a_pair_on_nvlink_that_nccl_joined_through_shared_memory_is_called_out()
                      "NCCL_P2P_LEVEL below NVL? (in a container, the GPUs may also be isolated from each "
                      "other)"]
     assert disagreements(read("02-p2p-direct-pointer-2x-rtx3090-single-process.log"), topology) == []
+
+
+def test_a_runs_nccl_files_become_its_summarys_reading(tmp_path):
+    from mgpu_tui.engine.records.nccl_record import nccl_figures
+    from mgpu_tui.engine.run.rundir import RunDir
+
+    assert nccl_figures(RunDir(tmp_path)) is None  # NCCL wrote nothing: nothing said
+    log = (FIXTURES / "nccl" / "05-socket-2node-4gpu-pcie-tesla.log").read_text()
+    (tmp_path / "nccl-tesla-105.1475.log").write_text(log)
+    figures = nccl_figures(RunDir(tmp_path))
+    assert figures["transports"] == ["NET/Socket", "P2P/IPC", "SHM"]
+    assert figures["versions"] == ["2.7.8+cuda10.1"] and figures["files"] == 1
+    assert figures["summary"] == read("05-socket-2node-4gpu-pcie-tesla.log").summary()

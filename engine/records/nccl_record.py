@@ -1,0 +1,34 @@
+"""NCCL's own account of a CUDA run, kept in its run directory and read back for its summary.
+
+A run on NCCL writes its ranks' NCCL_DEBUG=INFO lines to ``nccl-<host>.<pid>.log`` in the run
+directory (launch/command.py sets NCCL_DEBUG, NCCL_DEBUG_SUBSYS and NCCL_DEBUG_FILE unless the
+user set NCCL_DEBUG). When the run ends, they are read (machine/nccl_log.py) into what the
+summary says of them: the transports NCCL chose, its version, and its warnings and errors.
+"""
+
+from __future__ import annotations
+
+from mgpu_tui.engine.machine.nccl_log import read_nccl_log
+from mgpu_tui.engine.run.rundir import RunDir, read_capped
+
+MAX_FILE_BYTES = 8 << 20  # start-up lines are a few hundred a rank: the head of a file says it all
+MAX_FILES = 1024
+
+
+def nccl_figures(run_dir: RunDir) -> dict | None:
+    """The run's NCCL reading for its summary; None when NCCL wrote nothing here (the CPU, gloo)."""
+    paths = sorted(run_dir.path.glob("nccl-*.log"))[:MAX_FILES]
+    lines: list[str] = []
+    for path in paths:
+        try:
+            lines += read_capped(path, MAX_FILE_BYTES).splitlines()
+        except OSError:
+            continue
+    if not lines:
+        return None
+    reading = read_nccl_log(lines)
+    if not reading.nccl_lines:
+        return None
+    return {"summary": reading.summary(), "versions": reading.versions, "transports": reading.transports,
+            "ring_channels": reading.ring_channels, "warnings": [w.message for w in reading.warnings][:20],
+            "errors": reading.errors[:20], "files": len(paths)}  # fmt: skip
