@@ -69,6 +69,9 @@ def _rendezvous(resolved: ResolvedSpec) -> list[str]:
 
 
 NCCL_LOG_PATTERN = "nccl-%h.%p.log"
+# The flight recorder's size, by its name and the older name NCCL's process groups read.
+FR_BUFFER_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+FR_BUFFER_ENTRIES = 2000
 
 
 def build_command(
@@ -110,6 +113,11 @@ def build_command(
     changes[RUN_ID_ENV] = run_id
     # Logs go to files; unbuffered output reaches them as it is printed.
     changes["PYTHONUNBUFFERED"] = "1"
+    if mode.multi_process and not any(name in base_env for name in FR_BUFFER_ENV):
+        # PyTorch's flight recorder keeps each rank's recent collectives (gloo and NCCL): when a run
+        # stalls, they say which rank never entered which collective (watchdog.py's verdict).
+        for name in FR_BUFFER_ENV:
+            changes[name] = str(FR_BUFFER_ENTRIES)
     if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env:
         # When a rank fails, torchrun sends the others SIGTERM and waits this long before
         # SIGKILL (30 s by default): a rank stuck in a collective would hold the run that long.

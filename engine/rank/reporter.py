@@ -19,10 +19,12 @@ which the caller would pay for anyway. A step event costs a few microseconds
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import signal
 import socket
 import sys
+import threading
 import time
 import traceback as traceback_module
 from pathlib import Path
@@ -40,6 +42,61 @@ def _env_int(name: str, default: int) -> int:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return default
+
+
+# The flight recorder's entries a dump keeps, and the fields of each the engine reads.
+FR_ENTRIES = 64
+FR_FIELDS = ("collective_seq_id", "profiling_name", "process_group", "input_sizes", "input_dtypes",
+             "output_sizes", "state", "time_created_ns")  # fmt: skip
+FR_POLL_S = 0.5
+
+
+class _FlightRecorderDump:
+    """Answers the engine's request for this rank's flight-recorder trace (its recent collectives).
+
+    A rank that hangs is blocked inside a collective or elsewhere in C code, where no Python
+    signal handler runs; so a thread of its own looks, every FR_POLL_S, for the engine's request
+    file (``requests/fr``) and writes ``fr/rank<N>.json`` from torch's own recorder. Nothing is
+    imported: if the rank's program has not imported torch, there is nothing to dump.
+    """
+
+    def __init__(self, run_dir: Path, rank: int) -> None:
+        self.request = run_dir / "requests" / "fr"
+        self.out = run_dir / "fr" / f"rank{rank}.json"
+        self._answered: float | None = None
+        self._stopped = threading.Event()
+        threading.Thread(target=self._loop, name="mgpu-fr", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(FR_POLL_S):
+            try:
+                asked = self.request.stat().st_mtime
+            except OSError:
+                continue
+            if asked != self._answered:
+                self._answered = asked
+                self._dump()
+
+    def _dump(self) -> None:
+        c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
+        dump = getattr(c10d, "_dump_fr_trace_json", None)
+        if dump is None:
+            return
+        try:
+            entries = json.loads(dump(includeCollectives=True, onlyActive=False)).get("entries") or []
+            document = {"entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries[-FR_ENTRIES:]]}
+        except Exception as exc:  # noqa: BLE001 (said to the engine; the rank's own work goes on)
+            document = {"entries": [], "error": f"{type(exc).__name__}: {exc}"[:300]}
+        try:
+            self.out.parent.mkdir(exist_ok=True)
+            tmp = self.out.with_suffix(".tmp")
+            tmp.write_text(json.dumps({**document, "t_ns": time.time_ns()}))
+            tmp.replace(self.out)
+        except OSError:  # a full disk: the engine's watchdog says that one
+            return
 
 
 class Reporter:
@@ -64,12 +121,15 @@ class Reporter:
         self._stream = stream
         self._file = None
         self._stacks = None
+        self._flight_recorder: _FlightRecorderDump | None = None
+        self._said_hello = False
         if self.run_dir is not None:
             events_dir = self.run_dir / "events"
             events_dir.mkdir(parents=True, exist_ok=True)
             # Line buffered, so every event reaches the file as soon as it is written.
             self._file = open(events_dir / f"rank{self.rank}.jsonl", "a", buffering=1)
             self._register_stacks()
+            self._flight_recorder = _FlightRecorderDump(self.run_dir, self.rank)
         self._last = time.time()
         self._samples_since_print = 0
         self._time_at_print = self._last
@@ -112,7 +172,9 @@ class Reporter:
         device_uuid: str | None = None,
         config: dict[str, Any] | None = None,
     ) -> None:
-        """Say who this rank is. Call once, before the first step."""
+        """Say who this rank is. Call once, before the first step (a script that does not gets a
+        plain hello with its first step, so the engine can ask for its stacks when it hangs)."""
+        self._said_hello = True
         config = dict(config or {})
         if self.print_every is None:
             self.print_every = max(1, int(config.get("steps", 100)) // 10)
@@ -171,6 +233,8 @@ class Reporter:
         spent before its compute (loading the batch): with it, a rank that arrives late at the
         step's collectives is named, and why (a straggler).
         """
+        if not self._said_hello and self._file is not None:
+            self._quiet_hello()
         now = time.time()
         step_s = now - self._last
         self._last = now
@@ -198,6 +262,14 @@ class Reporter:
             self._samples_since_print = 0
             self._time_at_print = now
 
+    def _quiet_hello(self) -> None:
+        """The hello of a script that did not say one: who it is, written, not printed."""
+        self._said_hello = True
+        self._write("hello", {"local_rank": self.local_rank, "world_size": self.world_size,
+                              "pid": os.getpid(), "host": socket.gethostname(), "device": "unknown",
+                              "device_uuid": None, "mode": "script", "config": {},
+                              "stacks": self._stacks is not None})  # fmt: skip
+
     def done(self, steps: int, **summary: Any) -> None:
         """Record that this rank finished all its steps."""
         self._write("done", {"steps": steps, **summary})
@@ -207,6 +279,9 @@ class Reporter:
         self._write("error", {"message": message, "traceback": traceback})
 
     def close(self) -> None:
+        if self._flight_recorder is not None:
+            self._flight_recorder.stop()
+            self._flight_recorder = None
         if self._file is not None:
             self._file.close()
             self._file = None

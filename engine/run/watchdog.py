@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.run.hang import hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
 from mgpu_tui.engine.run.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.run.rootcause import RootCause
@@ -64,10 +65,12 @@ class Stall:
     timeout_s: float
     ranks: tuple[StalledRank, ...]
     stacks_dir: str
+    verdict: str | None = None  # why, from the flight recorder and the stacks (hang.py); None: unknown
+    culprit: int | None = None  # the rank the verdict blames
 
     def to_json(self) -> dict:
         return {"timeout_s": self.timeout_s, "ranks": [asdict(r) for r in self.ranks],
-                "stacks_dir": self.stacks_dir}  # fmt: skip
+                "stacks_dir": self.stacks_dir, "verdict": self.verdict, "culprit": self.culprit}  # fmt: skip
 
     @classmethod
     def from_json(cls, document: dict) -> Stall:
@@ -75,14 +78,15 @@ class Stall:
         return cls(document["timeout_s"],
                    tuple(StalledRank(**{k: v for k, v in r.items() if k in fields})
                          for r in document["ranks"]),
-                   document["stacks_dir"])  # fmt: skip
+                   document["stacks_dir"], document.get("verdict"), document.get("culprit"))  # fmt: skip
 
     def root_cause(self) -> RootCause:
         """The stall as a root cause, with every stuck rank's stacks.
 
         A stopped process is the likeliest culprit (the others wait for it in a collective),
         so it comes first; then the rank furthest behind."""
-        stuck = sorted(self.ranks, key=lambda r: (r.process != "stopped", r.last_step, r.rank))
+        stuck = sorted(self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit,
+                                                  r.last_step, r.rank))  # fmt: skip
         where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
         parts = []
         for r in stuck:
@@ -92,6 +96,8 @@ class Stall:
                 text = ""
             parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
         message = f"stalled: no progress for {self.timeout_s:.0f} s ({where})"
+        if self.verdict:
+            message = f"stalled for {self.timeout_s:.0f} s: {self.verdict}"
         stopped = [r.rank for r in stuck if r.process == "stopped"]
         if stopped:
             ranks = ", ".join(map(str, stopped))
@@ -131,6 +137,15 @@ def request_stacks(stalled: tuple[StalledRank, ...], stacks_dir: Path,
         for r in stalled
     ):
         time.sleep(0.1)
+
+
+def request_flight_records(run_dir: Path) -> float:
+    """Ask every rank for its flight recorder's trace (its reporter's thread answers into fr/);
+    the time of the request, to tell the answers from older dumps."""
+    request = run_dir / "requests" / "fr"
+    request.parent.mkdir(exist_ok=True)
+    request.write_text(str(time.time()))
+    return request.stat().st_mtime
 
 
 class Watchdog:
@@ -199,10 +214,41 @@ class Watchdog:
                                             answers_stacks=r.rank in answering) for r in stalled)  # fmt: skip
         who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
         self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
+        asked = request_flight_records(self.run_dir.path)  # answered by a thread of each rank
         request_stacks(stalled, stacks_dir, lambda: self.tree.signal(pids, signal.SIGUSR2))
-        self.stall = Stall(timeout, stalled, str(stacks_dir))
+        verdict, culprit = self._verdict(stalled, stacks_dir, asked) or (None, None)
+        if verdict:
+            self.log.warning("hang verdict: %s", verdict)
+        self.stall = Stall(timeout, stalled, str(stacks_dir), verdict, culprit)
         if self.resolved.spec.on_stall == "stop":
             self.stop()
+
+    def _verdict(self, stalled: tuple[StalledRank, ...], stacks_dir: Path,
+                 asked: float) -> tuple[str, int] | None:  # fmt: skip
+        """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
+        seconds have passed)."""
+        spec = self.resolved.spec  # this node's ranks: a script's need not have said hello
+        per_node = self.resolved.world_size // max(1, spec.nnodes)
+        ranks = range(spec.node_rank * per_node, (spec.node_rank + 1) * per_node)
+        fr = self.run_dir.path / "fr"
+        deadline = time.monotonic() + STACKS_WAIT_S
+
+        def fresh(rank: int) -> bool:
+            try:
+                return (fr / f"rank{rank}.json").stat().st_mtime >= asked
+            except OSError:
+                return False
+
+        while time.monotonic() < deadline and not all(fresh(rank) for rank in ranks):
+            time.sleep(0.1)
+        traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks if fresh(rank)}
+        stacks = {}
+        for r in stalled:
+            try:
+                stacks[r.rank] = read_capped(stacks_dir / f"rank{r.rank}.txt", MAX_STACKS_BYTES)
+            except OSError:
+                continue
+        return hang_verdict(traces, stacks, time.time_ns())
 
     def _disk(self) -> None:
         free = self.run_dir.free_bytes()

@@ -1,6 +1,7 @@
 """A rank that fails, and a run that is interrupted: named, stopped, nothing left behind."""
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -92,7 +93,11 @@ def test_a_hung_rank_stalls_the_run_which_stops_with_every_ranks_stacks(runs_roo
     assert {r.rank for r in summary.stall.ranks} == {0, 1}
     assert all(r.last_step == 4 for r in summary.stall.ranks)
     cause = summary.root_cause
-    assert cause.message.startswith("stalled: no progress for 5 s")
+    # The flight recorder's verdict: who never entered which collective, and where it is instead.
+    verdict = summary.stall.verdict
+    assert re.fullmatch(r"rank 1 never entered all_reduce\(float32\[\d+\]\) #\d+ \(default group\); rank 0 "
+                        r"has waited in it for \d+ s; rank 1 is in maybe_fail at faults\.py:\d+", verdict)
+    assert cause.rank == 1 and cause.message == f"stalled for 5 s: {verdict}"
     run_dir = only_run_dir(runs_root)
     hung = (run_dir / "stacks" / "rank1.txt").read_text()
     assert "in maybe_fail" in hung  # the hung rank's stack shows where it hangs

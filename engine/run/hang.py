@@ -1,0 +1,109 @@
+"""Why a run hung, in one sentence: from each rank's flight recorder and its Python stack.
+
+PyTorch's flight recorder keeps every rank's recent collectives, numbered in the order the rank
+entered them (``collective_seq_id``), with the call, the tensors' shapes and types, and when it
+began. When the stall watch fires (watchdog.py), each rank's reporter dumps it from a thread of
+its own (engine/rank/reporter.py; the main thread may be blocked in C code) to ``fr/rank<N>.json``.
+Then, for the ranks of this node:
+
+- the highest collective any rank entered, and the ranks that never entered it: "rank 1 never
+  entered all_reduce #5 (default group, float32[4]); rank 0 has waited in it for 12 s; rank 1 is in
+  load_batch at train.py:44" (its place from the stacks the watchdog took);
+- ranks at the same collective number that called different things: "at collective #5 rank 0
+  called all_reduce(float32[4]) and rank 1 broadcast(float32[8])".
+
+The files are the ranks' (untrusted): read with a bound, every field checked, anything odd left out.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from mgpu_tui.engine.run.rundir import read_capped
+
+MAX_TRACE_BYTES = 1 << 20
+DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
+          "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
+          "Bool": "bool"}  # fmt: skip
+_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
+
+
+def read_trace(path: Path) -> list[dict]:
+    """A rank's flight-recorder entries, each with a whole-number collective_seq_id; [] if unreadable."""
+    try:
+        document = json.loads(read_capped(path, MAX_TRACE_BYTES))
+    except (OSError, ValueError):
+        return []
+    entries = document.get("entries") if isinstance(document, dict) else None
+    def numbered(e) -> bool:
+        seq = e.get("collective_seq_id") if isinstance(e, dict) else None
+        return isinstance(seq, int) and not isinstance(seq, bool)
+
+    return [e for e in entries or () if numbered(e)]
+
+
+def call(entry: dict) -> str:
+    """``all_reduce(float32[4])`` from a flight-recorder entry."""
+    name = str(entry.get("profiling_name") or "a collective")[:60].split(":")[-1]
+    sizes, dtypes = entry.get("input_sizes") or [], entry.get("input_dtypes") or []
+    tensors = []
+    for size, dtype in zip(sizes[:4], dtypes[:4]):
+        if isinstance(size, list) and all(isinstance(d, int) for d in size):
+            tensors.append(f"{DTYPES.get(str(dtype), str(dtype)[:20])}[{', '.join(map(str, size[:8]))}]")
+    return f"{name}({', '.join(tensors)})"
+
+
+def _group(entry: dict) -> str:
+    group = entry.get("process_group")
+    desc = str(group[1])[:40] if isinstance(group, list) and len(group) > 1 else ""
+    return "default group" if desc in ("default_pg", "") else f"group {desc}"
+
+
+def where(stacks: str | None) -> str | None:
+    """The rank's place, from its latest stack dump: the innermost frame of the thread that was
+    running Python, preferring the program's own code to the libraries it called."""
+    if not stacks:
+        return None
+    block = stacks.rsplit("Current thread", 1)[-1]
+    frames = [m for m in _FRAME.finditer(block)]
+    if not frames:
+        return None
+    own = [m for m in frames if "site-packages" not in m["path"] and not m["path"].startswith("<")]
+    frame = (own or frames)[0]
+    return f"{frame['func']} at {Path(frame['path']).name}:{frame['line']}"
+
+
+def hang_verdict(traces: dict[int, list[dict]], stacks: dict[int, str],
+                 now_ns: int) -> tuple[str, int] | None:  # fmt: skip
+    """(one sentence on why the ranks of ``traces`` stopped moving, the rank to blame first);
+    None when the traces cannot tell."""
+    last = {rank: max(entries, key=lambda e: e["collective_seq_id"])
+            for rank, entries in traces.items() if entries}  # fmt: skip
+    if len(last) < 2:
+        return None
+    top = max(e["collective_seq_id"] for e in last.values())
+    inside = {rank: e for rank, e in sorted(last.items()) if e["collective_seq_id"] == top}
+    calls = {rank: call(e) for rank, e in inside.items()}
+    first = next(iter(inside))
+    other = next((r for r, c in calls.items() if c != calls[first]), None)
+    if other is not None:
+        mismatch = f"at collective #{top} rank {first} called {calls[first]} and rank {other} {calls[other]}"
+        return mismatch, other
+    behind = sorted(rank for rank in last if rank not in inside)
+    if not behind:
+        return None  # every rank is in the same collective: the hang is inside it (a link, a peer elsewhere)
+    entry = inside[first]
+    names = ", ".join(map(str, behind))
+    text = (f"rank{'s' if len(behind) > 1 else ''} {names} never entered {calls[first]} #{top} "
+            f"({_group(entry)})")  # fmt: skip
+    created = entry.get("time_created_ns")
+    if isinstance(created, int) and 0 < created <= now_ns:
+        waiting, many = ", ".join(map(str, inside)), len(inside) > 1
+        text += (f"; rank{'s' if many else ''} {waiting} {'have' if many else 'has'} waited in it for "
+                 f"{(now_ns - created) / 1e9:.0f} s")  # fmt: skip
+    for rank in behind:
+        if place := where(stacks.get(rank)):
+            text += f"; rank {rank} is in {place}"
+    return text, behind[0]
