@@ -49,6 +49,7 @@ FR_ENTRIES = 64
 FR_FIELDS = ("collective_seq_id", "profiling_name", "process_group", "input_sizes", "input_dtypes",
              "output_sizes", "state", "time_created_ns")  # fmt: skip
 FR_POLL_S = 0.5
+FR_PERIOD_S = 5.0  # unasked, a dump this often: when ranks enter their collectives names stragglers
 
 
 class _FlightRecorderDump:
@@ -71,13 +72,15 @@ class _FlightRecorderDump:
         self._stopped.set()
 
     def _loop(self) -> None:
+        last = time.monotonic()
         while not self._stopped.wait(FR_POLL_S):
             try:
                 asked = self.request.stat().st_mtime
             except OSError:
-                continue
-            if asked != self._answered:
+                asked = None
+            if (asked is not None and asked != self._answered) or time.monotonic() - last >= FR_PERIOD_S:
                 self._answered = asked
+                last = time.monotonic()
                 self._dump()
 
     def _dump(self) -> None:

@@ -82,16 +82,19 @@ class Straggler:
 
     rank: int
     late_s: float  # how much later than the earliest rank it is ready, on average
-    steps: int  # of how many steps (each rank's data time known) it was the last
+    steps: int  # of how many steps (or collectives) it was the last
     of_steps: int
-    data_s: float  # its mean time on its batch a step ("loading data")
-    others_data_s: float  # the other ranks' median
+    data_s: float | None = None  # its mean time on its batch a step ("loading data"), when reported
+    others_data_s: float | None = None  # the other ranks' median
+    counted: str = "steps"  # "steps" (from data_s) or "collectives" (from the flight recorder)
 
     def describe(self) -> str:
+        text = (f"rank {self.rank} arrives {self.late_s * 1000:.0f} ms late at its collectives in "
+                f"{self.steps} of {self.of_steps} {self.counted}")  # fmt: skip
+        if self.data_s is None or self.others_data_s is None:
+            return text + " (from the flight recorder: where its time goes is not reported)"
         own, others = self.data_s * 1000, self.others_data_s * 1000
-        return (f"rank {self.rank} arrives {self.late_s * 1000:.0f} ms late at its collectives in "
-                f"{self.steps} of {self.of_steps} steps; it spends them loading data "
-                f"({own:.0f} ms a step, the others {others:.0f} ms)")  # fmt: skip
+        return f"{text}; it spends them loading data ({own:.0f} ms a step, the others {others:.0f} ms)"
 
 
 # A straggler is the last to arrive in at least this share of steps, by at least this much on average.

@@ -1,4 +1,4 @@
-"""Why a run hung, in one sentence: from each rank's flight recorder and its Python stack.
+"""What the ranks' flight recorders tell: why a run hung, in one sentence, and who arrives late.
 
 PyTorch's flight recorder keeps every rank's recent collectives, numbered in the order the rank
 entered them (``collective_seq_id``), with the call, the tensors' shapes and types, and when it
@@ -107,3 +107,36 @@ def hang_verdict(traces: dict[int, list[dict]], stacks: dict[int, str],
         if place := where(stacks.get(rank)):
             text += f"; rank {rank} is in {place}"
     return text, behind[0]
+
+
+def late_arrivals(traces: dict[int, list[dict]]) -> tuple:
+    """Stragglers from the flight recorder, for any script: at each collective every rank of this
+    host entered (same clock), the rank that entered it last, and how much later than the first.
+    A rank last at STRAGGLER_SHARE of them, by STRAGGLER_MIN_S on average, is named (aggregate.py's
+    rule, which reads the demos' own timing the same way)."""
+    from mgpu_tui.engine.run.aggregate import STRAGGLER_MIN_S, STRAGGLER_MIN_STEPS, STRAGGLER_SHARE, Straggler
+
+    entered: dict[int, dict[int, int]] = {}  # collective number -> rank -> when it entered (ns)
+    for rank, entries in traces.items():
+        for e in entries:
+            if "send" in str(e.get("profiling_name")) or "recv" in str(e.get("profiling_name")):
+                continue  # point-to-point (a pipeline): one side is late by design
+            created = e.get("time_created_ns")
+            if isinstance(created, int) and not isinstance(created, bool) and created > 0:
+                entered.setdefault(e["collective_seq_id"], {})[rank] = created
+    full = [times for times in entered.values() if len(times) == len(traces)]
+    if len(traces) < 2 or len(full) < STRAGGLER_MIN_STEPS:
+        return ()
+    last_count = dict.fromkeys(traces, 0)
+    lateness: dict[int, list[float]] = {rank: [] for rank in traces}
+    for times in full:
+        first = min(times.values())
+        last_count[max(times, key=times.get)] += 1
+        for rank, t in times.items():
+            lateness[rank].append((t - first) / 1e9)
+    found = []
+    for rank, count in last_count.items():
+        late = sum(lateness[rank]) / len(lateness[rank])
+        if count >= STRAGGLER_SHARE * len(full) and late >= STRAGGLER_MIN_S:
+            found.append(Straggler(rank, late, count, len(full), counted="collectives"))
+    return tuple(found)

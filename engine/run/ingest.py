@@ -17,6 +17,7 @@ table change under it.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import stat
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Hello, MalformedEvent, parse_line
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
+from mgpu_tui.engine.run.hang import late_arrivals, read_trace
 from mgpu_tui.engine.run.rundir import RunDir
 
 # How much one call reads at most, so that one poll of a file that grew by
@@ -152,6 +154,7 @@ class Ingest:
         self._log_tails: dict[tuple[int, str], FileTail] = {}
         self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
         self._new_lines_seen = 0
+        self._late_arrivals: tuple = ()  # stragglers from the flight recorder (read_flight_records)
 
     def read(self) -> bool:
         """Take in what every file gained since the last call (a chunk of each at most);
@@ -211,7 +214,19 @@ class Ingest:
 
     def stats(self) -> RunStats:
         with self._lock:
-            return self.aggregator.stats()
+            stats = self.aggregator.stats()
+            late = self._late_arrivals
+        # The demos' own timing says where a straggler's time goes; the flight recorder only who.
+        return stats if stats.stragglers or not late else dataclasses.replace(stats, stragglers=late)
+
+    def read_flight_records(self, ranks: range) -> None:
+        """Who arrives late at the collectives, from the ranks' flight-recorder dumps (hang.py);
+        for ranks of one host only: the dumps' times come from each host's own clock."""
+        fr = self.run_dir.path / "fr"
+        traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks}
+        late = late_arrivals({r: t for r, t in traces.items() if t}) if all(traces.values()) else ()
+        with self._lock:
+            self._late_arrivals = late
 
     def series(self) -> tuple[list[int], list[float], list[float | None]]:
         with self._lock:

@@ -48,6 +48,7 @@ from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, Watchdog
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
 # wake-up of the monitor delays a rank (and so the whole synchronous job).
 TREE_RESCAN_S = 5.0
+FR_READ_S = 5.0  # the ranks' flight-recorder dumps (who arrives late) are read this often
 
 
 class RunState(str, Enum):
@@ -99,6 +100,7 @@ class Run:
         # Held while this process follows the run: `mgpu-tui open` and `runs` tell a live run by it.
         self._monitor = MonitorLock(run_dir.monitor_lock_path)
         self._exit_code: int | None = None
+        self._fr_read_at = 0.0
         self._started_at = 0.0
         self._stop_requested = False
         self._watchdog = Watchdog(resolved, run_dir, self._ingest, self._tree, log=self.log, stop=self.stop,
@@ -179,6 +181,9 @@ class Run:
         if self.state is not RunState.RUNNING:
             return self.state
         self._ingest.read()
+        if self.resolved.spec.nnodes == 1 and time.monotonic() - self._fr_read_at >= FR_READ_S:
+            self._fr_read_at = time.monotonic()
+            self._ingest.read_flight_records(range(self.resolved.world_size))
         if not self._stop_requested:
             self._watchdog.check()  # may stop the run: a stall, a full disk
             if self.state.finished:

@@ -55,3 +55,19 @@ def test_a_ranks_trace_file_is_read_as_untrusted(tmp_path):
 def test_where_reads_the_latest_dump_and_prefers_the_programs_own_frame():
     assert where(STACKS) == "load_batch at train.py:44"
     assert where("") is None and where("no frames here") is None
+
+
+def test_the_rank_that_enters_each_collective_last_is_a_straggler_and_p2p_is_left_out():
+    from mgpu_tui.engine.run.hang import late_arrivals
+
+    traces = {0: [], 1: []}
+    for seq in range(1, 21):
+        traces[0].append(entry(seq, created_s=seq))
+        late = entry(seq, created_s=seq)
+        late["time_created_ns"] += 30_000_000  # 30 ms after rank 0, every time
+        traces[1].append(late)
+    (straggler,) = late_arrivals(traces)
+    assert (straggler.rank, straggler.steps, straggler.of_steps, straggler.counted) == (1, 20, 20, "collectives")
+    assert abs(straggler.late_s - 0.03) < 1e-6 and "from the flight recorder" in straggler.describe()
+    pipeline = {r: [{**e, "profiling_name": "gloo:send"} for e in t] for r, t in traces.items()}
+    assert late_arrivals(pipeline) == ()
