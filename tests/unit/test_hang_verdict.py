@@ -67,7 +67,8 @@ def test_the_rank_that_enters_each_collective_last_is_a_straggler_and_p2p_is_lef
         late["time_created_ns"] += 30_000_000  # 30 ms after rank 0, every time
         traces[1].append(late)
     (straggler,) = late_arrivals(traces)
-    assert (straggler.rank, straggler.steps, straggler.of_steps, straggler.counted) == (1, 20, 20, "collectives")
+    assert (straggler.rank, straggler.steps, straggler.of_steps) == (1, 20, 20)
+    assert straggler.counted == "collectives"
     assert abs(straggler.late_s - 0.03) < 1e-6 and "from the flight recorder" in straggler.describe()
     pipeline = {r: [{**e, "profiling_name": "gloo:send"} for e in t] for r, t in traces.items()}
     assert late_arrivals(pipeline) == ()
