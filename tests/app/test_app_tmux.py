@@ -130,36 +130,38 @@ def keys(session: str, *pressed: str) -> None:
 def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_app(tmp_path):
     """The issue's own check: `open` on a finished run shows it whole; a run started in another
     terminal is followed (its step grows), quitting leaves it going, and s, y stops it."""
-    from conftest import live_processes_of, run_cli
+    from conftest import live_processes_of, only_run_dir, run_cli
 
-    runs = tmp_path / "runs"
-    done = run_cli("run", "ddp", "--nproc", "2", "--steps", "60", "--device", "cpu", "--run-dir", str(runs),
-                   "--sample-interval", "0.2")  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    session, marker = start(f"open latest --run-dir {runs}", tmp_path)
-    try:
-        assert wait_screen(session, r"ddp finished ok: 60 steps"), screen(session)
-        text = screen(session)
-        for row in (r"rank 0 +done +60 ", r"rank 1 +done +60 "):
-            assert re.search(row, text), text
-        for chart in (r"throughput \(samples/s\), whole run", r"loss \(global batch\), whole run",
-                      r"(?m)step 1 +60\s*$", r"host CPU, whole run · now \d+%",
-                      r"host memory, whole run"):  # fmt: skip
-            assert re.search(chart, text), text
-        assert wait_screen(session, r"rank 1 .*step 60 +loss"), screen(session)  # the logs, from the files
-        keys(session, "q")
-        assert wait_exit(marker, 10) == "0"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
-
-    # A run started elsewhere: its own terminal, its own monitor.
+    # A run started elsewhere: its own terminal, its own monitor (started first: it warms up
+    # while the finished run is made and replayed).
+    live_runs = tmp_path / "live-runs"
     other = f"other-{time.monotonic_ns()}"
-    command = f"{CLI[0]} run ddp --nproc 2 --steps 100000 --device cpu --run-dir {runs}"
+    command = f"{CLI[0]} run ddp --nproc 2 --steps 100000 --device cpu --run-dir {live_runs}"
     subprocess.run(["tmux", "new-session", "-d", "-s", other, "-x", "120", "-y", "20",
                     f"cd {tmp_path} && {command}; echo $? > {tmp_path}/other-exit"], check=True)  # fmt: skip
     try:
+        runs = tmp_path / "runs"
+        done = run_cli("run", "ddp", "--nproc", "2", "--steps", "60", "--device", "cpu",
+                       "--run-dir", str(runs), "--sample-interval", "0.2")  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        session, marker = start(f"open latest --run-dir {runs}", tmp_path)
+        try:
+            assert wait_screen(session, r"ddp finished ok: 60 steps"), screen(session)
+            text = screen(session)
+            for row in (r"rank 0 +done +60 ", r"rank 1 +done +60 "):
+                assert re.search(row, text), text
+            for chart in (r"throughput \(samples/s\), whole run", r"loss \(global batch\), whole run",
+                          r"(?m)step 1 +60\s*$", r"host CPU, whole run · now \d+%",
+                          r"host memory, whole run"):  # fmt: skip
+                assert re.search(chart, text), text
+            assert wait_screen(session, r"rank 1 .*step 60 +loss"), screen(session)  # the logs, from files
+            keys(session, "q")
+            assert wait_exit(marker, 10) == "0"
+        finally:
+            subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
         assert wait_screen(other, r"step [\d,]+/100000", timeout=90), screen(other)
-        live = max(p for p in runs.iterdir() if p.is_dir())
+        live = only_run_dir(live_runs)
         marker.unlink()
         session, marker = start(f"open {live}", tmp_path)
         try:
@@ -213,8 +215,12 @@ def test_make_run_at_80x24_guides_a_first_user_and_enter_starts_a_run(tmp_path):
         assert re.search(r"NUMA node 0: CPUs [\d,-]+ \(\d+\), memory [\d.]+ [KMGT]iB", text), text
         keys(session, "r")
         assert wait_screen(session, r"What it does:"), screen(session)
+        keys(session, "Enter")  # the mode's list opens; up twice from ddp is single (one process: quick)
+        time.sleep(0.5)
+        keys(session, "Up", "Up", "Enter")
+        assert wait_screen(session, r"single: on the CPU"), screen(session)
         keys(session, "Tab", "Enter")  # from the mode to the ranks field; Enter starts
-        assert wait_screen(session, r"rank 1 +running +\d+", timeout=120), screen(session)
+        assert wait_screen(session, r"rank 0 +running +\d+", timeout=120), screen(session)
         assert wait_screen(session, r"throughput"), screen(session)
         assert wait_screen(session, r"(?m)step 1 +[\d,]+\s*$"), screen(session)  # a chart's axis
         keys(session, "q")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -142,10 +143,6 @@ def test_compare_runs_from_their_records_gives_their_own_figures_in_under_2_s(ru
         done = run_cli("run", mode, "--nproc", "2", "--steps", "40", "--device", "cpu", "--run-dir",
                        str(runs_root), "--sample-interval", "0")
         assert done.returncode == 0, done.stderr
-    other = tmp_path / "other"  # another global batch: compared all the same, and said so
-    done = run_cli("run", "single", "--steps", "40", "--batch-size", "32", "--device", "cpu",
-                   "--run-dir", str(other))
-    assert done.returncode == 0, done.stderr
     ddp, fsdp = sorted(runs_root.iterdir())
     out = tmp_path / "r.json"
 
@@ -162,7 +159,13 @@ def test_compare_runs_from_their_records_gives_their_own_figures_in_under_2_s(ru
                                                                           own.final_loss)
         assert row["loss_curve"][-1] == [own.steps, own.final_loss]
 
-    mixed = run_cli("compare", "--runs", str(ddp), str(only_run_dir(other)), "--json")
+    # Another global batch: the fsdp run's record, as a run with batch 32 would have written it.
+    other = tmp_path / "other"
+    shutil.copytree(fsdp, other)
+    spec = json.loads((other / "spec.json").read_text())
+    spec["spec"]["batch_size"] = 32
+    (other / "spec.json").write_text(json.dumps(spec))
+    mixed = run_cli("compare", "--runs", str(ddp), str(other), "--json")
     assert mixed.returncode == 0, mixed.stderr
     assert "not comparable: the global batch differs" in mixed.stderr
     assert json.loads(mixed.stdout)["settings"]["comparable"] is False
