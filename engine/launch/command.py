@@ -69,8 +69,9 @@ def _rendezvous(resolved: ResolvedSpec) -> list[str]:
 
 
 NCCL_LOG_PATTERN = "nccl-%h.%p.log"
-# The flight recorder's size, by its name and the older name NCCL's process groups read.
-FR_BUFFER_ENV = ("TORCH_FR_BUFFER_SIZE", "TORCH_NCCL_TRACE_BUFFER_SIZE")
+# The flight recorder's size (torch 2.13 warns about the older TORCH_NCCL_TRACE_BUFFER_SIZE, and
+# reads this one for gloo and NCCL alike).
+FR_BUFFER_ENV = ("TORCH_FR_BUFFER_SIZE",)
 FR_BUFFER_ENTRIES = 2000
 
 
