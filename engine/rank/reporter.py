@@ -78,12 +78,15 @@ class _FlightRecorderDump:
                 asked = self.request.stat().st_mtime
             except OSError:
                 asked = None
-            if (asked is not None and asked != self._answered) or time.monotonic() - last >= FR_PERIOD_S:
+            requested = asked is not None and asked != self._answered
+            if requested or time.monotonic() - last >= FR_PERIOD_S:
                 self._answered = asked
                 last = time.monotonic()
-                self._dump()
+                self._dump(keep_older=not requested)
 
-    def _dump(self) -> None:
+    def _dump(self, keep_older: bool = False) -> None:
+        """``keep_older``: an unasked dump with no entries (the process group already gone, at the
+        end) does not replace the last one that had some."""
         c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
         dump = getattr(c10d, "_dump_fr_trace_json", None)
         if dump is None:
@@ -93,6 +96,8 @@ class _FlightRecorderDump:
             document = {"entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries[-FR_ENTRIES:]]}
         except Exception as exc:  # noqa: BLE001 (said to the engine; the rank's own work goes on)
             document = {"entries": [], "error": f"{type(exc).__name__}: {exc}"[:300]}
+        if keep_older and not document["entries"] and self.out.exists():
+            return
         try:
             self.out.parent.mkdir(exist_ok=True)
             tmp = self.out.with_suffix(".tmp")

@@ -320,6 +320,8 @@ class Run:
             self.log.warning("not read: event files of %d rank(s) outside the job's 0..%d (%s)",
                              len(foreign), self.resolved.world_size - 1,
                              ", ".join(f"rank{r}" for r in foreign[:10]))  # fmt: skip
+        if self.resolved.spec.nnodes == 1:  # the ranks' last flight-recorder dumps: who arrived late
+            self._ingest.read_flight_records(range(self.resolved.world_size))
         telemetry = self._telemetry.stop() if self._telemetry is not None else None
         self.summary = RunSummary.build(
             self.resolved, str(self.run_dir.path), self._ingest.stats(), status=state.value,
