@@ -316,10 +316,13 @@ class MgpuApp(App):
         self.push_screen(Confirm(question), answered)
 
     def action_toggle_guide(self) -> None:
-        """v: the chosen mode's guide and demo source, or the logs, in the Run view."""
-        view = self._view("run")
-        if view is not None and self.query_one(ViewSwitcher).current == "run-view":
-            view.show_guide()
+        """v: in the Run view, the chosen mode's guide and demo source, or the logs; in the Compare
+        view, the highlighted mode's demo source, or not."""
+        current = self.query_one(ViewSwitcher).current
+        if current == "run-view":
+            self._view("run").show_guide()
+        elif current == "compare-view":
+            self._view("compare").toggle_source()
 
     def action_toggle_whole(self) -> None:
         if view := self._view("run"):

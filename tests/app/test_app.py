@@ -394,3 +394,28 @@ async def test_a_straggler_is_marked_in_the_rank_table_with_where_its_time_goes(
         assert await wait_for(pilot, lambda: view.finished, timeout=90)
         await pilot.pause(0.3)
         assert "Straggler: rank 1 arrives" in str(app.query_one("#root-cause").render())  # kept in the result
+
+
+async def test_the_compare_view_explains_the_mode_under_the_cursor_with_its_demos_source():
+    from textual.widgets import SelectionList
+
+    from mgpu_tui.app.widgets.mode_guide import demo_source
+    from mgpu_tui.engine.launch.modes import MODES
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        modes = app.query_one("#compare-modes", SelectionList)
+        modes.focus()
+        for index in (4, 6):  # ddp_mp, then fsdp: the explanation follows the cursor
+            modes.highlighted = index
+            await pilot.pause()
+            mode = MODES[modes.get_option_at_index(index).value]
+            said = " ".join(str(app.query_one("#compare-guide").render()).split())
+            assert " ".join(mode.costs.split()) in said and mode.title in said
+            assert app.query_one("#compare-code").content.code == demo_source(mode.demo)
+        app.set_focus(None)
+        await pilot.press("v")  # its source hides, and shows again
+        assert not app.query_one("#compare-code").display
+        await pilot.press("v")
+        assert app.query_one("#compare-code").display

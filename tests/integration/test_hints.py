@@ -37,21 +37,35 @@ SCRIPTS = {
         dist.init_process_group("gloo")
         dist.all_reduce(torch.ones(4 if dist.get_rank() == 0 else 8))
     """,
-    # The training finishes, then the process aborts in C++ while shutting down: std::terminate with
-    # no exception in flight, the runtime's own "terminate called without an active exception" and
-    # SIGABRT, as a DDP model alive at destroy_process_group() makes happen about one run in twenty.
+    # A DDP script whose training finishes, then aborts in C++ while shutting down, as destroying the
+    # process group under a live DDP model does about one run in twenty: made deterministic here
+    # with std::terminate and no exception in flight (the runtime's own "terminate called without
+    # an active exception", then SIGABRT).
     "abort_at_exit.py": """
         import ctypes
-        import os
+        import gc
+        import torch
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
         from mgpu_tui.engine.rank.reporter import Reporter
 
+        dist.init_process_group("gloo")
+        model = DDP(torch.nn.Linear(4, 1))
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         reporter = Reporter()
         for step in range(1, 6):
-            reporter.step(step, samples=8, loss=1.0 / step)
+            optimizer.zero_grad()
+            loss = model(torch.ones(8, 4)).pow(2).mean()
+            loss.backward()
+            optimizer.step()
+            reporter.step(step, samples=8, loss=loss)
         reporter.done(5)
         reporter.close()
-        if os.environ["RANK"] == "1":
+        if dist.get_rank() == 1:
             ctypes.CDLL("libstdc++.so.6")._ZSt9terminatev()
+        del model, optimizer  # rank 0 ends as it should: DDP freed before its process group
+        gc.collect()
+        dist.destroy_process_group()
     """,
 }
 

@@ -24,7 +24,7 @@ from textual.widgets import (
 
 from mgpu_tui.app.messages import CompareRequested, StopRequested
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
-from mgpu_tui.app.widgets.mode_guide import explanation
+from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import plain
@@ -124,8 +124,9 @@ class CompareView(Widget):
         with Horizontal(id="compare-results"):
             yield DataTable(id="compare-table", cursor_type="none")
             with VerticalScroll(id="compare-charts-box"):
-                yield Static("", id="compare-guide")  # the highlighted mode, explained
                 yield Static("", id="compare-charts")
+                yield Static("", id="compare-guide")  # the highlighted mode, explained
+                yield Static("", id="compare-code")  # and its demo's source (v hides or shows it)
 
     def on_mount(self) -> None:
         self._explain(DEFAULT_MODES[0])
@@ -138,7 +139,15 @@ class CompareView(Widget):
 
     def _explain(self, name: str) -> None:
         if name in MODES:
-            self.query_one("#compare-guide", Static).update(explanation(MODES[name], self.host))
+            mode = MODES[name]
+            self.query_one("#compare-guide", Static).update(
+                explanation(mode, self.host).append("   v: its demo's code", style="dim"))
+            self.query_one("#compare-code", Static).update(demo_code(mode))
+
+    def toggle_source(self) -> None:
+        """v: the highlighted mode's demo source, under its explanation, or not."""
+        code = self.query_one("#compare-code", Static)
+        code.display = not code.display
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "compare-stop":

@@ -34,6 +34,12 @@ def demo_source(demo: str) -> str:
         return f"# the demo's source could not be read: {exc}"
 
 
+def demo_code(mode: Mode) -> Syntax:
+    """The demo's source, highlighted, with line numbers: the training loop it runs."""
+    return Syntax(demo_source(mode.demo), "python", line_numbers=True, word_wrap=False,
+                  theme="ansi_dark", background_color="default")  # fmt: skip
+
+
 def explanation(mode: Mode, host: Host) -> Text:
     """The catalogue's words on a mode, and what it does on this machine."""
     here = availability(mode, host)
@@ -93,7 +99,5 @@ class ModeGuide(Horizontal):
             explanation(mode, self.host).append("   v: the logs instead", style="dim"))
         source = self.query_one("#guide-source", ScrollableContainer)
         source.border_title = f"demos/{mode.demo}.py: the training loop it runs"
-        code = Syntax(demo_source(mode.demo), "python", line_numbers=True, word_wrap=False,
-                      theme="ansi_dark", background_color="default")  # fmt: skip
-        self.query_one("#guide-code", Static).update(code)
+        self.query_one("#guide-code", Static).update(demo_code(mode))
         source.scroll_home(animate=False)
