@@ -86,6 +86,12 @@ class ResolvedSpec:
         world = self.spec.nproc * self.spec.nnodes if self.mode.multi_process else 1
         object.__setattr__(self, "world_size", world)
 
+    @property
+    def ranks_here(self) -> range:
+        """The global ranks this node starts (all of them on one node)."""
+        per_node = self.world_size // max(1, self.spec.nnodes)
+        return range(self.spec.node_rank * per_node, (self.spec.node_rank + 1) * per_node)
+
     def to_json(self) -> dict:
         spec = dataclasses.asdict(self.spec)
         spec["run_root"] = str(self.spec.run_root)

@@ -26,8 +26,7 @@ from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.records.history import MAX_SUMMARY_BYTES, RecordError, read_run, read_spec
 from mgpu_tui.engine.records.monitor import Monitor, is_followed, monitor_of
-from mgpu_tui.engine.run.aggregate import RunStats
-from mgpu_tui.engine.run.ingest import FileTail, Ingest
+from mgpu_tui.engine.run.ingest import FileTail, Ingest, IngestReadings
 from mgpu_tui.engine.run.rundir import RunDir, read_capped
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.watchdog import stall_timeout
@@ -99,8 +98,8 @@ def _number(value) -> float | None:
     return float(value)
 
 
-class FollowedRun:
-    """One run directory, read as it is and as it grows."""
+class FollowedRun(IngestReadings):
+    """One run directory, read as it is and as it grows (stats, series, log lines: IngestReadings)."""
 
     def __init__(self, path: Path) -> None:
         record = read_run(path)
@@ -188,19 +187,6 @@ class FollowedRun:
                     self.telemetry.add(line)
             if not self._telemetry_tail.behind:
                 return
-
-    def stats(self) -> RunStats:
-        return self._ingest.stats()
-
-    def series(self) -> tuple[list[int], list[float], list[float | None]]:
-        return self._ingest.series()
-
-    def whole_series(self) -> tuple[list[int], list[float], list[float | None]]:
-        """(steps, global samples/s, global-batch loss) over the whole run, thinned (aggregate.py)."""
-        return self._ingest.whole_series()
-
-    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
-        return self._ingest.drain_log_lines()
 
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Nothing: another process owns this run's ranks, and pids read from its files are not ours

@@ -104,6 +104,36 @@ STRAGGLER_WINDOW = 500  # the latest steps looked at: a straggler is about now, 
 STRAGGLER_MIN_STEPS = 10
 
 
+def stragglers_among(rounds: list[dict[int, float]], *, counted: str = "steps",
+                     with_data: bool = False) -> tuple[Straggler, ...]:  # fmt: skip
+    """The straggler rule, over rounds (steps, or collectives) in each of which every rank was seen:
+    rank -> when it was ready, in seconds on one clock. A rank last in STRAGGLER_SHARE of them, by
+    STRAGGLER_MIN_S on average, is one. ``with_data``: the values are the ranks' time on their
+    batch (``data_s``), so its mean and the others' median say where its time goes."""
+    ranks = list(rounds[0]) if rounds else []
+    if len(ranks) < 2 or len(rounds) < STRAGGLER_MIN_STEPS:
+        return ()
+    last_count = dict.fromkeys(ranks, 0)
+    lateness: dict[int, list[float]] = {rank: [] for rank in ranks}
+    for ready in rounds:
+        earliest = min(ready.values())
+        last_count[max(ready, key=ready.get)] += 1
+        for rank, seconds in ready.items():
+            lateness[rank].append(seconds - earliest)
+    found = []
+    for rank, count in last_count.items():
+        late = statistics.fmean(lateness[rank])
+        if count < STRAGGLER_SHARE * len(rounds) or late < STRAGGLER_MIN_S:
+            continue
+        if with_data:
+            own = statistics.fmean(ready[rank] for ready in rounds)
+            others = statistics.median(s for ready in rounds for r, s in ready.items() if r != rank)
+            found.append(Straggler(rank, late, count, len(rounds), own, others, counted))
+        else:
+            found.append(Straggler(rank, late, count, len(rounds), counted=counted))
+    return tuple(found)
+
+
 @dataclass(frozen=True)
 class RunStats:
     ranks: tuple[RankStats, ...]
@@ -231,23 +261,7 @@ class Aggregator:
                 if t.steps[i] <= common and not math.isnan(t.data_s[i]):
                     per_step.setdefault(t.steps[i], {})[rank] = t.data_s[i]
         full = [ready for ready in per_step.values() if len(ready) == len(tracks)][-STRAGGLER_WINDOW:]
-        if len(full) < STRAGGLER_MIN_STEPS:
-            return ()
-        last_count = dict.fromkeys(tracks, 0)
-        lateness: dict[int, list[float]] = {rank: [] for rank in tracks}
-        for ready in full:
-            earliest = min(ready.values())
-            last_count[max(ready, key=ready.get)] += 1
-            for rank, seconds in ready.items():
-                lateness[rank].append(seconds - earliest)
-        found = []
-        for rank, count in last_count.items():
-            late = statistics.fmean(lateness[rank])
-            if count >= STRAGGLER_SHARE * len(full) and late >= STRAGGLER_MIN_S:
-                own = statistics.fmean(ready[rank] for ready in full)
-                others = statistics.median(s for ready in full for r, s in ready.items() if r != rank)
-                found.append(Straggler(rank, late, count, len(full), own, others))
-        return tuple(found)
+        return stragglers_among(full, with_data=True)
 
     def stats(self) -> RunStats:
         tracks = self._ranks

@@ -24,8 +24,8 @@ import threading
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Hello, MalformedEvent, parse_line
+from mgpu_tui.engine.records.flight_records import late_arrivals, read_trace
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
-from mgpu_tui.engine.run.hang import late_arrivals, read_trace
 from mgpu_tui.engine.run.rundir import RunDir
 
 # How much one call reads at most, so that one poll of a file that grew by
@@ -220,8 +220,8 @@ class Ingest:
         return stats if stats.stragglers or not late else dataclasses.replace(stats, stragglers=late)
 
     def read_flight_records(self, ranks: range) -> None:
-        """Who arrives late at the collectives, from the ranks' flight-recorder dumps (hang.py);
-        for ranks of one host only: the dumps' times come from each host's own clock."""
+        """Who arrives late at the collectives, from the ranks' flight-recorder dumps
+        (records/flight_records.py); for one host's ranks only: the times are each host's clock's."""
         fr = self.run_dir.path / "fr"
         traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks}
         late = late_arrivals({r: t for r, t in traces.items() if t}) if all(traces.values()) else ()
@@ -267,3 +267,24 @@ class Ingest:
     def close(self) -> None:
         for tail in [*self._event_tails.values(), *self._log_tails.values()]:
             tail.close()
+
+
+class IngestReadings:
+    """What a run's files say so far, for any thread: the reading side a Run (lifecycle.py) and a
+    run followed from its folder (records/follow.py) share, both through their ``_ingest``."""
+
+    _ingest: Ingest
+
+    def stats(self) -> RunStats:
+        return self._ingest.stats()
+
+    def series(self) -> tuple[list[int], list[float], list[float | None]]:
+        """(steps, global samples/s, global-batch loss) over the last steps (aggregate.py)."""
+        return self._ingest.series()
+
+    def whole_series(self) -> tuple[list[int], list[float], list[float | None]]:
+        """(steps, global samples/s, global-batch loss) over the whole run, thinned (aggregate.py)."""
+        return self._ingest.whole_series()
+
+    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
+        return self._ingest.drain_log_lines()

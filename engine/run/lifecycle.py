@@ -34,8 +34,7 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.records.monitor import MonitorLock
 from mgpu_tui.engine.records.nccl_record import nccl_figures
 from mgpu_tui.engine.records.telemetry_log import TelemetryLog
-from mgpu_tui.engine.run.aggregate import RunStats
-from mgpu_tui.engine.run.ingest import Ingest
+from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.processes import ProcessTree
 from mgpu_tui.engine.run.rootcause import find_root_cause, hint_for
 from mgpu_tui.engine.run.rundir import RunDir, RunDirError
@@ -74,8 +73,8 @@ def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) 
     return RunState.OK if returncode == 0 else RunState.FAILED
 
 
-class Run:
-    """A run of one resolved spec in one run directory."""
+class Run(IngestReadings):
+    """A run of one resolved spec in one run directory (stats, series and log lines: IngestReadings)."""
 
     def __init__(self, resolved: ResolvedSpec, run_dir: RunDir, *, python: str = sys.executable,
                  environ: Mapping[str, str] | None = None, cpu_count: int | None = None) -> None:  # fmt: skip
@@ -89,10 +88,7 @@ class Run:
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
         self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
-        per_node = resolved.world_size // max(1, resolved.spec.nnodes)
-        self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice,
-                                 ranks_here=range(resolved.spec.node_rank * per_node,
-                                                  (resolved.spec.node_rank + 1) * per_node),
+        self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice, ranks_here=resolved.ranks_here,
                                  launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
         self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
         self._verification: Verification | None = None
@@ -190,8 +186,7 @@ class Run:
                 return self.state
         # Until every rank of this node has said hello with a pid the tree holds, rescan at each
         # poll (a rank's pid is believed only once the scan has seen it); then every few seconds.
-        ranks_here = self.resolved.world_size // max(1, self.resolved.spec.nnodes)
-        all_ranks_known = len(self.rank_processes()) >= ranks_here
+        all_ranks_known = len(self.rank_processes()) >= len(self.resolved.ranks_here)
         if not all_ranks_known or time.monotonic() - self._tree.scanned_at >= TREE_RESCAN_S:
             self._tree.record_descendants()
         returncode = self._tree.returncode()
@@ -243,20 +238,6 @@ class Run:
         self.close()
 
     # ---- reading (any thread) ------------------------------------------------------------
-
-    def stats(self) -> RunStats:
-        return self._ingest.stats()
-
-    def series(self) -> tuple[list[int], list[float], list[float | None]]:
-        """(steps, global samples/s, global-batch loss) over the last steps (aggregate.py)."""
-        return self._ingest.series()
-
-    def whole_series(self) -> tuple[list[int], list[float], list[float | None]]:
-        """(steps, global samples/s, global-batch loss) over the whole run, thinned (aggregate.py)."""
-        return self._ingest.whole_series()
-
-    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
-        return self._ingest.drain_log_lines()
 
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Rank -> (pid, CUDA UUID) for this node's ranks whose hello named a process of this

@@ -25,7 +25,7 @@
   transports, ring_channels, warnings, errors, files (records/nccl_record.py),
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks), stacks_dir, verdict (why, from the flight
-  recorder and the stacks: hang.py; null when they cannot tell) and culprit (watchdog.py).
+  recorder and the stacks: records/flight_records.py; null when they cannot tell) and culprit (watchdog.py).
 
 aggregate.py defines every figure.
 """

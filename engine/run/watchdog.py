@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.run.hang import hang_verdict, read_trace
+from mgpu_tui.engine.records.flight_records import hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
 from mgpu_tui.engine.run.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.run.rootcause import RootCause
@@ -65,7 +65,7 @@ class Stall:
     timeout_s: float
     ranks: tuple[StalledRank, ...]
     stacks_dir: str
-    verdict: str | None = None  # why, from the flight recorder and the stacks (hang.py); None: unknown
+    verdict: str | None = None  # why, from the flight recorder and stacks (records/flight_records.py)
     culprit: int | None = None  # the rank the verdict blames
 
     def to_json(self) -> dict:
@@ -227,9 +227,7 @@ class Watchdog:
                  asked: float) -> tuple[str, int] | None:  # fmt: skip
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
-        spec = self.resolved.spec  # this node's ranks: a script's need not have said hello
-        per_node = self.resolved.world_size // max(1, spec.nnodes)
-        ranks = range(spec.node_rank * per_node, (spec.node_rank + 1) * per_node)
+        ranks = self.resolved.ranks_here  # from the spec: a script's ranks need not have said hello
         fr = self.run_dir.path / "fr"
         deadline = time.monotonic() + STACKS_WAIT_S
 

@@ -21,6 +21,7 @@ import json
 import re
 from pathlib import Path
 
+from mgpu_tui.engine.run.aggregate import Straggler, stragglers_among
 from mgpu_tui.engine.run.rundir import read_capped
 
 MAX_TRACE_BYTES = 1 << 20
@@ -109,34 +110,16 @@ def hang_verdict(traces: dict[int, list[dict]], stacks: dict[int, str],
     return text, behind[0]
 
 
-def late_arrivals(traces: dict[int, list[dict]]) -> tuple:
-    """Stragglers from the flight recorder, for any script: at each collective every rank of this
-    host entered (same clock), the rank that entered it last, and how much later than the first.
-    A rank last at STRAGGLER_SHARE of them, by STRAGGLER_MIN_S on average, is named (aggregate.py's
-    rule, which reads the demos' own timing the same way)."""
-    from mgpu_tui.engine.run.aggregate import STRAGGLER_MIN_S, STRAGGLER_MIN_STEPS, STRAGGLER_SHARE, Straggler
-
-    entered: dict[int, dict[int, int]] = {}  # collective number -> rank -> when it entered (ns)
+def late_arrivals(traces: dict[int, list[dict]]) -> tuple[Straggler, ...]:
+    """Stragglers from the flight recorder, for any script: when each rank of this host (one clock)
+    entered each collective they all entered, under aggregate.py's straggler rule."""
+    entered: dict[int, dict[int, float]] = {}  # collective number -> rank -> when it entered (s)
     for rank, entries in traces.items():
         for e in entries:
             if "send" in str(e.get("profiling_name")) or "recv" in str(e.get("profiling_name")):
                 continue  # point-to-point (a pipeline): one side is late by design
             created = e.get("time_created_ns")
             if isinstance(created, int) and not isinstance(created, bool) and created > 0:
-                entered.setdefault(e["collective_seq_id"], {})[rank] = created
+                entered.setdefault(e["collective_seq_id"], {})[rank] = created / 1e9
     full = [times for times in entered.values() if len(times) == len(traces)]
-    if len(traces) < 2 or len(full) < STRAGGLER_MIN_STEPS:
-        return ()
-    last_count = dict.fromkeys(traces, 0)
-    lateness: dict[int, list[float]] = {rank: [] for rank in traces}
-    for times in full:
-        first = min(times.values())
-        last_count[max(times, key=times.get)] += 1
-        for rank, t in times.items():
-            lateness[rank].append((t - first) / 1e9)
-    found = []
-    for rank, count in last_count.items():
-        late = sum(lateness[rank]) / len(lateness[rank])
-        if count >= STRAGGLER_SHARE * len(full) and late >= STRAGGLER_MIN_S:
-            found.append(Straggler(rank, late, count, len(full), counted="collectives"))
-    return tuple(found)
+    return stragglers_among(full, counted="collectives")
