@@ -11,9 +11,10 @@ run: install
 	$(BIN)/mgpu-tui $(ARGS)
 
 # Two workers: most of a test's time is processes starting (torchrun, torch imports),
-# so two overlap well even on two cores (three are no faster, and starve the app tests).
+# so two overlap well even on two cores (three are no faster, and starve the app tests). A worker
+# that runs out of tests takes some of the other's, so neither idles at the end.
 test: install
-	$(BIN)/python -m pytest -n 2 --durations=12
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=12
 
 # The unit tests alone (tests/unit: no process started), in seconds.
 test-fast: install

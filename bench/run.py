@@ -12,6 +12,8 @@ Entries:
   ranks do the same work and both are measured from the same events. Goals:
   steady-state throughput ratio >= 0.99, launch-to-first-step within 0.2 s of
   bare torchrun, wall time at most 5% more.
+- ``transformer``: the same comparison on the transformer workload (``--model gpt-tiny``:
+  a 2-block GPT, sequences of 32 tokens), its throughput also in tokens/s. Same goals.
 - ``reporter``: the cost of one step event written by the reporter. Goal: < 20 us.
 - ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
 - ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
@@ -49,6 +51,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.console import table as console_table
+from mgpu_tui.engine.planning.shapes import MODELS
 from mgpu_tui.engine.run.aggregate import read_events
 
 CLI = str(Path(sys.executable).with_name("mgpu-tui"))
@@ -98,12 +101,13 @@ def _measure(run_dir: Path, started: float, ended: float) -> dict:
     }
 
 
-def bench_overhead(pairs: int, steps: int, nproc: int) -> str:
-    demo_flags = ["--steps", str(steps), "--batch-size", "64", "--device", "cpu"]
+def bench_overhead(pairs: int, steps: int, nproc: int, model: str = "mlp") -> str:
+    demo_flags = ["--steps", str(steps), "--batch-size", "64", "--device", "cpu", "--model", model]
+    tokens = MODELS[model].seq_len if model in MODELS else 0
     rows, bare_all, engine_all = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        _bare(work, ["--steps", "5", "--device", "cpu"], nproc)  # warm the file cache once
+        _bare(work, ["--steps", "5", "--device", "cpu", "--model", model], nproc)  # warm the file cache once
         for i in range(pairs):
             # Alternate which goes first, so neither always runs on a warmer machine.
             first, second = (_bare, _engine) if i % 2 == 0 else (_engine, _bare)
@@ -135,8 +139,11 @@ def bench_overhead(pairs: int, steps: int, nproc: int) -> str:
     ])  # fmt: skip
     headers = ["pair", "bare samples/s", "mgpu-tui samples/s", "ratio", "bare 1st step s",
                "mgpu-tui 1st step s", "diff s", "bare wall s", "mgpu-tui wall s", "wall ratio"]
-    title = (f"engine overhead: ddp, {nproc} ranks, {steps} steps, global batch 64, cpu/gloo; "
+    title = (f"engine overhead: ddp on {model}, {nproc} ranks, {steps} steps, global batch 64, cpu/gloo; "
              f"goals: ratio >= 0.99, 1st-step diff <= +0.20 s, wall ratio <= 1.05")
+    if tokens:
+        title += (f"\n(tokens/s = samples/s x {tokens}: bare {med(bare_all, 'throughput') * tokens:,.0f}, "
+                  f"mgpu-tui {med(engine_all, 'throughput') * tokens:,.0f})")
     return title + "\n" + table(headers, rows)
 
 
@@ -500,18 +507,21 @@ def main() -> None:
     )
     parser.add_argument(
         "entries", nargs="*",
-        choices=("overhead", "reporter", "help", "telemetry", "app", "check", "compare", []),
+        choices=("overhead", "transformer", "reporter", "help", "telemetry", "app", "check", "compare", []),
         default=[],
     )
     parser.add_argument("--pairs", type=int, default=3, help="overhead: bare/engine pairs (default 3)")
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
     args = parser.parse_args()
-    entries = args.entries or ["help", "reporter", "telemetry", "app", "check", "compare", "overhead"]
+    entries = args.entries or ["help", "reporter", "telemetry", "app", "check", "compare", "overhead",
+                               "transformer"]
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in entries:
         if entry == "overhead":
             print(bench_overhead(args.pairs, args.steps, args.nproc), flush=True)
+        elif entry == "transformer":
+            print(bench_overhead(args.pairs, args.steps, args.nproc, model="gpt-tiny"), flush=True)
         elif entry == "reporter":
             print(bench_reporter(20_000), flush=True)
         elif entry == "telemetry":

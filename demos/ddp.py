@@ -11,7 +11,6 @@ baseline on the whole batch. Run it:
 from contextlib import nullcontext
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -36,6 +35,7 @@ def main() -> None:
     with Reporting(args, d.rank, d.device, task=task) as report:
         report.hello(mode="ddp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                      config=harness.config(args))
+        report.watch_state(ddp_model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             # This rank's slice of the global batch: rank r takes rows [r*b, (r+1)*b).
@@ -47,7 +47,7 @@ def main() -> None:
                 # no_sync: accumulate locally; the gradients are all-reduced once, on the last micro-batch.
                 with nullcontext() if last else ddp_model.no_sync():
                     with harness.autocast(args, d.device):
-                        loss = F.cross_entropy(ddp_model(mx), my) * share
+                        loss = harness.loss(ddp_model(mx), my) * share
                     scaler.scale(loss).backward()  # DDP all-reduces gradient buckets as they are ready
                 step_loss += loss.detach().float()
             scaler.step(optimizer)  # every rank now holds the same averaged gradients: the same step

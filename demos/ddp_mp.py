@@ -11,7 +11,6 @@ gradients across ranks. Run it:
 from contextlib import nullcontext
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -26,7 +25,8 @@ def main() -> None:
     first, last = d.devices
     local_batch = args.batch_size // d.world
 
-    model = harness.Placed(harness.build_model(args), harness.layer_devices(d.devices, args.depth + 1))
+    layers = harness.layer_devices(d.devices, harness.n_layers(args))
+    model = harness.Placed(harness.build_model(args), layers)
     ddp_model = DDP(model)  # no device_ids: the module lives on two devices
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr, momentum=0.9)
     scaler = harness.grad_scaler(args, last)
@@ -35,6 +35,7 @@ def main() -> None:
     with Reporting(args, d.rank, first, task=task) as report:
         report.hello(mode="ddp_mp", device=f"{first},{last}", device_uuid=harness.device_uuid(first),
                      config=harness.config(args))
+        report.watch_state(ddp_model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
@@ -44,7 +45,7 @@ def main() -> None:
             for mx, my, share, is_last in harness.micro_batches(x, y, args.accum):
                 with nullcontext() if is_last else ddp_model.no_sync():  # all-reduce on the last only
                     with harness.autocast(args, last):
-                        loss = F.cross_entropy(ddp_model(mx), my) * share  # across this rank's two GPUs
+                        loss = harness.loss(ddp_model(mx), my) * share  # across this rank's two GPUs
                     scaler.scale(loss).backward()  # and DDP all-reduces across the ranks
                 step_loss += loss.detach().float()
             scaler.step(optimizer)

@@ -11,7 +11,6 @@ without CUDA, DataParallel just calls the model. Run it:
 """
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import gather, parallel_apply, replicate, scatter
@@ -56,6 +55,7 @@ def main() -> None:
     with Reporting(args, 0, devices[0], task=task) as report:
         report.hello(mode="dp", device=",".join(map(str, devices)),
                      device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
+        report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             x, y = x.to(devices[0]), y.to(devices[0])  # the whole batch on the first GPU
@@ -64,7 +64,7 @@ def main() -> None:
             for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
                 with harness.autocast(args, devices[0]):
                     # Forward: scatter, a replica per GPU in threads, the outputs gathered on GPU 0.
-                    loss = F.cross_entropy(wrapped(mx), my) * share
+                    loss = harness.loss(wrapped(mx), my) * share
                 scaler.scale(loss).backward()  # the replicas' gradients sum into the master copy
                 step_loss += loss.detach().float()
             scaler.step(optimizer)

@@ -14,7 +14,6 @@ import argparse
 from contextlib import contextmanager, nullcontext
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
@@ -59,6 +58,7 @@ def main() -> None:
     with Reporting(args, d.rank, d.device, task=task) as report:
         report.hello(mode="fsdp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                      config=harness.config(args))
+        report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
@@ -69,7 +69,7 @@ def main() -> None:
                 with nullcontext() if last else gradient_sync_off(model):  # reduce-scatter on the last only
                     with harness.autocast(args, d.device):
                         # Forward: each block's parameters are all-gathered just before it runs.
-                        loss = F.cross_entropy(model(mx), my) * share
+                        loss = harness.loss(model(mx), my) * share
                     scaler.scale(loss).backward()  # gathered again, then gradients reduce-scattered
                 step_loss += loss.detach().float()
             scaler.step(optimizer)  # each rank updates only the shard it owns

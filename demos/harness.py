@@ -6,10 +6,12 @@ wrapped, which slice of the batch a rank trains on, and the training step itself
 (forward, loss, backward, optimizer step), since that is where DDP all-reduces,
 FSDP gathers and the pipeline schedules. What a demo reports is in reporting.py.
 
-The task is synthetic but learnable: inputs are random vectors and each label is
-the class a fixed random "teacher" matrix scores highest, so the loss really
-falls. The global batch for step s is generated from (seed, s) alone: every rank
-can make it, and every mode trains on exactly the same data as the baseline.
+Two workloads (--model): ``mlp``, the quickest, whose task is synthetic but learnable
+(inputs are random vectors and each label is the class a fixed random "teacher" matrix
+scores highest, so the loss really falls); and a GPT transformer of a named size (gpt-tiny,
+gpt-125m, ...) on learnable token sequences (transformer.py). Either way the model is a
+sequence of layers, and the global batch for step s is generated from (seed, s) alone:
+every rank can make it, and every mode trains on exactly the same data as the baseline.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch import nn
 
 from mgpu_tui.demos import faults
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import PlacementError, rank_devices, shares_gpus, split_layers
+from mgpu_tui.engine.planning.shapes import MODELS as SHAPES
+from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS, ModelShape, ShapeError, model_shape
 
 CLASSES = 10
 
@@ -65,6 +70,11 @@ def parse_args(
                         help="let ranks share GPUs round-robin when there are too few (they talk over gloo)")
     parser.add_argument("--width", type=int, default=DEFAULTS.width, help="hidden width")
     parser.add_argument("--depth", type=int, default=DEFAULTS.depth, help="hidden blocks")
+    parser.add_argument("--model", default="mlp", choices=("mlp", *SHAPES, "custom"),
+                        help="mlp (--width, --depth), or a GPT transformer of a named size")
+    for field, what in SHAPE_FIELDS.items():
+        parser.add_argument(f"--{field.replace('_', '-')}", type=int,
+                            help=f"the GPT's {what} (changes the named size)")
     parser.add_argument(
         "--save-params", metavar="DIR", help="save the trained parameters here (one file per rank)"
     )
@@ -75,7 +85,18 @@ def parse_args(
     for name in ("steps", "batch_size", "accum", "width", "depth"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    try:
+        args.shape = gpt_shape(args)
+    except ShapeError as exc:
+        parser.error(str(exc))
     return args
+
+
+def gpt_shape(args: argparse.Namespace) -> ModelShape | None:
+    """The transformer's shape, or None for the MLP."""
+    if getattr(args, "model", "mlp") == "mlp":
+        return None
+    return model_shape(args.model, **{field: getattr(args, field) for field in SHAPE_FIELDS})
 
 
 # ---- devices ---------------------------------------------------------------------
@@ -161,6 +182,8 @@ class Block(nn.Module):
     second by rows, with one all-reduce per block.
     """
 
+    tp_plan = {"fc1": "colwise", "fc2": "rowwise"}  # tensor parallelism (tp.py)
+
     def __init__(self, width: int) -> None:
         super().__init__()
         self.fc1 = nn.Linear(width, 2 * width)
@@ -174,10 +197,25 @@ class Block(nn.Module):
 def build_model(args: argparse.Namespace) -> nn.Sequential:
     """The same weights on every rank and in every mode: they come from the seed alone.
 
-    Layers 0..depth-1 are blocks, layer ``depth`` the classifier head.
+    The MLP: layers 0..depth-1 are blocks, layer ``depth`` the classifier head. The GPT: layer 0
+    the embeddings, then the blocks, then the head (transformer.py).
     """
     torch.manual_seed(args.seed)
+    if args.shape is not None:
+        from mgpu_tui.demos.transformer import build_gpt
+
+        return build_gpt(args.shape)
     return nn.Sequential(*(Block(args.width) for _ in range(args.depth)), nn.Linear(args.width, CLASSES))
+
+
+def n_layers(args: argparse.Namespace) -> int:
+    """The model's layers, the units that modes place on devices, stage or shard."""
+    return args.shape.layers + 2 if args.shape is not None else args.depth + 1
+
+
+def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """The mean cross-entropy: over samples for the MLP, over every token for the GPT."""
+    return F.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
 
 
 class Stage(nn.Sequential):
@@ -247,6 +285,11 @@ class SyntheticTask:
         self.width = args.width
         teacher_rng = torch.Generator().manual_seed(args.seed + 1)
         self.teacher = torch.randn(args.width, CLASSES, generator=teacher_rng)
+        self.tokens = None
+        if args.shape is not None:
+            from mgpu_tui.demos.transformer import TokenData
+
+            self.tokens = TokenData(args.shape, args.seed)
         self.rank = int(os.environ.get("RANK", "0"))
         self.data_s: float | None = None
 
@@ -254,9 +297,12 @@ class SyntheticTask:
         """The global batch of ``step``: the same on every rank, in every mode."""
         started = time.perf_counter()
         faults.maybe_slow(self.args, step, self.rank)  # --fail-kind slow: a rank slow to load its data
-        rng = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
-        x = torch.randn(batch_size, self.width, generator=rng)
-        batch = x, (x @ self.teacher).argmax(dim=1)
+        if self.tokens is not None:
+            batch = self.tokens.batch(step, batch_size)
+        else:
+            rng = torch.Generator().manual_seed(self.seed * 1_000_003 + step)
+            x = torch.randn(batch_size, self.width, generator=rng)
+            batch = x, (x @ self.teacher).argmax(dim=1)
         self.data_s = time.perf_counter() - started
         return batch
 
@@ -294,7 +340,10 @@ def micro_batches(x: torch.Tensor, y: torch.Tensor, accum: int):
 
 
 def config(args: argparse.Namespace) -> dict:
-    return {k: v for k, v in vars(args).items() if k not in ("save_params", "log_rate")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("save_params", "log_rate", "shape")}
+    if args.shape is not None:
+        settings["shape"] = args.shape.to_json()
+    return settings
 
 
 def shutdown_distributed() -> None:

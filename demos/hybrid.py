@@ -9,7 +9,6 @@ host-device copies; the CPU part is as slow as the CPU. Run it:
 """
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
@@ -21,7 +20,7 @@ def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0])
     cpu, gpu = harness.place("hybrid", args)  # ("cpu", "cuda:0"), or both "cpu" without CUDA
     # Layer 0 on the CPU, every other layer on the GPU.
-    model = harness.Placed(harness.build_model(args), [cpu] + [gpu] * args.depth)
+    model = harness.Placed(harness.build_model(args), [cpu] + [gpu] * (harness.n_layers(args) - 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scaler = harness.grad_scaler(args, gpu)
     task = harness.SyntheticTask(args)
@@ -29,6 +28,7 @@ def main() -> None:
     with Reporting(args, 0, gpu, task=task) as report:
         report.hello(mode="hybrid", device=f"{cpu},{gpu}", device_uuid=harness.device_uuid(gpu),
                      config=harness.config(args))
+        report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             x, y = x.to(cpu), y.to(gpu)  # the input starts on the CPU part; the labels meet the output
@@ -36,7 +36,7 @@ def main() -> None:
             step_loss = 0.0
             for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
                 with harness.autocast(args, gpu):
-                    loss = F.cross_entropy(model(mx), my) * share  # forward: CPU layer, copy up, GPU layers
+                    loss = harness.loss(model(mx), my) * share  # forward: CPU layer, copy up, GPU layers
                 scaler.scale(loss).backward()  # backward: the gradient is copied back down to the CPU
                 step_loss += loss.detach().float()
             scaler.step(optimizer)

@@ -9,7 +9,6 @@ time (pipeline parallelism fixes that with micro-batches). Run it:
 """
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
@@ -25,7 +24,8 @@ def main() -> None:
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=mp_args)
     stage_devices = harness.place("mp", args)  # stage s on cuda:s (all "cpu" without CUDA)
     # Placed moves each layer to its stage's device and the activations along with them.
-    model = harness.Placed(harness.build_model(args), harness.layer_devices(stage_devices, args.depth + 1))
+    layers = harness.layer_devices(stage_devices, harness.n_layers(args))
+    model = harness.Placed(harness.build_model(args), layers)
     first, last = stage_devices[0], stage_devices[-1]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scaler = harness.grad_scaler(args, last)
@@ -34,6 +34,7 @@ def main() -> None:
     with Reporting(args, 0, first, task=task) as report:
         report.hello(mode="mp", device=",".join(map(str, stage_devices)),
                      device_uuid=harness.device_uuid(first), config=harness.config(args))
+        report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             # Inputs start on the first stage; the labels wait where the output appears.
@@ -42,7 +43,7 @@ def main() -> None:
             step_loss = 0.0
             for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
                 with harness.autocast(args, last):
-                    loss = F.cross_entropy(model(mx), my) * share  # forward: GPU by GPU, one at a time
+                    loss = harness.loss(model(mx), my) * share  # forward: GPU by GPU, one at a time
                 scaler.scale(loss).backward()  # backward: the gradients hop back the same way
                 step_loss += loss.detach().float()
             scaler.step(optimizer)

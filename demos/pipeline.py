@@ -14,7 +14,6 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
 from mgpu_tui.demos.reporting import Reporting
@@ -33,7 +32,7 @@ def main() -> None:
     first_stage, last_stage = d.rank == 0, d.rank == d.world - 1
 
     # This rank's layers, named as in the whole model.
-    mine = split_layers(args.depth + 1, d.world)[d.rank]
+    mine = split_layers(harness.n_layers(args), d.world)[d.rank]
     module = harness.Stage(args, mine.start, mine.stop)
     # Where activations cross between ranks: the GPU, except for ranks sharing one (--share-gpus),
     # whose gloo group cannot send CUDA tensors: they compute on the GPU and hand over in host memory.
@@ -47,7 +46,7 @@ def main() -> None:
     scaler.scale(torch.ones((), device=d.device))  # sets the scale up on stages without a loss
 
     def loss_fn(output, target):  # runs on the last stage, once per micro-batch
-        return scaler.scale(F.cross_entropy(output.to(d.device), target))
+        return scaler.scale(harness.loss(output.to(d.device), target))
 
     # A pipeline already accumulates over its micro-batches: --accum N means N times as many.
     Schedule = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
@@ -58,6 +57,7 @@ def main() -> None:
     with Reporting(args, d.rank, d.device, task=task) as report:
         report.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                      config={**harness.config(args), "layers": [mine.start, mine.stop]})
+        report.watch_state(module, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)
             optimizer.zero_grad(set_to_none=True)

@@ -29,6 +29,23 @@ def memory(device: torch.device) -> tuple[int, int]:
     return rss_pages * os.sysconf("SC_PAGE_SIZE"), peak_kib * 1024
 
 
+def state_bytes(module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """The bytes of the parameters, gradients and optimizer state this rank holds: for sharded
+    tensors (FSDP, TP), only its local shard."""
+    from torch.distributed.tensor import DTensor
+
+    def size(t: torch.Tensor) -> int:
+        local = t.to_local() if isinstance(t, DTensor) else t
+        return local.numel() * local.element_size()
+
+    total = 0
+    for p in module.parameters():
+        total += size(p) + (size(p.grad) if p.grad is not None else 0)
+    for state in optimizer.state.values():
+        total += sum(size(v) for v in state.values() if torch.is_tensor(v))
+    return total
+
+
 class Reporting:
     """``with Reporting(args, rank, device, task=task) as report:`` then ``report.hello``, ``report.step``,
     ``report.done``. ``device`` is where this rank's memory is counted."""
@@ -39,6 +56,7 @@ class Reporting:
         self.args, self.rank, self.task = args, rank, task
         self.device = device or torch.device("cpu")
         self.reporter = Reporter()
+        self._state = None  # what to measure after the first optimizer step (watch_state)
 
     def __enter__(self) -> Reporting:
         self.reporter.__enter__()
@@ -52,13 +70,20 @@ class Reporting:
         self.reporter.hello(**fields)
         faults.maybe_fail(self.args, 1, self.rank, self.device)
 
+    def watch_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """After the first step, report the bytes this rank holds of ``module``'s parameters, their
+        gradients and ``optimizer``'s state: the planner's prediction is checked against them."""
+        self._state = (module, optimizer)
+
     def step(self, step: int, samples: int, loss) -> None:
         """Report a step; ``samples`` counts only samples new to the job (0 on TP peers and later
         pipeline stages), so no sample is counted twice."""
         current, peak = memory(self.device)
         data_s = self.task.data_s if self.task is not None else None
-        self.reporter.step(step, samples=samples, loss=loss, mem_bytes=current, mem_peak_bytes=peak,
-                           data_s=data_s)  # fmt: skip
+        state = state_bytes(*self._state) if self._state is not None and step == 1 else None
+        tokens = samples * self.args.shape.seq_len if getattr(self.args, "shape", None) else 0
+        self.reporter.step(step, samples=samples, tokens=tokens, loss=loss, mem_bytes=current,
+                           mem_peak_bytes=peak, data_s=data_s, state_bytes=state)  # fmt: skip
         faults.maybe_fail(self.args, step + 1, self.rank, self.device)
 
     def done(self, steps: int) -> None:

@@ -17,7 +17,6 @@ import torch.distributed.rpc as rpc
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.nn import RemoteModule
 from torch.distributed.optim import DistributedOptimizer
-from torch.nn import functional as F
 
 from mgpu_tui.demos import harness
 from mgpu_tui.demos.reporting import Reporting
@@ -34,7 +33,7 @@ def rank_device(args, rank: int, world: int, device: torch.device) -> str:
 
 
 def train(args, world: int, device: torch.device, report: Reporting) -> None:
-    parts = split_layers(args.depth + 1, world)
+    parts = split_layers(harness.n_layers(args), world)
     local = harness.Stage(args, parts[0].start, parts[0].stop).to(device)
     # Rank r builds layers parts[r] itself, on its own device: the same weights as the baseline's.
     remotes = [
@@ -58,7 +57,7 @@ def train(args, world: int, device: torch.device, report: Reporting) -> None:
                     out = local(mx.to(device))
                 for remote in remotes:
                     out = remote(out)  # runs on the remote rank; the result comes back here
-                loss = F.cross_entropy(out.float(), my.to(out.device)) * share
+                loss = harness.loss(out.float(), my.to(out.device)) * share
                 dist_autograd.backward(context, [loss])  # reaches every remote part
                 step_loss += loss.item()
             optimizer.step(context)  # each parameter is stepped on the rank where it lives

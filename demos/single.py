@@ -10,7 +10,6 @@ Run it:
 import argparse
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from mgpu_tui.demos import harness
@@ -27,6 +26,8 @@ def train(args: argparse.Namespace, report: Reporting | None = None) -> torch.nn
     if report:
         report.hello(mode="single", device=str(device), device_uuid=harness.device_uuid(device),
                      config=harness.config(args))
+    if report:
+        report.watch_state(model, optimizer)  # checked against the planner's prediction
     for step in range(1, args.steps + 1):
         x, y = task.batch(step, args.batch_size)
         x, y = x.to(device), y.to(device)
@@ -34,7 +35,7 @@ def train(args: argparse.Namespace, report: Reporting | None = None) -> torch.nn
         step_loss = 0.0
         for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
             with harness.autocast(args, device):
-                loss = F.cross_entropy(model(mx), my) * share  # forward: this micro-batch's part of the loss
+                loss = harness.loss(model(mx), my) * share  # forward: this micro-batch's part of the loss
             scaler.scale(loss).backward()  # backward: gradients add up over the micro-batches
             step_loss += loss.detach().float()
         scaler.step(optimizer)  # the update (the scaler skips it if fp16 gradients overflowed)

@@ -1,16 +1,17 @@
-"""Tensor parallel: every block's matrices split over the ranks.
+"""Tensor parallel: every block's matrices split over the ranks, in the Megatron pattern.
 
-In each block, fc1 is split by columns (each rank computes some of the hidden
-units) and fc2 by rows (each rank multiplies its hidden units by its slice of
-fc2); one all-reduce sums the partial outputs. Every rank sees the same batch,
-so throughput counts its samples once (rank 0 reports them). The classifier
-head stays whole on every rank. Run it:
+Each block says how (its ``tp_plan``): the MLP block's fc1 is split by columns (each rank
+computes some of the hidden units) and fc2 by rows (each rank multiplies its hidden units by its
+slice of fc2); one all-reduce sums the partial outputs. A GPT block splits Q, K and V by columns
+(each rank keeps whole heads) and the attention's output projection by rows, then its MLP the
+same way: two all-reduces a block. Every rank sees the same batch, so throughput counts its
+samples once (rank 0 reports them). The rest (the head, embeddings, norms) stays whole on every
+rank. Run it:
 
-    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.tp
+    python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.tp --model gpt-tiny
 """
 
 import torch
-import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import DTensor, Replicate, distribute_module
@@ -19,16 +20,23 @@ from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, 
 from mgpu_tui.demos import harness
 from mgpu_tui.demos.reporting import Reporting
 
+STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+
 
 def tensor_parallel(model: torch.nn.Sequential, mesh) -> torch.nn.Sequential:
-    """Split every block over the mesh's ranks, in place; the head stays whole."""
-    for block in model[:-1]:
-        # fc1: columns split, output stays sharded; fc2: rows split, all-reduce gives the full output.
-        parallelize_module(block, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
-    # The head stays whole on every rank, but as replicated DTensors: the fused (foreach) optimizer
-    # and GradScaler on CUDA refuse a mix of DTensors and plain tensors. Its input and output stay
-    # plain tensors, so it costs no communication.
-    distribute_module(model[-1], mesh, input_fn=_replicated_input, output_fn=_local_output)
+    """Split every block over the mesh's ranks as its tp_plan says, in place; the rest stays whole."""
+    for layer in model:
+        plan = getattr(layer, "tp_plan", {})
+        if plan:
+            parallelize_module(layer, mesh, {name: STYLES[style]() for name, style in plan.items()})
+        split = {layer.get_submodule(name) for name in plan}
+        # What is not split stays whole on every rank, but as replicated DTensors: the fused (foreach)
+        # optimizer and GradScaler on CUDA refuse a mix of DTensors and plain tensors. Their inputs and
+        # outputs stay plain tensors, so they cost no communication.
+        for module in layer.modules():
+            own = next(module.parameters(recurse=False), None) is not None
+            if own and module not in split and not any(True for _ in module.children()):
+                distribute_module(module, mesh, input_fn=_replicated_input, output_fn=_local_output)
     return model
 
 
@@ -54,6 +62,7 @@ def main() -> None:
     with Reporting(args, d.rank, d.device, task=task) as report:
         report.hello(mode="tp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
                      config=harness.config(args))
+        report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             x, y = task.batch(step, args.batch_size)  # the same whole batch on every rank
             x, y = x.to(d.device), y.to(d.device)
@@ -62,7 +71,7 @@ def main() -> None:
             for mx, my, share, _ in harness.micro_batches(x, y, args.accum):
                 with harness.autocast(args, d.device):
                     # Forward: each block computes its share of the hidden units, then one all-reduce.
-                    loss = F.cross_entropy(model(mx), my) * share
+                    loss = harness.loss(model(mx), my) * share
                 scaler.scale(loss).backward()  # backward: the mirror image, one all-reduce per block
                 step_loss += loss.detach().float()
             scaler.step(optimizer)  # each rank updates its own slices of the matrices

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mgpu_tui import __version__
+from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
@@ -148,6 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                           help=f"hidden width (default {D.width})")
     training.add_argument("--depth", type=_whole_number(1), default=D.depth,
                           help=f"hidden blocks (default {D.depth})")
+    add_model_arguments(training, _whole_number(1))
     run.add_argument("--force", action="store_true",
                      help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway")
     run.add_argument("--stall-timeout", type=_positive_float, metavar="S",
@@ -165,6 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     nodes.add_argument("--node-rank", type=_whole_number(0), default=0, help="this node's rank")
     nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
     nodes.add_argument("--rdzv-id", metavar="ID", help="the job's id, the same on every node")
+    nodes.add_argument("--join-timeout", type=_positive_float, metavar="S", default=D.join_timeout,
+                       help=f"seconds the nodes wait for each other to join (default {D.join_timeout:.0f})")
     nodes.add_argument("--max-restarts", type=_whole_number(0), default=0, help="restarts on failure")
     nodes.add_argument("--master-port", type=_whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
@@ -194,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
                              help=f"hidden width (default {D.width})")
         command.add_argument("--depth", type=_whole_number(1), default=D.depth,
                              help=f"hidden blocks (default {D.depth})")
+        add_model_arguments(command, _whole_number(1))
         command.add_argument("--out", metavar="FILE", help="write a report: .json, .md or .csv (and a .png "
                              "beside it when matplotlib is installed)")
         command.add_argument("--json", action="store_true", help="print the report as one JSON line")
@@ -258,6 +263,27 @@ def build_parser() -> argparse.ArgumentParser:
     reading.add_argument("--topo", metavar="FILE",
                          help="saved `nvidia-smi topo -m` of the host: say where NCCL's choice disagrees")
     reading.add_argument("--json", action="store_true", help="print JSON")
+
+    planning = commands.add_parser(
+        "plan", help="will a model fit, and under which mode: each GPU's memory, part by part, per mode",
+        description="Predict, for every mode, the memory of each GPU to train a transformer: parameters, "
+        "gradients, optimizer state, activations (an estimate: docs/compare.md) and buffers, and whether "
+        "it fits the GPU (read through NVML, else --gpu-mem). Nothing runs: models far larger than this "
+        "machine can be planned.")
+    add_model_arguments(planning, _whole_number(1), default="gpt-125m")
+    planning.add_argument("--gpus", type=_whole_number(1), metavar="N",
+                          help="GPUs to plan for (default: this machine's)")
+    planning.add_argument("--gpu-mem", type=_positive_float, metavar="GiB",
+                          help="each GPU's memory (default: read through NVML)")
+    planning.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
+                          help="sgd (with momentum, as the modes train; default) or adam")
+    planning.add_argument("--amp", action="store_true", help="mixed precision: 16-bit activations")
+    planning.add_argument("--batch-size", type=_whole_number(1), metavar="B",
+                          help="the global batch in sequences (default: one a GPU)")
+    planning.add_argument("--microbatches", type=_whole_number(1), default=D.microbatches, metavar="M",
+                          help=f"pipeline micro-batches (default {D.microbatches})")
+    planning.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe", help="pipeline schedule")
+    planning.add_argument("--json", action="store_true", help="print JSON")
 
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
@@ -347,6 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from mgpu_tui.commands.runs import open_command
 
             return open_command(args)
+        if args.command == "plan":
+            from mgpu_tui.commands.plan import plan_command
+
+            return plan_command(args)
         if args.command == "topo":
             from mgpu_tui.commands.topo import topo_command
 

@@ -6,11 +6,13 @@ data, seed and global batch. Each finished run becomes a :class:`Row`:
 
 - step time: the median over steady steps, with p10-p90 (see aggregate.py);
 - samples/s global, and per device: per GPU on CUDA, per rank on the CPU;
-- tokens/s: the demos read vectors, not tokens, so it is null unless a program
-  reports tokens;
-- TFLOP/s per device: the model's training FLOPs (3 x forward: the backward
-  pass costs about twice the forward) x samples/s / devices; MFU = that over
+- tokens/s: global, for a GPT (--model gpt-...): null for the MLP, which reads vectors;
+- TFLOP/s per device: the model's training FLOPs x throughput / devices: for the
+  MLP 3 x the forward's per sample (the backward costs about twice the forward),
+  for a GPT 6N + 12 L d s per token (engine/planning/shapes.py); MFU = that over
   the GPU's dense peak for the precision, where the GPU is one we know;
+- memory per rank: the planner's predicted state and total next to what each
+  rank measured (summary.py's ``memory``);
 - peak memory per rank (allocator peak on CUDA, peak RSS on the CPU);
 - the final loss (full global batch) and the loss curve.
 
@@ -29,12 +31,12 @@ from dataclasses import dataclass, field
 
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import gpus_needed
-from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve, workload_of
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
 
-CLASSES = 10  # the demos' classifier head (demos/harness.py)
 PARALLEL_NOTE = ("the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
                  "and PCIe): the figures are not a fair race")  # fmt: skip
 # Dense peak FLOP/s from NVIDIA's datasheets: (16-bit tensor core, plain fp32). Matched on the NVML name.
@@ -47,13 +49,12 @@ GPU_PEAK_FLOPS = {
 }
 
 
-def train_flops_per_sample(width: int, depth: int) -> float:
-    """Training FLOPs for one sample of the demo model: 3 x (2 x multiply-adds of the forward).
-
-    Each block has fc1 (width -> 2 width) and fc2 (2 width -> width); the head is width -> 10.
-    """
-    forward_macs = depth * (width * 2 * width + 2 * width * width) + width * CLASSES
-    return 3 * 2 * forward_macs
+def train_flops_per_sample(workload: ModelShape | MlpShape) -> float:
+    """Training FLOPs for one sample: the MLP's 3 x forward, or a GPT's sequence of tokens at
+    6N + 12 L d s a token (PaLM's appendix B)."""
+    if isinstance(workload, ModelShape):
+        return workload.flops_per_token * workload.seq_len
+    return workload.flops_per_sample
 
 
 def peak_flops(gpu_name: str | None, half_precision: bool) -> float | None:
@@ -98,6 +99,8 @@ class Row:
     run_dir: str
     root_cause: str | None
     note: str | None
+    memory: list[dict] = field(default_factory=list)  # per rank: predicted and measured (summary.py)
+    tokens_per_s_per_device: float | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -110,7 +113,7 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
                            spec.stages, gpu_count)  # fmt: skip
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
-    tflops = per_device * train_flops_per_sample(spec.width, spec.depth) / 1e12 if per_device else None
+    tflops = per_device * train_flops_per_sample(run.resolved.workload) / 1e12 if per_device else None
     peak = peak_flops(gpu_name, spec.amp) if run.resolved.device == "cuda" else None
     steps, rates, losses = run.series()
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
@@ -121,7 +124,7 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         devices=devices,
         samples_per_s=rate,
         samples_per_s_per_device=per_device,
-        tokens_per_s=None,
+        tokens_per_s=summary.tokens_per_s,
         step_time_s_median=summary.step_time_s_median,
         step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
         tflops_per_device=tflops,
@@ -135,6 +138,8 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         run_dir=summary.run_dir,
         root_cause=summary.root_cause.headline() if summary.root_cause else None,
         note=summary.note,
+        memory=list(summary.memory),
+        tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
     )
 
 
@@ -189,9 +194,11 @@ class Comparison:
 
 
 def _settings(template: LaunchSpec) -> dict:
+    workload = workload_of(template)
     return {"nproc": template.nproc, "steps": template.steps, "batch_size": template.batch_size,
             "device": template.device, "amp": template.amp, "width": template.width, "depth": template.depth,
-            "flops_per_sample": train_flops_per_sample(template.width, template.depth)}  # fmt: skip
+            "model": template.model, "model_shape": workload.to_json() if isinstance(workload, ModelShape)
+            else None, "flops_per_sample": train_flops_per_sample(workload)}  # fmt: skip
 
 
 class Runner:

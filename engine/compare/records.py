@@ -19,11 +19,12 @@ from mgpu_tui.engine.compare.comparison import (
     peak_flops,
     train_flops_per_sample,
 )
+from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
 from mgpu_tui.engine.records.history import RecordError, read_run, read_spec
 from mgpu_tui.engine.run.aggregate import read_events
 
 # What must be the same for two runs' figures to be compared: (spec key, what it is called).
-SAME_JOB = (("width", "the model's width"), ("depth", "the model's depth"),
+SAME_JOB = (("model", "the model"), ("width", "the model's width"), ("depth", "the model's depth"),
             ("batch_size", "the global batch"), ("amp", "mixed precision"), ("device", "the device"))
 SAME_MACHINE = (("hostname", "the machine"), ("cpu_count", "the number of CPU cores"),
                 ("gpu_count", "the number of GPUs"))  # fmt: skip
@@ -43,6 +44,13 @@ def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
     return comparison
 
 
+def _workload(spec: dict):
+    """The recorded spec's model (an older record has no --model: the MLP)."""
+    args = tuple((k, int(v)) for k, v in spec.get("model_args") or ())
+    return workload_of(LaunchSpec(mode="single", width=int(spec["width"]), depth=int(spec["depth"]),
+                                  model=str(spec.get("model") or "mlp"), model_args=args))
+
+
 def _row(path: Path) -> tuple[dict, dict, Row]:
     record = read_run(path)
     if record.status == "broken":
@@ -57,14 +65,14 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
     own_program = bool(spec.get("script") or spec.get("module"))  # a model we cannot count FLOPs of
-    flops = None if own_program else train_flops_per_sample(spec["width"], spec["depth"])
+    flops = None if own_program else train_flops_per_sample(_workload(spec))
     tflops = per_device * flops / 1e12 if per_device and flops else None
     peak = peak_flops(gpu_names[0] if gpu_names else None, spec["amp"]) if spec["device"] == "cuda" else None
     steps, rates, losses = read_events(path).series()
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     row = Row(
         mode=record.what, status=summary.status, world_size=summary.world_size, devices=devices,
-        samples_per_s=rate, samples_per_s_per_device=per_device, tokens_per_s=None,
+        samples_per_s=rate, samples_per_s_per_device=per_device, tokens_per_s=summary.tokens_per_s,
         step_time_s_median=summary.step_time_s_median,
         step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
         tflops_per_device=tflops, mfu=tflops * 1e12 / peak if tflops and peak else None,
@@ -72,7 +80,8 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
         final_loss=summary.final_loss, loss_curve=[[s, v] for s, v in zip(steps, losses) if v is not None],
         throughput_curve=[[s, r] for s, r in zip(steps, rates)], duration_s=summary.duration_s,
         run_dir=str(path), root_cause=summary.root_cause.headline() if summary.root_cause else None,
-        note=summary.note,
+        note=summary.note, memory=list(summary.memory),
+        tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
     )  # fmt: skip
     return spec, machine, row
 

@@ -43,6 +43,10 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
             # A mode that can train one AMP dtype only on CUDA (rpc: bf16, as fp16's GradScaler
             # does not work with distributed autograd): said here, so --verify's baseline matches.
             argv += ["--amp-dtype", only]
+    if spec.model != "mlp":
+        argv += ["--model", spec.model]
+        for name, value in spec.model_args:
+            argv += [f"--{name.replace('_', '-')}", str(value)]
     if resolved.shared_gpus:
         argv.append("--share-gpus")
     if resolved.mode.stages_from == "stages":
@@ -54,13 +58,28 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
     return argv + list(spec.demo_args)
 
 
-def _rendezvous(resolved: ResolvedSpec) -> list[str]:
+# torchrun gives up joining later than mgpu-tui's own watch (engine/nodes/watch.py), which says why.
+JOIN_TIMEOUT_MARGIN_S = 60
+
+
+def _rendezvous(resolved: ResolvedSpec, local_addr: str | None) -> list[str]:
     """How the ranks find each other, with torchrun's own flags."""
     spec = resolved.spec
     if spec.nnodes > 1 or spec.rdzv_endpoint:
-        # Several nodes: torchrun's c10d rendezvous at an endpoint every node names alike.
-        return ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id", spec.rdzv_id or "mgpu-tui"]  # fmt: skip
+        # Several nodes: torchrun's c10d rendezvous at an endpoint every node names alike. The store
+        # is hosted by mgpu-tui's node link on the node that owns the endpoint's address
+        # (engine/nodes/watch.py), so every torchrun joins it as a client: is_host=false. Without
+        # that, torchrun decides by its hostname, and a host whose name does not resolve to the
+        # endpoint's address hosts nothing, leaving every node waiting.
+        conf = f"is_host=false,join_timeout={int(spec.join_timeout) + JOIN_TIMEOUT_MARGIN_S}"
+        argv = ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id", spec.rdzv_id or "mgpu-tui",
+                "--rdzv-conf", conf]  # fmt: skip
+        if local_addr:
+            # The address the other nodes reach this one at (the route to the endpoint): torchrun
+            # publishes it as the workers' MASTER_ADDR, instead of a hostname they may not resolve.
+            argv += ["--local-addr", local_addr]
+        return argv
     if spec.master_port is not None:
         # One node, a port the user chose: the static rendezvous, on loopback.
         return ["--master-addr", "127.0.0.1", "--master-port", str(spec.master_port)]
@@ -83,11 +102,14 @@ def build_command(
     python: str,
     cpu_count: int,
     base_env: Mapping[str, str],
+    local_addr: str | None = None,
 ) -> Launch:
-    """The argv and environment that start ``resolved`` with its output in ``run_dir``."""
+    """The argv and environment that start ``resolved`` with its output in ``run_dir``.
+
+    ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint."""
     mode, spec = resolved.mode, resolved.spec
     if mode.multi_process:
-        argv = [python, "-m", "torch.distributed.run", *_rendezvous(resolved),
+        argv = [python, "-m", "torch.distributed.run", *_rendezvous(resolved, local_addr),
             "--nproc-per-node", str(spec.nproc),
             # Every rank's stdout and stderr in its own file: nothing interleaves, nothing is lost.
             "--log-dir", str(run_dir.logs_dir),

@@ -19,6 +19,7 @@ class Defaults:
     stages: int = 2  # mp: the GPUs the model spreads over
     microbatches: int = 4  # pipeline: micro-batches in flight per step
     cpu_ranks: int = 2  # ranks of a multi-process mode on the CPU (on CUDA: one per GPU)
+    join_timeout: float = 600.0  # several nodes: seconds to wait for all to join (torchrun's default)
     cpu_ranks_per_core: int = 4  # more CPU ranks than this per core only fight over them (--force)
 
 

@@ -18,6 +18,7 @@ from typing import Literal
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, SCRIPT, Mode
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape, ShapeError, model_shape
 
 Device = Literal["auto", "cpu", "cuda"]
 DEVICES = ("auto", "cpu", "cuda")
@@ -41,6 +42,10 @@ class LaunchSpec:
     run_root: Path = Path("runs")
     width: int = DEFAULTS.width
     depth: int = DEFAULTS.depth  # hidden blocks; the model has depth + 1 layers (the blocks and the head)
+    # The workload: "mlp" (width, depth), or a GPT of a named size (engine/planning/shapes.py) with
+    # any of its layers, d_model, heads, seq_len, vocab changed: (("seq_len", 64), ...).
+    model: str = "mlp"
+    model_args: tuple[tuple[str, int], ...] = ()
     amp: bool = False
     accum: int = DEFAULTS.accum  # micro-batches per optimizer step
     stages: int = DEFAULTS.stages  # mp: how many GPUs the model spreads over
@@ -54,6 +59,8 @@ class LaunchSpec:
     node_rank: int = 0
     rdzv_endpoint: str | None = None  # HOST:PORT of the c10d rendezvous, for several nodes
     rdzv_id: str | None = None
+    # Several nodes: how long the nodes wait for each other to join (torchrun's join_timeout).
+    join_timeout: float = DEFAULTS.join_timeout
     max_restarts: int = 0
     master_port: int | None = None
     # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
@@ -87,6 +94,11 @@ class ResolvedSpec:
         object.__setattr__(self, "world_size", world)
 
     @property
+    def workload(self) -> ModelShape | MlpShape:
+        """The model the demos train (resolve() has checked that it can be)."""
+        return workload_of(self.spec)
+
+    @property
     def ranks_here(self) -> range:
         """The global ranks this node starts (all of them on one node)."""
         per_node = self.world_size // max(1, self.spec.nnodes)
@@ -110,6 +122,16 @@ class ResolvedSpec:
 def _stages(mode: Mode, spec: LaunchSpec) -> int:
     """How many consecutive stages the model is cut into."""
     return spec.stages if mode.stages_from == "stages" else spec.nproc
+
+
+def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
+    """The spec's model: ShapeError when it cannot be."""
+    if spec.model == "mlp":
+        if spec.model_args:
+            raise ShapeError("--layers, --d-model, --heads, --seq-len and --vocab shape a GPT: add --model "
+                             "gpt-tiny (or another size); the MLP takes --width and --depth.")
+        return MlpShape(spec.width, spec.depth)
+    return model_shape(spec.model, **dict(spec.model_args))
 
 
 def mode_names() -> str:
@@ -148,6 +170,8 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
         except (socket.gaierror, UnicodeError) as exc:
             raise SpecError(f"--rdzv-endpoint: the host {host!r} cannot be resolved "
                             f"({getattr(exc, 'strerror', None) or exc}).") from None
+    if spec.join_timeout <= 0:
+        raise SpecError(f"--join-timeout must be more than 0 seconds, got {spec.join_timeout}.")
     if spec.master_port is not None and not 0 < spec.master_port < 65536:
         raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
     if spec.sample_interval and spec.sample_interval < 0.1:
@@ -247,9 +271,18 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
             f"--batch-size {spec.batch_size} does not split into {spec.accum} x {spec.microbatches} "
             "equal micro-batches; choose sizes that divide it."
         )
-    if mode.stages_from and (stages := _stages(mode, spec)) > spec.depth + 1:
+    try:
+        workload = workload_of(spec) if mode is not SCRIPT else None
+    except ShapeError as exc:
+        raise SpecError(str(exc)) from None
+    if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % spec.nproc:
+        raise SpecError(f"tensor parallelism over {spec.nproc} ranks gives each rank whole heads: the "
+                        f"model's {workload.heads} heads must be a multiple of --nproc.")
+    layers = workload.layers + 2 if isinstance(workload, ModelShape) else spec.depth + 1
+    if mode.stages_from and (stages := _stages(mode, spec)) > layers:
+        more = "--layers" if isinstance(workload, ModelShape) else "--depth"
         raise SpecError(
-            f"{stages} stages is more than the model's {spec.depth + 1} layers; raise --depth."
+            f"{stages} stages is more than the model's {layers} layers; raise {more}."
         )
     # NCCL refuses two ranks on one GPU, so ranks that share one talk over gloo.
     backend = "nccl" if device == "cuda" and not shared else "gloo"

@@ -10,7 +10,9 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
 - ``step``: step, samples (new to the job: tensor-parallel peers and later
   pipeline stages report 0, so throughput is never counted twice), tokens,
   loss (null when this rank has none), step_s (wall seconds since the previous
-  step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU).
+  step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
+  optionally data_s (the seconds before its compute) and state_bytes (its parameters,
+  gradients and optimizer state, measured once after the first optimizer step).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback.
 
@@ -80,6 +82,8 @@ class Step:
     mem_bytes: int | None
     mem_peak_bytes: int | None
     data_s: float | None = None  # of step_s, the time before this rank's compute (its batch): when known
+    # Bytes of this rank's parameters, gradients and optimizer state (its local shards), if measured.
+    state_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,6 +210,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         mem_bytes=_get(r, "mem_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         mem_peak_bytes=_get(r, "mem_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         data_s=_get(r, "data_s", _NUM, optional=True, minimum=0, maximum=MAX_SECONDS),
+        state_bytes=_get(r, "state_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
     )
 
 

@@ -233,6 +233,7 @@ class Reporter:
         mem_bytes: int | None = None,
         mem_peak_bytes: int | None = None,
         data_s: float | None = None,
+        state_bytes: int | None = None,
     ) -> None:
         """Record the end of a training step.
 
@@ -258,6 +259,7 @@ class Reporter:
                 "mem_bytes": mem_bytes,
                 "mem_peak_bytes": mem_peak_bytes,
                 **({"data_s": data_s} if data_s is not None else {}),
+                **({"state_bytes": state_bytes} if state_bytes is not None else {}),
             },
             now,
         )

@@ -16,6 +16,7 @@ the same Ingest as a live run (which checks each event against the job's shape).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -24,7 +25,15 @@ from pathlib import Path
 
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.spec import LaunchSpec
-from mgpu_tui.engine.records.history import MAX_SUMMARY_BYTES, RecordError, read_run, read_spec
+from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, plain
+from mgpu_tui.engine.records.history import (
+    MAX_SPEC_BYTES,
+    MAX_SUMMARY_BYTES,
+    RecordError,
+    read_run,
+    read_spec,
+)
 from mgpu_tui.engine.records.monitor import Monitor, is_followed, monitor_of
 from mgpu_tui.engine.run.ingest import FileTail, Ingest, IngestReadings
 from mgpu_tui.engine.run.rundir import RunDir, read_capped
@@ -123,6 +132,8 @@ class FollowedRun(IngestReadings):
         self.telemetry = TelemetrySeries()
         self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts)
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
+        self.nnodes = int(spec.get("nnodes") or 1) if str(spec.get("nnodes") or 1).isdigit() else 1
+        self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
         self.live_at_open = self.followed()
 
     def launch_spec(self) -> tuple[LaunchSpec, int] | None:
@@ -195,6 +206,36 @@ class FollowedRun(IngestReadings):
 
     def stall_timeout(self) -> float:
         return stall_timeout(self.requested_stall_timeout, self._ingest.recent_step_time())
+
+    def nodes(self) -> tuple[NodeView, ...]:
+        """Several nodes: each node of the job, from the summary once there is one, else from the
+        folder the nodes share (each node's spec names its host; the events hold every rank's steps)."""
+        if self.nnodes < 2 or self.world_size % self.nnodes:
+            return ()
+        if self.summary is not None and self.summary.nodes:
+            try:
+                # Read back, no node is "here": the app only looks at the folder.
+                nodes = map(NodeView.from_json, self.summary.nodes)
+                return tuple(dataclasses.replace(n, here=False) for n in nodes)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass  # a summary written by hand: the folder tells the rest
+        per_node = self.world_size // self.nnodes
+        steps = {r.rank: r.last_step for r in self.stats().ranks}
+        rows = []
+        for node in range(self.nnodes):
+            if node not in self._hosts:
+                try:
+                    document = json.loads(read_capped(self.path / f"spec-node{node}.json", MAX_SPEC_BYTES))
+                    self._hosts[node] = plain(str(document["machine"]["hostname"]), MAX_HOST)
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass  # not there (yet): that node has not started, or keeps its own folder
+            first = node * per_node
+            known = tuple((rank, steps[rank]) for rank in range(first, first + per_node) if rank in steps)
+            step = min(s for _, s in known) if len(known) == per_node else None
+            state = "running" if node in self._hosts else "joining"
+            rows.append(NodeView(node, self._hosts.get(node), first, first + per_node - 1, state, step, None,
+                                 False, known))  # fmt: skip
+        return tuple(rows)
 
     def stop(self) -> None:
         """Ask the run's monitor to stop it (SIGTERM, as Ctrl-C in its terminal): PermissionError with

@@ -50,6 +50,7 @@ class _RankTrack:
     hello: Hello | None = None
     steps: array = field(default_factory=lambda: array("q"))
     samples: array = field(default_factory=lambda: array("q"))
+    tokens: array = field(default_factory=lambda: array("q"))
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
@@ -57,6 +58,7 @@ class _RankTrack:
     last_t: float | None = None
     mem_bytes: int | None = None
     mem_peak_bytes: int | None = None
+    state_bytes: int | None = None  # parameters, gradients, optimizer state, as the rank measured them
     done: Done | None = None
     error: Error | None = None
 
@@ -74,6 +76,7 @@ class RankStats:
     error: str | None
     device: str | None
     pid: int | None
+    state_bytes: int | None = None  # its parameters, gradients and optimizer state, as it measured them
 
 
 @dataclass(frozen=True)
@@ -145,6 +148,7 @@ class RunStats:
     final_loss: float | None
     first_step_t: float | None  # when the first step event of any rank was written
     stragglers: tuple[Straggler, ...] = ()
+    tokens_per_s: float | None = None  # where the ranks count tokens (a GPT): over the same steps
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
@@ -164,6 +168,9 @@ class Aggregator:
                 track.first_step_t = event.t
             track.steps.append(event.step)
             track.samples.append(event.samples)
+            track.tokens.append(event.tokens)
+            if event.state_bytes is not None and track.state_bytes is None:
+                track.state_bytes = event.state_bytes
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
             if event.loss is not None:
@@ -271,7 +278,7 @@ class Aggregator:
         warm = warmup_steps(n_known)
 
         rank_stats = []
-        total_rate = 0.0
+        total_rate, token_rate = 0.0, 0.0
         any_rate = False
         per_step_max: dict[int, float] = {}
         for rank in sorted(tracks):
@@ -283,6 +290,7 @@ class Aggregator:
                 if seconds > 0:
                     rate = sum(t.samples[lo:]) / seconds
                     total_rate += rate
+                    token_rate += sum(t.tokens[lo:]) / seconds
                     any_rate = True
                 for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
                     if step <= common:
@@ -300,6 +308,7 @@ class Aggregator:
                     error=t.error.message if t.error else None,
                     device=t.hello.device if t.hello else None,
                     pid=t.hello.pid if t.hello else None,
+                    state_bytes=t.state_bytes,
                 )
             )
 
@@ -316,6 +325,7 @@ class Aggregator:
             world_size=world,
             steps=common,
             samples_per_s=total_rate if any_rate else None,
+            tokens_per_s=token_rate if token_rate > 0 else None,
             step_time_s_median=median,
             step_time_s_spread=spread,
             final_loss=self._loss_at(common),

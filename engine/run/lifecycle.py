@@ -31,12 +31,13 @@ from enum import Enum
 from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
 from mgpu_tui.engine.records.monitor import MonitorLock
 from mgpu_tui.engine.records.nccl_record import nccl_figures
 from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.processes import ProcessTree
-from mgpu_tui.engine.run.rootcause import find_root_cause, hint_for
+from mgpu_tui.engine.run.rootcause import RootCause, find_root_cause, hint_for
 from mgpu_tui.engine.run.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunSummary
@@ -48,6 +49,7 @@ from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, Watchdog
 # wake-up of the monitor delays a rank (and so the whole synchronous job).
 TREE_RESCAN_S = 5.0
 FR_READ_S = 5.0  # the ranks' flight-recorder dumps (who arrives late) are read this often
+NODE_LOST_GRACE_S = 1.0  # another node is gone or failed: SIGTERM, this long, then SIGKILL
 
 
 class RunState(str, Enum):
@@ -82,12 +84,17 @@ class Run(IngestReadings):
         self.run_dir = run_dir
         self.run_id = uuid.uuid4().hex
         self.python = python
+        self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
+        # Several nodes: this node's watch over the others, through the rendezvous store.
+        self._nodes = None
+        if resolved.spec.nnodes > 1:
+            self._nodes = NodeWatch(resolved, run_dir, python=python, log=self.log)
         self.launch: Launch = build_command(resolved, run_dir, self.run_id, python=python,
                                             cpu_count=cpu_count or host_module.cpu_count(),
-                                            base_env=os.environ if environ is None else environ)  # fmt: skip
+                                            base_env=os.environ if environ is None else environ,
+                                            local_addr=self._nodes and self._nodes.local_addr)  # fmt: skip
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
-        self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
         self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice, ranks_here=resolved.ranks_here,
                                  launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
         self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
@@ -99,6 +106,7 @@ class Run(IngestReadings):
         self._fr_read_at = 0.0
         self._started_at = 0.0
         self._stop_requested = False
+        self._node_cause: RootCause | None = None  # what ended the run from another node, or its absence
         self._watchdog = Watchdog(resolved, run_dir, self._ingest, self._tree, log=self.log, stop=self.stop,
                                   local_ranks=self._local_pids)
 
@@ -140,32 +148,56 @@ class Run(IngestReadings):
     def start(self) -> None:
         if self.state is not RunState.CREATED:
             raise RuntimeError("this run was already started")
-        try:
-            out, err = self.run_dir.open_launcher_output(one_process=not self.resolved.mode.multi_process)
-        except RunDirError:
-            self.log.close()
-            raise
         if not self._monitor.hold():  # the run still goes; only others cannot tell it is live
             self.log.warning("cannot lock %s: `mgpu-tui open` will see this run as cut off",
                              self.run_dir.monitor_lock_path)  # fmt: skip
-        try:
-            self._started_at = time.time()
-            self._tree.start(out, err)
-        except BaseException:
-            self._monitor.release()
-            raise
-        finally:
-            out.close()
-            err.close()
+        self._started_at = time.time()
+        if self._nodes is not None:
+            # Several nodes: the ranks start once this node hosts or has joined the store (poll()).
+            try:
+                self._nodes.start()
+            except BaseException:
+                self._let_go()
+                self.log.close()
+                raise
+        else:
+            self._start_launcher()
         interval = self.resolved.spec.sample_interval
         if interval:  # the machine during the run, kept with it (engine/records/telemetry_log.py)
             self._telemetry = TelemetryLog(self.run_dir.telemetry_path, interval=interval,
                                            ranks=self.rank_processes)
             self._telemetry.start()
+        self.state = RunState.RUNNING
+
+    def _start_launcher(self) -> None:
+        try:
+            out, err = self.run_dir.open_launcher_output(one_process=not self.resolved.mode.multi_process)
+        except RunDirError:
+            self._let_go()
+            self.log.close()
+            raise
+        try:
+            self._tree.start(out, err)
+        except BaseException:
+            self._let_go()
+            raise
+        finally:
+            out.close()
+            err.close()
         self.log.info("started %s, %d rank(s) on %s (%s): pid %d, %s", self.resolved.mode.name,
                       self.resolved.world_size, self.resolved.device, self.resolved.backend,
                       self._tree.proc.pid, " ".join(self.launch.argv))  # fmt: skip
-        self.state = RunState.RUNNING
+
+    def _let_go(self) -> None:
+        """The launcher could not start: nothing of the run may stay (the node link), nor its lock."""
+        if self._nodes is not None:
+            self._nodes.close()
+        self._monitor.release()
+
+    @property
+    def launched(self) -> bool:
+        """Whether the launcher has started (several nodes: once the store is hosted or joined)."""
+        return self._tree.proc is not None
 
     def poll(self) -> RunState:
         """Read what is new, and notice the end of the run. Never blocks for long."""
@@ -175,6 +207,8 @@ class Run(IngestReadings):
                 self._finish(verify)
             return self.state
         if self.state is not RunState.RUNNING:
+            return self.state
+        if self._nodes is not None and not self._poll_nodes():
             return self.state
         self._ingest.read()
         if self.resolved.spec.nnodes == 1 and time.monotonic() - self._fr_read_at >= FR_READ_S:
@@ -203,7 +237,7 @@ class Run(IngestReadings):
                 on_poll(self)
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            if self.state is RunState.VERIFYING:
+            if self.state is RunState.VERIFYING or not self.launched:
                 time.sleep(min(interval, 0.2))
             else:
                 self._tree.sleep_unless_exit(interval)
@@ -220,6 +254,9 @@ class Run(IngestReadings):
         if self.state is not RunState.RUNNING:
             return self.state
         self._stop_requested = True
+        if not self.launched:  # several nodes, still joining: only the link to end
+            self._finish(None)
+            return self.state
         self.log.info("stopping every process of the run (SIGTERM, then SIGKILL after %.0f s)", grace)
         self._tree.terminate(grace)
         return self.poll()
@@ -258,7 +295,45 @@ class Run(IngestReadings):
         """Seconds of silence after which a rank counts as stalled now (watchdog.py's rule)."""
         return self._watchdog.stall_timeout()
 
+    def nodes(self) -> tuple[NodeView, ...]:
+        """Several nodes: every node of the job as this one hears them; () for one node."""
+        return self._nodes.view() if self._nodes is not None else ()
+
+    def node_role(self) -> str | None:
+        """Several nodes: this node's part in the rendezvous, in words; None for one node."""
+        return self._nodes.role() if self._nodes is not None else None
+
     # ---- inside -----------------------------------------------------------------------
+
+    def _steps_here(self) -> dict[int, int]:
+        """This node's ranks' last steps (where nodes share a folder, the ingest reads them all)."""
+        here = self.resolved.ranks_here
+        return {r.rank: r.last_step for r in self._ingest.stats().ranks if r.rank in here}
+
+    def _poll_nodes(self) -> bool:
+        """Several nodes: start the launcher once the store is there, publish this node's steps, and
+        end the run when another node is lost or failed. False: nothing more to poll now."""
+        nodes = self._nodes
+        nodes.poll()
+        if not self.launched:
+            self._node_cause = nodes.failure_to_start()
+            if self._node_cause is not None:
+                self.log.error("%s", self._node_cause.message)
+                self._finish(None)
+            elif nodes.ready:
+                self._start_launcher()
+            return False
+        if nodes.publish_due():  # the steps are read only when due: stats() sums every step so far
+            nodes.publish("running", self._steps_here())
+        if self._stop_requested or self._node_cause is not None:
+            return True
+        self._node_cause = nodes.check()
+        if self._node_cause is not None:
+            self.log.error("%s", self._node_cause.message)
+            # Ranks whose peers are gone cannot finish a collective: no use giving them long.
+            self.stop(grace=NODE_LOST_GRACE_S)
+            return False
+        return True
 
     def _launcher_ended(self, returncode: int) -> None:
         self._exit_code = returncode
@@ -287,6 +362,8 @@ class Run(IngestReadings):
     def _finish(self, verify: Verify | None) -> None:
         returncode = self._exit_code
         ended_by_watchdog, root_cause = self._watchdog.verdict(returncode)
+        if self._node_cause is not None:  # another node, or the rendezvous, ended it
+            ended_by_watchdog, root_cause = True, self._node_cause
         state = final_state(returncode, stalled=ended_by_watchdog, stop_requested=self._stop_requested)
         if state is not RunState.FAILED:
             root_cause = None
@@ -297,6 +374,13 @@ class Run(IngestReadings):
                                          rank_offset=spec.node_rank * (spec.nproc or 1))  # fmt: skip
             if root_cause.rank is not None and self._work_finished(root_cause.rank):
                 root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
+            if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
+                root_cause = dataclasses.replace(root_cause, host=socket.gethostname())
+        nodes: tuple[dict, ...] = ()
+        if self._nodes is not None:  # tell the others how this node ended; hear who failed first
+            root_cause = self._nodes.settle(state.value, self._steps_here(), root_cause)
+            nodes = tuple(n.to_json() for n in self._nodes.view())
+            self._nodes.close()
         if foreign := sorted(self._ingest.foreign_files):
             self.log.warning("not read: event files of %d rank(s) outside the job's 0..%d (%s)",
                              len(foreign), self.resolved.world_size - 1,
@@ -309,7 +393,7 @@ class Run(IngestReadings):
             exit_code=returncode, root_cause=root_cause, started_at=self._started_at, ended_at=time.time(),
             malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
             pid_ok=self._tree.is_rank_here, telemetry=telemetry,
-            nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None,
+            nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None, nodes=nodes,
         )  # fmt: skip
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())

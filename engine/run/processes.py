@@ -67,7 +67,7 @@ class ProcessTree:
         priority.lower_group(self.proc.pid, self.nice)
 
     def _before_launcher_runs(self) -> None:
-        _term_when_parent_dies()
+        term_when_parent_dies()
         priority.nice_self(self.nice)
 
     # ---- what is alive ---------------------------------------------------------------
@@ -227,7 +227,7 @@ class ProcessTree:
         return found
 
 
-def _term_when_parent_dies() -> None:
+def term_when_parent_dies() -> None:
     """In the keeper, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
 
     The keeper then stops the whole run, so a killed mgpu-tui leaves nothing behind. Linux ties

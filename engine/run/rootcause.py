@@ -37,10 +37,16 @@ class RootCause:
     message: str
     traceback: str
     hint: str | None = None  # what the error means and what to try (HINTS), when it is a known one
+    host: str | None = None  # the rank's host, in a job over several nodes
+    # The message is the whole verdict (a lost host, a rendezvous that never completed): no "who" before it.
+    verdict: bool = False
 
     def headline(self) -> str:
         """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
+        if self.verdict:
+            return self.message
         who = "the launcher" if self.rank is None else f"rank {self.rank}"
+        who += f" on {self.host}" if self.host else ""
         how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
         return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
 
@@ -53,6 +59,9 @@ class RootCause:
         return asdict(self)
 
 
+# A rank that saw its peer go: the cause is elsewhere (is_consequence).
+PEER_LOST = (r"Connection reset by peer|Connection closed by peer|"
+             r"Watchdog caught collective operation timeout|NCCL watchdog")
 # The common signatures of distributed training's failures, and what each means for the user:
 # (a pattern searched in the message and the traceback, the hint). The first that matches wins.
 HINTS = (
@@ -87,8 +96,7 @@ HINTS = (
     (r"invalid device ordinal",
      "a rank asked for a GPU that does not exist: this node has fewer GPUs than ranks; lower --nproc, "
      "or let ranks share GPUs (--share-gpus)."),
-    (r"Connection reset by peer|Connection closed by peer|Watchdog caught collective operation timeout|"
-     r"NCCL watchdog",
+    (PEER_LOST,
      "this rank lost a peer: another rank failed or was killed first, and this error is the consequence; "
      "look for the cause in the other ranks' errors."),
 )  # fmt: skip
@@ -109,6 +117,12 @@ def hint_for(cause: RootCause, *, work_finished: bool = False) -> str | None:
     if work_finished and (cause.signal == "SIGABRT" or ABORT_AT_EXIT.search(text)):
         return WORK_DONE_ABORT
     return next((hint for pattern, hint in HINTS if re.search(pattern, text)), None)
+
+
+def is_consequence(cause: RootCause) -> bool:
+    """Whether this failure only echoes another's: the rank lost a peer (on several nodes, the
+    first failure is then on another node, and that node's own cause is the one to tell)."""
+    return bool(re.search(PEER_LOST, f"{cause.message}\n{cause.traceback[-20_000:]}"))
 
 
 def signal_name(exit_code: int | None) -> str | None:

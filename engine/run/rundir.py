@@ -124,6 +124,11 @@ class RunDir:
         return self.path / f"monitor{self._suffix}.lock"
 
     @property
+    def link_log(self) -> Path:
+        """The node link's own output (several nodes: engine/nodes/watch.py)."""
+        return self.path / f"node-link{self._suffix}.log"
+
+    @property
     def launcher_log(self) -> Path:
         return self.path / f"launcher{self._suffix}.log"
 

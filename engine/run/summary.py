@@ -26,6 +26,13 @@
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks), stacks_dir, verdict (why, from the flight
   recorder and the stacks: records/flight_records.py; null when they cannot tell) and culprit (watchdog.py).
+- ``tokens_per_s``: global tokens/s, where the ranks count tokens (a GPT), else null;
+- ``memory``: per rank, ``predicted_state_bytes`` (parameters, gradients and optimizer state, as
+  engine/planning/memory.py predicts them), ``measured_state_bytes`` (what the rank summed over its
+  own tensors after its first optimizer step; null where it cannot: rpc), ``predicted_total_bytes``
+  (with the activation estimate and buffers) and ``peak_bytes`` (allocator on CUDA, RSS on the CPU);
+- ``nodes``: several nodes, every node of the job as this one last heard it: node, host, ranks,
+  state (ok, failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/watch.py); [] for one node.
 
 aggregate.py defines every figure.
 """
@@ -36,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
 from mgpu_tui.engine.records.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.rootcause import RootCause
@@ -53,6 +61,29 @@ def run_note(resolved: ResolvedSpec) -> str | None:
     if resolved.device == "cpu" and resolved.mode.cpu_note:
         return f"on the CPU {resolved.mode.cpu_note}"
     return None
+
+
+def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
+    """Per rank: the planner's predicted state and total bytes (engine/planning/memory.py) next to the
+    state the rank measured after its first step and its peak (allocator on CUDA, RSS on the CPU)."""
+    spec = resolved.spec
+    if spec.script or spec.module:
+        return ()  # a user's program: no shape to predict from
+    schedule = spec.demo_args[spec.demo_args.index("--schedule") + 1] if "--schedule" in spec.demo_args[:-1] \
+        else "gpipe"  # fmt: skip
+    training = Training(optimizer="sgd", amp=spec.amp, batch_size=spec.batch_size,
+                        microbatches=spec.microbatches * spec.accum, schedule=schedule)  # fmt: skip
+    predicted = predicted_per_rank(resolved.mode.name, resolved.workload, resolved.world_size, training,
+                                   stages=spec.stages)  # fmt: skip
+    measured = {r.rank: r for r in stats.ranks}
+    rows = []
+    for rank in range(resolved.world_size):
+        state, total = predicted.get(rank, (None, None))
+        r = measured.get(rank)
+        rows.append({"rank": rank, "predicted_state_bytes": state,
+                     "measured_state_bytes": r.state_bytes if r else None, "predicted_total_bytes": total,
+                     "peak_bytes": r.mem_peak_bytes if r else None})  # fmt: skip
+    return tuple(rows)
 
 
 @dataclass(frozen=True)
@@ -99,6 +130,9 @@ class RunSummary:
     telemetry: TelemetryFigures | None = None  # the machine during the run (records/telemetry_log.py)
     stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
     nccl: dict | None = None  # NCCL's own account of a CUDA run (records/nccl_record.py)
+    nodes: tuple[dict, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
+    tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
+    memory: tuple[dict, ...] = ()  # per rank: the planner's prediction next to what the rank measured
 
     @property
     def ok(self) -> bool:
@@ -110,7 +144,8 @@ class RunSummary:
               exit_code: int | None, root_cause: RootCause | None, started_at: float, ended_at: float,
               malformed_events: int, verify: Verify | None = None, stall: Stall | None = None,
               pid_ok: Callable[[int, int], bool] = lambda rank, pid: True,
-              telemetry: TelemetryFigures | None = None, nccl: dict | None = None) -> RunSummary:  # fmt: skip
+              telemetry: TelemetryFigures | None = None, nccl: dict | None = None,
+              nodes: tuple[dict, ...] = ()) -> RunSummary:  # fmt: skip
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
         host; others are not shown."""
         world = resolved.world_size  # the job's, never what a rank claims
@@ -150,6 +185,9 @@ class RunSummary:
             telemetry=telemetry,
             stragglers=stats.stragglers,
             nccl=nccl,
+            nodes=nodes,
+            tokens_per_s=stats.tokens_per_s,
+            memory=memory_of(resolved, stats),
         )
 
     def to_json(self) -> dict:
@@ -162,6 +200,8 @@ class RunSummary:
         document["stall"] = self.stall.to_json() if self.stall else None
         document["telemetry"] = self.telemetry.to_json() if self.telemetry else None
         document["stragglers"] = [asdict(s) for s in self.stragglers]
+        document["nodes"] = list(self.nodes)
+        document["memory"] = list(self.memory)
         return document
 
     @classmethod
@@ -177,6 +217,8 @@ class RunSummary:
         fields["verify"] = Verify.from_json(fields["verify"]) if fields["verify"] else None
         fields["stall"] = Stall.from_json(fields["stall"]) if fields.get("stall") else None
         fields["stragglers"] = tuple(Straggler(**s) for s in fields.get("stragglers") or ())
+        fields["nodes"] = tuple(fields.get("nodes") or ())
+        fields["memory"] = tuple(fields.get("memory") or ())
         telemetry = fields.get("telemetry")
         fields["telemetry"] = TelemetryFigures.from_json(telemetry) if telemetry else None
         known = cls.__dataclass_fields__

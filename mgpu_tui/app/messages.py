@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
+    from mgpu_tui.engine.nodes.watch import NodeView
     from mgpu_tui.engine.records.follow import TelemetrySeries
     from mgpu_tui.engine.records.history import RunRecord
     from mgpu_tui.engine.run.aggregate import RunStats
@@ -51,9 +52,11 @@ class TopologyRead(Message):
 class RunUpdated(LatestOnly):
     def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]],
                  stall_after: float, telemetry: TelemetrySeries | None = None,
-                 whole: tuple[list[int], list[float], list[float | None]] | None = None) -> None:  # fmt: skip
+                 whole: tuple[list[int], list[float], list[float | None]] | None = None,
+                 nodes: tuple[NodeView, ...] = ()) -> None:  # fmt: skip
         super().__init__()
         self.stats = stats
+        self.nodes = nodes  # several nodes: each node as this one hears it (engine/nodes/watch.py)
         self.series = series  # the latest steps
         self.whole = whole  # the whole run, thinned
         self.stall_after = stall_after  # the run's stall timeout now

@@ -120,7 +120,7 @@ class RunController:
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
         telemetry = None if owned else run.telemetry.copy()
         self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout(), telemetry,
-                                         whole=run.whole_series()))
+                                         whole=run.whole_series(), nodes=run.nodes()))
 
     def _loop(self, run: Run | FollowedRun) -> None:
         owned = self.owned

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.launch.spec import LaunchSpec
@@ -25,7 +26,7 @@ from mgpu_tui.reports.files import ensure_writable, write_atomic
 def _template(args: argparse.Namespace, nproc: int | None) -> LaunchSpec:
     return LaunchSpec(mode="single", nproc=nproc, steps=args.steps, batch_size=args.batch_size,
                       device=args.device, run_root=Path(args.run_dir), amp=args.amp, width=args.width,
-                      depth=args.depth, share_gpus=args.share_gpus)  # fmt: skip
+                      depth=args.depth, share_gpus=args.share_gpus, **model_fields(args))  # fmt: skip
 
 
 def _out_suffix(out: str | None) -> str | None:

@@ -11,9 +11,11 @@ from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.commands.rank_output import RankOutput, last_lines, parse_ranks_filter
+from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary
@@ -122,6 +124,9 @@ def summary_text(summary: RunSummary) -> str:
     notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]
     if summary.nccl:
         notes.insert(0, f"NCCL: {summary.nccl['summary']}")
+    if summary.nodes:
+        each = [f"node {n['node']} {n['host'] or '?'} ranks {n['ranks']} {n['state']}" for n in summary.nodes]
+        notes.insert(0, "nodes: " + "; ".join(each))
     return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
 
 
@@ -191,6 +196,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         node_rank=args.node_rank,
         rdzv_endpoint=args.rdzv_endpoint,
         rdzv_id=args.rdzv_id,
+        join_timeout=args.join_timeout,
         max_restarts=args.max_restarts,
         master_port=args.master_port,
         stall_timeout=args.stall_timeout,
@@ -212,6 +218,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         microbatches=args.microbatches,
         verify=args.verify,
         demo_args=tuple(program_args),
+        **model_fields(args),
     )
     if args.tui:
         from mgpu_tui.commands.tui import tui_command
@@ -230,10 +237,21 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
     print(plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
           file=sys.stderr)  # fmt: skip
+    if role := run.node_role():
+        print(plain(f"mgpu-tui: {role}"), file=sys.stderr)
+        if warning := exposure_warning(resolve_endpoint(spec.rdzv_endpoint)):
+            print(f"mgpu-tui: {warning}", file=sys.stderr)
 
     named: set[int] = set()  # stragglers already said, while the run goes
+    heard: set[int] = set()  # other nodes already said to have joined
 
     def on_poll(run: Run) -> None:
+        for node in run.nodes():
+            if not node.here and node.host is not None and node.node not in heard:
+                heard.add(node.node)
+                progress.clear()
+                joined = f"mgpu-tui: node {node.node} ({node.host}, ranks {node.ranks}) joined"
+                print(plain(joined), file=sys.stderr)
         for straggler in run.stats().stragglers:
             if straggler.rank not in named:
                 named.add(straggler.rank)
@@ -265,7 +283,8 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
 
     summary = run.summary
     print(json.dumps(summary.to_json()) if args.json else summary_text(summary))
-    if summary.steps == 0 and not args.json:  # nothing reported: what the ranks said is the why
+    verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
+    if summary.steps == 0 and not args.json and not verdict:  # no step: what the ranks said last is the why
         print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
         print("\n".join(last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1))), file=sys.stderr)
     if summary.root_cause:

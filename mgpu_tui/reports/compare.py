@@ -27,6 +27,23 @@ def _fmt_tflops(x: float | None) -> str:
     return f"{x:.2f}" if x >= 0.1 else f"{x:.3f}"
 
 
+def _state(r: Row) -> int | None:
+    """The largest predicted state (parameters, gradients, optimizer) of a rank."""
+    known = [m["predicted_state_bytes"] for m in r.memory if m.get("predicted_state_bytes") is not None]
+    return max(known) if known else None
+
+
+def _fmt_state(r: Row) -> str:
+    """The largest predicted state, and whether every rank measured what was predicted (=) or not."""
+    predicted = _state(r)
+    if predicted is None:
+        return "n/a"
+    pairs = [(m["predicted_state_bytes"], m["measured_state_bytes"]) for m in r.memory]
+    measured = [b for a, b in pairs if b is not None]
+    verdict = "" if not measured else " =" if all(a == b for a, b in pairs if b is not None) else " ≠"
+    return fmt_bytes(predicted) + verdict
+
+
 def _fmt_pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
@@ -35,10 +52,12 @@ def _fmt_pct(x: float | None) -> str:
 COLUMNS: list[tuple[str, Callable[[Row], float | None], Callable, Callable | None]] = [
     ("samples/s", lambda r: r.samples_per_s, fmt_rate, max),
     ("per device", lambda r: r.samples_per_s_per_device, fmt_rate, max),
+    ("tokens/s", lambda r: r.tokens_per_s, fmt_rate, max),
     ("step (median)", lambda r: r.step_time_s_median, fmt_seconds, min),
     ("TFLOP/s/dev", lambda r: r.tflops_per_device, _fmt_tflops, max),
     ("MFU", lambda r: r.mfu, _fmt_pct, max),
     ("peak mem", lambda r: r.peak_mem_bytes, fmt_bytes, min),
+    ("state/rank", _state, None, None),
     ("final loss", lambda r: r.final_loss, fmt_loss, None),
 ]
 
@@ -62,7 +81,9 @@ def cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str]
         cells = [r.mode, r.status, str(r.world_size)]
         for header, value, fmt, _ in COLUMNS:
             v = value(r)
-            if header not in best:
+            if fmt is None:  # a column that formats the whole row
+                cells.append(_fmt_state(r))
+            elif header not in best:
                 cells.append(fmt(v))
             else:
                 cells.append(mark(fmt(v)) if v == best[header] else other(fmt(v)))
@@ -74,7 +95,9 @@ def compare_table(comparison: Comparison) -> str:
     headers, rows = cells(comparison.rows, lambda text: text + "*", lambda text: text + " ")
     lines = [table(headers, rows, right=tuple(range(2, len(headers))))]
     lines.append("* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
-                 "TFLOP/s from the model's training FLOPs (3 x forward).")  # fmt: skip
+                 "TFLOP/s from the model's training FLOPs (MLP: 3 x forward; GPT: 6N + 12 L d s a token).  "
+                 "state/rank: parameters, gradients and optimizer state the planner predicts for the fullest "
+                 "rank; = every rank measured exactly that.")  # fmt: skip
     for r in comparison.rows:
         if r.root_cause:
             lines.append(plain(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
@@ -179,7 +202,7 @@ def markdown_text(comparison: Comparison) -> str:
 
 
 CSV_FIELDS = ["mode", "status", "world_size", "devices", "samples_per_s", "samples_per_s_per_device",
-              "tokens_per_s", "step_time_s_median", "tflops_per_device", "mfu", "peak_mem_bytes",
+              "tokens_per_s", "tokens_per_s_per_device", "step_time_s_median", "tflops_per_device", "mfu", "peak_mem_bytes",
               "final_loss", "duration_s", "run_dir", "root_cause"]  # fmt: skip
 
 

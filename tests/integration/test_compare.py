@@ -12,6 +12,7 @@ from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.planning.shapes import MlpShape
 from mgpu_tui.reports import compare as compare_output
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -41,7 +42,7 @@ def test_compare_gives_ok_rows_that_trained_the_same_function(compared):
         assert r["step_time_s_median"] > 0 and r["peak_mem_bytes"] > 0 and len(r["loss_curve"]) == 12
         # samples/s per device and TFLOP/s follow from samples/s: per rank on the CPU, 3 x forward FLOPs.
         assert r["samples_per_s_per_device"] == pytest.approx(r["samples_per_s"] / 2)
-        flops = compare.train_flops_per_sample(256, 4)
+        flops = compare.train_flops_per_sample(MlpShape(256, 4))
         assert r["tflops_per_device"] == pytest.approx(r["samples_per_s_per_device"] * flops / 1e12)
         assert r["mfu"] is None and r["tokens_per_s"] is None  # no GPU peak here; the demos have no tokens
     losses = [r["final_loss"] for r in rows]

@@ -7,6 +7,7 @@ machine's telemetry over the whole run under its charts.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -26,6 +27,7 @@ from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 
@@ -35,19 +37,27 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.run.summary import RunSummary
 
 STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
-               "stalled": "bold yellow", "stopped": "yellow", "slow": "bold magenta"}  # fmt: skip
+               "stalled": "bold yellow", "stopped": "yellow", "slow": "bold magenta", "lost": "bold red",
+               "missing": "bold yellow"}  # fmt: skip
+# A rank of another node, by what its node last said (engine/nodes/watch.py's states).
+NODE_RANK_STATE = {"joining": "starting", "running": "running", "ok": "done", "failed": "failed",
+                   "interrupted": "stopped", "lost": "lost", "missing": "missing"}  # fmt: skip
 WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
 RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
 
 
 def rank_table(rows: list[tuple[str, ...]]) -> Text:
-    """The per-rank rows under a bold header; text columns left, numbers right."""
+    """The per-rank rows under a bold header; text columns left, numbers right. A row of one cell
+    heads a node's ranks (a job over several nodes)."""
     text = Text()
     for i, (name, width) in enumerate(RANK_COLUMNS):
         text.append((name.ljust(width) if i < 2 else name.rjust(width)) + " ", style="bold")
     for cells in rows:
         text.append("\n")
+        if len(cells) == 1:
+            text.append(cells[0], style="bold cyan")
+            continue
         for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
             style = STATE_STYLE[cell] if i == 1 else ""
             text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
@@ -76,6 +86,18 @@ def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_ra
     if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
         return "stalled"
     return "running"
+
+
+def node_heading(node: NodeView) -> str:
+    """The row over a node's ranks: which node, on which host, and how it is as heard from here."""
+    heading = f"node {node.node} · {node.host or 'not heard from'} · ranks {node.ranks}"
+    if node.here:
+        heading += " · this node"
+    if node.state in ("lost", "missing", "failed", "interrupted"):
+        heading += f" · {node.state}"
+    if node.state == "lost" and node.silent_s is not None:
+        heading += f" {node.silent_s:.0f} s"
+    return plain(heading)  # another machine's words: text only
 
 
 def result_panel(summary: RunSummary) -> Text:
@@ -223,6 +245,7 @@ class RunView(Widget):
     def _begin(self, label: str, world_size: int, steps: int, status: str, note: str | None,
                hint: str = "(s stops it)") -> None:  # fmt: skip
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
+        self.nodes: tuple[NodeView, ...] = ()
         self.ended_ok = False
         self.label, self.hint = label, hint
         self._noted: str | None = None
@@ -261,10 +284,12 @@ class RunView(Widget):
         if lines or dropped:
             self.query_one(LogView).add(lines, dropped)
 
-    def show(self, stats: RunStats, series, stall_after: float, whole=None) -> None:
+    def show(self, stats: RunStats, series, stall_after: float, whole=None, nodes: tuple = ()) -> None:
         """The run's figures now; ``series``: the latest steps, ``whole``: the whole run (thinned);
-        ``stall_after``: the engine's stall timeout (watchdog.py's rule)."""
+        ``stall_after``: the engine's stall timeout (watchdog.py's rule); ``nodes``: several nodes,
+        each as heard from here (its ranks are grouped under it)."""
         self.stall_after = stall_after
+        self.nodes = nodes
         self._series, self._whole = series, whole or series
         status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
                   f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}")  # fmt: skip
@@ -292,18 +317,28 @@ class RunView(Widget):
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
         slow = {s.rank for s in stats.stragglers} if stats else set()
         now = time.time()
-        rows = []
-        for rank in range(self.world_size):  # the job's ranks, by their own number
-            r = by_rank.get(rank)
-            state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok,
-                               number=rank)
-            if state == "running" and rank in slow:
-                state = "slow"  # a straggler: the others wait for it at every collective
-            if r is None:
-                rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
-                continue
-            rows.append((f"rank {rank}", state, str(r.last_step), fmt_rate(r.samples_per_s), fmt_loss(r.loss),
-                         fmt_bytes(r.mem_peak_bytes)))  # fmt: skip
+        rows: list[tuple[str, ...]] = []
+        several = len(self.nodes) > 1
+        groups = [(node, range(node.first_rank, node.last_rank + 1)) for node in self.nodes if several]
+        for node, ranks in groups or [(None, range(self.world_size))]:
+            if node is not None:
+                rows.append((node_heading(node),))
+            for rank in ranks:  # the job's ranks, by their own number
+                r = by_rank.get(rank)
+                if r is None and node is not None and not node.here:  # only its node's word for it
+                    step = dict(node.steps).get(rank)
+                    rows.append((f"rank {rank}", NODE_RANK_STATE.get(node.state, "starting"),
+                                 "n/a" if step is None else str(step), "n/a", "n/a", "n/a"))  # fmt: skip
+                    continue
+                state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok,
+                                   number=rank)  # fmt: skip
+                if state == "running" and rank in slow:
+                    state = "slow"  # a straggler: the others wait for it at every collective
+                if r is None:
+                    rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
+                    continue
+                rows.append((f"rank {rank}", state, str(r.last_step), fmt_rate(r.samples_per_s),
+                             fmt_loss(r.loss), fmt_bytes(r.mem_peak_bytes)))  # fmt: skip
         # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
         relayout = len(rows) != len(self.rank_rows)
         self.rank_rows = rows
@@ -321,6 +356,13 @@ class RunView(Widget):
             self._fill_table(stats)
             return
         self.ended_ok = summary.status == "ok"
+        if summary.nodes:  # each node as this one last heard it
+            try:
+                here = {n.node for n in self.nodes if n.here}  # a run opened from its folder has none
+                self.nodes = tuple(dataclasses.replace(v, here=v.node in here)
+                                   for v in map(NodeView.from_json, summary.nodes))  # fmt: skip
+            except (ValueError, KeyError, TypeError, AttributeError):
+                pass
         cause = summary.root_cause
         self.failed_rank = cause.rank if cause else None
         verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary.status]

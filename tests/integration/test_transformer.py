@@ -1,0 +1,67 @@
+"""The transformer workload (--model gpt-tiny): every mode trains the same GPT, its figures are
+tokens and FLOPs, and the memory planner's prediction is what each rank really holds."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli, summary_from
+from mgpu_tui.engine.planning.memory import layers_of
+from mgpu_tui.engine.planning.shapes import MODELS
+
+
+def test_the_demos_gpt_has_the_planners_parameters_tensor_by_tensor():
+    from mgpu_tui.demos.transformer import build_gpt
+
+    for name in ("gpt-tiny", "gpt-125m"):
+        shape = MODELS[name]
+        real = [p.numel() for p in build_gpt(shape).parameters()]
+        planned = [t.numel for layer in layers_of(shape) for t in layer.tensors]
+        assert real == planned and sum(real) == shape.params
+
+
+def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_predicted_memory(tmp_path):
+    out = tmp_path / "r.json"
+    result = run_cli("compare", "ddp", "fsdp", "tp", "pipeline", "--model", "gpt-tiny", "--nproc", "2",
+                     "--steps", "10", "--device", "cpu", "--out", str(out),
+                     "--run-dir", str(tmp_path / "runs"), timeout=240)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["mode"] for r in rows] == ["ddp", "fsdp", "tp", "pipeline"]
+    seq_len = MODELS["gpt-tiny"].seq_len
+    for r in rows:
+        assert r["status"] == "ok"
+        # tokens/s: samples/s of sequences of seq_len tokens, counted over the same steps.
+        assert r["tokens_per_s"] == pytest.approx(r["samples_per_s"] * seq_len, rel=1e-6)
+        assert r["tokens_per_s_per_device"] == pytest.approx(r["tokens_per_s"] / 2)
+        flops = MODELS["gpt-tiny"].flops_per_token * seq_len
+        assert r["tflops_per_device"] == pytest.approx(r["samples_per_s_per_device"] * flops / 1e12)
+        assert r["mfu"] is None  # no GPU: no peak to compare with, so no MFU
+        # The planner's state of each rank, to the byte, is what the rank summed over its own tensors.
+        assert len(r["memory"]) == 2
+        for m in r["memory"]:
+            assert m["predicted_state_bytes"] == m["measured_state_bytes"] > 0
+    losses = [r["final_loss"] for r in rows]
+    assert max(losses) - min(losses) < 1e-4  # the same function trained: float32 on the CPU
+    assert "state/rank" in result.stdout and "=" in result.stdout
+
+
+def test_tensor_parallel_gpt_in_the_megatron_pattern_equals_the_single_device_baseline(tmp_path):
+    result = run_cli("run", "tp", "--model", "gpt-tiny", "--nproc", "2", "--steps", "8", "--device", "cpu",
+                     "--verify", "--run-dir", str(tmp_path), "--json", timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    summary = summary_from(result.stdout)
+    assert summary.verify.ok and summary.verify.max_abs_diff <= 1e-5
+    assert summary.tokens_per_s and summary.memory[0]["measured_state_bytes"] == summary.memory[0][
+        "predicted_state_bytes"]
+
+
+def test_a_gpt_shape_that_cannot_be_is_one_sentence(tmp_path):
+    result = run_cli("run", "tp", "--model", "gpt-tiny", "--nproc", "3", "--batch-size", "63",
+                     "--device", "cpu", "--run-dir", str(tmp_path))  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().endswith("the model's 4 heads must be a multiple of --nproc.")
+    result = run_cli("run", "ddp", "--heads", "8", "--device", "cpu", "--run-dir", str(tmp_path))
+    assert result.returncode == 2 and "shape a GPT: add --model gpt-tiny" in result.stderr
