@@ -57,6 +57,7 @@ def main() -> None:
                      device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
+            harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)
             x, y = x.to(devices[0]), y.to(devices[0])  # the whole batch on the first GPU
             optimizer.zero_grad(set_to_none=True)

@@ -60,6 +60,7 @@ def main() -> None:
                      config=harness.config(args))
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
+            harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)
             mine = slice(d.rank * local_batch, (d.rank + 1) * local_batch)
             x, y = x[mine].to(d.device), y[mine].to(d.device)

@@ -56,6 +56,8 @@ def parse_args(
         "--batch-size", type=int, default=DEFAULTS.batch_size, help="the global batch: all ranks together"
     )
     parser.add_argument("--lr", type=float, default=DEFAULTS.lr, help="SGD learning rate")
+    parser.add_argument("--warmup-steps", type=int, default=0,
+                        help="ramp the learning rate up linearly over this many first steps")
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seed for weights and data")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--amp", action="store_true", help="mixed precision (autocast)")
@@ -337,6 +339,18 @@ def micro_batches(x: torch.Tensor, y: torch.Tensor, accum: int):
     xs, ys = x.chunk(accum), y.chunk(accum)
     for i, (mx, my) in enumerate(zip(xs, ys)):
         yield mx, my, len(mx) / len(x), i == len(xs) - 1
+
+
+def warm_up(optimizer: torch.optim.Optimizer, args: argparse.Namespace, step: int) -> None:
+    """Set this step's learning rate: --lr x step / --warmup-steps until the ramp ends, then --lr.
+
+    A batch k times larger takes a k times larger learning rate (the linear scaling rule), but
+    not at once: early on, when the weights change fastest, so large a step diverges. Goyal et
+    al. 2017 ("Accurate, Large Minibatch SGD") ramp it up over the first epochs; the ramp
+    from near zero used here is the common form (torch's LinearLR, most trainers)."""
+    if args.warmup_steps:
+        for group in optimizer.param_groups:
+            group["lr"] = args.lr * min(1.0, step / args.warmup_steps)
 
 
 def config(args: argparse.Namespace) -> dict:

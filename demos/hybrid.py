@@ -30,6 +30,7 @@ def main() -> None:
                      config=harness.config(args))
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
+            harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)
             x, y = x.to(cpu), y.to(gpu)  # the input starts on the CPU part; the labels meet the output
             optimizer.zero_grad(set_to_none=True)

@@ -36,6 +36,7 @@ def main() -> None:
                      device_uuid=harness.device_uuid(first), config=harness.config(args))
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
+            harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)
             # Inputs start on the first stage; the labels wait where the output appears.
             x, y = x.to(first), y.to(last)

@@ -59,6 +59,7 @@ def main() -> None:
                      config={**harness.config(args), "layers": [mine.start, mine.stop]})
         report.watch_state(module, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
+            harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)
             optimizer.zero_grad(set_to_none=True)
             losses = []

@@ -45,6 +45,8 @@ def train(args, world: int, device: torch.device, report: Reporting) -> None:
     params = [rpc.RRef(p) for p in local.parameters()]
     for remote in remotes:
         params += remote.remote_parameters()
+    # Each worker builds its own SGD from these arguments: its learning rate is out of this
+    # loop's reach, so rpc takes no --warmup-steps (main refuses it).
     optimizer = DistributedOptimizer(torch.optim.SGD, params, lr=args.lr, momentum=0.9)
     task = harness.SyntheticTask(args)
 
@@ -80,6 +82,8 @@ def main() -> None:
             raise SystemExit("rpc trains mixed precision in bf16 only: fp16 needs a GradScaler, "
                              "which distributed autograd cannot use.")
         args.amp_dtype = "bf16"
+    if args.warmup_steps:
+        raise SystemExit("rpc takes no --warmup-steps: each worker's optimizer keeps its own learning rate.")
     options = rpc.TensorPipeRpcBackendOptions()
     if device.type == "cuda":  # tensors sent to rank r land on its GPU
         for peer in range(world):

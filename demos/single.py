@@ -26,9 +26,9 @@ def train(args: argparse.Namespace, report: Reporting | None = None) -> torch.nn
     if report:
         report.hello(mode="single", device=str(device), device_uuid=harness.device_uuid(device),
                      config=harness.config(args))
-    if report:
         report.watch_state(model, optimizer)  # checked against the planner's prediction
     for step in range(1, args.steps + 1):
+        harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
         x, y = task.batch(step, args.batch_size)
         x, y = x.to(device), y.to(device)
         optimizer.zero_grad(set_to_none=True)

@@ -64,6 +64,7 @@ def main() -> None:
                      config=harness.config(args))
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
+            harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)  # the same whole batch on every rank
             x, y = x.to(d.device), y.to(d.device)
             optimizer.zero_grad(set_to_none=True)

@@ -18,6 +18,7 @@ from mgpu_tui import __version__
 from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.defaults import DEFAULTS as D
+from mgpu_tui.engine.launch.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -143,6 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
     training.add_argument("--accum", type=_whole_number(1), default=D.accum, help="micro-batches per step")
     training.add_argument("--lr", type=_positive_float, help=f"learning rate (default {D.lr})")
+    training.add_argument("--warmup-steps", type=_whole_number(0), default=0,
+                          help="ramp the learning rate up linearly over these first steps (default 0)")
     training.add_argument("--seed", type=_whole_number(0, MAX_SEED),
                           help=f"weights and data seed (default {D.seed})")
     training.add_argument("--width", type=_whole_number(1), default=D.width,
@@ -182,11 +185,15 @@ def build_parser() -> argparse.ArgumentParser:
     modes.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
                        help="fsdp: free gathered parameters after forward (default on)")
 
-    def add_shared(command: argparse.ArgumentParser) -> None:
+    def add_shared(command: argparse.ArgumentParser, batch_help: str | None = None) -> None:
         command.add_argument("--steps", type=_whole_number(1), default=D.steps,
                              help=f"steps per run (default {D.steps})")
-        command.add_argument("--batch-size", type=_whole_number(1), default=D.batch_size,
-                             help=f"the global batch, the same for every run (default {D.batch_size})")
+        if batch_help is None:
+            command.add_argument("--batch-size", type=_whole_number(1), default=D.batch_size,
+                                 help=f"the global batch, the same for every run (default {D.batch_size})")
+        else:  # scale sweeps it
+            command.add_argument("--batch-size", type=_counts, default=[D.batch_size], metavar="B[,B,...]",
+                                 help=batch_help)
         command.add_argument("--device", choices=DEVICES, default="auto",
                              help="auto: CUDA when there are GPUs")
         command.add_argument("--amp", action="store_true",
@@ -222,14 +229,28 @@ def build_parser() -> argparse.ArgumentParser:
     add_shared(comparing)
 
     scaling = commands.add_parser(
-        "scale", help="run one mode over several rank counts: speedup and scaling efficiency",
-        description="Run MODE with each rank count and report speedup and efficiency = "
-        "throughput(N) / (N x throughput(1)).",
+        "scale", help="run one mode over several rank counts or batch sizes: speedup, efficiency, loss",
+        description="Run MODE at each rank count (strong scaling: the global batch stays; --weak: the batch "
+        "per rank stays) or, for one rank count, at each --batch-size. Each point reports throughput, "
+        "speedup, efficiency = throughput(N) / (N x throughput(1)), the global batch, the learning rate "
+        "(which follows the batch by --lr-rule) and the loss after the same number of samples.",
     )
     scaling.add_argument("mode", metavar="MODE", help="a multi-process mode (ddp, fsdp, ...)")
-    scaling.add_argument("--nproc", type=_counts, required=True, metavar="N,N,...",
-                         help="rank counts, for example 1,2,4,8")
-    add_shared(scaling)
+    scaling.add_argument("--nproc", type=_counts, required=True, metavar="N[,N,...]",
+                         help="rank counts, for example 1,2,4,8 (one count for a --batch-size sweep)")
+    scaling.add_argument("--weak", action="store_true",
+                         help="weak scaling: --batch-size is per rank, so the global batch grows with "
+                              "the ranks")
+    scaling.add_argument("--lr", type=_positive_float, default=D.lr,
+                         help=f"SGD's learning rate at the first point's batch (default {D.lr})")
+    scaling.add_argument("--lr-rule", choices=LR_RULES, default="linear",
+                         help="how the learning rate follows the global batch: linear (k x the batch, k x "
+                              "the lr; Goyal et al. 2017), sqrt, or none (default linear)")
+    scaling.add_argument("--warmup-steps", type=_whole_number(0), default=None,
+                         help="ramp the learning rate up over these first steps (default: none for strong "
+                              "scaling, where the batch stays; else a fifth of --steps)")
+    add_shared(scaling, batch_help=f"the global batch (default {D.batch_size}); with --weak, the batch per "
+               "rank; several (32,64,128) sweep the batch at one --nproc")
 
     topo = commands.add_parser(
         "topo", help="the GPU interconnect (NVLink, PCIe, NUMA), like nvidia-smi topo -m, and its reading"
@@ -296,7 +317,7 @@ def _counts(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}")
     counts = [int(part) for part in parts]
     if min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"rank counts must be at least 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"each must be at least 1, got {text!r}")
     return counts
 
 

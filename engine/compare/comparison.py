@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import gpus_needed
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve, workload_of
@@ -101,6 +102,8 @@ class Row:
     note: str | None
     memory: list[dict] = field(default_factory=list)  # per rank: predicted and measured (summary.py)
     tokens_per_s_per_device: float | None = None
+    batch_size: int = 0  # the global batch (0: not recorded)
+    lr: float | None = None  # the learning rate after any warm-up (None: not recorded)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -115,7 +118,8 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
     per_device = rate / devices if rate is not None and devices else None
     tflops = per_device * train_flops_per_sample(run.resolved.workload) / 1e12 if per_device else None
     peak = peak_flops(gpu_name, spec.amp) if run.resolved.device == "cuda" else None
-    steps, rates, losses = run.series()
+    steps, rates, _ = run.series()  # the steady steps, for the throughput curve
+    loss_steps, _, losses = run.whole_series()  # the loss from the first step on
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     return Row(
         mode=run.resolved.mode.name,
@@ -132,7 +136,7 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         peak_mem_bytes=max(peaks) if peaks else None,
         peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
         final_loss=summary.final_loss,
-        loss_curve=[[s, v] for s, v in zip(steps, losses) if v is not None],
+        loss_curve=[[s, v] for s, v in zip(loss_steps, losses) if v is not None],
         throughput_curve=[[s, r] for s, r in zip(steps, rates)],
         duration_s=summary.duration_s,
         run_dir=summary.run_dir,
@@ -140,6 +144,8 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         note=summary.note,
         memory=list(summary.memory),
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
+        batch_size=spec.batch_size,
+        lr=spec.lr,
     )
 
 
@@ -158,23 +164,8 @@ class Comparison:
         return self.interrupted or any(r.status != "ok" for r in self.rows)
 
     def points(self) -> list[dict]:
-        """For ``scale``: speedup and efficiency against the smallest rank count that ran ok.
-
-        efficiency(N) = throughput(N) / (N / n0 x throughput(n0)); with n0 = 1 that is
-        throughput(N) / (N x throughput(1)).
-        """
-        base = next((r for r in sorted(self.rows, key=lambda r: r.world_size)
-                     if r.status == "ok" and r.samples_per_s), None)  # fmt: skip
-        points = []
-        for r in self.rows:
-            speedup = efficiency = None
-            if base and r.status == "ok" and r.samples_per_s:
-                speedup = r.samples_per_s / base.samples_per_s
-                efficiency = speedup / (r.world_size / base.world_size)
-            points.append({"nproc": r.world_size, "status": r.status, "samples_per_s": r.samples_per_s,
-                           "speedup": speedup, "efficiency": efficiency,
-                           "step_time_s_median": r.step_time_s_median, "run_dir": r.run_dir})  # fmt: skip
-        return points
+        """For ``scale``: each point's figures (scaling.py)."""
+        return scaling.points(self.rows, self.settings["sweep"], self.settings["steps"])
 
     def to_json(self) -> dict:
         document = {
@@ -196,6 +187,7 @@ class Comparison:
 def _settings(template: LaunchSpec) -> dict:
     workload = workload_of(template)
     return {"nproc": template.nproc, "steps": template.steps, "batch_size": template.batch_size,
+            "lr": template.lr,
             "device": template.device, "amp": template.amp, "width": template.width, "depth": template.depth,
             "model": template.model, "model_shape": workload.to_json() if isinstance(workload, ModelShape)
             else None, "flops_per_sample": train_flops_per_sample(workload)}  # fmt: skip
@@ -340,15 +332,10 @@ def new_comparison(modes: Sequence[str], template: LaunchSpec, parallel: bool = 
     return Comparison("compare", {**_settings(template), "modes": list(modes)}, parallel=parallel)
 
 
-def scale_specs(mode: str, nprocs: Sequence[int], template: LaunchSpec) -> list[LaunchSpec]:
-    if mode not in MODES:
-        raise SpecError(f"unknown mode {mode!r}; the modes are: {', '.join(MODES)}.")
-    if not MODES[mode].multi_process:
-        raise SpecError(f"mode {mode!r} runs as one process; scale a multi-process mode (ddp, fsdp, ...).")
-    if len(set(nprocs)) != len(nprocs):
-        raise SpecError("--nproc lists a rank count twice.")
-    return [dataclasses.replace(template, mode=mode, nproc=n) for n in sorted(nprocs)]
-
-
-def new_scaling(mode: str, nprocs: Sequence[int], template: LaunchSpec) -> Comparison:
-    return Comparison("scale", {**_settings(template), "mode": mode, "nprocs": sorted(nprocs)})
+def new_scaling(mode: str, specs: Sequence[LaunchSpec], sweep: str, lr_rule: str) -> Comparison:
+    """The comparison of ``scale``'s points (scaling.scale_specs), with how they were chosen."""
+    first = specs[0]
+    return Comparison("scale", {**_settings(first), "mode": mode, "sweep": sweep,
+                                "nprocs": sorted({s.nproc for s in specs}),
+                                "batch_sizes": [s.batch_size for s in specs], "lr_rule": lr_rule,
+                                "warmup_steps": first.warmup_steps})  # fmt: skip

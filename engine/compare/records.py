@@ -68,7 +68,9 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
     flops = None if own_program else train_flops_per_sample(_workload(spec))
     tflops = per_device * flops / 1e12 if per_device and flops else None
     peak = peak_flops(gpu_names[0] if gpu_names else None, spec["amp"]) if spec["device"] == "cuda" else None
-    steps, rates, losses = read_events(path).series()
+    events = read_events(path)
+    steps, rates, _ = events.series()
+    loss_steps, _, losses = events.whole_series()
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     row = Row(
         mode=record.what, status=summary.status, world_size=summary.world_size, devices=devices,
@@ -77,11 +79,13 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
         step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
         tflops_per_device=tflops, mfu=tflops * 1e12 / peak if tflops and peak else None,
         peak_mem_bytes=max(peaks) if peaks else None, peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
-        final_loss=summary.final_loss, loss_curve=[[s, v] for s, v in zip(steps, losses) if v is not None],
+        final_loss=summary.final_loss,
+        loss_curve=[[s, v] for s, v in zip(loss_steps, losses) if v is not None],
         throughput_curve=[[s, r] for s, r in zip(steps, rates)], duration_s=summary.duration_s,
         run_dir=str(path), root_cause=summary.root_cause.headline() if summary.root_cause else None,
         note=summary.note, memory=list(summary.memory),
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
+        batch_size=int(spec.get("batch_size") or 0), lr=spec.get("lr"),
     )  # fmt: skip
     return spec, machine, row
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
 from mgpu_tui.engine.run.rundir import RunDir
@@ -36,6 +37,10 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
         "--depth", str(spec.depth),
         "--accum", str(spec.accum),
     ]  # fmt: skip
+    if spec.lr != DEFAULTS.lr:
+        argv += ["--lr", repr(spec.lr)]
+    if spec.warmup_steps:
+        argv += ["--warmup-steps", str(spec.warmup_steps)]
     if spec.amp:
         argv.append("--amp")
         only = resolved.mode.cuda_amp_dtype

@@ -24,3 +24,5 @@ class Defaults:
 
 
 DEFAULTS = Defaults()
+# How the learning rate follows a larger global batch (engine/compare/scaling.py), the first the default.
+LR_RULES = ("linear", "sqrt", "none")

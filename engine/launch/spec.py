@@ -38,6 +38,8 @@ class LaunchSpec:
     nproc: int | None = None  # None: one per GPU on CUDA, 2 on the CPU, 1 for one-process modes
     steps: int = DEFAULTS.steps
     batch_size: int = DEFAULTS.batch_size  # the global batch: every rank together
+    lr: float = DEFAULTS.lr  # SGD's learning rate (scale --weak raises it with the batch)
+    warmup_steps: int = 0  # the learning rate ramps up linearly over these first steps
     device: Device = "auto"
     run_root: Path = Path("runs")
     width: int = DEFAULTS.width
@@ -239,6 +241,13 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
     ):
         if value is not None and value < 1:
             raise SpecError(f"{name} must be at least 1, got {value}.")
+    if not spec.lr > 0:
+        raise SpecError(f"--lr must be more than 0, got {spec.lr}.")
+    if spec.warmup_steps < 0:
+        raise SpecError(f"--warmup-steps must be 0 or more, got {spec.warmup_steps}.")
+    if spec.warmup_steps and mode.name == "rpc":
+        raise SpecError("rpc's DistributedOptimizer keeps the learning rate on the workers, out of the "
+                        "demo's reach: it takes no warm-up (--warmup-steps 0).")
     if not mode.multi_process and spec.nproc not in (None, 1):
         raise SpecError(f"mode {mode.name!r} runs as one process; drop --nproc or pass --nproc 1.")
     if not host.torch_available:

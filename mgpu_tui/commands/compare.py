@@ -16,6 +16,8 @@ from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.compare import comparison as compare
+from mgpu_tui.engine.compare import scaling
+from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.errors import ExitCode, UsageError
@@ -23,8 +25,8 @@ from mgpu_tui.reports import compare as compare_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
 
 
-def _template(args: argparse.Namespace, nproc: int | None) -> LaunchSpec:
-    return LaunchSpec(mode="single", nproc=nproc, steps=args.steps, batch_size=args.batch_size,
+def _template(args: argparse.Namespace, nproc: int | None, batch_size: int, lr: float = D.lr) -> LaunchSpec:
+    return LaunchSpec(mode="single", nproc=nproc, steps=args.steps, batch_size=batch_size, lr=lr,
                       device=args.device, run_root=Path(args.run_dir), amp=args.amp, width=args.width,
                       depth=args.depth, share_gpus=args.share_gpus, **model_fields(args))  # fmt: skip
 
@@ -117,7 +119,7 @@ def compare_command(args: argparse.Namespace) -> int:
         raise UsageError("give the MODEs to compare, or --runs with the folders of finished runs.")
     if len(set(args.modes)) != len(args.modes):
         raise UsageError("a mode is named twice; name each mode once.")
-    template = _template(args, args.nproc)
+    template = _template(args, args.nproc, args.batch_size)
     specs = compare.compare_specs(args.modes, template)
     comparison = compare.new_comparison(args.modes, template, parallel=args.parallel)
     progress = Progress(len(specs))
@@ -146,9 +148,11 @@ def _compare_records(args: argparse.Namespace, suffix: str | None) -> int:
 
 def scale_command(args: argparse.Namespace) -> int:
     suffix = _out_suffix(args.out)
-    template = _template(args, None)
-    specs = compare.scale_specs(args.mode, args.nproc, template)
-    comparison = compare.new_scaling(args.mode, args.nproc, template)
+    template = _template(args, None, args.batch_size[0], args.lr)
+    specs = scaling.scale_specs(args.mode, args.nproc, args.batch_size, template, weak=args.weak,
+                                lr_rule=args.lr_rule, warmup_steps=args.warmup_steps)  # fmt: skip
+    sweep = scaling.sweep_of(args.nproc, args.batch_size, args.weak)
+    comparison = compare.new_scaling(args.mode, specs, sweep, args.lr_rule)
     progress = Progress(len(specs))
     runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
     return _execute(runner, args.out, suffix, args.json)

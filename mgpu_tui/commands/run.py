@@ -13,6 +13,7 @@ from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.commands.rank_output import RankOutput, last_lines, parse_ranks_filter
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
+from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
@@ -141,7 +142,7 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
         if getattr(args, attribute) not in (None, False) and args.mode != mode:
             raise UsageError(f"{option} applies to mode {mode} only.")
     out = []
-    for option, value in (("--lr", args.lr), ("--seed", args.seed), ("--amp-dtype", args.amp_dtype),
+    for option, value in (("--seed", args.seed), ("--amp-dtype", args.amp_dtype),
                           ("--schedule", args.schedule)):
         if value is not None:
             out += [option, str(value)]
@@ -161,7 +162,8 @@ def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
     if args.mode:
         return _passthrough(args) + demo_args
     flags = (("--verify", args.verify), ("--amp", args.amp), ("--accum", args.accum != 1),
-             ("--lr", args.lr is not None), ("--seed", args.seed is not None))
+             ("--lr", args.lr is not None), ("--warmup-steps", args.warmup_steps != 0),
+             ("--seed", args.seed is not None))
     demo_only = [flag for flag, given in flags if given]
     if demo_only:
         raise UsageError(f"{', '.join(demo_only)} are for the modes; pass your script's own flags after --.")
@@ -208,6 +210,8 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         nproc=args.nproc,
         steps=args.steps,
         batch_size=args.batch_size,
+        lr=D.lr if args.lr is None else args.lr,
+        warmup_steps=args.warmup_steps,
         device=args.device,
         run_root=Path(args.run_dir),
         width=args.width,

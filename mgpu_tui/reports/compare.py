@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Sequence
 
 from mgpu_tui.console import plain, fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 
 FORMATS = (".json", ".md", ".csv")
@@ -108,14 +109,60 @@ def compare_table(comparison: Comparison) -> str:
     return "\n".join(lines)
 
 
+def _fmt_speedup(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.2f}x"
+
+
+def _fmt_lr(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _loss_header(comparison: Comparison) -> str:
+    samples = scaling.common_samples(comparison.rows, comparison.settings["steps"])
+    return f"loss @ {samples:,} samples" if samples else "loss @ same samples"
+
+
+# The scale table: (header, point key, format).
+SCALE_COLUMNS: list[tuple[str, str, Callable]] = [
+    ("ranks", "nproc", str), ("status", "status", str), ("global batch", "batch_size", str),
+    ("lr", "lr", _fmt_lr), ("samples/s", "samples_per_s", fmt_rate), ("speedup", "speedup", _fmt_speedup),
+    ("efficiency", "efficiency", _fmt_pct), ("step (median)", "step_time_s_median", fmt_seconds),
+    ("peak mem", "peak_mem_bytes", fmt_bytes), ("loss @", "loss_after_common_samples", fmt_loss),
+    ("final loss", "final_loss", fmt_loss),
+]  # fmt: skip
+SWEEP_NOTES = {
+    "strong": "strong scaling: the global batch stays; each rank takes a smaller share.",
+    "weak": "weak scaling: the batch per rank stays; the global batch grows with the ranks.",
+    "batch": "a batch sweep at one rank count.",
+}
+
+
+def scale_cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    headers = [_loss_header(comparison) if h == "loss @" else h for h, _, _ in SCALE_COLUMNS]
+    rows = [[fmt(p[key]) if key in ("nproc", "status") or p[key] is not None else "n/a"
+             for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]  # fmt: skip
+    return headers, rows
+
+
+def scale_notes(comparison: Comparison) -> list[str]:
+    settings = comparison.settings
+    notes = [SWEEP_NOTES[settings["sweep"]]]
+    if settings["sweep"] != "strong":
+        warmup = settings["warmup_steps"]
+        notes.append(f"lr follows the global batch by the {settings['lr_rule']} rule, from {settings['lr']:g} at "
+                     f"the first point's; " + (f"every point warms up over {warmup} steps." if warmup
+                                               else "no warm-up."))  # fmt: skip
+    if settings["sweep"] != "batch":
+        notes.append("efficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran.")
+    notes.append(f"{_loss_header(comparison)}: each point's global-batch loss once it has seen as many samples "
+                 "as the first point's whole run.")  # fmt: skip
+    return notes
+
+
 def scale_table(comparison: Comparison) -> str:
-    rows = [[str(p["nproc"]), p["status"], fmt_rate(p["samples_per_s"]),
-             "n/a" if p["speedup"] is None else f"{p['speedup']:.2f}x",
-             _fmt_pct(p["efficiency"]), fmt_seconds(p["step_time_s_median"])]
-            for p in comparison.points()]  # fmt: skip
-    text = table(["ranks", "status", "samples/s", "speedup", "efficiency", "step (median)"], rows,
-                 right=(0, 2, 3, 4, 5))  # fmt: skip
-    return text + "\nefficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran."
+    headers, rows = scale_cells(comparison)
+    text = table(headers, rows, right=tuple(i for i in range(len(headers)) if i != 1))
+    return "\n".join([text, *scale_notes(comparison)])
 
 
 # ---- terminal charts ---------------------------------------------------------------------------
@@ -164,12 +211,20 @@ def compare_charts(comparison: Comparison) -> str:
     ])  # fmt: skip
 
 
+def _point_label(comparison: Comparison, p: dict) -> str:
+    return f"batch {p['batch_size']}" if comparison.settings["sweep"] == "batch" else f"{p['nproc']} rank(s)"
+
+
 def scale_charts(comparison: Comparison) -> str:
     points = comparison.points()
-    labels = [f"{p['nproc']} rank(s)" for p in points]
+    labels = [_point_label(comparison, p) for p in points]
+    losses = bars(labels, [p["loss_after_common_samples"] for p in points], fmt_loss)
+    loss = f"\n\n{_loss_header(comparison)}\n{losses}"
+    if comparison.settings["sweep"] == "batch":
+        return "samples/s\n" + bars(labels, [p["samples_per_s"] for p in points], fmt_rate) + loss
     ideal = [p["nproc"] / points[0]["nproc"] for p in points] if points else []
-    speed = bars(labels, [p["speedup"] for p in points], lambda v: "n/a" if v is None else f"{v:.2f}x")
-    return "speedup (ideal: " + ", ".join(f"{v:g}x" for v in ideal) + ")\n" + speed
+    speed = bars(labels, [p["speedup"] for p in points], _fmt_speedup)
+    return "speedup (ideal: " + ", ".join(f"{v:g}x" for v in ideal) + ")\n" + speed + loss
 
 
 # ---- files ---------------------------------------------------------------------------------------
@@ -181,14 +236,12 @@ def json_text(comparison: Comparison) -> str:
 
 def markdown_text(comparison: Comparison) -> str:
     if comparison.kind == "scale":
-        points = comparison.points()
-        head = "| ranks | status | samples/s | speedup | efficiency |\n|---:|---|---:|---:|---:|\n"
-        body = ""
-        for p in points:
-            speedup = "n/a" if p["speedup"] is None else f"{p['speedup']:.2f}x"
-            body += (f"| {p['nproc']} | {p['status']} | {fmt_rate(p['samples_per_s'])} | {speedup} | "
-                     f"{_fmt_pct(p['efficiency'])} |\n")
-        return f"# mgpu-tui scale {comparison.settings['mode']}\n\n{head}{body}"
+        headers, rows = scale_cells(comparison)
+        lines = [f"# mgpu-tui scale {comparison.settings['mode']}", "",
+                 "| " + " | ".join(headers) + " |",
+                 "|" + "|".join("---" if h == "status" else "---:" for h in headers) + "|"]  # fmt: skip
+        lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+        return "\n".join([*lines, "", *scale_notes(comparison)]) + "\n"
     headers, rows = cells(comparison.rows, lambda text: f"**{text}**")
     lines = ["# mgpu-tui compare", "",
              "| " + " | ".join(headers) + " |",
@@ -209,8 +262,9 @@ CSV_FIELDS = ["mode", "status", "world_size", "devices", "samples_per_s", "sampl
 def csv_text(comparison: Comparison) -> str:
     out = io.StringIO()
     if comparison.kind == "scale":
-        fields = ["nproc", "status", "samples_per_s", "speedup", "efficiency", "step_time_s_median",
-                  "run_dir"]
+        fields = ["nproc", "status", "batch_size", "lr", "samples_per_s", "tokens_per_s", "speedup",
+                  "efficiency", "step_time_s_median", "peak_mem_bytes", "loss_step", "loss_after_common_samples",
+                  "final_loss", "run_dir"]  # fmt: skip
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         for p in comparison.points():
@@ -239,14 +293,23 @@ def png_bytes(comparison: Comparison) -> bytes | None:
         return None
     if comparison.kind == "scale":
         points = [p for p in comparison.points() if p["speedup"] is not None]
-        fig, ax = plt.subplots(figsize=(6, 4))
-        n = [p["nproc"] for p in points]
+        fig, (ax, loss) = plt.subplots(1, 2, figsize=(11, 4))
+        by_batch = comparison.settings["sweep"] == "batch"
+        n = [p["batch_size" if by_batch else "nproc"] for p in points]
         ax.plot(n, [p["speedup"] for p in points], "o-", label="measured")
-        ax.plot(n, [x / n[0] for x in n] if n else [], "--", label="ideal")
-        ax.set_xlabel("ranks")
+        if not by_batch:
+            ax.plot(n, [x / n[0] for x in n] if n else [], "--", label="ideal")
+        ax.set_xlabel("global batch" if by_batch else "ranks")
         ax.set_ylabel("speedup")
-        ax.set_title(f"mgpu-tui scale {comparison.settings['mode']}")
         ax.legend()
+        for r in comparison.rows:  # the loss against samples seen: comparable across batches
+            if r.loss_curve and r.batch_size:
+                loss.plot([s * r.batch_size for s, _ in r.loss_curve], [v for _, v in r.loss_curve],
+                          label=f"{r.world_size} rank(s), batch {r.batch_size}")  # fmt: skip
+        loss.set_xlabel("samples")
+        loss.set_title("loss (global batch)")
+        loss.legend(fontsize="small")
+        fig.suptitle(f"mgpu-tui scale {comparison.settings['mode']} ({comparison.settings['sweep']})")
     else:
         rows = comparison.rows
         fig, axes = plt.subplots(2, 2, figsize=(11, 7))

@@ -68,21 +68,48 @@ def test_the_markdown_and_csv_reports_parse(compared):
     assert [float(r["samples_per_s"]) for r in rows] == [r["samples_per_s"] for r in report["rows"]]
 
 
-def test_scale_of_ddp_over_one_and_two_ranks(tmp_path):
+def test_weak_scaling_doubles_the_global_batch_and_the_lr_and_gives_the_loss_after_the_same_samples(tmp_path):
     out = tmp_path / "s.json"
-    result = run_cli("scale", "ddp", "--nproc", "1,2", "--steps", "12", "--device", "cpu", "--out", str(out),
-                     "--run-dir", str(tmp_path / "runs"), timeout=180)
+    result = run_cli("scale", "ddp", "--nproc", "1,2", "--weak", "--steps", "20", "--device", "cpu",
+                     "--batch-size", "32", "--out", str(out), "--run-dir", str(tmp_path / "runs"), timeout=180)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     one, two = report["points"]
-    assert (one["nproc"], two["nproc"]) == (1, 2)
+    assert (one["nproc"], one["batch_size"], two["nproc"], two["batch_size"]) == (1, 32, 2, 64)
+    assert (one["lr"], two["lr"]) == (0.02, 0.04)  # the linear rule
+    for point in (one, two):
+        assert point["samples_per_s"] > 0 and point["final_loss"] > 0
     assert one["speedup"] == 1.0 and one["efficiency"] == 1.0
     assert two["efficiency"] == pytest.approx(two["samples_per_s"] / (2 * one["samples_per_s"]))
-    # Two gloo ranks share this machine's two cores (about 0.2 alone); a bound this loose holds
-    # however busy the machine is, yet a rank's samples counted twice would show as about 2.
+    # Two gloo ranks share this machine's two cores; a bound this loose holds however busy the
+    # machine is, yet a rank's samples counted twice would show as about 2.
     assert 0 < two["efficiency"] <= 1.2
+    # The same 640 samples: all 20 steps of one rank, the first 10 of two.
+    assert (one["loss_step"], two["loss_step"]) == (20, 10)
+    assert one["loss_after_common_samples"] == one["final_loss"]
+    assert two["loss_after_common_samples"] == dict(map(tuple, report["rows"][1]["loss_curve"]))[10]
+    # What each rank trained with: the spec's batch, lr and warm-up reached the demo.
+    for row, lr in zip(report["rows"], (0.02, 0.04)):
+        hello = json.loads((Path(row["run_dir"]) / "events" / "rank0.jsonl").read_text().splitlines()[0])
+        assert (hello["config"]["lr"], hello["config"]["warmup_steps"]) == (lr, 4)
+        assert hello["config"]["batch_size"] == row["batch_size"]
+    assert "loss @ 640 samples" in result.stdout and "weak scaling" in result.stdout
     assert "efficiency" in result.stdout and "speedup (ideal: 1x, 2x)" in result.stdout
     nothing_left(report["rows"])
+
+
+def test_the_warm_up_ramps_the_learning_rate_linearly_to_its_peak():
+    import torch
+
+    from mgpu_tui.demos import harness
+
+    args = harness.parse_args("warm-up", ["--lr", "0.4", "--warmup-steps", "4"])
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr)
+    seen = []
+    for step in range(1, 7):
+        harness.warm_up(optimizer, args, step)
+        seen.append(optimizer.param_groups[0]["lr"])
+    assert seen == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.4, 0.4])
 
 
 def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):

@@ -1,0 +1,77 @@
+"""scale's points: which batch and learning rate each gets, and the loss after the same samples."""
+
+import dataclasses
+import math
+
+import pytest
+
+from mgpu_tui.engine.compare.comparison import Row
+from mgpu_tui.engine.compare.scaling import points, scale_specs, scaled_lr, sweep_of
+from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+
+TEMPLATE = LaunchSpec(mode="single", steps=20, batch_size=64, lr=0.02)
+
+
+def test_weak_scaling_grows_the_global_batch_and_the_lr_with_the_ranks_and_warms_up():
+    specs = scale_specs("ddp", [4, 1, 2], [32], TEMPLATE, weak=True)
+    assert [(s.nproc, s.batch_size) for s in specs] == [(1, 32), (2, 64), (4, 128)]
+    assert [s.lr for s in specs] == pytest.approx([0.02, 0.04, 0.08])
+    assert {s.warmup_steps for s in specs} == {4}  # a fifth of the 20 steps, the same for every point
+
+
+def test_strong_scaling_keeps_the_batch_the_lr_and_needs_no_warm_up():
+    specs = scale_specs("fsdp", [1, 2], [64], TEMPLATE)
+    assert [(s.nproc, s.batch_size, s.lr, s.warmup_steps) for s in specs] == [(1, 64, 0.02, 0), (2, 64, 0.02, 0)]
+
+
+def test_a_batch_sweep_at_one_rank_count_follows_the_rule_chosen():
+    specs = scale_specs("ddp", [2], [128, 32], TEMPLATE, lr_rule="sqrt", warmup_steps=0)
+    assert [(s.nproc, s.batch_size) for s in specs] == [(2, 32), (2, 128)]
+    assert [s.lr for s in specs] == pytest.approx([0.02, 0.04])  # sqrt(4) = 2
+    assert [s.lr for s in scale_specs("ddp", [2], [32, 128], TEMPLATE, lr_rule="none")] == [0.02, 0.02]
+    assert scaled_lr(0.1, 8, "linear") == pytest.approx(0.8)
+    assert scaled_lr(0.1, 2, "sqrt") == pytest.approx(0.1 * math.sqrt(2))
+
+
+@pytest.mark.parametrize("nprocs, batches, weak, message", [
+    ([1, 2], [32, 64], False, "not both"),
+    ([2], [32, 64], True, "--weak grows the batch"),
+    ([1, 1], [32], False, "rank count twice"),
+    ([2], [32, 32], False, "batch size twice"),
+])  # fmt: skip
+def test_sweeps_that_cannot_be_are_refused_in_one_sentence(nprocs, batches, weak, message):
+    with pytest.raises(SpecError, match=message):
+        scale_specs("ddp", nprocs, batches, TEMPLATE, weak=weak)
+
+
+def test_rpc_is_scaled_without_a_warm_up_unless_one_is_asked_for():
+    assert {s.warmup_steps for s in scale_specs("rpc", [2, 3], [8], TEMPLATE, weak=True)} == {0}
+    assert {s.warmup_steps for s in scale_specs("rpc", [2, 3], [8], TEMPLATE, warmup_steps=3)} == {3}
+
+
+def _row(world_size: int, batch: int, rate: float, losses: list[float]) -> Row:
+    return Row(mode="ddp", status="ok", world_size=world_size, devices=world_size, samples_per_s=rate,
+               samples_per_s_per_device=rate / world_size, tokens_per_s=None, step_time_s_median=batch / rate,
+               step_time_s_p10_p90=None, tflops_per_device=None, mfu=None, peak_mem_bytes=None,
+               peak_mem_bytes_per_rank=[], final_loss=losses[-1],
+               loss_curve=[[i + 1, v] for i, v in enumerate(losses)], throughput_curve=[], duration_s=1.0,
+               run_dir="r", root_cause=None, note=None, batch_size=batch, lr=0.02)  # fmt: skip
+
+
+def test_each_point_reports_its_loss_once_it_has_seen_the_samples_of_the_first_points_whole_run():
+    one = _row(1, 32, 100.0, [2.0, 1.8, 1.6, 1.4])  # 4 steps x 32 = 128 samples
+    two = _row(2, 64, 180.0, [2.0, 1.5, 1.2, 1.1])  # 128 samples after step 2
+    first, second = points([one, two], "weak", steps=4)
+    assert (first["loss_step"], first["loss_after_common_samples"]) == (4, 1.4)
+    assert (second["loss_step"], second["loss_after_common_samples"]) == (2, 1.5)
+    assert second["speedup"] == pytest.approx(1.8) and second["efficiency"] == pytest.approx(0.9)
+    assert (second["batch_size"], second["final_loss"]) == (64, 1.1)
+
+
+def test_a_batch_sweep_has_a_speedup_but_no_efficiency_and_a_failed_point_has_neither():
+    small, big = _row(2, 32, 100.0, [2.0, 1.0]), _row(2, 64, 150.0, [2.0, 1.0])
+    failed = dataclasses.replace(_row(2, 128, 1.0, [2.0]), status="failed")
+    a, b, c = points([small, big, failed], "batch", steps=2)
+    assert (b["speedup"], b["efficiency"]) == (pytest.approx(1.5), None)
+    assert (c["speedup"], c["efficiency"]) == (None, None)
+    assert sweep_of([2], [32, 64], weak=False) == "batch" and sweep_of([1, 2], [32], weak=True) == "weak"
