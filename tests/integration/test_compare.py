@@ -71,7 +71,8 @@ def test_the_markdown_and_csv_reports_parse(compared):
 def test_weak_scaling_doubles_the_global_batch_and_the_lr_and_gives_the_loss_after_the_same_samples(tmp_path):
     out = tmp_path / "s.json"
     result = run_cli("scale", "ddp", "--nproc", "1,2", "--weak", "--steps", "20", "--device", "cpu",
-                     "--batch-size", "32", "--out", str(out), "--run-dir", str(tmp_path / "runs"), timeout=180)
+                     "--batch-size", "32", "--out", str(out), "--run-dir", str(tmp_path / "runs"),
+                     timeout=180)
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     one, two = report["points"]

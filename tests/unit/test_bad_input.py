@@ -112,7 +112,7 @@ CASES = [
     (["scale", "ddp", "--nproc", "1,x"], "--nproc: must be whole numbers separated by commas"),
     (["scale", "single", "--nproc", "1,2"], "runs as one process"),
     (["scale", "ddp"], "the following arguments are required: --nproc"),
-    (["scale", "ddp", "--nproc", "1,2", "--batch-size", "32,64"], "the rank counts or the batch sizes, not both"),
+    (["scale", "ddp", "--nproc", "1,2", "--batch-size", "32,64"], "rank counts or the batch sizes, not both"),
     (["scale", "ddp", "--nproc", "2", "--batch-size", "32,64", "--weak"], "sweep --batch-size without it"),
     (["scale", "ddp", "--nproc", "1,2", "--batch-size", "0"], "--batch-size: each must be at least 1"),
     (["scale", "ddp", "--nproc", "1,2", "--lr-rule", "cube"], "--lr-rule: invalid choice"),
