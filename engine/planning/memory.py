@@ -23,8 +23,10 @@ SGD with momentum keeps one float32 buffer a parameter, Adam two plus a float32 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
+from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.placement import PlacementError, split_layers
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 
@@ -292,13 +294,33 @@ def plan_mode(mode: str, model: ModelShape | MlpShape, gpus: int, training: Trai
 
 def plan(shape: ModelShape, gpus: int, training: Training, gpu_mem_bytes: int | None) -> list[ModePlan]:
     """Every mode's plan on ``gpus`` GPUs, each marked as fitting ``gpu_mem_bytes`` or not."""
-    plans = []
-    for mode in PLANNED_MODES:
-        p = plan_mode(mode, shape, gpus, training)
-        if p.devices and gpu_mem_bytes is not None:
-            p = ModePlan(p.mode, p.gpus, p.devices, p.note, p.peak <= gpu_mem_bytes)
-        plans.append(p)
-    return plans
+    return [fit(plan_mode(mode, shape, gpus, training), gpu_mem_bytes) for mode in PLANNED_MODES]
+
+
+def needed(p: ModePlan, *, shared: bool = False) -> int | None:
+    """The bytes ``p`` needs of one memory: its fullest GPU, or (``shared``: CPU ranks, which all
+    live in the host's memory) every device together."""
+    if not p.devices:
+        return None
+    return sum(d.total for d in p.devices) if shared else p.peak
+
+
+def fit(p: ModePlan, limit: int | None, *, shared: bool = False) -> ModePlan:
+    """``p`` marked as fitting ``limit`` bytes or not (unmarked without a limit or a plan)."""
+    need = needed(p, shared=shared)
+    return p if need is None or limit is None else dataclasses.replace(p, fits=need <= limit)
+
+
+def plan_run(mode: str, model: ModelShape | MlpShape, nproc: int, training: Training, *,
+             stages: int = 2, gpu_count: int = 0) -> ModePlan:  # fmt: skip
+    """The plan of ``mode`` as mgpu-tui launches it with ``nproc`` ranks (one-process modes: one):
+    a GPU a rank, two for ddp_mp, ``stages`` for mp, every visible one for dp."""
+    spec = MODES[mode]
+    if spec.layout == "every_gpu":
+        devices = max(1, gpu_count)
+    else:
+        devices = spec.gpus_needed(nproc if spec.multi_process else 1, stages)
+    return plan_mode(mode, model, devices, training, stages)
 
 
 def predicted_per_rank(mode: str, model: ModelShape | MlpShape, world: int, training: Training,

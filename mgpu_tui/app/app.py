@@ -107,6 +107,7 @@ class MgpuApp(App):
         # The topology to show: given, or read from this machine once the first frame is up.
         self._topology: tuple[Topology | None, str] | None = None if topology is _LIVE else (topology, "")
         self._recorded = list(telemetry) if telemetry is not None else None
+        self._last_snapshot: Snapshot | None = None  # for a view built later (Compare's memory plan)
         self.controller = RunController(self)
         self.comparing = CompareController(self, lambda: self.host)
         self.feed = MachineFeed(self, interval, self._rank_processes)
@@ -142,6 +143,8 @@ class MgpuApp(App):
             view.show(*self._topology)
         elif built and tab == "topology":
             view.reading()
+        if built and tab == "compare" and self._last_snapshot is not None:
+            view.machine_memory(self._last_snapshot)
         if built:
             self.call_after_refresh(freeze_heap)
 
@@ -156,6 +159,7 @@ class MgpuApp(App):
             # Recorded telemetry is shown in full, in order: no message may replace another.
             for snapshot in self._recorded:
                 self.query_one(Dashboard).show(snapshot)
+                self._last_snapshot = snapshot
         if self.start_spec is not None:
             self.start_run(self.start_spec)
         elif self.open_path is not None:
@@ -180,8 +184,11 @@ class MgpuApp(App):
     # such late messages are dropped.
 
     def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
+        self._last_snapshot = message.snapshot
         for dashboard in self.query(Dashboard):
             dashboard.show(message.snapshot)
+        if view := self._view("compare"):
+            view.machine_memory(message.snapshot)  # what its memory plan is checked against
 
     def on_run_updated(self, message: RunUpdated) -> None:
         view = self._view("run")

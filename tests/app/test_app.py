@@ -148,6 +148,7 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         view.query_one("#compare-steps", Input).value = "10"
         view.query_one("#compare-device", Select).value = "cpu"
         view.query_one("#compare-nproc", Input).value = "2"
+        view.query_one("#compare-model", Select).value = "gpt-tiny"
         await pilot.click("#compare-start")
         assert await wait_for(pilot, lambda: app.comparing.active, timeout=10)
         assert await wait_for(pilot, lambda: not app.comparing.active, timeout=120)
@@ -162,6 +163,7 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         assert "2 run(s) done" in status
         comparison = app.comparing.runner.comparison
         assert [r.status for r in comparison.rows] == ["ok", "ok"]
+        assert comparison.settings["model"] == "gpt-tiny" and all(r.tokens_per_s for r in comparison.rows)
         # mp on the CPU is degenerate, and its summary says what it does not show here.
         single, mp = comparison.rows
         assert single.note is None and "every stage sits on the one CPU" in mp.note
@@ -394,6 +396,47 @@ async def test_a_straggler_is_marked_in_the_rank_table_with_where_its_time_goes(
         assert await wait_for(pilot, lambda: view.finished, timeout=90)
         await pilot.pause(0.3)
         assert "Straggler: rank 1 arrives" in str(app.query_one("#root-cause").render())  # kept in the result
+
+
+async def test_the_compare_view_plans_the_memory_before_running_and_greys_out_what_cannot_fit():
+    import psutil
+    from textual.widgets import DataTable, SelectionList
+
+    from mgpu_tui.app.views.compare import CompareView
+    from mgpu_tui.console import fmt_bytes
+    from mgpu_tui.engine.planning.memory import Training, needed, plan_run
+    from mgpu_tui.engine.planning.shapes import model_shape
+
+    app = create_app()  # this machine's own telemetry: its memory is what the plan is checked against
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        view = app.query_one(CompareView)
+        assert await wait_for(pilot, lambda: view.host_mem is not None, timeout=10)
+        view.query_one("#compare-device", Select).value = "cpu"
+        modes = view.query_one("#compare-modes", SelectionList)
+        table = view.query_one("#compare-table", DataTable)
+
+        def rows():
+            cells = (table.get_row_at(i) for i in range(table.row_count))
+            return {str(r[0]): [str(c) for c in r] for r in cells}
+
+        # A 7B model does not fit this machine's memory in any mode: each is greyed out and unticked.
+        view.query_one("#compare-model", Select).value = "gpt-7b"
+        await pilot.pause(0.2)
+        assert {r[1] for r in rows().values()} == {"NO"}
+        assert modes.selected == [] and all(o.disabled for o in modes.options)
+        assert "does not fit: needs" in str(modes.get_option_at_index(2).prompt)
+        # gpt-tiny fits everywhere: the modes come back, and each figure is the planner's.
+        view.query_one("#compare-model", Select).value = "gpt-tiny"
+        await pilot.pause(0.2)
+        assert {r[1] for r in rows().values()} == {"yes"} and not any(o.disabled for o in modes.options)
+        ddp = plan_run("ddp", model_shape("gpt-tiny"), 2, Training(batch_size=64))
+        assert rows()["ddp"][1:] == ["yes", fmt_bytes(needed(ddp, shared=True)), "2", "rank 0",
+                                     fmt_bytes(ddp.devices[0].state), fmt_bytes(ddp.devices[0].activations),
+                                     fmt_bytes(ddp.devices[0].buffers)]  # fmt: skip
+        assert view.host_mem == psutil.virtual_memory().total
+        said = str(view.query_one("#compare-charts").render())
+        assert "which CPU ranks share" in said and "greyed out" in said
 
 
 async def test_the_compare_view_explains_the_mode_under_the_cursor_with_its_demos_source():

@@ -3,9 +3,16 @@
 It only draws what the app hands it (CompareUpdated / CompareEnded); the
 CompareController owns the runs. The table and the charts are the ones
 ``mgpu-tui compare`` prints, so the app and the CLI show the same numbers.
+
+Before anything runs, the table shows the memory planner's answer for the model, ranks,
+batch and precision in the form (``mgpu-tui plan``): each mode's fullest device, and
+whether it fits this machine (each GPU; on the CPU, the host's memory all ranks share).
+A mode that cannot fit is greyed out in the list, with what it would need.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -27,16 +34,22 @@ from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
-from mgpu_tui.console import plain
+from mgpu_tui.console import fmt_bytes, plain
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES, availability
-from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.memory import ModePlan, Training, fit, needed, plan_run
+from mgpu_tui.engine.planning.shapes import MODELS
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
 
+if TYPE_CHECKING:
+    from mgpu_tui.engine.machine.telemetry import Snapshot
+
 DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
+MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]
 # Long enough for steady rates past the warm-up, short enough to compare several modes in a minute.
 COMPARED_STEPS = 60
 
@@ -74,6 +87,12 @@ class CompareView(Widget):
     #compare-device {
         width: 12;
     }
+    #compare-model {
+        width: 16;
+    }
+    #compare-progress {
+        padding: 1 0 0 2;
+    }
     #compare-status {
         height: 3;
     }
@@ -94,14 +113,21 @@ class CompareView(Widget):
         self.modes: list[str] = []
         self.steps = 0
         self.total = 0
+        self.running = False
+        self.prompts: dict[str, str] = {}  # each mode's line in the list, before the plan's remark
+        self.greyed: set[str] = set()  # the modes the plan says cannot fit
+        self.gpu_mem: int | None = None  # the smallest GPU's memory, from the telemetry
+        self.host_mem: int | None = None
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="compare-form"):
             choices = []
             for mode in MODES.values():
                 here = availability(mode, self.host)
-                choices.append((f"{mode.name}  {'' if here.runnable else '(cannot run here) '}{mode.title}",
-                                mode.name, here.runnable and mode.name in DEFAULT_MODES))  # fmt: skip
+                where = "" if here.runnable else "(cannot run here) "
+                self.prompts[mode.name] = f"{mode.name}  {where}{mode.title}"
+                choices.append((self.prompts[mode.name], mode.name,
+                                here.runnable and mode.name in DEFAULT_MODES))  # fmt: skip
             yield TickList(*choices, id="compare-modes")
             with Vertical(id="compare-settings"):
                 with Horizontal(classes="compare-field"):
@@ -116,11 +142,14 @@ class CompareView(Widget):
                     yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="compare-device",
                                  type_to_search=False)
                     yield TickBox("AMP", id="compare-amp")
+                    yield Select(MODEL_OPTIONS, value="mlp", allow_blank=False, id="compare-model",
+                                 type_to_search=False)
+                with Horizontal(classes="compare-field"):
                     yield Button("Compare", id="compare-start", variant="success")
                     yield Button("Stop", id="compare-stop", variant="error", disabled=True)
-                yield TextPanel("Choose modes (space), then Compare: they run one after another on the "
-                                "same model, data and global batch.", id="compare-status")  # fmt: skip
-                yield ProgressBar(total=1, id="compare-progress", show_eta=False)
+                    yield ProgressBar(total=1, id="compare-progress", show_eta=False)
+                yield TextPanel("Choose modes (space), then Compare: one after another, on the same model, "
+                                "data and batch. Below: the memory each needs.", id="compare-status")
         with Horizontal(id="compare-results"):
             yield DataTable(id="compare-table", cursor_type="none")
             with VerticalScroll(id="compare-charts-box"):
@@ -130,6 +159,92 @@ class CompareView(Widget):
 
     def on_mount(self) -> None:
         self._explain(DEFAULT_MODES[0])
+        self.show_plan()
+
+    # ---- the plan, before anything runs ---------------------------------------------------------
+
+    def machine_memory(self, snapshot: Snapshot) -> None:
+        """The memory the plan is checked against, from the app's telemetry."""
+        gpus = [g.readings.memory_total for g in snapshot.gpus if g.readings and g.readings.memory_total]
+        memory = (min(gpus) if gpus else None, snapshot.host.memory_total)
+        if memory != (self.gpu_mem, self.host_mem):
+            self.gpu_mem, self.host_mem = memory
+            self.show_plan()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        self.show_plan()
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        self.show_plan()
+
+    def on_checkbox_changed(self, event) -> None:
+        self.show_plan()
+
+    def plans(self) -> tuple[LaunchSpec, list[ModePlan], bool, str] | None:
+        """The form's spec; each mode's plan for it, marked against this machine's memory; whether
+        the ranks share that memory (CPU ranks); what it is. None while the form is incomplete."""
+        try:
+            template = self.template()
+            model = workload_of(template)
+        except (UsageError, ValueError):
+            return None
+        cuda = template.device == "cuda" or (template.device == "auto" and self.host.has_cuda)
+        limit, shared = (self.gpu_mem, False) if cuda else (self.host_mem, True)
+        if not limit:
+            what = "nothing yet (the memory is being read)"
+        elif cuda:
+            what = f"each GPU's {fmt_bytes(limit)}"
+        else:
+            what = f"the host's {fmt_bytes(limit)}, which CPU ranks share"
+        training = Training(amp=template.amp, batch_size=template.batch_size)
+        plans = [fit(plan_run(name, model, template.nproc, training, stages=DEFAULTS.stages,
+                              gpu_count=self.host.gpu_count), limit, shared=shared) for name in MODES]
+        return template, plans, shared, what
+
+    def show_plan(self) -> None:
+        """The planner's table and verdicts, unless a comparison runs or its results are shown."""
+        if self.running or not self.is_mounted:
+            return
+        found = self.plans()
+        if found is None:
+            return
+        template, plans, shared, what = found
+        table = self.query_one("#compare-table", DataTable)
+        table.clear(columns=True)
+        # On the CPU every rank (and each stage of mp) lives in the host's memory: they add up.
+        # The verdict first: a narrow terminal shows the first columns.
+        table.add_columns("mode", "fits", "all ranks" if shared else "total", "ranks" if shared else "GPUs",
+                          "fullest", "state", "activations", "buffers")  # fmt: skip
+        modes = self.query_one("#compare-modes", SelectionList)
+        for index, p in enumerate(plans):
+            mode = MODES[p.mode]
+            count = str((template.nproc if mode.multi_process else 1) if shared else p.gpus)
+            if not p.devices:
+                table.add_row(p.mode, "n/a", "", count, Text(p.note or "", style="dim"), "", "", "")
+                continue
+            d = max(p.devices, key=lambda d: d.total)
+            fits = "n/a" if p.fits is None else Text("yes", "green") if p.fits else Text("NO", "red")
+            if shared:  # no GPUs: a one-process mode's place is its rank; mp's, its stages
+                where = d.device.replace("GPU", "stage" if p.mode in ("mp", "ddp_mp") else "rank")
+            else:
+                where = d.device
+            table.add_row(p.mode, fits, fmt_bytes(needed(p, shared=shared)), count, where, fmt_bytes(d.state),
+                          fmt_bytes(d.activations), fmt_bytes(d.buffers))  # fmt: skip
+            if p.fits is False:
+                modes.deselect(p.mode)
+                modes.replace_option_prompt_at_index(index, Text(
+                    f"{p.mode}  does not fit: needs {fmt_bytes(needed(p, shared=shared))}", style="dim"))
+                modes.disable_option_at_index(index)
+                self.greyed.add(p.mode)
+            elif p.mode in self.greyed:  # fits again
+                modes.replace_option_prompt_at_index(index, self.prompts[p.mode])
+                modes.enable_option_at_index(index)
+                self.greyed.discard(p.mode)
+        self.query_one("#compare-charts", Static).update(Text(
+            f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch and "
+            f"precision (state = parameters, gradients, optimizer; activations are an estimate: "
+            f"docs/compare.md). Checked against {what}; a mode that cannot fit is greyed out.\n",
+            style="dim"))
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120, "narrow")
@@ -167,14 +282,18 @@ class CompareView(Widget):
         modes = list(self.query_one("#compare-modes", SelectionList).selected)
         if not modes:
             raise UsageError("choose at least one mode to compare.")
+        return sorted(modes, key=list(MODES).index), self.template()
+
+    def template(self) -> LaunchSpec:
+        """The spec every compared mode starts from; UsageError with one sentence when wrong."""
         numbers = whole_numbers(self, {"compare-nproc": "ranks", "compare-steps": "steps",
                                        "compare-batch": "batch"})  # fmt: skip
-        device = self.query_one("#compare-device", Select).value
-        template = LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
-                              batch_size=numbers["compare-batch"], device=device,
-                              amp=self.query_one("#compare-amp", TickBox).value,
-                              run_root=self.app.run_root)  # fmt: skip
-        return sorted(modes, key=list(MODES).index), template
+        return LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
+                          batch_size=numbers["compare-batch"],
+                          device=self.query_one("#compare-device", Select).value,
+                          amp=self.query_one("#compare-amp", TickBox).value,
+                          model=self.query_one("#compare-model", Select).value,
+                          run_root=self.app.run_root)  # fmt: skip
 
     def started(self, comparison: Comparison) -> None:
         modes = self.modes = comparison.settings["modes"]
@@ -184,6 +303,7 @@ class CompareView(Widget):
         self.query_one("#compare-status", TextPanel).update(f"comparing {', '.join(modes)}: starting…")
         self._set_busy(True)
         self.show_rows([])
+        self.query_one("#compare-charts", Static).update("")
 
     def show(self, rows: list[Row], progress: list[tuple[str, int, int]]) -> None:
         done_steps = len(rows) * self.steps  # a finished run counts whole, failed or not
@@ -218,5 +338,6 @@ class CompareView(Widget):
         self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup
 
     def _set_busy(self, active: bool) -> None:
+        self.running = active
         self.query_one("#compare-start", Button).disabled = active
         self.query_one("#compare-stop", Button).disabled = not active
