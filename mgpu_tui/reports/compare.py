@@ -150,7 +150,7 @@ def scale_notes(comparison: Comparison) -> list[str]:
     if settings["sweep"] != "strong":
         warmup = settings["warmup_steps"]
         notes.append(f"lr follows the global batch by the {settings['lr_rule']} rule, from {settings['lr']:g} at "
-                     f"the first point's; " + (f"every point warms up over {warmup} steps." if warmup
+                     f"the first point's batch; " + (f"every point warms up over {warmup} steps." if warmup
                                                else "no warm-up."))  # fmt: skip
     if settings["sweep"] != "batch":
         notes.append("efficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran.")
