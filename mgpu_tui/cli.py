@@ -343,6 +343,7 @@ def build_check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
     parser.add_argument("--share-gpus", action="store_true",
                         help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo")
+    add_model_arguments(parser, _whole_number(1))  # what the smoke and verify runs train
     parser.add_argument("--run-dir", default="runs", metavar="DIR",
                         help="where the ranks' logs go (default ./runs)")
     return parser

@@ -67,6 +67,10 @@ class RankLaunch:
             args += ("--save-params",)
         if opts.share_gpus:
             args += ("--share-gpus",)
+        if opts.model != "mlp":  # the demos' own flags, which the smoke runs pass on
+            args += ("--model", opts.model)
+            for name, value in opts.model_args:
+                args += (f"--{name.replace('_', '-')}", str(value))
         spec = LaunchSpec(mode="check", module=RANK_MODULE, nproc=nproc, device=device,
                           run_root=self.check_dir.path, demo_args=args)  # fmt: skip
         self.ranks = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)

@@ -47,6 +47,7 @@ class CheckReport:
     run_dir: str | None = None  # where the ranks' logs are, when ranks ran
     interrupted: bool = False
     shared_gpus: bool = False  # more ranks than GPUs (--share-gpus): gloo, and timings not a real box's
+    model: str = "mlp"  # what the smoke and verify runs train (--model)
 
     def counts(self) -> dict[str, int]:
         return {s.value: sum(1 for r in self.results if r.status is s) for s in Status}
@@ -62,6 +63,7 @@ class CheckReport:
             "level": self.level,
             "nproc": self.nproc,
             "device": self.device,
+            "model": self.model,
             "shared_gpus": self.shared_gpus,
             "passed": not self.failed and not self.interrupted,
             "interrupted": self.interrupted,

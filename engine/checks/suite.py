@@ -29,10 +29,13 @@ from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
 from mgpu_tui.engine.launch.modes import MODES, SCRIPT, availability
 from mgpu_tui.engine.launch.spec import (
     EnvironmentUnusable,
+    LaunchSpec,
     SpecError,
     check_gpus,
     choose_device,
     default_nproc,
+    workload_of,
+    workload_problem,
 )
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.run.aggregate import read_events
@@ -60,6 +63,9 @@ class CheckOptions:
     modes: tuple[str, ...] | None = None  # smoke (and verify) only these; default: every mode
     environ: Mapping[str, str] | None = None
     share_gpus: bool = False  # ranks may share GPUs round-robin (over gloo), as run --share-gpus
+    # What the smoke and verify runs train: the MLP, or a GPT with any shape fields changed (LaunchSpec's).
+    model: str = "mlp"
+    model_args: tuple[tuple[str, int], ...] = ()
 
 
 class CheckSuite:
@@ -73,7 +79,7 @@ class CheckSuite:
         self.options = options
         self.on_result = on_result or (lambda result: None)
         self.on_progress = on_progress or (lambda text: None)
-        self.report = CheckReport(level=options.level, nproc=None, device=options.device)
+        self.report = CheckReport(level=options.level, nproc=None, device=options.device, model=options.model)
         self._launch: RankLaunch | None = None
         self._check_dir: RunDir | None = None
         # What the measured all_reduce busbw is graded against (expected_bandwidth.py), or why not.
@@ -185,6 +191,8 @@ class CheckSuite:
                 skipped[mode.name] = availability(mode, host).reason
             elif mode.multi_process and nproc < mode.min_nproc:
                 skipped[mode.name] = f"needs at least {mode.min_nproc} ranks; --nproc {nproc}"
+            elif why := self._unfit_model(mode, nproc):
+                skipped[mode.name] = why
             elif device == "cuda" and needed > host.gpu_count and not shared:
                 skipped[mode.name] = (f"needs {needed} GPUs with --nproc {nproc}; {host.gpu_count} visible "
                                       "(--share-gpus lets ranks share them)")  # fmt: skip
@@ -192,6 +200,12 @@ class CheckSuite:
                 runnable.append(mode.name)
         runnable.sort(key=lambda m: (MODES[m].multi_process, m == "rpc"))
         return runnable, skipped
+
+    def _unfit_model(self, mode, nproc: int) -> str | None:
+        """Why ``mode`` cannot train --model over ``nproc`` ranks, as `run` would say it."""
+        spec = LaunchSpec(mode=mode.name, nproc=nproc, model=self.options.model,
+                          model_args=self.options.model_args)  # fmt: skip
+        return workload_problem(mode, spec, workload_of(spec))
 
     # ---- the rank launches ------------------------------------------------------------
 

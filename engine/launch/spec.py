@@ -136,6 +136,18 @@ def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
     return model_shape(spec.model, **dict(spec.model_args))
 
 
+def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpShape) -> str | None:
+    """Why ``mode`` cannot train ``workload`` over ``spec.nproc`` ranks, in one sentence; None if it can."""
+    if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % spec.nproc:
+        return (f"tensor parallelism over {spec.nproc} ranks gives each rank whole heads: the model's "
+                f"{workload.heads} heads must be a multiple of --nproc.")
+    layers = workload.layers + 2 if isinstance(workload, ModelShape) else workload.depth + 1
+    if mode.stages_from and (stages := _stages(mode, spec)) > layers:
+        more = "--layers" if isinstance(workload, ModelShape) else "--depth"
+        return f"{stages} stages is more than the model's {layers} layers; raise {more}."
+    return None
+
+
 def mode_names() -> str:
     return ", ".join(MODES)
 
@@ -284,15 +296,8 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         workload = workload_of(spec) if mode is not SCRIPT else None
     except ShapeError as exc:
         raise SpecError(str(exc)) from None
-    if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % spec.nproc:
-        raise SpecError(f"tensor parallelism over {spec.nproc} ranks gives each rank whole heads: the "
-                        f"model's {workload.heads} heads must be a multiple of --nproc.")
-    layers = workload.layers + 2 if isinstance(workload, ModelShape) else spec.depth + 1
-    if mode.stages_from and (stages := _stages(mode, spec)) > layers:
-        more = "--layers" if isinstance(workload, ModelShape) else "--depth"
-        raise SpecError(
-            f"{stages} stages is more than the model's {layers} layers; raise {more}."
-        )
+    if workload is not None and (problem := workload_problem(mode, spec, workload)):
+        raise SpecError(problem)
     # NCCL refuses two ranks on one GPU, so ranks that share one talk over gloo.
     backend = "nccl" if device == "cuda" and not shared else "gloo"
     return ResolvedSpec(spec, mode, device, backend, shared)

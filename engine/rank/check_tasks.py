@@ -42,6 +42,7 @@ import torch.nn.functional as F
 
 from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.modes import MODES
+from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS
 from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
 
 INJECT_ENV = "MGPU_CHECK_INJECT"
@@ -213,10 +214,20 @@ def check_copy_matrix(device: torch.device) -> dict:
 # ---- smoke: a demo's own main(), in this process -----------------------------------
 
 
+def model_argv(args: argparse.Namespace) -> list[str]:
+    """--model and the GPT's shape flags, as the demos take them."""
+    argv = ["--model", args.model]
+    for field in SHAPE_FIELDS:
+        if getattr(args, field) is not None:
+            argv += [f"--{field.replace('_', '-')}", str(getattr(args, field))]
+    return argv
+
+
 def smoke(mode: str, args: argparse.Namespace, run_dir: Path, rank: int, world: int) -> dict:
     """Run demo ``mode`` for a few steps; its events go to ``smoke/<mode>/`` for the orchestrator."""
     multi = MODES[mode].multi_process
-    argv = [mode, "--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size)]
+    argv = [mode, "--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size),
+            *model_argv(args)]  # fmt: skip
     if args.share_gpus:
         argv.append("--share-gpus")
     if f"smoke:{mode}" in _injected():
@@ -242,7 +253,8 @@ def check_verify(mode: str, args: argparse.Namespace, run_dir: Path) -> dict:
 
     global _baseline
     if _baseline is None:
-        argv = ["--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size)]
+        argv = ["--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size),
+                *model_argv(args)]  # fmt: skip
         baseline_args = harness.parse_args("baseline", argv=argv)
         _baseline = {k: v.detach().cpu().float() for k, v in single.train(baseline_args).state_dict().items()}
     params = verify.load_parts(args.smoke_dir / mode / "params")
@@ -346,6 +358,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=12, help="steps of each smoke run")
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     parser.add_argument("--save-params", action="store_true", help="smoke runs save parameters, to verify")
+    parser.add_argument("--model", default="mlp", help="what the smoke runs train (the demos' --model)")
+    for field in SHAPE_FIELDS:
+        parser.add_argument(f"--{field.replace('_', '-')}", type=int, help="the GPT's shape, as the demos'")
     parser.add_argument("--share-gpus", action="store_true",
                         help="ranks share GPUs round-robin when there are fewer GPUs than ranks (gloo)")
     # Outside the launch's own folder: a later launch (after a crash) verifies what an earlier one saved.

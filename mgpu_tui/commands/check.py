@@ -14,8 +14,11 @@ import sys
 from pathlib import Path
 
 from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
+from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import plain
 from mgpu_tui.engine.checks.suite import CheckOptions, CheckSuite, EnvironmentUnusableForChecks
+from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
+from mgpu_tui.engine.planning.shapes import ShapeError
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 from mgpu_tui.reports import check as check_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
@@ -36,12 +39,18 @@ def check_command(args: argparse.Namespace) -> int:
         print(plain(f"mgpu-tui: {text}"), file=sys.stderr, flush=True)
 
     modes = tuple(m.strip() for m in args.modes.split(",") if m.strip()) if args.modes else None
+    workload = model_fields(args)
+    try:
+        workload_of(LaunchSpec(mode="single", **workload))
+    except ShapeError as exc:
+        raise UsageError(str(exc)) from None
     options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
                            require_gpus=args.require_gpus, run_root=Path(args.run_dir),
-                           share_gpus=args.share_gpus)  # fmt: skip
+                           share_gpus=args.share_gpus, **workload)  # fmt: skip
     suite = CheckSuite(options, on_result=show, on_progress=progress)
     interrupt_on_term_and_hup()
-    print(f"mgpu-tui --check, level {args.level}", file=table_stream)
+    trains = "" if args.model == "mlp" else f"; the smoke runs train {args.model}"
+    print(f"mgpu-tui --check, level {args.level}{trains}", file=table_stream)
     print(check_output.header(suite.report), file=table_stream, flush=True)
     try:
         report = suite.run()

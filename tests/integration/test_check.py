@@ -63,8 +63,10 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
     # both fail by name; fsdp's verify is skipped; the checks after it run in a new launch.
     # Level 3 holds every check of level 2; .ci/run runs level 2 after the tests, where it must
     # pass (exit 0) on a healthy machine.
-    result = check("--level", "3", "--json", str(tmp_path / "r.json"), "--junit", str(tmp_path / "r.xml"),
-                   "--run-dir", str(tmp_path / "runs"), env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})
+    # The smoke and verify runs train the GPT (--model): .ci/run's own --check trains the MLP.
+    result = check("--level", "3", "--model", "gpt-tiny", "--json", str(tmp_path / "r.json"), "--junit",
+                   str(tmp_path / "r.xml"), "--run-dir", str(tmp_path / "runs"),
+                   env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})  # fmt: skip
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     jsonschema.validate(report, SCHEMA)
@@ -102,6 +104,10 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
         "not graded: CPU ranks: no GPU link to grade it against")
     assert checks["smoke:ddp"]["metrics"]["final_loss"] < checks["smoke:ddp"]["metrics"]["first_loss"]
     assert report["nproc"] == 2 and report["device"] == "cpu" and not report["passed"]
+    assert report["model"] == "gpt-tiny" and "the smoke runs train gpt-tiny" in result.stdout
+    hello = json.loads((Path(report["run_dir"]) / "smoke" / "ddp" / "events" / "rank0.jsonl")
+                       .read_text().splitlines()[0])  # fmt: skip
+    assert hello["config"]["model"] == "gpt-tiny"
     # The table: one row per check, then the counts.
     assert "PASS  collective:all_gather" in result.stdout and "FAIL  smoke:fsdp" in result.stdout
     assert f"{len(checks)} checks: " in result.stdout.splitlines()[-1]

@@ -124,6 +124,8 @@ CASES = [
     (["--check", "--junit", "-"], "--junit needs a file name"),
     (["--check", "--json", "{dir}/a-folder"], "is a folder; give a file name"),
     (["--check", "--modes", "ddp,nope"], "unknown mode 'nope'"),
+    (["--check", "--model", "gpt-huge"], "unknown model 'gpt-huge'; choose one of gpt-tiny"),
+    (["--check", "--model", "gpt-tiny", "--heads", "3"], "--d-model (64) must be a multiple of --heads (3)"),
 ]
 
 
