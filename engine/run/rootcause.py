@@ -59,9 +59,12 @@ class RootCause:
         return asdict(self)
 
 
-# A rank that saw its peer go: the cause is elsewhere (is_consequence).
-PEER_LOST = (r"Connection reset by peer|Connection closed by peer|"
-             r"Watchdog caught collective operation timeout|NCCL watchdog")
+# What a rank says when it is the casualty of another rank's failure, not its cause: its peer went
+# away, its process group was aborted under it, or it timed out waiting for a peer that hung. One
+# pattern for torchrun's order of failures (_first_cause), the nodes' (is_consequence) and the hint.
+PEER_LOST = re.compile(r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
+                       r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted|"
+                       r"Watchdog caught collective operation timeout|NCCL watchdog", re.I)
 # The common signatures of distributed training's failures, and what each means for the user:
 # (a pattern searched in the message and the traceback, the hint). The first that matches wins.
 HINTS = (
@@ -122,7 +125,7 @@ def hint_for(cause: RootCause, *, work_finished: bool = False) -> str | None:
 def is_consequence(cause: RootCause) -> bool:
     """Whether this failure only echoes another's: the rank lost a peer (on several nodes, the
     first failure is then on another node, and that node's own cause is the one to tell)."""
-    return bool(re.search(PEER_LOST, f"{cause.message}\n{cause.traceback[-20_000:]}"))
+    return bool(PEER_LOST.search(f"{cause.message}\n{cause.traceback[-20_000:]}"))
 
 
 def signal_name(exit_code: int | None) -> str | None:
@@ -245,11 +248,6 @@ def _last_line(text: str) -> str:
     return ""
 
 
-# What a rank says when it is the casualty of another rank's failure, not its cause.
-_PEER_GONE = re.compile(r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
-                        r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted", re.I)
-
-
 def _first_cause(reports: list[_TorchrunReport], rank_files: dict) -> _TorchrunReport | None:
     """torchrun's root cause, unless it is a casualty and another failure is not.
 
@@ -266,7 +264,7 @@ def _first_cause(reports: list[_TorchrunReport], rank_files: dict) -> _TorchrunR
                 break
         if parsed is None:
             return report.exit_code == -signal_module.SIGTERM
-        return bool(_PEER_GONE.search(parsed[0]))
+        return bool(PEER_LOST.search(parsed[0]))
 
     if not reports:
         return None

@@ -42,3 +42,20 @@ def test_torchrun_is_believed_when_its_first_failure_is_a_failure_of_its_own(tmp
     run = run_dir_with(tmp_path, report, {0: "ValueError: bad batch"})
     cause = find_root_cause(run, launcher_exit_code=1, single_process=False)
     assert (cause.rank, cause.message) == (0, "ValueError: bad batch")
+
+
+def test_a_rank_that_timed_out_waiting_for_a_hung_peer_is_a_casualty_too(tmp_path):
+    # One pattern decides a casualty everywhere: torchrun's order of failures, the nodes' verdicts
+    # and the hint. A watchdog timeout is the waiting rank's consequence of its peer's hang.
+    from mgpu_tui.engine.run.rootcause import RootCause, is_consequence
+
+    timeout = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) "
+               "ran for 600000 milliseconds before timing out.")
+    run = run_dir_with(tmp_path, REPORT, {0: timeout})
+    cause = find_root_cause(run, launcher_exit_code=1, single_process=False)
+    assert (cause.rank, cause.signal) == (1, "SIGSEGV")
+    aborted = RootCause(rank=2, exit_code=1, signal=None, message="RuntimeError: ProcessGroupGloo is aborted",
+                        traceback="")  # fmt: skip
+    assert is_consequence(aborted)
+    assert not is_consequence(RootCause(rank=2, exit_code=1, signal=None, message="ValueError: bad batch",
+                                        traceback=""))  # fmt: skip
