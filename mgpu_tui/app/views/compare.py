@@ -209,18 +209,17 @@ class CompareView(Widget):
         if found is None:
             return
         template, plans, shared, what = found
-        table = self.query_one("#compare-table", DataTable)
-        table.clear(columns=True)
         # On the CPU every rank (and each stage of mp) lives in the host's memory: they add up.
         # The verdict first: a narrow terminal shows the first columns.
-        table.add_columns("mode", "fits", "all ranks" if shared else "total", "ranks" if shared else "GPUs",
-                          "fullest", "state", "activations", "buffers")  # fmt: skip
+        headers = ["mode", "fits", "all ranks" if shared else "total", "ranks" if shared else "GPUs",
+                   "fullest", "state", "activations", "buffers"]  # fmt: skip
+        rows = []
         modes = self.query_one("#compare-modes", SelectionList)
         for index, p in enumerate(plans):
             mode = MODES[p.mode]
             count = str((template.nproc if mode.multi_process else 1) if shared else p.gpus)
             if not p.devices:
-                table.add_row(p.mode, "n/a", "", count, Text(p.note or "", style="dim"), "", "", "")
+                rows.append([p.mode, "n/a", "", count, Text(p.note or "", style="dim"), "", "", ""])
                 continue
             d = max(p.devices, key=lambda d: d.total)
             fits = "n/a" if p.fits is None else Text("yes", "green") if p.fits else Text("NO", "red")
@@ -228,8 +227,8 @@ class CompareView(Widget):
                 where = d.device.replace("GPU", "stage" if p.mode in ("mp", "ddp_mp") else "rank")
             else:
                 where = d.device
-            table.add_row(p.mode, fits, fmt_bytes(needed(p, shared=shared)), count, where, fmt_bytes(d.state),
-                          fmt_bytes(d.activations), fmt_bytes(d.buffers))  # fmt: skip
+            rows.append([p.mode, fits, fmt_bytes(needed(p, shared=shared)), count, where, fmt_bytes(d.state),
+                         fmt_bytes(d.activations), fmt_bytes(d.buffers)])  # fmt: skip
             if p.fits is False:
                 modes.deselect(p.mode)
                 modes.replace_option_prompt_at_index(index, Text(
@@ -240,6 +239,14 @@ class CompareView(Widget):
                 modes.replace_option_prompt_at_index(index, self.prompts[p.mode])
                 modes.enable_option_at_index(index)
                 self.greyed.discard(p.mode)
+        table = self.query_one("#compare-table", DataTable)
+        table.clear(columns=True)
+        # Widths given, not measured: DataTable measures auto-width columns when idle, and a busy
+        # machine would show the first plan cut to its headers' widths until then.
+        for i, header in enumerate(headers):
+            table.add_column(header, width=max(len(header), *(len(str(r[i])) for r in rows)))
+        for row in rows:
+            table.add_row(*row)
         self.query_one("#compare-charts", Static).update(Text(
             f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch and "
             f"precision (state = parameters, gradients, optimizer; activations are an estimate: "
