@@ -64,6 +64,7 @@ class Reporting:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._state = None
         self.reporter.__exit__(*exc)
 
     def hello(self, **fields) -> None:
@@ -80,7 +81,12 @@ class Reporting:
         pipeline stages), so no sample is counted twice."""
         current, peak = memory(self.device)
         data_s = self.task.data_s if self.task is not None else None
-        state = state_bytes(*self._state) if self._state is not None and step == 1 else None
+        state = None
+        if self._state is not None and step == 1:
+            state = state_bytes(*self._state)
+            # Measured once. Holding the model longer would keep a DDP model alive into the
+            # interpreter's exit after a failure, where freeing it races gloo's threads.
+            self._state = None
         tokens = samples * self.args.shape.seq_len if getattr(self.args, "shape", None) else 0
         self.reporter.step(step, samples=samples, tokens=tokens, loss=loss, mem_bytes=current,
                            mem_peak_bytes=peak, data_s=data_s, state_bytes=state)  # fmt: skip
