@@ -148,6 +148,20 @@ def test_an_echo_of_a_lost_peer_gives_way_to_the_node_that_failed_first(watch, m
     assert watch.settle("failed", {}, mine) is mine  # a cause of its own is kept
 
 
+def test_an_echo_of_a_peer_that_was_stopped_by_its_user_says_so(watch, monkeypatch):
+    def sleep(seconds: float) -> None:
+        watch.clock.now += seconds
+
+    monkeypatch.setattr(watch_module.time, "sleep", sleep)
+    hear(watch, 1, state="interrupted")  # Ctrl-C on host 1: not a failure of its own
+    echo = RootCause(rank=0, exit_code=1, signal=None, message="RuntimeError: Connection reset by peer",
+                     traceback="", host="bn-host0")  # fmt: skip
+    cause = watch.settle("failed", {0: 5, 1: 5}, echo)
+    assert cause.verdict
+    assert cause.headline() == ("host bn-host1 (node 1, ranks 2-3) was stopped (interrupted) while the job "
+                                "ran, which ended the ranks here")  # fmt: skip
+
+
 def test_a_node_failure_record_says_whether_it_only_echoes_another():
     r = NodeRecord(0, "h", 0, 1, "failed", {0: 3}, NodeFailure(0, "x", None, secondary=True))
     assert r.to_json()["ranks"] == [0, 1] and r.to_json()["failure"]["secondary"] is True
