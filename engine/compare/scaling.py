@@ -74,6 +74,10 @@ def scale_specs(mode: str, nprocs: Sequence[int], batch_sizes: Sequence[int], te
     if len(set(batch_sizes)) != len(batch_sizes):
         raise SpecError("--batch-size lists a batch size twice.")
     sweep = sweep_of(nprocs, batch_sizes, weak)
+    if sweep == "weak" and not MODES[mode].splits_batch:
+        raise SpecError(f"--weak keeps each rank's share of the batch, but {mode} gives every rank the whole "
+                        "batch, so its work would grow with the ranks: scale it with the global batch fixed "
+                        "(no --weak), or sweep --batch-size.")  # fmt: skip
     if sweep == "batch":
         points = [(nprocs[0], b) for b in sorted(batch_sizes)]
     else:

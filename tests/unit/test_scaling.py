@@ -39,15 +39,16 @@ def test_a_batch_sweep_at_one_rank_count_follows_the_rule_chosen():
     ([2], [32, 64], True, "--weak grows the batch"),
     ([1, 1], [32], False, "rank count twice"),
     ([2], [32, 32], False, "batch size twice"),
+    ([1, 2], [32], True, "tp gives every rank the whole batch"),
 ])  # fmt: skip
 def test_sweeps_that_cannot_be_are_refused_in_one_sentence(nprocs, batches, weak, message):
     with pytest.raises(SpecError, match=message):
-        scale_specs("ddp", nprocs, batches, TEMPLATE, weak=weak)
+        scale_specs("tp" if "tp" in message else "ddp", nprocs, batches, TEMPLATE, weak=weak)
 
 
 def test_rpc_is_scaled_without_a_warm_up_unless_one_is_asked_for():
-    assert {s.warmup_steps for s in scale_specs("rpc", [2, 3], [8], TEMPLATE, weak=True)} == {0}
-    assert {s.warmup_steps for s in scale_specs("rpc", [2, 3], [8], TEMPLATE, warmup_steps=3)} == {3}
+    assert {s.warmup_steps for s in scale_specs("rpc", [2], [8, 16], TEMPLATE)} == {0}
+    assert {s.warmup_steps for s in scale_specs("rpc", [2], [8, 16], TEMPLATE, warmup_steps=3)} == {3}
 
 
 def _row(world_size: int, batch: int, rate: float, losses: list[float]) -> Row:
