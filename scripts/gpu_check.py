@@ -42,8 +42,8 @@ MODES = ("single", "dp", "ddp", "mp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp",
 PRECISIONS = {"float32": [], "fp16": ["--amp", "--amp-dtype", "fp16"],
               "bf16": ["--amp", "--amp-dtype", "bf16"]}  # fmt: skip
 STEPS = 30  # enough for the runs to drift apart if a mode trained another function
-CHECKS = ("check-level3", "check-shared", "modes", "oom", "compare", "topology", "telemetry", "sampler-cost",
-          "app")  # fmt: skip
+CHECKS = ("check-level3", "check-shared", "modes", "oom", "compare", "transformer", "topology", "telemetry",
+          "sampler-cost", "app")  # fmt: skip
 # Telemetry against nvidia-smi, read a fraction of a second apart: how far each field may differ.
 TOLERANCE = {"memory_used_mib": 256, "util_pct": 15, "temperature_c": 3, "power_w_rel": 0.15}
 
@@ -221,6 +221,41 @@ class Checker:
         keep = ("mode", "samples_per_s", "devices", "tflops_per_device", "mfu")
         metrics = {"rows": [{k: r[k] for k in keep} for r in rows]}
         return Result("compare", ok, detail, time.monotonic() - start, metrics)
+
+    def transformer(self) -> Result:
+        """gpt-125m in fp16: the plan (NVML's memory), then single, ddp and fsdp on one rank each:
+        MFU against the dense fp16 peak, and the allocator's peak against the predicted total."""
+        start, report = time.monotonic(), self.out / "transformer.json"
+        model = ["--model", "gpt-125m", "--batch-size", "8", "--amp"]
+        planned = self.sh("transformer-plan", self.mgpu("plan", *model, "--json"), 120)
+        try:
+            plan = {m["mode"]: m for m in json.loads(planned.stdout)["modes"]}
+        except (ValueError, KeyError):
+            return Result("transformer", False,
+                          f"no plan (exit {planned.returncode}); see transformer-plan.log")
+        argv = ["compare", "single", "ddp", "fsdp", "--device", "cuda", "--nproc", "1", "--steps", "30",
+                *model, "--run-dir", str(self.out / "runs"), "--out", str(report)]  # fmt: skip
+        done = self.sh("transformer", self.mgpu(*argv), 600)
+        try:
+            rows = json.loads(report.read_text())["rows"]
+        except (OSError, ValueError, KeyError):
+            return Result("transformer", False, f"no report (exit {done.returncode}); see transformer.log")
+        measured = []
+        for r in rows:
+            rank0 = r["memory"][0] if r["memory"] else {}
+            state = (rank0.get("predicted_state_bytes"), rank0.get("measured_state_bytes"))
+            measured.append({"mode": r["mode"], "mfu": r["mfu"], "tokens_per_s": r["tokens_per_s"],
+                             "predicted_total_bytes": rank0.get("predicted_total_bytes"),
+                             "peak_bytes": rank0.get("peak_bytes"),
+                             "fits": plan.get(r["mode"], {}).get("fits"),
+                             "predicted_state_bytes": state[0], "measured_state_bytes": state[1]})
+        ok = done.returncode == 0 and all(r["status"] == "ok" and r["mfu"] and 0 < r["mfu"] < 1 for r in rows)
+        gib = 2**30
+        detail = "; ".join(f"{m['mode']} MFU {100 * (m['mfu'] or 0):.1f}%, peak "
+                           f"{(m['peak_bytes'] or 0) / gib:.2f} GiB vs predicted "
+                           f"{(m['predicted_total_bytes'] or 0) / gib:.2f} GiB"
+                           for m in measured)  # fmt: skip
+        return Result("transformer", ok, detail, time.monotonic() - start, {"rows": measured, "plan": plan})
 
     def topology(self) -> Result:
         start = time.monotonic()
@@ -426,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         steps = [("check-level3", checker.check_level3), ("check-shared", checker.check_shared),
                  ("modes", checker.mode_runs), ("oom", checker.oom), ("compare", checker.compare),
-                 ("topology", checker.topology),
+                 ("transformer", checker.transformer), ("topology", checker.topology),
                  ("sampler-cost", checker.sampler_cost), ("telemetry", checker.telemetry),
                  ("app", checker.app)]  # fmt: skip
         for name, step in steps:
