@@ -55,8 +55,9 @@ class Progress:
             self.reported += 1
             rate = f"{fmt_rate(row.samples_per_s)} samples/s" if row.samples_per_s else row.root_cause or ""
             self._clear()
-            print(f"mgpu-tui: [{self.reported}/{self.total}] {row.mode} on {row.world_size} rank(s): "
-                  f"{row.status}, {rate}, {fmt_seconds(row.duration_s)}", file=sys.stderr, flush=True)
+            print(f"mgpu-tui: [{self.reported}/{self.total}] {row.mode} on {row.world_size} rank(s), global "
+                  f"batch {row.batch_size}: {row.status}, {rate}, {fmt_seconds(row.duration_s)}",
+                  file=sys.stderr, flush=True)  # fmt: skip
         if self.live and running:
             parts = [f"{r.resolved.mode.name} step {r.stats().steps}/{r.resolved.spec.steps}"
                      for r in running]
