@@ -425,7 +425,7 @@ async def test_the_compare_view_plans_the_memory_before_running_and_greys_out_wh
         await pilot.pause(0.2)
         assert {r[1] for r in rows().values()} == {"NO"}
         assert modes.selected == [] and all(o.disabled for o in modes.options)
-        assert "does not fit: needs" in str(modes.get_option_at_index(2).prompt)
+        assert str(modes.get_option_at_index(2).prompt).startswith("ddp  too big: ")
         # gpt-tiny fits everywhere: the modes come back, and each figure is the planner's.
         view.query_one("#compare-model", Select).value = "gpt-tiny"
         await pilot.pause(0.2)

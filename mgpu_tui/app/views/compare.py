@@ -232,7 +232,7 @@ class CompareView(Widget):
             if p.fits is False:
                 modes.deselect(p.mode)
                 modes.replace_option_prompt_at_index(index, Text(
-                    f"{p.mode}  does not fit: needs {fmt_bytes(needed(p, shared=shared))}", style="dim"))
+                    f"{p.mode}  too big: {fmt_bytes(needed(p, shared=shared))}", style="dim"))  # fits 80 columns
                 modes.disable_option_at_index(index)
                 self.greyed.add(p.mode)
             elif p.mode in self.greyed:  # fits again
