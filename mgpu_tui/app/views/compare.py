@@ -231,8 +231,9 @@ class CompareView(Widget):
                          fmt_bytes(d.activations), fmt_bytes(d.buffers)])  # fmt: skip
             if p.fits is False:
                 modes.deselect(p.mode)
+                # Short enough for the list at 80 columns.
                 modes.replace_option_prompt_at_index(index, Text(
-                    f"{p.mode}  too big: {fmt_bytes(needed(p, shared=shared))}", style="dim"))  # fits 80 columns
+                    f"{p.mode}  too big: {fmt_bytes(needed(p, shared=shared))}", style="dim"))
                 modes.disable_option_at_index(index)
                 self.greyed.add(p.mode)
             elif p.mode in self.greyed:  # fits again
