@@ -80,12 +80,13 @@ def scale_specs(mode: str, nprocs: Sequence[int], batch_sizes: Sequence[int], te
                         "(no --weak), or sweep --batch-size.")  # fmt: skip
     if sweep == "batch":
         points = [(nprocs[0], b) for b in sorted(batch_sizes)]
-    else:
-        per_rank = batch_sizes[0]
-        points = [(n, per_rank * n if weak else per_rank) for n in sorted(nprocs)]
-    warmup = default_warmup(sweep, template.steps) if warmup_steps is None else warmup_steps
-    if warmup and mode == "rpc":
-        warmup = 0 if warmup_steps is None else warmup  # rpc takes none (spec.py says why when asked)
+    else:  # weak: the batch given is each rank's
+        batch = batch_sizes[0]
+        points = [(n, batch * n if weak else batch) for n in sorted(nprocs)]
+    if warmup_steps is not None:
+        warmup = warmup_steps  # rpc refuses one (spec.py says why)
+    else:  # rpc's optimizer lives on its workers, out of a warm-up's reach
+        warmup = 0 if mode == "rpc" else default_warmup(sweep, template.steps)
     reference = points[0][1]
     return [dataclasses.replace(template, mode=mode, nproc=n, batch_size=b, warmup_steps=warmup,
                                 lr=scaled_lr(template.lr, b / reference, lr_rule))
