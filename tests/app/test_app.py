@@ -42,7 +42,9 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         form.query_one("#nproc", Input).value = "2"
         form.query_one("#steps", Input).value = "1000"  # the demo prints every 100 steps; s stops it
         form.query_one("#device", Select).value = "cpu"
+        form.query_one("#model", Select).value = "gpt-tiny"  # the workload, as --model
         await pilot.click("#start")
+        assert app.controller.run.resolved.spec.model == "gpt-tiny"
         run_dir = app.controller.run.run_dir.path
         pane = app.query_one(LogPane)
 

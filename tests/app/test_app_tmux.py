@@ -219,7 +219,7 @@ def test_make_run_at_80x24_guides_a_first_user_and_enter_starts_a_run(tmp_path):
         time.sleep(0.5)
         keys(session, "Up", "Up", "Enter")
         assert wait_screen(session, r"single: on the CPU"), screen(session)
-        keys(session, "Tab", "Enter")  # from the mode to the ranks field; Enter starts
+        keys(session, "Tab", "Tab", "Enter")  # past the model to the ranks field; Enter starts
         assert wait_screen(session, r"rank 0 +running +\d+", timeout=120), screen(session)
         assert wait_screen(session, r"throughput"), screen(session)
         assert wait_screen(session, r"(?m)step 1 +[\d,]+\s*$"), screen(session)  # a chart's axis

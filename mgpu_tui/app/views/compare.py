@@ -30,7 +30,7 @@ from textual.widgets import (
 )
 
 from mgpu_tui.app.messages import CompareRequested, StopRequested
-from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, whole_numbers
+from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, whole_numbers
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
@@ -41,7 +41,6 @@ from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.memory import ModePlan, Training, fit, needed, plan_run
-from mgpu_tui.engine.planning.shapes import MODELS
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
 
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.machine.telemetry import Snapshot
 
 DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
-MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]
 # Long enough for steady rates past the warm-up, short enough to compare several modes in a minute.
 COMPARED_STEPS = 60
 

@@ -202,7 +202,8 @@ class RunView(Widget):
         self.query_one(ModeGuide).show(MODES[self.form.query_one("#mode").value])
 
     def on_show(self) -> None:
-        if self.form.display:  # ready for the form: the mode first, Tab to a field, Enter starts
+        # Ready for the form: the mode first, Tab to the model and the fields, Enter starts.
+        if self.form.display:
             self.form.query_one("#mode").focus()
 
     def on_select_changed(self, event) -> None:

@@ -15,9 +15,11 @@ from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.shapes import MODELS
 from mgpu_tui.errors import UsageError
 
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
+MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]  # the workloads (engine/planning/shapes.py)
 NARROW = 120  # columns under which the form takes two rows
 # A run started from the app is watched: long enough to see the loss fall and the rates settle.
 WATCHED_STEPS = 1000
@@ -54,11 +56,21 @@ class RunForm(Horizontal):
     RunForm Label {
         padding: 1 0 0 1;
     }
+    RunForm #mode-row {
+        height: auto;
+        width: auto;
+    }
+    RunForm.narrow #mode-row {
+        width: 1fr;
+    }
     RunForm #mode {
-        width: 60;
+        width: 38;
     }
     RunForm.narrow #mode {
         width: 1fr;
+    }
+    RunForm #model {
+        width: 14;
     }
     RunForm Input {
         width: 10;
@@ -87,7 +99,9 @@ class RunForm(Horizontal):
             label = f"{mode.name}: {'' if here.runnable else 'cannot run: '}{here.reason}"
             options.append((label, mode.name))
         # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
-        yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
+        with Horizontal(id="mode-row"):
+            yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
+            yield Select(MODEL_OPTIONS, value="mlp", allow_blank=False, id="model", type_to_search=False)
         with Horizontal(id="form-fields"):
             yield from self._fields()
 
@@ -137,6 +151,7 @@ class RunForm(Horizontal):
             batch_size=numbers["batch"],
             device=self.query_one("#device", Select).value,
             amp=self.query_one("#amp", Checkbox).value,
+            model=self.query_one("#model", Select).value,
             share_gpus=self._share_gpus().value if self._share_gpus() is not None else False,
             nice=UI_RANK_NICE,  # the screen must answer keys whatever the ranks do
             run_root=self.app.run_root,
@@ -150,6 +165,8 @@ class RunForm(Horizontal):
         """Show a run started from elsewhere (``mgpu-tui run ... --tui``) as the form's values."""
         if spec.mode in MODES:  # a user's own script is no entry of the catalogue
             self.query_one("#mode", Select).value = spec.mode
+        if spec.model in dict(MODEL_OPTIONS) and not spec.model_args:  # a shape of its own is no entry
+            self.query_one("#model", Select).value = spec.model
         self.query_one("#nproc", Input).value = str(nproc)
         self.query_one("#steps", Input).value = str(spec.steps)
         self.query_one("#batch", Input).value = str(spec.batch_size)
