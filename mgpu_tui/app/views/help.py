@@ -16,7 +16,8 @@ HELP = """\
   t   Topology: how GPUs talk (NVLink, PCIe, sockets), or the host
   r   Run: a mode explained, with its demo's code; Enter starts it;
       then every rank, its charts and its logs
-  c   Compare: several modes on the same model and batch, one table
+  c   Compare: several modes on the same model and batch, one table;
+      before they run, the memory each needs and whether it fits
   h   Runs: the runs kept in the run folder; Enter opens one
 
 [b]Keys[/b]
