@@ -99,6 +99,26 @@ def test_weak_scaling_doubles_the_global_batch_and_the_lr_and_gives_the_loss_aft
     nothing_left(report["rows"])
 
 
+def test_a_batch_sweep_at_one_rank_count_reports_throughput_and_loss_by_batch(tmp_path):
+    out = tmp_path / "b.md"
+    result = run_cli("scale", "ddp", "--nproc", "1", "--batch-size", "32,16", "--steps", "10", "--lr-rule",
+                     "sqrt", "--device", "cpu", "--out", str(out), "--run-dir", str(tmp_path / "runs"),
+                     "--json", timeout=180)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    small, big = report["points"]
+    assert (small["batch_size"], big["batch_size"]) == (16, 32) and report["settings"]["sweep"] == "batch"
+    assert small["lr"] == 0.02 and big["lr"] == pytest.approx(0.02 * 2**0.5)  # the sqrt rule
+    assert big["speedup"] == pytest.approx(big["samples_per_s"] / small["samples_per_s"])
+    assert small["efficiency"] is None and big["efficiency"] is None  # the ranks did not change
+    assert (small["loss_step"], big["loss_step"]) == (10, 5)  # the same 160 samples
+    assert "global batch 32: ok" in result.stderr  # each point named by its batch as it ends
+    markdown = out.read_text()
+    assert "| ranks | status | global batch | lr |" in markdown
+    assert "a batch sweep at one rank count" in markdown
+    nothing_left(report["rows"])
+
+
 def test_the_warm_up_ramps_the_learning_rate_linearly_to_its_peak():
     import torch
 
