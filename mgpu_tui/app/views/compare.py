@@ -170,7 +170,8 @@ class CompareView(Widget):
             self.show_plan()
 
     def on_input_changed(self, event: Input.Changed) -> None:
-        self.show_plan()
+        if event.input.id != "compare-steps":  # the steps change no memory: results stay in view
+            self.show_plan()
 
     def on_select_changed(self, event: Select.Changed) -> None:
         self.show_plan()
