@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -145,8 +146,11 @@ def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):
     rows = {r.mode: r for r in comparison.rows}
     assert rows["single"].status == "ok" and rows["single"].samples_per_s > 0
     assert rows["tp"].status == "failed"
-    expected = "rank 1 failed first (exit code 1): RuntimeError: injected failure at step 3 on rank 1"
-    assert rows["tp"].root_cause == expected  # in the words the CLI and the app use
+    # In the words the CLI and the app use. The exit is as it happened: 1, or a signal while the rank
+    # tears down after its exception (gloo's teardown race: test_failures.py).
+    expected = rows["tp"].root_cause
+    assert re.fullmatch(r"rank 1 failed first \((exit code 1|SIGTERM|SIGSEGV|SIGABRT)\): "
+                        r"RuntimeError: injected failure at step 3 on rank 1", expected), expected
     assert comparison.failed and comparison.to_json()["note"] == compare.PARALLEL_NOTE
     assert f"tp failed: {expected}" in compare_output.compare_table(comparison)
     nothing_left([r.to_json() for r in comparison.rows])
