@@ -139,8 +139,7 @@ SWEEP_NOTES = {
 
 def scale_cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     headers = [_loss_header(comparison) if h == "loss @" else h for h, _, _ in SCALE_COLUMNS]
-    rows = [[fmt(p[key]) if key in ("nproc", "status") or p[key] is not None else "n/a"
-             for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]  # fmt: skip
+    rows = [[fmt(p[key]) for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]  # each says n/a
     return headers, rows
 
 
