@@ -204,17 +204,26 @@ class Checker:
                                   {"before_bytes": before, "after_bytes": after, "alive": alive}))
         return results
 
-    def compare(self) -> Result:
-        start, report = time.monotonic(), self.out / "compare.json"
-        share = ["--share-gpus"] if self.gpus < 2 else []
-        argv = ["compare", "single", "ddp", "fsdp", "--device", "cuda", "--nproc", "2", "--steps", "200",
-                *share, "--run-dir", str(self.out / "runs"), "--out", str(report)]  # fmt: skip
-        done = self.sh("compare", self.mgpu(*argv), 300)
+    def run_compare(self, name: str, argv: list[str], timeout: float) -> tuple[list[dict] | None, bool, int]:
+        """``mgpu-tui compare ARGV`` with its report in out/NAME.json: (its rows, None without a report;
+        whether it exited 0 with every row ok and an MFU between 0 and 1; its exit code)."""
+        report = self.out / f"{name}.json"
+        done = self.sh(name, self.mgpu("compare", *argv, "--run-dir", str(self.out / "runs"), "--out",
+                                       str(report)), timeout)  # fmt: skip
         try:
             rows = json.loads(report.read_text())["rows"]
         except (OSError, ValueError, KeyError):
-            return Result("compare", False, f"no report (exit {done.returncode}); see compare.log")
+            return None, False, done.returncode
         ok = done.returncode == 0 and all(r["status"] == "ok" and r["mfu"] and 0 < r["mfu"] < 1 for r in rows)
+        return rows, ok, done.returncode
+
+    def compare(self) -> Result:
+        start = time.monotonic()
+        share = ["--share-gpus"] if self.gpus < 2 else []
+        argv = ["single", "ddp", "fsdp", "--device", "cuda", "--nproc", "2", "--steps", "200", *share]
+        rows, ok, code = self.run_compare("compare", argv, 300)
+        if rows is None:
+            return Result("compare", False, f"no report (exit {code}); see compare.log")
         detail = "; ".join(f"{r['mode']} {r['samples_per_s'] or 0:,.0f} samples/s on {r['devices']} GPU(s), "
                            f"{r['tflops_per_device'] or 0:.3f} TFLOP/s, MFU {100 * (r['mfu'] or 0):.3f}%"
                            for r in rows)  # fmt: skip
@@ -225,7 +234,7 @@ class Checker:
     def transformer(self) -> Result:
         """gpt-125m in fp16: the plan (NVML's memory), then single, ddp and fsdp on one rank each:
         MFU against the dense fp16 peak, and the allocator's peak against the predicted total."""
-        start, report = time.monotonic(), self.out / "transformer.json"
+        start = time.monotonic()
         model = ["--model", "gpt-125m", "--batch-size", "8", "--amp"]
         planned = self.sh("transformer-plan", self.mgpu("plan", *model, "--json"), 120)
         try:
@@ -233,13 +242,10 @@ class Checker:
         except (ValueError, KeyError):
             return Result("transformer", False,
                           f"no plan (exit {planned.returncode}); see transformer-plan.log")
-        argv = ["compare", "single", "ddp", "fsdp", "--device", "cuda", "--nproc", "1", "--steps", "30",
-                *model, "--run-dir", str(self.out / "runs"), "--out", str(report)]  # fmt: skip
-        done = self.sh("transformer", self.mgpu(*argv), 600)
-        try:
-            rows = json.loads(report.read_text())["rows"]
-        except (OSError, ValueError, KeyError):
-            return Result("transformer", False, f"no report (exit {done.returncode}); see transformer.log")
+        argv = ["single", "ddp", "fsdp", "--device", "cuda", "--nproc", "1", "--steps", "30", *model]
+        rows, ok, code = self.run_compare("transformer", argv, 600)
+        if rows is None:
+            return Result("transformer", False, f"no report (exit {code}); see transformer.log")
         measured = []
         for r in rows:
             rank0 = r["memory"][0] if r["memory"] else {}
@@ -249,7 +255,6 @@ class Checker:
                              "peak_bytes": rank0.get("peak_bytes"),
                              "fits": plan.get(r["mode"], {}).get("fits"),
                              "predicted_state_bytes": state[0], "measured_state_bytes": state[1]})
-        ok = done.returncode == 0 and all(r["status"] == "ok" and r["mfu"] and 0 < r["mfu"] < 1 for r in rows)
         gib = 2**30
         detail = "; ".join(f"{m['mode']} MFU {100 * (m['mfu'] or 0):.1f}%, peak "
                            f"{(m['peak_bytes'] or 0) / gib:.2f} GiB vs predicted "
