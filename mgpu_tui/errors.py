@@ -7,6 +7,7 @@ error it does not know is a bug, and is not turned into a code.
 
 from __future__ import annotations
 
+import signal
 from enum import IntEnum
 
 
@@ -37,3 +38,14 @@ def exit_code_for(error: BaseException) -> ExitCode | None:
     if isinstance(error, (EnvironmentUnusable, NvmlCallFailed, GpuLost)):
         return ExitCode.ENVIRONMENT
     return None
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupt_on_term_and_hup() -> None:
+    """SIGTERM and SIGHUP end a headless command the way Ctrl-C does (every rank stopped first,
+    exit 130): from now on they raise KeyboardInterrupt, which the commands already handle."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _raise_interrupt)

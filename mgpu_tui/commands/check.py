@@ -13,13 +13,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import plain
 from mgpu_tui.engine.checks.suite import CheckOptions, CheckSuite, EnvironmentUnusableForChecks
 from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
 from mgpu_tui.engine.planning.shapes import ShapeError
-from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
+from mgpu_tui.errors import ExitCode, UsageError, exit_code_for, interrupt_on_term_and_hup
 from mgpu_tui.reports import check as check_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
 

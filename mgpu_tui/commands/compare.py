@@ -12,7 +12,6 @@ import json
 import sys
 from pathlib import Path
 
-from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.compare import comparison as compare
@@ -20,7 +19,7 @@ from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
 from mgpu_tui.reports import compare as compare_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
 

@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 
-from mgpu_tui.commands.interrupts import interrupt_on_term_and_hup
-from mgpu_tui.commands.rank_output import RankOutput, last_lines, parse_ranks_filter
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.launch.defaults import DEFAULTS as D
@@ -20,7 +18,8 @@ from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary
-from mgpu_tui.errors import ExitCode, UsageError
+from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
+from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
 
 _EXIT = {
     RunState.OK: ExitCode.OK,
