@@ -8,13 +8,12 @@ anywhere in the app process, imports torch.
 from __future__ import annotations
 
 import argparse
-import math
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from mgpu_tui import __version__
+from mgpu_tui.arguments import Parser, positive_float, seconds_or_off, whole_number, whole_numbers
 from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.defaults import DEFAULTS as D
@@ -24,62 +23,11 @@ from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 DEVICES = ("auto", "cpu", "cuda")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises instead of printing usage and exiting, so every
-    usage error comes out as one sentence."""
-
-    def error(self, message: str):  # noqa: D401 (argparse's name)
-        match = re.match(r"argument (\S+?)(?:/\S+)?: (.*)", message)
-        if match:
-            option, detail = match.groups()
-            message = detail if detail.startswith(option) else f"{option}: {detail}"
-        message = message.replace("unrecognized arguments:", "unknown option(s):")
-        raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-def _whole_number(minimum: int, maximum: int | None = None):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
-        return value
-
-    return parse
-
-
-def _positive_float(text: str) -> float:
-    """A finite number above zero: a learning rate, a timeout. (float() takes 'inf' and 'nan'.)"""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
-
-
-def _interval(text: str) -> float:
-    """0 (off), or a finite number of seconds of at least 0.1."""
-    if text.strip() in ("0", "0.0"):
-        return 0.0
-    value = _positive_float(text)
-    if value < 0.1:
-        raise argparse.ArgumentTypeError(f"must be 0 or at least 0.1 seconds, got {text}")
-    return value
-
-
 MAX_SEED = 2**32 - 1  # the demos derive each step's data seed from it: it must stay in 64 bits
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="mgpu-tui",
         description="See and compare every PyTorch multi-GPU strategy on this machine. "
         "Without a command, opens the terminal app.",
@@ -92,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", default="runs", metavar="DIR", dest="app_run_dir",
                         help="with no COMMAND: where the app's runs go and where its Runs view looks "
                              "(default ./runs)")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     run = commands.add_parser(
         "run",
@@ -106,13 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--nproc",
         "--nproc-per-node",
-        type=_whole_number(1),
+        type=whole_number(1),
         default=None,
         help=f"ranks to start (default: one per GPU, or {D.cpu_ranks} on the CPU; 1 for one-process modes)",
     )
-    run.add_argument("--steps", type=_whole_number(1), default=D.steps,
+    run.add_argument("--steps", type=whole_number(1), default=D.steps,
                      help=f"training steps (default {D.steps})")
-    run.add_argument("--batch-size", type=_whole_number(1), default=D.batch_size,
+    run.add_argument("--batch-size", type=whole_number(1), default=D.batch_size,
                      help=f"the global batch (default {D.batch_size})")
     run.add_argument(
         "--device",
@@ -142,42 +90,42 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, "
                           "bf16 on the CPU")
     training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
-    training.add_argument("--accum", type=_whole_number(1), default=D.accum, help="micro-batches per step")
-    training.add_argument("--lr", type=_positive_float, help=f"learning rate (default {D.lr})")
-    training.add_argument("--warmup-steps", type=_whole_number(0), default=0,
+    training.add_argument("--accum", type=whole_number(1), default=D.accum, help="micro-batches per step")
+    training.add_argument("--lr", type=positive_float, help=f"learning rate (default {D.lr})")
+    training.add_argument("--warmup-steps", type=whole_number(0), default=0,
                           help="ramp the learning rate up linearly over these first steps (default 0)")
-    training.add_argument("--seed", type=_whole_number(0, MAX_SEED),
+    training.add_argument("--seed", type=whole_number(0, MAX_SEED),
                           help=f"weights and data seed (default {D.seed})")
-    training.add_argument("--width", type=_whole_number(1), default=D.width,
+    training.add_argument("--width", type=whole_number(1), default=D.width,
                           help=f"hidden width (default {D.width})")
-    training.add_argument("--depth", type=_whole_number(1), default=D.depth,
+    training.add_argument("--depth", type=whole_number(1), default=D.depth,
                           help=f"hidden blocks (default {D.depth})")
-    add_model_arguments(training, _whole_number(1))
+    add_model_arguments(training, whole_number(1))
     run.add_argument("--force", action="store_true",
                      help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway")
-    run.add_argument("--stall-timeout", type=_positive_float, metavar="S",
+    run.add_argument("--stall-timeout", type=positive_float, metavar="S",
                      help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
     run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
                      help="stop the run with exit 1 (default), or report the stall and go on")
-    run.add_argument("--sample-interval", type=_interval, metavar="S", default=1.0,
+    run.add_argument("--sample-interval", type=seconds_or_off, metavar="S", default=1.0,
                      help="sample the GPUs, the host and the ranks every S seconds into the run's "
                           "telemetry.jsonl (default 1; 0: none)")
-    run.add_argument("--nice", type=_whole_number(0), metavar="N",
+    run.add_argument("--nice", type=whole_number(0), metavar="N",
                      help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
                           "screen answers keys on a machine whose cores the ranks fill)")
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
-    nodes.add_argument("--nnodes", type=_whole_number(1), default=1, help="nodes in the job (default 1)")
-    nodes.add_argument("--node-rank", type=_whole_number(0), default=0, help="this node's rank")
+    nodes.add_argument("--nnodes", type=whole_number(1), default=1, help="nodes in the job (default 1)")
+    nodes.add_argument("--node-rank", type=whole_number(0), default=0, help="this node's rank")
     nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
     nodes.add_argument("--rdzv-id", metavar="ID", help="the job's id, the same on every node")
-    nodes.add_argument("--join-timeout", type=_positive_float, metavar="S", default=D.join_timeout,
+    nodes.add_argument("--join-timeout", type=positive_float, metavar="S", default=D.join_timeout,
                        help=f"seconds the nodes wait for each other to join (default {D.join_timeout:.0f})")
-    nodes.add_argument("--max-restarts", type=_whole_number(0), default=0, help="restarts on failure")
-    nodes.add_argument("--master-port", type=_whole_number(1), help="one node: this port, not a free one")
+    nodes.add_argument("--max-restarts", type=whole_number(0), default=0, help="restarts on failure")
+    nodes.add_argument("--master-port", type=whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
-    modes.add_argument("--stages", type=_whole_number(1), default=D.stages,
+    modes.add_argument("--stages", type=whole_number(1), default=D.stages,
                        help=f"mp: GPUs to spread over (default {D.stages})")
-    modes.add_argument("--microbatches", type=_whole_number(1), default=D.microbatches,
+    modes.add_argument("--microbatches", type=whole_number(1), default=D.microbatches,
                        help=f"pipeline (default {D.microbatches})")
     modes.add_argument("--schedule", choices=("gpipe", "1f1b"), help="pipeline schedule (default gpipe)")
     modes.add_argument("--manual", action="store_true",
@@ -186,14 +134,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="fsdp: free gathered parameters after forward (default on)")
 
     def add_shared(command: argparse.ArgumentParser, batch_help: str | None = None) -> None:
-        command.add_argument("--steps", type=_whole_number(1), default=D.steps,
+        command.add_argument("--steps", type=whole_number(1), default=D.steps,
                              help=f"steps per run (default {D.steps})")
         if batch_help is None:
-            command.add_argument("--batch-size", type=_whole_number(1), default=D.batch_size,
+            command.add_argument("--batch-size", type=whole_number(1), default=D.batch_size,
                                  help=f"the global batch, the same for every run (default {D.batch_size})")
         else:  # scale sweeps it
-            command.add_argument("--batch-size", type=_counts, default=[D.batch_size], metavar="B[,B,...]",
-                                 help=batch_help)
+            command.add_argument("--batch-size", type=whole_numbers, default=[D.batch_size],
+                                 metavar="B[,B,...]", help=batch_help)
         command.add_argument("--device", choices=DEVICES, default="auto",
                              help="auto: CUDA when there are GPUs")
         command.add_argument("--amp", action="store_true",
@@ -201,11 +149,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("--share-gpus", action="store_true",
                              help="let ranks share GPUs round-robin (gloo); timings then say nothing "
                                   "about a real multi-GPU box")
-        command.add_argument("--width", type=_whole_number(1), default=D.width,
+        command.add_argument("--width", type=whole_number(1), default=D.width,
                              help=f"hidden width (default {D.width})")
-        command.add_argument("--depth", type=_whole_number(1), default=D.depth,
+        command.add_argument("--depth", type=whole_number(1), default=D.depth,
                              help=f"hidden blocks (default {D.depth})")
-        add_model_arguments(command, _whole_number(1))
+        add_model_arguments(command, whole_number(1))
         command.add_argument("--out", metavar="FILE", help="write a report: .json, .md or .csv (and a .png "
                              "beside it when matplotlib is installed)")
         command.add_argument("--json", action="store_true", help="print the report as one JSON line")
@@ -221,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     comparing.add_argument("modes", metavar="MODE", nargs="*", help="modes from `mgpu-tui list`")
     comparing.add_argument("--runs", metavar="DIR", nargs="+",
                            help="compare finished runs from their folders instead, running nothing")
-    comparing.add_argument("--nproc", type=_whole_number(1), default=None,
+    comparing.add_argument("--nproc", type=whole_number(1), default=None,
                            help="ranks for the multi-process modes (default: one per GPU, or "
                                 f"{D.cpu_ranks} on the CPU)")
     comparing.add_argument("--parallel", action="store_true",
@@ -236,17 +184,17 @@ def build_parser() -> argparse.ArgumentParser:
         "(which follows the batch by --lr-rule) and the loss after the same number of samples.",
     )
     scaling.add_argument("mode", metavar="MODE", help="a multi-process mode (ddp, fsdp, ...)")
-    scaling.add_argument("--nproc", type=_counts, required=True, metavar="N[,N,...]",
+    scaling.add_argument("--nproc", type=whole_numbers, required=True, metavar="N[,N,...]",
                          help="rank counts, for example 1,2,4,8 (one count for a --batch-size sweep)")
     scaling.add_argument("--weak", action="store_true",
                          help="weak scaling: --batch-size is per rank, so the global batch grows with "
                               "the ranks")
-    scaling.add_argument("--lr", type=_positive_float, default=D.lr,
+    scaling.add_argument("--lr", type=positive_float, default=D.lr,
                          help=f"SGD's learning rate at the first point's batch (default {D.lr})")
     scaling.add_argument("--lr-rule", choices=LR_RULES, default="linear",
                          help="how the learning rate follows the global batch: linear (k x the batch, k x "
                               "the lr; Goyal et al. 2017), sqrt, or none (default linear)")
-    scaling.add_argument("--warmup-steps", type=_whole_number(0), default=None,
+    scaling.add_argument("--warmup-steps", type=whole_number(0), default=None,
                          help="ramp the learning rate up over these first steps (default: none for strong "
                               "scaling, where the batch stays; else a fifth of --steps)")
     add_shared(scaling, batch_help=f"the global batch (default {D.batch_size}); with --weak, the batch per "
@@ -291,17 +239,17 @@ def build_parser() -> argparse.ArgumentParser:
         "gradients, optimizer state, activations (an estimate: docs/compare.md) and buffers, and whether "
         "it fits the GPU (read through NVML, else --gpu-mem). Nothing runs: models far larger than this "
         "machine can be planned.")
-    add_model_arguments(planning, _whole_number(1), default="gpt-125m")
-    planning.add_argument("--gpus", type=_whole_number(1), metavar="N",
+    add_model_arguments(planning, whole_number(1), default="gpt-125m")
+    planning.add_argument("--gpus", type=whole_number(1), metavar="N",
                           help="GPUs to plan for (default: this machine's)")
-    planning.add_argument("--gpu-mem", type=_positive_float, metavar="GiB",
+    planning.add_argument("--gpu-mem", type=positive_float, metavar="GiB",
                           help="each GPU's memory (default: read through NVML)")
     planning.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
                           help="sgd (with momentum, as the modes train; default) or adam")
     planning.add_argument("--amp", action="store_true", help="mixed precision: 16-bit activations")
-    planning.add_argument("--batch-size", type=_whole_number(1), metavar="B",
+    planning.add_argument("--batch-size", type=whole_number(1), metavar="B",
                           help="the global batch in sequences (default: one a GPU)")
-    planning.add_argument("--microbatches", type=_whole_number(1), default=D.microbatches, metavar="M",
+    planning.add_argument("--microbatches", type=whole_number(1), default=D.microbatches, metavar="M",
                           help=f"pipeline micro-batches (default {D.microbatches})")
     planning.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe", help="pipeline schedule")
     planning.add_argument("--json", action="store_true", help="print JSON")
@@ -311,18 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _counts(text: str) -> list[int]:
-    parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
-        raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}")
-    counts = [int(part) for part in parts]
-    if min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"each must be at least 1, got {text!r}")
-    return counts
-
-
 def build_check_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="mgpu-tui --check",
         description="Diagnose this machine for multi-GPU PyTorch, headless: the environment, NVML, "
         "topology, collective correctness and bandwidth, and a smoke run of every mode.",
@@ -332,18 +270,18 @@ def build_check_parser() -> argparse.ArgumentParser:
         "(skips and warnings allowed), 1 a check failed, 2 usage, 3 torch unusable, 130 interrupted.",
     )
     parser.add_argument("--check", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--level", type=_whole_number(0), default=2, help="1, 2 (default) or 3")
+    parser.add_argument("--level", type=whole_number(0), default=2, help="1, 2 (default) or 3")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON (- for stdout)")
     parser.add_argument("--junit", metavar="PATH", help="write JUnit XML, one testcase per check")
-    parser.add_argument("--require-gpus", type=_whole_number(0), default=0, metavar="N",
+    parser.add_argument("--require-gpus", type=whole_number(0), default=0, metavar="N",
                         help="fail, not skip, when fewer than N GPUs are usable")
-    parser.add_argument("--nproc", type=_whole_number(1),
+    parser.add_argument("--nproc", type=whole_number(1),
                         help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)")
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
     parser.add_argument("--share-gpus", action="store_true",
                         help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo")
-    add_model_arguments(parser, _whole_number(1))  # what the smoke and verify runs train
+    add_model_arguments(parser, whole_number(1))  # what the smoke and verify runs train
     parser.add_argument("--run-dir", default="runs", metavar="DIR",
                         help="where the ranks' logs go (default ./runs)")
     return parser
