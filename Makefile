@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 .PHONY: run test test-fast install lint bench clean gpu-check
 
-run: install
+run: $(VENV)/.installed-app
 	$(BIN)/mgpu-tui $(ARGS)
 
 # Two workers: most of a test's time is processes starting (torchrun, torch imports),

@@ -28,6 +28,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
 
+from mgpu_tui import __version__
 from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
@@ -132,6 +133,7 @@ class Run(IngestReadings):
             run_dir.write_json(run_dir.spec_path, {
                 "spec": resolved.to_json(), "run_id": run.run_id, "argv": list(run.launch.argv),
                 "env_changes": run.launch.env_changes, "created_at": time.time(),
+                "mgpu_tui_version": __version__,
                 # Which machine ran it: runs compared from their records must say when they differ.
                 "machine": {"hostname": socket.gethostname(), "cpu_count": host.cpu_count,
                             "gpu_count": host.gpu_count, "gpu_note": host.gpu_note},

@@ -31,6 +31,7 @@
   engine/planning/memory.py predicts them), ``measured_state_bytes`` (what the rank summed over its
   own tensors after its first optimizer step; null where it cannot: rpc), ``predicted_total_bytes``
   (with the activation estimate and buffers) and ``peak_bytes`` (allocator on CUDA, RSS on the CPU);
+- ``mgpu_tui_version``: the release of mgpu-tui that ran it (also in ``spec.json``);
 - ``nodes``: several nodes, every node of the job as this one last heard it: node, host, ranks,
   state (ok, failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/watch.py); [] for one node.
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
+from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
 from mgpu_tui.engine.records.telemetry_log import TelemetryFigures
@@ -133,6 +135,7 @@ class RunSummary:
     nodes: tuple[dict, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
     memory: tuple[dict, ...] = ()  # per rank: the planner's prediction next to what the rank measured
+    mgpu_tui_version: str | None = None  # the release that ran it (None: read from an older summary)
 
     @property
     def ok(self) -> bool:
@@ -188,6 +191,7 @@ class RunSummary:
             nodes=nodes,
             tokens_per_s=stats.tokens_per_s,
             memory=memory_of(resolved, stats),
+            mgpu_tui_version=__version__,
         )
 
     def to_json(self) -> dict:

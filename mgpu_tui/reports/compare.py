@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Callable, Sequence
 
-from mgpu_tui.console import plain, fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, table
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 
