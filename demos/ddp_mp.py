@@ -33,8 +33,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, d.rank, first, task=task) as report:
-        report.hello(mode="ddp_mp", device=f"{first},{last}", device_uuid=harness.device_uuid(first),
-                     config=harness.config(args))
+        report.hello("ddp_mp", first, last)
         report.watch_state(ddp_model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

@@ -27,10 +27,10 @@ class ManualDataParallel(nn.Module):
         self.module, self.device_ids = module, device_ids
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        chunks = scatter(x, self.device_ids)                            # 1/N of the batch per GPU
+        chunks = scatter(x, self.device_ids)  # 1/N of the batch per GPU
         replicas = replicate(self.module, self.device_ids[: len(chunks)])  # a copy of the model per GPU
-        outputs = parallel_apply(replicas, [(c,) for c in chunks])      # one thread per GPU
-        return gather(outputs, self.device_ids[0])                      # outputs back on GPU 0
+        outputs = parallel_apply(replicas, [(c,) for c in chunks])  # one thread per GPU
+        return gather(outputs, self.device_ids[0])  # outputs back on GPU 0
 
 
 @record
@@ -53,8 +53,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, 0, devices[0], task=task) as report:
-        report.hello(mode="dp", device=",".join(map(str, devices)),
-                     device_uuid=harness.device_uuid(devices[0]), config=harness.config(args))
+        report.hello("dp", *devices)
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

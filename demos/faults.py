@@ -23,14 +23,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     faults = parser.add_argument_group("fault injection (off unless asked for)")
     faults.add_argument("--fail-at-step", type=int, metavar="K", help="fail as step K begins")
     faults.add_argument("--fail-rank", type=int, default=0, metavar="R", help="the rank that fails")
-    faults.add_argument("--fail-kind", choices=FAIL_KINDS, default="exception",
-                        help="raise; exit 3; SIGSEGV; abort(); hang forever (the stall watch); oom: "
-                             "allocate until the allocator fails (CUDA), a MemoryError on the CPU; slow: "
-                             "from step K (default 1) on, load each batch --slow-ms later (a straggler)")
-    faults.add_argument("--slow-ms", type=float, default=50.0, metavar="MS",
-                        help="with --fail-kind slow: the delay added to each of its steps (default 50)")
-    faults.add_argument("--log-rate", type=int, default=0, metavar="N",
-                        help="also print N numbered lines a second, to test log handling")
+    faults.add_argument(
+        "--fail-kind",
+        choices=FAIL_KINDS,
+        default="exception",
+        help="raise; exit 3; SIGSEGV; abort(); hang forever (the stall watch); oom: "
+        "allocate until the allocator fails (CUDA), a MemoryError on the CPU; slow: "
+        "from step K (default 1) on, load each batch --slow-ms later (a straggler)",
+    )
+    faults.add_argument(
+        "--slow-ms",
+        type=float,
+        default=50.0,
+        metavar="MS",
+        help="with --fail-kind slow: the delay added to each of its steps (default 50)",
+    )
+    faults.add_argument(
+        "--log-rate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print N numbered lines a second, to test log handling",
+    )
 
 
 def maybe_slow(args: argparse.Namespace, step: int, rank: int) -> None:

@@ -59,15 +59,20 @@ def parse_args(
 ) -> argparse.Namespace:
     """The arguments every demo takes; ``mode_args`` adds a mode's own."""
     # The defaults come from the engine's one list of them; %(default)s shows each in --help.
-    parser = argparse.ArgumentParser(description=description,
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=DEFAULTS.steps, help="optimizer steps")
     parser.add_argument(
         "--batch-size", type=int, default=DEFAULTS.batch_size, help="the global batch: all ranks together"
     )
     parser.add_argument("--lr", type=float, default=DEFAULTS.lr, help="SGD learning rate")
-    parser.add_argument("--warmup-steps", type=int, default=0,
-                        help="ramp the learning rate up linearly over this many first steps")
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=0,
+        help="ramp the learning rate up linearly over this many first steps",
+    )
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seed for weights and data")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     parser.add_argument("--amp", action="store_true", help="mixed precision (autocast)")
@@ -78,15 +83,23 @@ def parse_args(
         help="autocast dtype (default: fp16 with GradScaler on CUDA, bf16 on the CPU)",
     )
     parser.add_argument("--accum", type=int, default=DEFAULTS.accum, help="micro-batches per step")
-    parser.add_argument("--share-gpus", action="store_true",
-                        help="let ranks share GPUs round-robin when there are too few (they talk over gloo)")
+    parser.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="let ranks share GPUs round-robin when there are too few (they talk over gloo)",
+    )
     parser.add_argument("--width", type=int, default=DEFAULTS.width, help="hidden width")
     parser.add_argument("--depth", type=int, default=DEFAULTS.depth, help="hidden blocks")
-    parser.add_argument("--model", default="mlp", choices=("mlp", *SHAPES, "custom"),
-                        help="mlp (--width, --depth), or a GPT transformer of a named size")
+    parser.add_argument(
+        "--model",
+        default="mlp",
+        choices=("mlp", *SHAPES, "custom"),
+        help="mlp (--width, --depth), or a GPT transformer of a named size",
+    )
     for field, what in SHAPE_FIELDS.items():
-        parser.add_argument(f"--{field.replace('_', '-')}", type=int,
-                            help=f"the GPT's {what} (changes the named size)")
+        parser.add_argument(
+            f"--{field.replace('_', '-')}", type=int, help=f"the GPT's {what} (changes the named size)"
+        )
     parser.add_argument(
         "--save-params", metavar="DIR", help="save the trained parameters here (one file per rank)"
     )
@@ -127,8 +140,15 @@ def place(mode: str, args: argparse.Namespace, local_rank: int = 0, nproc: int =
         raise SystemExit("--device cuda was asked for, but torch sees no CUDA device.")
     gpus = torch.cuda.device_count() if requested == "cuda" else 0
     try:
-        names = rank_devices(MODES[mode].layout, local_rank, gpus, nproc=nproc, stages=_stages(args),
-                             device=requested, share=args.share_gpus)
+        names = rank_devices(
+            MODES[mode].layout,
+            local_rank,
+            gpus,
+            nproc=nproc,
+            stages=_stages(args),
+            device=requested,
+            share=args.share_gpus,
+        )
     except PlacementError as exc:
         raise SystemExit(str(exc)) from None
     devices = [torch.device(name) for name in names]
@@ -169,19 +189,15 @@ def start_distributed(mode: str, args: argparse.Namespace) -> Distributed:
     devices = place(mode, args, local_rank, nproc)
     cuda = devices[0].type == "cuda"
     # NCCL refuses two ranks on one GPU; gloo runs collectives on CUDA tensors (slower, via the host).
-    shared = cuda and args.share_gpus and shares_gpus(MODES[mode].layout, nproc, torch.cuda.device_count(),
-                                                      _stages(args))
+    shared = (
+        cuda
+        and args.share_gpus
+        and shares_gpus(MODES[mode].layout, nproc, torch.cuda.device_count(), _stages(args))
+    )
     if not dist.is_initialized():
         dist.init_process_group("nccl" if cuda and not shared else "gloo")
         _owns_process_group = True
     return Distributed(rank, world, local_rank, devices, shared)
-
-
-def device_uuid(device: torch.device) -> str | None:
-    """The GPU's UUID as NVML and nvidia-smi write it, so the app can tie a rank to its GPU."""
-    if device.type != "cuda":
-        return None
-    return f"GPU-{torch.cuda.get_device_properties(device).uuid}"
 
 
 # ---- mixed precision and micro-batches ---------------------------------------------
@@ -226,13 +242,6 @@ def warm_up(optimizer: torch.optim.Optimizer, args: argparse.Namespace, step: in
     if args.warmup_steps:
         for group in optimizer.param_groups:
             group["lr"] = args.lr * min(1.0, step / args.warmup_steps)
-
-
-def config(args: argparse.Namespace) -> dict:
-    settings = {k: v for k, v in vars(args).items() if k not in ("save_params", "log_rate", "shape")}
-    if args.shape is not None:
-        settings["shape"] = args.shape.to_json()
-    return settings
 
 
 def shutdown_distributed() -> None:

@@ -26,8 +26,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, 0, gpu, task=task) as report:
-        report.hello(mode="hybrid", device=f"{cpu},{gpu}", device_uuid=harness.device_uuid(gpu),
-                     config=harness.config(args))
+        report.hello("hybrid", cpu, gpu)
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

@@ -18,8 +18,9 @@ from mgpu_tui.demos.reporting import Reporting
 @record
 def main() -> None:
     def mp_args(parser):
-        parser.add_argument("--stages", type=int, default=harness.DEFAULTS.stages,
-                            help="GPUs to spread the model over")
+        parser.add_argument(
+            "--stages", type=int, default=harness.DEFAULTS.stages, help="GPUs to spread the model over"
+        )
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=mp_args)
     stage_devices = harness.place("mp", args)  # stage s on cuda:s (all "cpu" without CUDA)
@@ -32,8 +33,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, 0, first, task=task) as report:
-        report.hello(mode="mp", device=",".join(map(str, stage_devices)),
-                     device_uuid=harness.device_uuid(first), config=harness.config(args))
+        report.hello("mp", *stage_devices)
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

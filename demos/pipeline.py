@@ -24,8 +24,9 @@ from mgpu_tui.engine.launch.placement import split_layers
 def main() -> None:
     def pipeline_args(parser):
         parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
-        parser.add_argument("--microbatches", type=int, default=harness.DEFAULTS.microbatches,
-                            help="micro-batches per step")
+        parser.add_argument(
+            "--microbatches", type=int, default=harness.DEFAULTS.microbatches, help="micro-batches per step"
+        )
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=pipeline_args)
     d = harness.start_distributed("pipeline", args)
@@ -55,8 +56,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, d.rank, d.device, task=task) as report:
-        report.hello(mode="pipeline", device=str(d.device), device_uuid=harness.device_uuid(d.device),
-                     config={**harness.config(args), "layers": [mine.start, mine.stop]})
+        report.hello("pipeline", layers=[mine.start, mine.stop])
         report.watch_state(module, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

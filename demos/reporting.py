@@ -50,8 +50,9 @@ class Reporting:
     """``with Reporting(args, rank, device, task=task) as report:`` then ``report.hello``, ``report.step``,
     ``report.done``. ``device`` is where this rank's memory is counted."""
 
-    def __init__(self, args: argparse.Namespace, rank: int = 0, device: torch.device | None = None,
-                 task=None) -> None:  # fmt: skip
+    def __init__(
+        self, args: argparse.Namespace, rank: int = 0, device: torch.device | None = None, task=None
+    ) -> None:
         """``task``: the demo's data (harness.SyntheticTask), whose time on each batch is reported."""
         self.args, self.rank, self.task = args, rank, task
         self.device = device or torch.device("cpu")
@@ -67,8 +68,17 @@ class Reporting:
         self._state = None
         self.reporter.__exit__(*exc)
 
-    def hello(self, **fields) -> None:
-        self.reporter.hello(**fields)
+    def hello(self, mode: str, *devices: torch.device | str, **config) -> None:
+        """Say who this rank is: its mode, the devices it trains on (default: the one its memory is
+        counted on; the first GPU among them names it to the app), and settings beyond its arguments."""
+        devices = devices or (self.device,)
+        gpu = next((torch.device(d) for d in devices if torch.device(d).type == "cuda"), None)
+        uuid = None if gpu is None else f"GPU-{torch.cuda.get_device_properties(gpu).uuid}"
+        settings = {k: v for k, v in vars(self.args).items() if k not in ("save_params", "log_rate", "shape")}
+        if getattr(self.args, "shape", None) is not None:
+            settings["shape"] = self.args.shape.to_json()
+        device = ",".join(map(str, devices))
+        self.reporter.hello(mode=mode, device=device, device_uuid=uuid, config={**settings, **config})
         faults.maybe_fail(self.args, 1, self.rank, self.device)
 
     def watch_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
@@ -88,8 +98,16 @@ class Reporting:
             # interpreter's exit after a failure, where freeing it races gloo's threads.
             self._state = None
         tokens = samples * self.args.shape.seq_len if getattr(self.args, "shape", None) else 0
-        self.reporter.step(step, samples=samples, tokens=tokens, loss=loss, mem_bytes=current,
-                           mem_peak_bytes=peak, data_s=data_s, state_bytes=state)  # fmt: skip
+        self.reporter.step(
+            step,
+            samples=samples,
+            tokens=tokens,
+            loss=loss,
+            mem_bytes=current,
+            mem_peak_bytes=peak,
+            data_s=data_s,
+            state_bytes=state,
+        )
         faults.maybe_fail(self.args, step + 1, self.rank, self.device)
 
     def done(self, steps: int) -> None:

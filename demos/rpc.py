@@ -37,8 +37,9 @@ def train(args, world: int, device: torch.device, report: Reporting) -> None:
     local = harness.Stage(args, parts[0].start, parts[0].stop).to(device)
     # Rank r builds layers parts[r] itself, on its own device: the same weights as the baseline's.
     remotes = [
-        RemoteModule(f"worker{r}/{rank_device(args, r, world, device)}", harness.Stage,
-                     args=(args, p.start, p.stop))
+        RemoteModule(
+            f"worker{r}/{rank_device(args, r, world, device)}", harness.Stage, args=(args, p.start, p.stop)
+        )
         for r, p in enumerate(parts)
         if r > 0
     ]
@@ -79,8 +80,10 @@ def main() -> None:
     if args.amp and device.type == "cuda":
         # fp16 needs a GradScaler, which distributed autograd cannot use; bf16 needs none.
         if args.amp_dtype == "fp16":
-            raise SystemExit("rpc trains mixed precision in bf16 only: fp16 needs a GradScaler, "
-                             "which distributed autograd cannot use.")
+            raise SystemExit(
+                "rpc trains mixed precision in bf16 only: fp16 needs a GradScaler, "
+                "which distributed autograd cannot use."
+            )
         args.amp_dtype = "bf16"
     if args.warmup_steps:
         raise SystemExit("rpc takes no --warmup-steps: each worker's optimizer keeps its own learning rate.")
@@ -94,8 +97,7 @@ def main() -> None:
     rpc.init_rpc(f"worker{rank}", rank=rank, world_size=world, rpc_backend_options=options)
 
     with Reporting(args, rank, device) as report:
-        report.hello(mode="rpc", device=str(device), device_uuid=harness.device_uuid(device),
-                     config={**harness.config(args), "role": "trainer" if rank == 0 else "remote"})
+        report.hello("rpc", device, role="trainer" if rank == 0 else "remote")
         if rank == 0:
             train(args, world, device, report)
         report.done(args.steps if rank == 0 else 0)

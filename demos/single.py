@@ -24,8 +24,7 @@ def train(args: argparse.Namespace, report: Reporting | None = None) -> torch.nn
     task = harness.SyntheticTask(args)
 
     if report:
-        report.hello(mode="single", device=str(device), device_uuid=harness.device_uuid(device),
-                     config=harness.config(args))
+        report.hello("single", device)
         report.watch_state(model, optimizer)  # checked against the planner's prediction
     for step in range(1, args.steps + 1):
         harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

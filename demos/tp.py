@@ -60,8 +60,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, d.rank, d.device, task=task) as report:
-        report.hello(mode="tp", device=str(d.device), device_uuid=harness.device_uuid(d.device),
-                     config=harness.config(args))
+        report.hello("tp")
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

@@ -69,8 +69,14 @@ class Mlp(nn.Module):
 
 class GptBlock(nn.Module):
     # Tensor parallelism in the Megatron pattern: the sublayers to split, and how.
-    tp_plan = {"attn.q": "colwise", "attn.k": "colwise", "attn.v": "colwise", "attn.proj": "rowwise",
-               "mlp.fc1": "colwise", "mlp.fc2": "rowwise"}  # fmt: skip
+    tp_plan = {
+        "attn.q": "colwise",
+        "attn.k": "colwise",
+        "attn.v": "colwise",
+        "attn.proj": "rowwise",
+        "mlp.fc1": "colwise",
+        "mlp.fc2": "rowwise",
+    }
     tp_whole = ("ln1", "ln2")  # the sublayers every rank keeps whole
 
     def __init__(self, shape: ModelShape) -> None:
