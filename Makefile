@@ -39,8 +39,10 @@ gpu-check:
 	@$(MAKE) --no-print-directory $(VENV)/.installed-app
 	$(BIN)/python scripts/gpu_check.py
 
+# Every file: ruff's linter and its formatter (CI runs this too).
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 bench: install
 	$(BIN)/python bench/run.py

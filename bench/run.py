@@ -75,8 +75,17 @@ def _bare(work: Path, demo_flags: list[str], nproc: int) -> dict:
     run_dir = work / f"bare-{time.monotonic_ns()}"
     run_dir.mkdir()
     env = _clean_env() | {"MGPU_RUN_DIR": str(run_dir)}
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc),
-            "-m", "mgpu_tui.demos.ddp", *demo_flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        str(nproc),
+        "-m",
+        "mgpu_tui.demos.ddp",
+        *demo_flags,
+    ]
     started = time.time()
     subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
     return _measure(run_dir, started, time.time())
@@ -116,34 +125,59 @@ def bench_overhead(pairs: int, steps: int, nproc: int, model: str = "mlp") -> st
             bare, engine = (a, b) if first is _bare else (b, a)
             bare_all.append(bare)
             engine_all.append(engine)
-            rows.append([
-                i + 1,
-                f"{bare['throughput']:,.0f}", f"{engine['throughput']:,.0f}",
-                f"{engine['throughput'] / bare['throughput']:.3f}",
-                f"{bare['first_step']:.2f}", f"{engine['first_step']:.2f}",
-                f"{engine['first_step'] - bare['first_step']:+.2f}",
-                f"{bare['wall']:.2f}", f"{engine['wall']:.2f}", f"{engine['wall'] / bare['wall']:.3f}",
-            ])  # fmt: skip
+            rows.append(
+                [
+                    i + 1,
+                    f"{bare['throughput']:,.0f}",
+                    f"{engine['throughput']:,.0f}",
+                    f"{engine['throughput'] / bare['throughput']:.3f}",
+                    f"{bare['first_step']:.2f}",
+                    f"{engine['first_step']:.2f}",
+                    f"{engine['first_step'] - bare['first_step']:+.2f}",
+                    f"{bare['wall']:.2f}",
+                    f"{engine['wall']:.2f}",
+                    f"{engine['wall'] / bare['wall']:.3f}",
+                ]
+            )
 
     def med(runs, key):
         return statistics.median(r[key] for r in runs)
 
-    rows.append([
-        "median",
-        f"{med(bare_all, 'throughput'):,.0f}", f"{med(engine_all, 'throughput'):,.0f}",
-        f"{med(engine_all, 'throughput') / med(bare_all, 'throughput'):.3f}",
-        f"{med(bare_all, 'first_step'):.2f}", f"{med(engine_all, 'first_step'):.2f}",
-        f"{med(engine_all, 'first_step') - med(bare_all, 'first_step'):+.2f}",
-        f"{med(bare_all, 'wall'):.2f}", f"{med(engine_all, 'wall'):.2f}",
-        f"{med(engine_all, 'wall') / med(bare_all, 'wall'):.3f}",
-    ])  # fmt: skip
-    headers = ["pair", "bare samples/s", "mgpu-tui samples/s", "ratio", "bare 1st step s",
-               "mgpu-tui 1st step s", "diff s", "bare wall s", "mgpu-tui wall s", "wall ratio"]
-    title = (f"engine overhead: ddp on {model}, {nproc} ranks, {steps} steps, global batch 64, cpu/gloo; "
-             f"goals: ratio >= 0.99, 1st-step diff <= +0.20 s, wall ratio <= 1.05")
+    rows.append(
+        [
+            "median",
+            f"{med(bare_all, 'throughput'):,.0f}",
+            f"{med(engine_all, 'throughput'):,.0f}",
+            f"{med(engine_all, 'throughput') / med(bare_all, 'throughput'):.3f}",
+            f"{med(bare_all, 'first_step'):.2f}",
+            f"{med(engine_all, 'first_step'):.2f}",
+            f"{med(engine_all, 'first_step') - med(bare_all, 'first_step'):+.2f}",
+            f"{med(bare_all, 'wall'):.2f}",
+            f"{med(engine_all, 'wall'):.2f}",
+            f"{med(engine_all, 'wall') / med(bare_all, 'wall'):.3f}",
+        ]
+    )
+    headers = [
+        "pair",
+        "bare samples/s",
+        "mgpu-tui samples/s",
+        "ratio",
+        "bare 1st step s",
+        "mgpu-tui 1st step s",
+        "diff s",
+        "bare wall s",
+        "mgpu-tui wall s",
+        "wall ratio",
+    ]
+    title = (
+        f"engine overhead: ddp on {model}, {nproc} ranks, {steps} steps, global batch 64, cpu/gloo; "
+        f"goals: ratio >= 0.99, 1st-step diff <= +0.20 s, wall ratio <= 1.05"
+    )
     if tokens:
-        title += (f"\n(tokens/s = samples/s x {tokens}: bare {med(bare_all, 'throughput') * tokens:,.0f}, "
-                  f"mgpu-tui {med(engine_all, 'throughput') * tokens:,.0f})")
+        title += (
+            f"\n(tokens/s = samples/s x {tokens}: bare {med(bare_all, 'throughput') * tokens:,.0f}, "
+            f"mgpu-tui {med(engine_all, 'throughput') * tokens:,.0f})"
+        )
     return title + "\n" + table(headers, rows)
 
 
@@ -193,8 +227,9 @@ def bench_telemetry(samples: int, seconds: float) -> str:
     from nvml_standin import machine_from_topology, standin
 
     fixture = Path(__file__).resolve().parent.parent / "tests/fixtures/topology/h100-sxm-8x-nvswitch.txt"
-    machine = machine_from_topology(parse_topo_text(fixture.read_text()), "NVIDIA H100 80GB HBM3", 80,
-                                    nvlink_rate=100 << 30)
+    machine = machine_from_topology(
+        parse_topo_text(fixture.read_text()), "NVIDIA H100 80GB HBM3", 80, nvlink_rate=100 << 30
+    )
     nvml.use_library(standin(machine))
     sleepers = [subprocess.Popen(["sleep", "600"]) for _ in range(16)]
     try:
@@ -218,8 +253,10 @@ def bench_telemetry(samples: int, seconds: float) -> str:
             p.kill()
             p.wait()
         nvml.use_library(None)
-    rows = [["one sample: 8 GPUs + host + 16 processes", f"{per_sample_ms:.2f} ms CPU", "<= 5 ms"],
-            [f"sampling at 1 Hz for {seconds:.0f} s", f"{share:.2f}% of a core", "<= 1%"]]
+    rows = [
+        ["one sample: 8 GPUs + host + 16 processes", f"{per_sample_ms:.2f} ms CPU", "<= 5 ms"],
+        [f"sampling at 1 Hz for {seconds:.0f} s", f"{share:.2f}% of a core", "<= 1%"],
+    ]
     return "telemetry cost (NVML stand-in)\n" + table(["what", "measured", "goal"], rows)
 
 
@@ -354,8 +391,11 @@ def _ranks_shown(work: Path) -> float:
 
     session = "mgpu-bench-ranks"
     row = r"rank {} +running +[\d,]+ +[\d,.]+ +\d"
-    start = _start_app(session, f"cd {work} && {APP} run ddp --nproc 2 --steps 100000 --device cpu --tui "
-                                f"--run-dir {work / 'ranks-runs'}")  # fmt: skip
+    start = _start_app(
+        session,
+        f"cd {work} && {APP} run ddp --nproc 2 --steps 100000 --device cpu --tui "
+        f"--run-dir {work / 'ranks-runs'}",
+    )
     app = _app_process(session)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -398,14 +438,22 @@ def _bench_app(work: Path, rows: list, flood_seconds: float) -> str:
     idle = (sum(app.cpu_times()[:2]) - before) / 20 * 100
     _tmux("kill-session", "-t", "mgpu-bench-4")
     rows.append(["idle, sampling at 1 Hz", f"{idle:.2f}% of a core", "<= 1%"])
-    rows.append(["run ddp --nproc 2 --tui: both rank rows with samples/s (median of 3)",
-                 f"{statistics.median(_ranks_shown(work) for _ in range(3)):.1f} s", "<= 20 s"])
+    rows.append(
+        [
+            "run ddp --nproc 2 --tui: both rank rows with samples/s (median of 3)",
+            f"{statistics.median(_ranks_shown(work) for _ in range(3)):.1f} s",
+            "<= 20 s",
+        ]
+    )
 
     # Flood: 4 ranks x 5,000 lines/s; keys t and r switch views; time until the view shows.
     session = "mgpu-bench-flood"
     runs = work / "runs"
-    _start_app(session, f"cd {work} && {APP} run ddp --nproc 4 --steps 1000000 --device cpu --tui "
-                        f"--run-dir {runs} -- --log-rate 5000")  # fmt: skip
+    _start_app(
+        session,
+        f"cd {work} && {APP} run ddp --nproc 4 --steps 1000000 --device cpu --tui "
+        f"--run-dir {runs} -- --log-rate 5000",
+    )
     app = _app_process(session)
     _wait_screen(session, "flood", timeout=60)
     output = PaneOutput(session, work)
@@ -445,11 +493,14 @@ def _bench_app(work: Path, rows: list, flood_seconds: float) -> str:
         lost += (max(numbers) + 1 - len(numbers)) if numbers else 0
     rows += [
         [f"flood: key to terminal, p50 / p99 of {len(received)}", _p50_p99(received), "p99 <= 100 ms"],
-        [f"flood: key to screen read back by polling, p50 / p99 of {len(polled)}", _p50_p99(polled),
-         "(for comparison)"],
+        [
+            f"flood: key to screen read back by polling, p50 / p99 of {len(polled)}",
+            _p50_p99(polled),
+            "(for comparison)",
+        ],
         ["flood: app memory (peak RSS)", f"{peak_rss / 2**20:.0f} MB", "<= 250 MB"],
         ["flood: lines on disk, lost", f"{checked:,} written, {lost} lost", "0 lost"],
-    ]  # fmt: skip
+    ]
     return "the app in a 160x50 tmux terminal\n" + table(["what", "measured", "goal"], rows)
 
 
@@ -471,14 +522,23 @@ def bench_check(repeats: int) -> str:
             for _ in range(repeats):
                 seconds, done = _timed([CLI, "--check", "--level", level, "--json", "-", "--run-dir", work])
                 if done.returncode != 0:
-                    raise SystemExit(f"--check --level {level} exited {done.returncode}: "
-                                     f"{done.stderr[-500:]}")
+                    raise SystemExit(
+                        f"--check --level {level} exited {done.returncode}: {done.stderr[-500:]}"
+                    )
                 times.append(seconds)
                 counts.append(len(json.loads(done.stdout)["checks"]))
-            rows.append([f"--check --level {level}", f"{statistics.median(times):.2f} s",
-                         f"{min(times):.2f}-{max(times):.2f} s", str(counts[0]), f"<= {goal:g} s"])
-    return (f"mgpu-tui --check, {repeats} runs each (median)\n"
-            + table(["command", "wall", "range", "checks", "goal"], rows))
+            rows.append(
+                [
+                    f"--check --level {level}",
+                    f"{statistics.median(times):.2f} s",
+                    f"{min(times):.2f}-{max(times):.2f} s",
+                    str(counts[0]),
+                    f"<= {goal:g} s",
+                ]
+            )
+    return f"mgpu-tui --check, {repeats} runs each (median)\n" + table(
+        ["command", "wall", "range", "checks", "goal"], rows
+    )
 
 
 def bench_compare(repeats: int, steps: int) -> str:
@@ -487,18 +547,40 @@ def bench_compare(repeats: int, steps: int) -> str:
     rows = []
     with tempfile.TemporaryDirectory() as work:
         for i in range(repeats):
-            argv = [CLI, "compare", "ddp", "fsdp", "pipeline", "--nproc", "2", "--steps", str(steps),
-                    "--device", "cpu", "--json", "--run-dir", work]
+            argv = [
+                CLI,
+                "compare",
+                "ddp",
+                "fsdp",
+                "pipeline",
+                "--nproc",
+                "2",
+                "--steps",
+                str(steps),
+                "--device",
+                "cpu",
+                "--json",
+                "--run-dir",
+                work,
+            ]
             seconds, done = _timed(argv)
             if done.returncode != 0:
                 raise SystemExit(f"compare exited {done.returncode}: {done.stderr[-500:]}")
             report = json.loads(done.stdout.strip().splitlines()[-1])
             runs = sum(r["duration_s"] for r in report["rows"])
-            rows.append([str(i + 1), f"{seconds:.2f} s", f"{runs:.2f} s", f"{seconds - runs:.2f} s",
-                         f"{100 * (seconds - runs) / runs:.1f}%"])
-    return (f"compare ddp fsdp pipeline --nproc 2 --steps {steps} (CPU): wall vs the runs' own time; "
-            "goal <= 2%\n"
-            + table(["#", "compare wall", "sum of runs", "added", "added %"], rows))
+            rows.append(
+                [
+                    str(i + 1),
+                    f"{seconds:.2f} s",
+                    f"{runs:.2f} s",
+                    f"{seconds - runs:.2f} s",
+                    f"{100 * (seconds - runs) / runs:.1f}%",
+                ]
+            )
+    return (
+        f"compare ddp fsdp pipeline --nproc 2 --steps {steps} (CPU): wall vs the runs' own time; "
+        "goal <= 2%\n" + table(["#", "compare wall", "sum of runs", "added", "added %"], rows)
+    )
 
 
 def main() -> None:
@@ -506,7 +588,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "entries", nargs="*",
+        "entries",
+        nargs="*",
         choices=("overhead", "transformer", "reporter", "help", "telemetry", "app", "check", "compare", []),
         default=[],
     )
@@ -514,8 +597,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
     args = parser.parse_args()
-    entries = args.entries or ["help", "reporter", "telemetry", "app", "check", "compare", "overhead",
-                               "transformer"]
+    entries = args.entries or [
+        "help",
+        "reporter",
+        "telemetry",
+        "app",
+        "check",
+        "compare",
+        "overhead",
+        "transformer",
+    ]
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in entries:
         if entry == "overhead":

@@ -10,5 +10,8 @@ from mgpu_tui.engine.rank.reporter import Reporter
 
 __all__ = ["Reporter"]
 
-warnings.warn("mgpu_tui.engine.reporter is deprecated: use `from mgpu_tui import Reporter`",
-              DeprecationWarning, stacklevel=2)  # fmt: skip
+warnings.warn(
+    "mgpu_tui.engine.reporter is deprecated: use `from mgpu_tui import Reporter`",
+    DeprecationWarning,
+    stacklevel=2,
+)

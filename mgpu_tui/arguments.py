@@ -27,6 +27,7 @@ class Parser(argparse.ArgumentParser):
 
 def whole_number(minimum: int, maximum: int | None = None):
     """A parser of whole numbers from ``minimum`` to ``maximum`` (no limit: None)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)

@@ -35,11 +35,16 @@ def build_parser() -> argparse.ArgumentParser:
         "130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"mgpu-tui {__version__}")
-    parser.add_argument("--check", action="store_true",
-                        help="run the diagnostic suite headless (see mgpu-tui --check --help)")
-    parser.add_argument("--run-dir", default="runs", metavar="DIR", dest="app_run_dir",
-                        help="with no COMMAND: where the app's runs go and where its Runs view looks "
-                             "(default ./runs)")
+    parser.add_argument(
+        "--check", action="store_true", help="run the diagnostic suite headless (see mgpu-tui --check --help)"
+    )
+    parser.add_argument(
+        "--run-dir",
+        default="runs",
+        metavar="DIR",
+        dest="app_run_dir",
+        help="with no COMMAND: where the app's runs go and where its Runs view looks (default ./runs)",
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     run = commands.add_parser(
@@ -58,27 +63,38 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"ranks to start (default: one per GPU, or {D.cpu_ranks} on the CPU; 1 for one-process modes)",
     )
-    run.add_argument("--steps", type=whole_number(1), default=D.steps,
-                     help=f"training steps (default {D.steps})")
-    run.add_argument("--batch-size", type=whole_number(1), default=D.batch_size,
-                     help=f"the global batch (default {D.batch_size})")
+    run.add_argument(
+        "--steps", type=whole_number(1), default=D.steps, help=f"training steps (default {D.steps})"
+    )
+    run.add_argument(
+        "--batch-size",
+        type=whole_number(1),
+        default=D.batch_size,
+        help=f"the global batch (default {D.batch_size})",
+    )
     run.add_argument(
         "--device",
         choices=DEVICES,
         default="auto",
         help="auto: CUDA when there are GPUs, else the CPU (gloo)",
     )
-    run.add_argument("--share-gpus", action="store_true",
-                     help="let ranks share GPUs round-robin when the mode needs more than there are "
-                          "(they talk over gloo; timings then say nothing about a real multi-GPU box)")
+    run.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="let ranks share GPUs round-robin when the mode needs more than there are "
+        "(they talk over gloo; timings then say nothing about a real multi-GPU box)",
+    )
     run.add_argument(
         "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
     )
     run.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
     output = run.add_mutually_exclusive_group()
-    output.add_argument("--ranks-filter", metavar="R,R,...",
-                        help="show these ranks' own output on the console while it runs (like torchrun's "
-                             "--local-ranks-filter); your own script shows every rank's by default")
+    output.add_argument(
+        "--ranks-filter",
+        metavar="R,R,...",
+        help="show these ranks' own output on the console while it runs (like torchrun's "
+        "--local-ranks-filter); your own script shows every rank's by default",
+    )
     output.add_argument("--quiet", action="store_true", help="show none of the ranks' own output")
     run.add_argument("--tui", action="store_true", help="open the app on the Run view with this run started")
     run.add_argument(
@@ -87,118 +103,221 @@ def build_parser() -> argparse.ArgumentParser:
         help="afterwards, compare the trained parameters with the single-device baseline",
     )
     training = run.add_argument_group("training (the same for every mode)")
-    training.add_argument("--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, "
-                          "bf16 on the CPU")
+    training.add_argument(
+        "--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, bf16 on the CPU"
+    )
     training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
     training.add_argument("--accum", type=whole_number(1), default=D.accum, help="micro-batches per step")
     training.add_argument("--lr", type=positive_float, help=f"learning rate (default {D.lr})")
-    training.add_argument("--warmup-steps", type=whole_number(0), default=0,
-                          help="ramp the learning rate up linearly over these first steps (default 0)")
-    training.add_argument("--seed", type=whole_number(0, MAX_SEED),
-                          help=f"weights and data seed (default {D.seed})")
-    training.add_argument("--width", type=whole_number(1), default=D.width,
-                          help=f"hidden width (default {D.width})")
-    training.add_argument("--depth", type=whole_number(1), default=D.depth,
-                          help=f"hidden blocks (default {D.depth})")
+    training.add_argument(
+        "--warmup-steps",
+        type=whole_number(0),
+        default=0,
+        help="ramp the learning rate up linearly over these first steps (default 0)",
+    )
+    training.add_argument(
+        "--seed", type=whole_number(0, MAX_SEED), help=f"weights and data seed (default {D.seed})"
+    )
+    training.add_argument(
+        "--width", type=whole_number(1), default=D.width, help=f"hidden width (default {D.width})"
+    )
+    training.add_argument(
+        "--depth", type=whole_number(1), default=D.depth, help=f"hidden blocks (default {D.depth})"
+    )
     add_model_arguments(training, whole_number(1))
-    run.add_argument("--force", action="store_true",
-                     help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway")
-    run.add_argument("--stall-timeout", type=positive_float, metavar="S",
-                     help="a rank silent this long is stalled (default max(30 s, 10 x the median step))")
-    run.add_argument("--on-stall", choices=("stop", "report"), default="stop",
-                     help="stop the run with exit 1 (default), or report the stall and go on")
-    run.add_argument("--sample-interval", type=seconds_or_off, metavar="S", default=1.0,
-                     help="sample the GPUs, the host and the ranks every S seconds into the run's "
-                          "telemetry.jsonl (default 1; 0: none)")
-    run.add_argument("--nice", type=whole_number(0), metavar="N",
-                     help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
-                          "screen answers keys on a machine whose cores the ranks fill)")
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway",
+    )
+    run.add_argument(
+        "--stall-timeout",
+        type=positive_float,
+        metavar="S",
+        help="a rank silent this long is stalled (default max(30 s, 10 x the median step))",
+    )
+    run.add_argument(
+        "--on-stall",
+        choices=("stop", "report"),
+        default="stop",
+        help="stop the run with exit 1 (default), or report the stall and go on",
+    )
+    run.add_argument(
+        "--sample-interval",
+        type=seconds_or_off,
+        metavar="S",
+        default=1.0,
+        help="sample the GPUs, the host and the ranks every S seconds into the run's "
+        "telemetry.jsonl (default 1; 0: none)",
+    )
+    run.add_argument(
+        "--nice",
+        type=whole_number(0),
+        metavar="N",
+        help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
+        "screen answers keys on a machine whose cores the ranks fill)",
+    )
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
     nodes.add_argument("--nnodes", type=whole_number(1), default=1, help="nodes in the job (default 1)")
     nodes.add_argument("--node-rank", type=whole_number(0), default=0, help="this node's rank")
     nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
     nodes.add_argument("--rdzv-id", metavar="ID", help="the job's id, the same on every node")
-    nodes.add_argument("--join-timeout", type=positive_float, metavar="S", default=D.join_timeout,
-                       help=f"seconds the nodes wait for each other to join (default {D.join_timeout:.0f})")
+    nodes.add_argument(
+        "--join-timeout",
+        type=positive_float,
+        metavar="S",
+        default=D.join_timeout,
+        help=f"seconds the nodes wait for each other to join (default {D.join_timeout:.0f})",
+    )
     nodes.add_argument("--max-restarts", type=whole_number(0), default=0, help="restarts on failure")
     nodes.add_argument("--master-port", type=whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
-    modes.add_argument("--stages", type=whole_number(1), default=D.stages,
-                       help=f"mp: GPUs to spread over (default {D.stages})")
-    modes.add_argument("--microbatches", type=whole_number(1), default=D.microbatches,
-                       help=f"pipeline (default {D.microbatches})")
+    modes.add_argument(
+        "--stages",
+        type=whole_number(1),
+        default=D.stages,
+        help=f"mp: GPUs to spread over (default {D.stages})",
+    )
+    modes.add_argument(
+        "--microbatches",
+        type=whole_number(1),
+        default=D.microbatches,
+        help=f"pipeline (default {D.microbatches})",
+    )
     modes.add_argument("--schedule", choices=("gpipe", "1f1b"), help="pipeline schedule (default gpipe)")
-    modes.add_argument("--manual", action="store_true",
-                       help="dp: show replicate/scatter/parallel_apply/gather by hand (CUDA)")
-    modes.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=None,
-                       help="fsdp: free gathered parameters after forward (default on)")
+    modes.add_argument(
+        "--manual",
+        action="store_true",
+        help="dp: show replicate/scatter/parallel_apply/gather by hand (CUDA)",
+    )
+    modes.add_argument(
+        "--reshard-after-forward",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fsdp: free gathered parameters after forward (default on)",
+    )
 
     def add_shared(command: argparse.ArgumentParser, batch_help: str | None = None) -> None:
-        command.add_argument("--steps", type=whole_number(1), default=D.steps,
-                             help=f"steps per run (default {D.steps})")
+        command.add_argument(
+            "--steps", type=whole_number(1), default=D.steps, help=f"steps per run (default {D.steps})"
+        )
         if batch_help is None:
-            command.add_argument("--batch-size", type=whole_number(1), default=D.batch_size,
-                                 help=f"the global batch, the same for every run (default {D.batch_size})")
+            command.add_argument(
+                "--batch-size",
+                type=whole_number(1),
+                default=D.batch_size,
+                help=f"the global batch, the same for every run (default {D.batch_size})",
+            )
         else:  # scale sweeps it
-            command.add_argument("--batch-size", type=whole_numbers, default=[D.batch_size],
-                                 metavar="B[,B,...]", help=batch_help)
-        command.add_argument("--device", choices=DEVICES, default="auto",
-                             help="auto: CUDA when there are GPUs")
-        command.add_argument("--amp", action="store_true",
-                             help="mixed precision (fp16 on CUDA, bf16 on the CPU)")
-        command.add_argument("--share-gpus", action="store_true",
-                             help="let ranks share GPUs round-robin (gloo); timings then say nothing "
-                                  "about a real multi-GPU box")
-        command.add_argument("--width", type=whole_number(1), default=D.width,
-                             help=f"hidden width (default {D.width})")
-        command.add_argument("--depth", type=whole_number(1), default=D.depth,
-                             help=f"hidden blocks (default {D.depth})")
+            command.add_argument(
+                "--batch-size",
+                type=whole_numbers,
+                default=[D.batch_size],
+                metavar="B[,B,...]",
+                help=batch_help,
+            )
+        command.add_argument(
+            "--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs"
+        )
+        command.add_argument(
+            "--amp", action="store_true", help="mixed precision (fp16 on CUDA, bf16 on the CPU)"
+        )
+        command.add_argument(
+            "--share-gpus",
+            action="store_true",
+            help="let ranks share GPUs round-robin (gloo); timings then say nothing "
+            "about a real multi-GPU box",
+        )
+        command.add_argument(
+            "--width", type=whole_number(1), default=D.width, help=f"hidden width (default {D.width})"
+        )
+        command.add_argument(
+            "--depth", type=whole_number(1), default=D.depth, help=f"hidden blocks (default {D.depth})"
+        )
         add_model_arguments(command, whole_number(1))
-        command.add_argument("--out", metavar="FILE", help="write a report: .json, .md or .csv (and a .png "
-                             "beside it when matplotlib is installed)")
+        command.add_argument(
+            "--out",
+            metavar="FILE",
+            help="write a report: .json, .md or .csv (and a .png beside it when matplotlib is installed)",
+        )
         command.add_argument("--json", action="store_true", help="print the report as one JSON line")
-        command.add_argument("--run-dir", default="runs", metavar="DIR",
-                             help="where each run's folder goes (default ./runs)")
+        command.add_argument(
+            "--run-dir", default="runs", metavar="DIR", help="where each run's folder goes (default ./runs)"
+        )
 
     comparing = commands.add_parser(
-        "compare", help="run several modes one after another and compare them in one table",
+        "compare",
+        help="run several modes one after another and compare them in one table",
         description="Run each mode on the same model, data, seed and global batch, then compare step time, "
         "throughput, FLOP/s, memory and loss. A mode that fails is a row with its cause; "
         "the others still run.",
     )
     comparing.add_argument("modes", metavar="MODE", nargs="*", help="modes from `mgpu-tui list`")
-    comparing.add_argument("--runs", metavar="DIR", nargs="+",
-                           help="compare finished runs from their folders instead, running nothing")
-    comparing.add_argument("--nproc", type=whole_number(1), default=None,
-                           help="ranks for the multi-process modes (default: one per GPU, or "
-                                f"{D.cpu_ranks} on the CPU)")
-    comparing.add_argument("--parallel", action="store_true",
-                           help="run the modes at the same time, each on its own GPUs (not a fair race)")
+    comparing.add_argument(
+        "--runs",
+        metavar="DIR",
+        nargs="+",
+        help="compare finished runs from their folders instead, running nothing",
+    )
+    comparing.add_argument(
+        "--nproc",
+        type=whole_number(1),
+        default=None,
+        help=f"ranks for the multi-process modes (default: one per GPU, or {D.cpu_ranks} on the CPU)",
+    )
+    comparing.add_argument(
+        "--parallel",
+        action="store_true",
+        help="run the modes at the same time, each on its own GPUs (not a fair race)",
+    )
     add_shared(comparing)
 
     scaling = commands.add_parser(
-        "scale", help="run one mode over several rank counts or batch sizes: speedup, efficiency, loss",
+        "scale",
+        help="run one mode over several rank counts or batch sizes: speedup, efficiency, loss",
         description="Run MODE at each rank count (strong scaling: the global batch stays; --weak: the batch "
         "per rank stays) or, for one rank count, at each --batch-size. Each point reports throughput, "
         "speedup, efficiency = throughput(N) / (N x throughput(1)), the global batch, the learning rate "
         "(which follows the batch by --lr-rule) and the loss after the same number of samples.",
     )
     scaling.add_argument("mode", metavar="MODE", help="a multi-process mode (ddp, fsdp, ...)")
-    scaling.add_argument("--nproc", type=whole_numbers, required=True, metavar="N[,N,...]",
-                         help="rank counts, for example 1,2,4,8 (one count for a --batch-size sweep)")
-    scaling.add_argument("--weak", action="store_true",
-                         help="weak scaling: --batch-size is per rank, so the global batch grows with "
-                              "the ranks")
-    scaling.add_argument("--lr", type=positive_float, default=D.lr,
-                         help=f"SGD's learning rate at the first point's batch (default {D.lr})")
-    scaling.add_argument("--lr-rule", choices=LR_RULES, default="linear",
-                         help="how the learning rate follows the global batch: linear (k x the batch, k x "
-                              "the lr; Goyal et al. 2017), sqrt, or none (default linear)")
-    scaling.add_argument("--warmup-steps", type=whole_number(0), default=None,
-                         help="ramp the learning rate up over these first steps (default: none for strong "
-                              "scaling, where the batch stays; else a fifth of --steps)")
-    add_shared(scaling, batch_help=f"the global batch (default {D.batch_size}); with --weak, the batch per "
-               "rank; several (32,64,128) sweep the batch at one --nproc")
+    scaling.add_argument(
+        "--nproc",
+        type=whole_numbers,
+        required=True,
+        metavar="N[,N,...]",
+        help="rank counts, for example 1,2,4,8 (one count for a --batch-size sweep)",
+    )
+    scaling.add_argument(
+        "--weak",
+        action="store_true",
+        help="weak scaling: --batch-size is per rank, so the global batch grows with the ranks",
+    )
+    scaling.add_argument(
+        "--lr",
+        type=positive_float,
+        default=D.lr,
+        help=f"SGD's learning rate at the first point's batch (default {D.lr})",
+    )
+    scaling.add_argument(
+        "--lr-rule",
+        choices=LR_RULES,
+        default="linear",
+        help="how the learning rate follows the global batch: linear (k x the batch, k x "
+        "the lr; Goyal et al. 2017), sqrt, or none (default linear)",
+    )
+    scaling.add_argument(
+        "--warmup-steps",
+        type=whole_number(0),
+        default=None,
+        help="ramp the learning rate up over these first steps (default: none for strong "
+        "scaling, where the batch stays; else a fifth of --steps)",
+    )
+    add_shared(
+        scaling,
+        batch_help=f"the global batch (default {D.batch_size}); with --weak, the batch per "
+        "rank; several (32,64,128) sweep the batch at one --nproc",
+    )
 
     topo = commands.add_parser(
         "topo", help="the GPU interconnect (NVLink, PCIe, NUMA), like nvidia-smi topo -m, and its reading"
@@ -206,56 +325,89 @@ def build_parser() -> argparse.ArgumentParser:
     topo.add_argument("--json", action="store_true", help='print JSON: {"gpus": [...], "matrix": [...]}')
     topo.add_argument("--from-file", metavar="FILE", help="read saved `nvidia-smi topo -m` output instead")
 
-    history = commands.add_parser("runs", help="the past runs of a folder, newest first",
-                                  description="The past runs under --run-dir, newest first: when, what, "
-                                  "ranks, status, duration, samples/s, final loss, and why a run failed. "
-                                  "Folders that are not runs, or half-written ones, are listed as broken.")
-    history.add_argument("--run-dir", default="runs", metavar="DIR",
-                         help="the folder of runs (default ./runs)")
+    history = commands.add_parser(
+        "runs",
+        help="the past runs of a folder, newest first",
+        description="The past runs under --run-dir, newest first: when, what, "
+        "ranks, status, duration, samples/s, final loss, and why a run failed. "
+        "Folders that are not runs, or half-written ones, are listed as broken.",
+    )
+    history.add_argument(
+        "--run-dir", default="runs", metavar="DIR", help="the folder of runs (default ./runs)"
+    )
     history.add_argument("--json", action="store_true", help='print JSON: {"runs": [...]}')
 
-    opening = commands.add_parser("open", help="the app on one run: replayed if it ended, followed if not",
-                                  description="Open the app on a run folder. A finished run is replayed from "
-                                  "its files (ranks, charts, logs, root cause, the machine's telemetry); a "
-                                  "run still going (started in another terminal, or by a scheduler) is "
-                                  "followed live, and quitting leaves it running.")
+    opening = commands.add_parser(
+        "open",
+        help="the app on one run: replayed if it ended, followed if not",
+        description="Open the app on a run folder. A finished run is replayed from "
+        "its files (ranks, charts, logs, root cause, the machine's telemetry); a "
+        "run still going (started in another terminal, or by a scheduler) is "
+        "followed live, and quitting leaves it running.",
+    )
     opening.add_argument("run", metavar="RUN", help="a run folder, or `latest` (the newest under --run-dir)")
-    opening.add_argument("--run-dir", default="runs", metavar="DIR",
-                         help="the folder of runs, for `latest` and the Runs view (default ./runs)")
+    opening.add_argument(
+        "--run-dir",
+        default="runs",
+        metavar="DIR",
+        help="the folder of runs, for `latest` and the Runs view (default ./runs)",
+    )
 
     reading = commands.add_parser(
-        "nccl", help="read NCCL's own log (NCCL_DEBUG=INFO): transports, channels, warnings, what they mean",
+        "nccl",
+        help="read NCCL's own log (NCCL_DEBUG=INFO): transports, channels, warnings, what they mean",
         description="Read NCCL_DEBUG=INFO logs (one or several files: one per rank or host is fine; "
         "launcher prefixes such as Ray's or MPI's are skipped): which transport NCCL chose between each "
-        "pair of ranks, its channels and rings, its version, hosts, warnings and errors, each explained.")
+        "pair of ranks, its channels and rings, its version, hosts, warnings and errors, each explained.",
+    )
     reading.add_argument("logs", metavar="LOG", nargs="+", help="a log file with NCCL's lines")
-    reading.add_argument("--topo", metavar="FILE",
-                         help="saved `nvidia-smi topo -m` of the host: say where NCCL's choice disagrees")
+    reading.add_argument(
+        "--topo",
+        metavar="FILE",
+        help="saved `nvidia-smi topo -m` of the host: say where NCCL's choice disagrees",
+    )
     reading.add_argument("--json", action="store_true", help="print JSON")
 
     planning = commands.add_parser(
-        "plan", help="will a model fit, and under which mode: each GPU's memory, part by part, per mode",
+        "plan",
+        help="will a model fit, and under which mode: each GPU's memory, part by part, per mode",
         description="Predict, for every mode, the memory of each GPU to train a transformer: parameters, "
         "gradients, optimizer state, activations (an estimate: docs/compare.md) and buffers, and whether "
         "it fits the GPU (read through NVML, else --gpu-mem). Nothing runs: models far larger than this "
-        "machine can be planned.")
+        "machine can be planned.",
+    )
     add_model_arguments(planning, whole_number(1), default="gpt-125m")
-    planning.add_argument("--gpus", type=whole_number(1), metavar="N",
-                          help="GPUs to plan for (default: this machine's)")
-    planning.add_argument("--gpu-mem", type=positive_float, metavar="GiB",
-                          help="each GPU's memory (default: read through NVML)")
-    planning.add_argument("--optimizer", choices=("sgd", "adam"), default="sgd",
-                          help="sgd (with momentum, as the modes train; default) or adam")
+    planning.add_argument(
+        "--gpus", type=whole_number(1), metavar="N", help="GPUs to plan for (default: this machine's)"
+    )
+    planning.add_argument(
+        "--gpu-mem", type=positive_float, metavar="GiB", help="each GPU's memory (default: read through NVML)"
+    )
+    planning.add_argument(
+        "--optimizer",
+        choices=("sgd", "adam"),
+        default="sgd",
+        help="sgd (with momentum, as the modes train; default) or adam",
+    )
     planning.add_argument("--amp", action="store_true", help="mixed precision: 16-bit activations")
-    planning.add_argument("--batch-size", type=whole_number(1), metavar="B",
-                          help="the global batch in sequences (default: one a GPU)")
-    planning.add_argument("--microbatches", type=whole_number(1), default=D.microbatches, metavar="M",
-                          help=f"pipeline micro-batches (default {D.microbatches})")
+    planning.add_argument(
+        "--batch-size",
+        type=whole_number(1),
+        metavar="B",
+        help="the global batch in sequences (default: one a GPU)",
+    )
+    planning.add_argument(
+        "--microbatches",
+        type=whole_number(1),
+        default=D.microbatches,
+        metavar="M",
+        help=f"pipeline micro-batches (default {D.microbatches})",
+    )
     planning.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe", help="pipeline schedule")
     planning.add_argument("--json", action="store_true", help="print JSON")
 
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
-    listing.add_argument("--json", action="store_true", help="print JSON: {\"modes\": [...]}")
+    listing.add_argument("--json", action="store_true", help='print JSON: {"modes": [...]}')
     return parser
 
 
@@ -273,17 +425,27 @@ def build_check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--level", type=whole_number(0), default=2, help="1, 2 (default) or 3")
     parser.add_argument("--json", metavar="PATH", help="write the report as JSON (- for stdout)")
     parser.add_argument("--junit", metavar="PATH", help="write JUnit XML, one testcase per check")
-    parser.add_argument("--require-gpus", type=whole_number(0), default=0, metavar="N",
-                        help="fail, not skip, when fewer than N GPUs are usable")
-    parser.add_argument("--nproc", type=whole_number(1),
-                        help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)")
+    parser.add_argument(
+        "--require-gpus",
+        type=whole_number(0),
+        default=0,
+        metavar="N",
+        help="fail, not skip, when fewer than N GPUs are usable",
+    )
+    parser.add_argument(
+        "--nproc", type=whole_number(1), help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)"
+    )
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
-    parser.add_argument("--share-gpus", action="store_true",
-                        help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo")
+    parser.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo",
+    )
     add_model_arguments(parser, whole_number(1))  # what the smoke and verify runs train
-    parser.add_argument("--run-dir", default="runs", metavar="DIR",
-                        help="where the ranks' logs go (default ./runs)")
+    parser.add_argument(
+        "--run-dir", default="runs", metavar="DIR", help="where the ranks' logs go (default ./runs)"
+    )
     return parser
 
 

@@ -39,11 +39,24 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("single", "dp", "ddp", "mp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp", "hybrid")
-PRECISIONS = {"float32": [], "fp16": ["--amp", "--amp-dtype", "fp16"],
-              "bf16": ["--amp", "--amp-dtype", "bf16"]}  # fmt: skip
+PRECISIONS = {
+    "float32": [],
+    "fp16": ["--amp", "--amp-dtype", "fp16"],
+    "bf16": ["--amp", "--amp-dtype", "bf16"],
+}
 STEPS = 30  # enough for the runs to drift apart if a mode trained another function
-CHECKS = ("check-level3", "check-shared", "modes", "oom", "compare", "transformer", "topology", "telemetry",
-          "sampler-cost", "app")  # fmt: skip
+CHECKS = (
+    "check-level3",
+    "check-shared",
+    "modes",
+    "oom",
+    "compare",
+    "transformer",
+    "topology",
+    "telemetry",
+    "sampler-cost",
+    "app",
+)
 # Telemetry against nvidia-smi, read a fraction of a second apart: how far each field may differ.
 TOLERANCE = {"memory_used_mib": 256, "util_pct": 15, "temperature_c": 3, "power_w_rel": 0.15}
 
@@ -68,13 +81,27 @@ class Checker:
     def mgpu(self, *args: str) -> list[str]:
         return [self.python, "-m", "mgpu_tui", *args]
 
-    def sh(self, name: str, argv: list[str], timeout: float = 300, env: dict | None = None,
-           cwd: Path | None = None) -> subprocess.CompletedProcess:  # fmt: skip
+    def sh(
+        self,
+        name: str,
+        argv: list[str],
+        timeout: float = 300,
+        env: dict | None = None,
+        cwd: Path | None = None,
+    ) -> subprocess.CompletedProcess:
         """Run argv, its output kept in out/<name>.log (and returned)."""
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd or self.out,
-                              env={**os.environ, **(env or {})})  # fmt: skip
-        (self.out / f"{name}.log").write_text(f"$ {' '.join(argv)}\n(exit {done.returncode})\n"
-                                              f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}")
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            cwd=cwd or self.out,
+            env={**os.environ, **(env or {})},
+        )
+        (self.out / f"{name}.log").write_text(
+            f"$ {' '.join(argv)}\n(exit {done.returncode})\n"
+            f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
+        )
         return done
 
     def add(self, result: Result) -> None:
@@ -85,13 +112,27 @@ class Checker:
     # ---- the machine ------------------------------------------------------------------
 
     def machine(self) -> dict:
-        smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                              "--format=csv,noheader"], capture_output=True, text=True)  # fmt: skip
-        probe = subprocess.run([self.python, "-c", (
-            "import json, sys, torch; c = torch.cuda.is_available(); print(json.dumps({"
-            "'python': sys.version.split()[0], 'torch': torch.__version__, 'cuda': torch.version.cuda, "
-            "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if c else None, 'cuda_available': c, "
-            "'devices': torch.cuda.device_count() if c else 0}))")], capture_output=True, text=True)
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        )
+        probe = subprocess.run(
+            [
+                self.python,
+                "-c",
+                (
+                    "import json, sys, torch; c = torch.cuda.is_available(); print(json.dumps({"
+                    "'python': sys.version.split()[0], 'torch': torch.__version__, "
+                    "'cuda': torch.version.cuda, "
+                    "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if c else None, "
+                    "'cuda_available': c, "
+                    "'devices': torch.cuda.device_count() if c else 0}))"
+                ),
+            ],
+            capture_output=True,
+            text=True,
+        )
         info = {"gpus": [line.strip() for line in smi.stdout.splitlines() if line.strip()]}
         try:
             info.update(json.loads(probe.stdout.strip().splitlines()[-1]))
@@ -103,16 +144,41 @@ class Checker:
 
     def check_level3(self) -> Result:
         start, report = time.monotonic(), self.out / "check-level3.json"
-        done = self.sh("check-level3", self.mgpu("--check", "--level", "3", "--require-gpus", "1", "--json",
-                                                 str(report), "--run-dir", str(self.out / "runs")), 600)
+        done = self.sh(
+            "check-level3",
+            self.mgpu(
+                "--check",
+                "--level",
+                "3",
+                "--require-gpus",
+                "1",
+                "--json",
+                str(report),
+                "--run-dir",
+                str(self.out / "runs"),
+            ),
+            600,
+        )
         return self._suite_result("check-level3", done, report, time.monotonic() - start)
 
     def check_shared(self) -> Result:
         if self.gpus >= 2:
             return Result("check-shared", None, f"{self.gpus} GPUs: check-level3 runs a rank on each already")
         start, report = time.monotonic(), self.out / "check-shared.json"
-        done = self.sh("check-shared", self.mgpu("--check", "--nproc", "2", "--share-gpus", "--json",
-                                                 str(report), "--run-dir", str(self.out / "runs")), 600)
+        done = self.sh(
+            "check-shared",
+            self.mgpu(
+                "--check",
+                "--nproc",
+                "2",
+                "--share-gpus",
+                "--json",
+                str(report),
+                "--run-dir",
+                str(self.out / "runs"),
+            ),
+            600,
+        )
         return self._suite_result("check-shared", done, report, time.monotonic() - start)
 
     def _suite_result(self, name: str, done, report: Path, seconds: float) -> Result:
@@ -122,9 +188,11 @@ class Checker:
             return Result(name, False, f"no report (exit {done.returncode}); see {name}.log", seconds)
         failed = [c["name"] for c in data["checks"] if c["status"] == "fail"]
         counts = data["counts"]
-        detail = (f"exit {done.returncode}: {counts['pass']} pass, {counts['fail']} fail, "
-                  f"{counts['skip']} skip, {counts['warn']} warn"
-                  + (f"; failed: {', '.join(failed)}" if failed else ""))
+        detail = (
+            f"exit {done.returncode}: {counts['pass']} pass, {counts['fail']} fail, "
+            f"{counts['skip']} skip, {counts['warn']} warn"
+            + (f"; failed: {', '.join(failed)}" if failed else "")
+        )
         return Result(name, done.returncode == 0, detail, seconds, {"counts": counts, "failed": failed})
 
     def mode_runs(self) -> list[Result]:
@@ -135,11 +203,26 @@ class Checker:
     def _mode_run(self, mode: str, precision: str) -> Result:
         name = f"verify:{mode}:{precision}"
         if mode == "rpc" and precision == "fp16":
-            return Result(name, None, "rpc trains mixed precision in bf16 only (fp16's GradScaler does not "
-                          "work with distributed autograd)")  # fmt: skip
+            return Result(
+                name,
+                None,
+                "rpc trains mixed precision in bf16 only (fp16's GradScaler does not "
+                "work with distributed autograd)",
+            )
         start = time.monotonic()
-        argv = ["run", mode, "--device", "cuda", "--steps", str(STEPS), "--verify", "--json",
-                "--run-dir", str(self.out / "runs"), *PRECISIONS[precision]]  # fmt: skip
+        argv = [
+            "run",
+            mode,
+            "--device",
+            "cuda",
+            "--steps",
+            str(STEPS),
+            "--verify",
+            "--json",
+            "--run-dir",
+            str(self.out / "runs"),
+            *PRECISIONS[precision],
+        ]
         multi = mode in ("ddp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp")
         if multi:
             argv += ["--nproc", "2"]
@@ -160,12 +243,19 @@ class Checker:
         verify = summary.verify
         if verify.error:
             return Result(name, False, verify.error, seconds)
-        detail = (f"max abs diff {verify.max_abs_diff:.1e} (tolerance {verify.tolerance:.0e}), "
-                  f"{summary.world_size} rank(s){shared}")  # fmt: skip
-        metrics = {"max_abs_diff": verify.max_abs_diff, "max_rel_diff": verify.max_rel_diff,
-                   "tolerance": verify.tolerance, "samples_per_s": summary.samples_per_s,
-                   "peak_mem_bytes": list(summary.peak_mem_bytes), "shared_gpus": summary.shared_gpus,
-                   "world_size": summary.world_size}  # fmt: skip
+        detail = (
+            f"max abs diff {verify.max_abs_diff:.1e} (tolerance {verify.tolerance:.0e}), "
+            f"{summary.world_size} rank(s){shared}"
+        )
+        metrics = {
+            "max_abs_diff": verify.max_abs_diff,
+            "max_rel_diff": verify.max_rel_diff,
+            "tolerance": verify.tolerance,
+            "samples_per_s": summary.samples_per_s,
+            "peak_mem_bytes": list(summary.peak_mem_bytes),
+            "shared_gpus": summary.shared_gpus,
+            "world_size": summary.world_size,
+        }
         return Result(name, verify.ok and done.returncode == 0, detail, seconds, metrics)
 
     def oom(self) -> list[Result]:
@@ -173,16 +263,37 @@ class Checker:
 
         nvml.status()  # initialise NVML in this process
         results = []
-        for mode, extra in (("single", []), ("ddp", ["--nproc", "2", "--share-gpus"] if self.gpus < 2 else
-                                                  ["--nproc", "2"])):  # fmt: skip
+        for mode, extra in (
+            ("single", []),
+            ("ddp", ["--nproc", "2", "--share-gpus"] if self.gpus < 2 else ["--nproc", "2"]),
+        ):
             name = f"oom:{mode}"
             start = time.monotonic()
             before = [nvml.readings(i, pcie=False).memory_used for i in range(self.gpus)]
             rank = "1" if mode == "ddp" else "0"
-            done = self.sh(name.replace(":", "-"), self.mgpu(
-                "run", mode, "--device", "cuda", "--steps", "50", "--json", "--run-dir",
-                str(self.out / "runs"), *extra, "--", "--fail-at-step", "3", "--fail-rank", rank,
-                "--fail-kind", "oom"), 300)
+            done = self.sh(
+                name.replace(":", "-"),
+                self.mgpu(
+                    "run",
+                    mode,
+                    "--device",
+                    "cuda",
+                    "--steps",
+                    "50",
+                    "--json",
+                    "--run-dir",
+                    str(self.out / "runs"),
+                    *extra,
+                    "--",
+                    "--fail-at-step",
+                    "3",
+                    "--fail-rank",
+                    rank,
+                    "--fail-kind",
+                    "oom",
+                ),
+                300,
+            )
             summary = last_summary(done.stdout)
             if summary is None or summary.root_cause is None:
                 results.append(Result(name, False, f"no summary with a root cause (exit {done.returncode})"))
@@ -197,19 +308,31 @@ class Checker:
             grew = max((a - b) for a, b in zip(after, before)) if before else 0
             named = "OutOfMemoryError" in cause.message and str(cause.rank) == rank
             ok = done.returncode == 1 and named and not alive and not ours and grew <= 64 << 20
-            detail = (f"exit {done.returncode}; root cause rank {cause.rank}: "
-                      f"{cause.message[:90]}; ranks alive after: {len(alive)}; "
-                      f"GPU memory used before {before[0] >> 20} MiB, after {after[0] >> 20} MiB")
-            results.append(Result(name, ok, detail, time.monotonic() - start,
-                                  {"before_bytes": before, "after_bytes": after, "alive": alive}))
+            detail = (
+                f"exit {done.returncode}; root cause rank {cause.rank}: "
+                f"{cause.message[:90]}; ranks alive after: {len(alive)}; "
+                f"GPU memory used before {before[0] >> 20} MiB, after {after[0] >> 20} MiB"
+            )
+            results.append(
+                Result(
+                    name,
+                    ok,
+                    detail,
+                    time.monotonic() - start,
+                    {"before_bytes": before, "after_bytes": after, "alive": alive},
+                )
+            )
         return results
 
     def run_compare(self, name: str, argv: list[str], timeout: float) -> tuple[list[dict] | None, bool, int]:
         """``mgpu-tui compare ARGV`` with its report in out/NAME.json: (its rows, None without a report;
         whether it exited 0 with every row ok and an MFU between 0 and 1; its exit code)."""
         report = self.out / f"{name}.json"
-        done = self.sh(name, self.mgpu("compare", *argv, "--run-dir", str(self.out / "runs"), "--out",
-                                       str(report)), timeout)  # fmt: skip
+        done = self.sh(
+            name,
+            self.mgpu("compare", *argv, "--run-dir", str(self.out / "runs"), "--out", str(report)),
+            timeout,
+        )
         try:
             rows = json.loads(report.read_text())["rows"]
         except (OSError, ValueError, KeyError):
@@ -224,9 +347,11 @@ class Checker:
         rows, ok, code = self.run_compare("compare", argv, 300)
         if rows is None:
             return Result("compare", False, f"no report (exit {code}); see compare.log")
-        detail = "; ".join(f"{r['mode']} {r['samples_per_s'] or 0:,.0f} samples/s on {r['devices']} GPU(s), "
-                           f"{r['tflops_per_device'] or 0:.3f} TFLOP/s, MFU {100 * (r['mfu'] or 0):.3f}%"
-                           for r in rows)  # fmt: skip
+        detail = "; ".join(
+            f"{r['mode']} {r['samples_per_s'] or 0:,.0f} samples/s on {r['devices']} GPU(s), "
+            f"{r['tflops_per_device'] or 0:.3f} TFLOP/s, MFU {100 * (r['mfu'] or 0):.3f}%"
+            for r in rows
+        )
         keep = ("mode", "samples_per_s", "devices", "tflops_per_device", "mfu")
         metrics = {"rows": [{k: r[k] for k in keep} for r in rows]}
         return Result("compare", ok, detail, time.monotonic() - start, metrics)
@@ -240,8 +365,9 @@ class Checker:
         try:
             plan = {m["mode"]: m for m in json.loads(planned.stdout)["modes"]}
         except (ValueError, KeyError):
-            return Result("transformer", False,
-                          f"no plan (exit {planned.returncode}); see transformer-plan.log")
+            return Result(
+                "transformer", False, f"no plan (exit {planned.returncode}); see transformer-plan.log"
+            )
         argv = ["single", "ddp", "fsdp", "--device", "cuda", "--nproc", "1", "--steps", "30", *model]
         rows, ok, code = self.run_compare("transformer", argv, 600)
         if rows is None:
@@ -250,16 +376,25 @@ class Checker:
         for r in rows:
             rank0 = r["memory"][0] if r["memory"] else {}
             state = (rank0.get("predicted_state_bytes"), rank0.get("measured_state_bytes"))
-            measured.append({"mode": r["mode"], "mfu": r["mfu"], "tokens_per_s": r["tokens_per_s"],
-                             "predicted_total_bytes": rank0.get("predicted_total_bytes"),
-                             "peak_bytes": rank0.get("peak_bytes"),
-                             "fits": plan.get(r["mode"], {}).get("fits"),
-                             "predicted_state_bytes": state[0], "measured_state_bytes": state[1]})
+            measured.append(
+                {
+                    "mode": r["mode"],
+                    "mfu": r["mfu"],
+                    "tokens_per_s": r["tokens_per_s"],
+                    "predicted_total_bytes": rank0.get("predicted_total_bytes"),
+                    "peak_bytes": rank0.get("peak_bytes"),
+                    "fits": plan.get(r["mode"], {}).get("fits"),
+                    "predicted_state_bytes": state[0],
+                    "measured_state_bytes": state[1],
+                }
+            )
         gib = 2**30
-        detail = "; ".join(f"{m['mode']} MFU {100 * (m['mfu'] or 0):.1f}%, peak "
-                           f"{(m['peak_bytes'] or 0) / gib:.2f} GiB vs predicted "
-                           f"{(m['predicted_total_bytes'] or 0) / gib:.2f} GiB"
-                           for m in measured)  # fmt: skip
+        detail = "; ".join(
+            f"{m['mode']} MFU {100 * (m['mfu'] or 0):.1f}%, peak "
+            f"{(m['peak_bytes'] or 0) / gib:.2f} GiB vs predicted "
+            f"{(m['predicted_total_bytes'] or 0) / gib:.2f} GiB"
+            for m in measured
+        )
         return Result("transformer", ok, detail, time.monotonic() - start, {"rows": measured, "plan": plan})
 
     def topology(self) -> Result:
@@ -275,9 +410,12 @@ class Checker:
         except ValueError:
             return Result("topology", False, "mgpu-tui topo printed no JSON; see topo-*.log")
         same = a["matrix"] == b["matrix"] and [g["cpu_affinity"] for g in a["gpus"]] == [
-            g["cpu_affinity"] for g in b["gpus"]]
-        detail = (f"{len(a['gpus'])} GPU(s): NVML {a['matrix']} vs nvidia-smi {b['matrix']}; "
-                  f"affinity {[g['cpu_affinity'] for g in a['gpus']]}; reading: {a['reading']}")
+            g["cpu_affinity"] for g in b["gpus"]
+        ]
+        detail = (
+            f"{len(a['gpus'])} GPU(s): NVML {a['matrix']} vs nvidia-smi {b['matrix']}; "
+            f"affinity {[g['cpu_affinity'] for g in a['gpus']]}; reading: {a['reading']}"
+        )
         return Result("topology", same, detail, time.monotonic() - start)
 
     def telemetry(self) -> Result:
@@ -285,30 +423,52 @@ class Checker:
         from mgpu_tui.engine.machine.telemetry import Sampler
 
         start = time.monotonic()
-        load = subprocess.Popen([self.python, "-c", (
-            "import time, torch\n"
-            "keep = torch.empty(6 << 30, dtype=torch.uint8, device='cuda')\n"
-            "a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
-            "end = time.time() + 25\n"
-            "while time.time() < end:\n"
-            "    for _ in range(20): a @ a\n"
-            "    torch.cuda.synchronize()\n")])  # fmt: skip
+        load = subprocess.Popen(
+            [
+                self.python,
+                "-c",
+                (
+                    "import time, torch\n"
+                    "keep = torch.empty(6 << 30, dtype=torch.uint8, device='cuda')\n"
+                    "a = torch.randn(8192, 8192, device='cuda', dtype=torch.bfloat16)\n"
+                    "end = time.time() + 25\n"
+                    "while time.time() < end:\n"
+                    "    for _ in range(20): a @ a\n"
+                    "    torch.cuda.synchronize()\n"
+                ),
+            ]
+        )
         sampler = Sampler(interval=1.0)
         rows = []
         try:
             time.sleep(8)  # the load is up and the power reading has settled
             for _ in range(10):
-                smi = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used,utilization.gpu,"
-                                      "temperature.gpu,power.draw", "--format=csv,noheader,nounits"],
-                                     capture_output=True, text=True).stdout  # fmt: skip
+                smi = subprocess.run(
+                    [
+                        "nvidia-smi",
+                        "--query-gpu=index,memory.used,utilization.gpu,temperature.gpu,power.draw",
+                        "--format=csv,noheader,nounits",
+                    ],
+                    capture_output=True,
+                    text=True,
+                ).stdout
                 snap = sampler.sample()
                 for line in smi.strip().splitlines():
                     index, mem, util, temp, power = [v.strip() for v in line.split(",")]
                     r = snap.gpus[int(index)].readings
-                    rows.append({"gpu": int(index), "smi_memory_mib": float(mem), "nvml_memory_mib":
-                                 r.memory_used / 2**20, "smi_util": float(util), "nvml_util": r.util_gpu,
-                                 "smi_temp": float(temp), "nvml_temp": r.temperature_c,
-                                 "smi_power": float(power), "nvml_power": r.power_w})  # fmt: skip
+                    rows.append(
+                        {
+                            "gpu": int(index),
+                            "smi_memory_mib": float(mem),
+                            "nvml_memory_mib": r.memory_used / 2**20,
+                            "smi_util": float(util),
+                            "nvml_util": r.util_gpu,
+                            "smi_temp": float(temp),
+                            "nvml_temp": r.temperature_c,
+                            "smi_power": float(power),
+                            "nvml_power": r.power_w,
+                        }
+                    )
                 time.sleep(0.5)
         finally:
             load.kill()
@@ -318,14 +478,18 @@ class Checker:
         def median_diff(a: str, b: str, relative: bool = False) -> float:
             return statistics.median(abs(r[a] - r[b]) / (r[a] if relative else 1) for r in rows)
 
-        diffs = {"memory_used_mib": median_diff("smi_memory_mib", "nvml_memory_mib"),
-                 "util_pct": median_diff("smi_util", "nvml_util"),
-                 "temperature_c": median_diff("smi_temp", "nvml_temp"),
-                 "power_w_rel": median_diff("smi_power", "nvml_power", relative=True)}  # fmt: skip
+        diffs = {
+            "memory_used_mib": median_diff("smi_memory_mib", "nvml_memory_mib"),
+            "util_pct": median_diff("smi_util", "nvml_util"),
+            "temperature_c": median_diff("smi_temp", "nvml_temp"),
+            "power_w_rel": median_diff("smi_power", "nvml_power", relative=True),
+        }
         ok = all(diffs[k] <= TOLERANCE[k] for k in TOLERANCE) and len(rows) >= 10
-        detail = ("median |NVML - nvidia-smi| over 10 samples under load: "
-                  + ", ".join(f"{k} {v:.3g} (<= {TOLERANCE[k]})" for k, v in diffs.items())
-                  + f"; load util {rows[-1]['nvml_util']}%, {rows[-1]['nvml_power']:.0f} W")
+        detail = (
+            "median |NVML - nvidia-smi| over 10 samples under load: "
+            + ", ".join(f"{k} {v:.3g} (<= {TOLERANCE[k]})" for k, v in diffs.items())
+            + f"; load util {rows[-1]['nvml_util']}%, {rows[-1]['nvml_power']:.0f} W"
+        )
         return Result("telemetry", ok, detail, time.monotonic() - start, {"median_diffs": diffs})
 
     def sampler_cost(self) -> Result:
@@ -350,11 +514,17 @@ class Checker:
         sample = cost(sampler.sample, 20)
         # An 8-GPU box: eight GPUs' readings without PCIe, plus one GPU's PCIe in turn.
         eight = 8 * base[0] + (full[0] - base[0])
-        metrics = {"readings_ms": base, "readings_with_pcie_ms": full, "sample_ms": sample,
-                   "eight_gpus_sample_ms_estimate": eight}  # fmt: skip
-        detail = (f"one GPU's readings {base[0]:.2f} ms wall / {base[1]:.2f} ms CPU; with PCIe "
-                  f"{full[0]:.1f} ms wall / {full[1]:.2f} ms CPU; a whole sample {sample[0]:.1f} ms wall / "
-                  f"{sample[1]:.2f} ms CPU; an 8-GPU sample would take about {eight:.0f} ms")
+        metrics = {
+            "readings_ms": base,
+            "readings_with_pcie_ms": full,
+            "sample_ms": sample,
+            "eight_gpus_sample_ms_estimate": eight,
+        }
+        detail = (
+            f"one GPU's readings {base[0]:.2f} ms wall / {base[1]:.2f} ms CPU; with PCIe "
+            f"{full[0]:.1f} ms wall / {full[1]:.2f} ms CPU; a whole sample {sample[0]:.1f} ms wall / "
+            f"{sample[1]:.2f} ms CPU; an 8-GPU sample would take about {eight:.0f} ms"
+        )
         ok = sample[0] < 100 and eight < 100
         return Result("sampler-cost", ok, detail, time.monotonic() - start, metrics)
 
@@ -365,14 +535,44 @@ class Checker:
         start = time.monotonic()
         session = f"mgpu-gpu-check-{os.getpid()}"
         share = ["--share-gpus"] if self.gpus < 2 else []
-        command = " ".join([*self.mgpu("run", "ddp", "--nproc", "2", "--device", "cuda", "--steps", "1000000",
-                                       "--run-dir", str(self.out / "runs"), *share, "--tui")])
-        subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50",
-                        f"cd {self.out} && {command}; echo APP-EXIT $?; sleep 600"], check=True)  # fmt: skip
+        command = " ".join(
+            [
+                *self.mgpu(
+                    "run",
+                    "ddp",
+                    "--nproc",
+                    "2",
+                    "--device",
+                    "cuda",
+                    "--steps",
+                    "1000000",
+                    "--run-dir",
+                    str(self.out / "runs"),
+                    *share,
+                    "--tui",
+                )
+            ]
+        )
+        subprocess.run(
+            [
+                "tmux",
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "160",
+                "-y",
+                "50",
+                f"cd {self.out} && {command}; echo APP-EXIT $?; sleep 600",
+            ],
+            check=True,
+        )
 
         def screen() -> str:
-            return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                                  text=True).stdout  # fmt: skip
+            return subprocess.run(
+                ["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True
+            ).stdout
 
         try:
             time.sleep(30)
@@ -393,12 +593,15 @@ class Checker:
         (self.out / "app-dashboard.txt").write_text(dashboard)
         rows = [line for line in run_view.splitlines() if line.strip().startswith(("rank 0", "rank 1"))]
         exited = "APP-EXIT 0" in ending
-        left = subprocess.run(["pgrep", "-f", "mgpu_tui.demos.ddp"], capture_output=True,
-                              text=True).stdout.split()  # fmt: skip
+        left = subprocess.run(
+            ["pgrep", "-f", "mgpu_tui.demos.ddp"], capture_output=True, text=True
+        ).stdout.split()
         ok = len(rows) >= 2 and "running" in run_view and "GPU0" in dashboard and exited and not left
         shown = "; ".join(" ".join(r.split()) for r in rows)[:120]
-        detail = (f"after 30 s: {len(rows)} rank rows ({shown}); dashboard shows GPU0: "
-                  f"{'GPU0' in dashboard}; q, y exit 0: {exited}; ranks left: {len(left)}")
+        detail = (
+            f"after 30 s: {len(rows)} rank rows ({shown}); dashboard shows GPU0: "
+            f"{'GPU0' in dashboard}; q, y exit 0: {exited}; ranks left: {len(left)}"
+        )
         self.screenshot(self.out / "gpu-run-view.svg")
         return Result("app", ok, detail, time.monotonic() - start)
 
@@ -406,8 +609,11 @@ class Checker:
         """An SVG of the Run view during a real 2-rank ddp run on the GPU (Textual's Pilot)."""
         share = ["--share-gpus"] if self.gpus < 2 else []
         script = str(ROOT / "scripts" / "screenshot-run-view.py")
-        done = self.sh("screenshot", [self.python, script, "--device", "cuda", *share, "--steps", "1500",
-                                      "--out", str(target)], 300)  # fmt: skip
+        done = self.sh(
+            "screenshot",
+            [self.python, script, "--device", "cuda", *share, "--steps", "1500", "--out", str(target)],
+            300,
+        )
         print(f"gpu-check: screenshot {'saved as ' + str(target) if done.returncode == 0 else 'FAILED'}")
 
 
@@ -437,8 +643,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="where outputs go (default runs/gpu-check-<time>)")
     parser.add_argument("--only", help=f"a comma-separated subset of: {', '.join(CHECKS)}")
     parser.add_argument("--jobs", type=int, default=8, help="mode runs at a time (default 8)")
-    parser.add_argument("--gpu-or-exit", action="store_true",
-                        help="only say whether there is a GPU: exit 3 with one sentence when not")
+    parser.add_argument(
+        "--gpu-or-exit",
+        action="store_true",
+        help="only say whether there is a GPU: exit 3 with one sentence when not",
+    )
     args = parser.parse_args(argv)
     reason = no_gpu_reason()
     if reason:
@@ -455,20 +664,32 @@ def main(argv: list[str] | None = None) -> int:
     checker = Checker(out.resolve(), args.jobs, sys.executable)
     info = checker.machine()
     print("gpu-check: " + "; ".join(info["gpus"]))
-    print(f"gpu-check: Python {info.get('python')}, torch {info.get('torch')}, CUDA {info.get('cuda')}, "
-          f"NCCL {info.get('nccl')}; outputs in {out}")
+    print(
+        f"gpu-check: Python {info.get('python')}, torch {info.get('torch')}, CUDA {info.get('cuda')}, "
+        f"NCCL {info.get('nccl')}; outputs in {out}"
+    )
     if not info.get("cuda_available"):
-        print(f"gpu-check: torch cannot use the GPU ({info.get('torch_error') or 'a CPU build of torch?'}), "
-              "so there is nothing to validate (exit 3).", file=sys.stderr)  # fmt: skip
+        print(
+            f"gpu-check: torch cannot use the GPU ({info.get('torch_error') or 'a CPU build of torch?'}), "
+            "so there is nothing to validate (exit 3).",
+            file=sys.stderr,
+        )
         return 3
     checker.gpus = info["devices"]
     started = time.monotonic()
     try:
-        steps = [("check-level3", checker.check_level3), ("check-shared", checker.check_shared),
-                 ("modes", checker.mode_runs), ("oom", checker.oom), ("compare", checker.compare),
-                 ("transformer", checker.transformer), ("topology", checker.topology),
-                 ("sampler-cost", checker.sampler_cost), ("telemetry", checker.telemetry),
-                 ("app", checker.app)]  # fmt: skip
+        steps = [
+            ("check-level3", checker.check_level3),
+            ("check-shared", checker.check_shared),
+            ("modes", checker.mode_runs),
+            ("oom", checker.oom),
+            ("compare", checker.compare),
+            ("transformer", checker.transformer),
+            ("topology", checker.topology),
+            ("sampler-cost", checker.sampler_cost),
+            ("telemetry", checker.telemetry),
+            ("app", checker.app),
+        ]
         for name, step in steps:
             if name not in only:
                 continue
@@ -484,11 +705,17 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r.name for r in checker.results if r.ok is False]
     passed = sum(r.ok is True for r in checker.results)
     skipped = sum(r.ok is None for r in checker.results)
-    report = {"machine": info, "seconds": time.monotonic() - started, "passed": not failed,
-              "results": [asdict(r) for r in checker.results]}  # fmt: skip
+    report = {
+        "machine": info,
+        "seconds": time.monotonic() - started,
+        "passed": not failed,
+        "results": [asdict(r) for r in checker.results],
+    }
     (out / "report.json").write_text(json.dumps(report, indent=1))
-    print(f"gpu-check: {passed} passed, {len(failed)} failed, {skipped} skipped in "
-          f"{time.monotonic() - started:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    print(
+        f"gpu-check: {passed} passed, {len(failed)} failed, {skipped} skipped in "
+        f"{time.monotonic() - started:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else "")
+    )
     return 1 if failed else 0
 
 

@@ -25,8 +25,14 @@ DEFAULT_OUT = Path(__file__).resolve().parent.parent / "docs" / "run-view.svg"
 async def main(args: argparse.Namespace) -> None:
     out = args.out.resolve()
     with tempfile.TemporaryDirectory() as runs:
-        spec = LaunchSpec("ddp", nproc=2, steps=1_000_000, device=args.device, run_root=Path(runs),
-                          share_gpus=args.share_gpus)  # fmt: skip
+        spec = LaunchSpec(
+            "ddp",
+            nproc=2,
+            steps=1_000_000,
+            device=args.device,
+            run_root=Path(runs),
+            share_gpus=args.share_gpus,
+        )
         live = {} if args.device == "cuda" else {"telemetry": [], "topology": None}
         app = create_app(start=spec, **live)
         async with app.run_test(size=(160, 50)) as pilot:

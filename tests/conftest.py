@@ -36,9 +36,7 @@ os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="mgpu-tui-state-
 def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:
     """Run mgpu-tui; ``env`` (default: this process's) goes without torchrun's PET_* variables."""
     env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PET_")}
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs
-    )
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
 
 
 def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
@@ -110,8 +108,11 @@ def broken_nvml():
 
 # ---- the kinds of test: the folder says which --------------------------------------------
 
-KINDS = {"unit": "no process started", "integration": "real processes: torchrun launches, the CLI",
-         "app": "the Textual app: Pilot, snapshots, a real terminal"}  # fmt: skip
+KINDS = {
+    "unit": "no process started",
+    "integration": "real processes: torchrun launches, the CLI",
+    "app": "the Textual app: Pilot, snapshots, a real terminal",
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -128,7 +129,9 @@ def unit_tests_start_no_process(request, monkeypatch):
         return
 
     def refuse(self, *args, **kwargs):
-        raise AssertionError(f"a unit test started a process ({args[0] if args else kwargs.get('args')}); "
-                             "move it to tests/integration")
+        raise AssertionError(
+            f"a unit test started a process ({args[0] if args else kwargs.get('args')}); "
+            "move it to tests/integration"
+        )
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)

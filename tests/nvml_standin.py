@@ -236,9 +236,11 @@ def standin(machine: FakeMachine) -> types.ModuleType:
         if index == real.NVML_P2P_CAPS_INDEX_NVLINK:
             linked = g.switch_links and machine.gpus[other].switch_links or other in g.gpu_links
             return real.NVML_P2P_STATUS_OK if linked else real.NVML_P2P_STATUS_NOT_SUPPORTED
-        return real.NVML_P2P_STATUS_OK if LEVEL.get(machine.ancestors.get((min(h, other), max(h, other)),
-                                                                          "SYS")) <= 20 or g.switch_links \
+        return (
+            real.NVML_P2P_STATUS_OK
+            if LEVEL.get(machine.ancestors.get((min(h, other), max(h, other)), "SYS")) <= 20 or g.switch_links
             else real.NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED
+        )
 
     @query("nvmlDeviceGetCpuAffinity")
     def _(g, h, words):
@@ -281,19 +283,24 @@ def machine_from_topology(topology, name: str, memory_gib: int, *, nvlink_rate: 
     gpus, ancestors = [], {}
     switched = topology.nvswitch
     for g in topology.gpus:
-        peers = {j: int(topology.matrix[g.index][j][2:]) for j in range(n)
-                 if j != g.index and topology.matrix[g.index][j].startswith("NV")}  # fmt: skip
-        gpus.append(FakeGpu(
-            name=name,
-            uuid=f"GPU-{g.index:08x}-0000-0000-0000-{zlib.crc32(name.encode()):012d}",
-            bus_id=f"00000000:{0x10 + 0x10 * g.index:02X}:00.0",
-            memory_total=memory_gib << 30,
-            cpus=_cpus(g.cpu_affinity),
-            numa_node=int(g.numa_affinity),
-            switch_links=max(peers.values()) if switched and peers else 0,
-            gpu_links={} if switched else peers,
-            nvlink_rate=nvlink_rate,
-        ))  # fmt: skip
+        peers = {
+            j: int(topology.matrix[g.index][j][2:])
+            for j in range(n)
+            if j != g.index and topology.matrix[g.index][j].startswith("NV")
+        }
+        gpus.append(
+            FakeGpu(
+                name=name,
+                uuid=f"GPU-{g.index:08x}-0000-0000-0000-{zlib.crc32(name.encode()):012d}",
+                bus_id=f"00000000:{0x10 + 0x10 * g.index:02X}:00.0",
+                memory_total=memory_gib << 30,
+                cpus=_cpus(g.cpu_affinity),
+                numa_node=int(g.numa_affinity),
+                switch_links=max(peers.values()) if switched and peers else 0,
+                gpu_links={} if switched else peers,
+                nvlink_rate=nvlink_rate,
+            )
+        )
     for i in range(n):
         for j in range(i + 1, n):
             label = topology.matrix[i][j]
@@ -303,10 +310,19 @@ def machine_from_topology(topology, name: str, memory_gib: int, *, nvlink_rate: 
 
 def nvlink_pairs_machine() -> FakeMachine:
     """4 GPUs in two NVLink pairs (0-1 and 2-3, NV4 each), the pairs on different sockets."""
-    gpus = [FakeGpu(name="NVIDIA A100-PCIE-40GB", uuid=f"GPU-pair{i}", bus_id=f"00000000:{0x20 + i:02X}:00.0",
-                    memory_total=40 << 30, cpus=_cpus("0-15") if i < 2 else _cpus("16-31"),
-                    numa_node=0 if i < 2 else 1, gpu_links={i ^ 1: 4}, nvlink_rate=10 << 30)
-            for i in range(4)]  # fmt: skip
+    gpus = [
+        FakeGpu(
+            name="NVIDIA A100-PCIE-40GB",
+            uuid=f"GPU-pair{i}",
+            bus_id=f"00000000:{0x20 + i:02X}:00.0",
+            memory_total=40 << 30,
+            cpus=_cpus("0-15") if i < 2 else _cpus("16-31"),
+            numa_node=0 if i < 2 else 1,
+            gpu_links={i ^ 1: 4},
+            nvlink_rate=10 << 30,
+        )
+        for i in range(4)
+    ]
     ancestors = {(0, 1): "PIX", (2, 3): "PIX", (0, 2): "SYS", (0, 3): "SYS", (1, 2): "SYS", (1, 3): "SYS"}
     return FakeMachine(gpus, ancestors)
 

@@ -46,8 +46,13 @@ class Environment:
 
 def start_torch_probe(python: str = sys.executable) -> subprocess.Popen:
     """Start the child that imports torch; it takes seconds, so the rest is read meanwhile."""
-    return subprocess.Popen([python, "-m", PROBE_MODULE], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [python, "-m", PROBE_MODULE],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish_torch_probe(child: subprocess.Popen, timeout: float = 60) -> dict:
@@ -79,8 +84,9 @@ def _shm_bytes() -> int | None:
     return st.f_blocks * st.f_frsize
 
 
-def gather(environ: Mapping[str, str] | None = None, python: str = sys.executable,
-           torch_info: dict | None = None) -> Environment:  # fmt: skip
+def gather(
+    environ: Mapping[str, str] | None = None, python: str = sys.executable, torch_info: dict | None = None
+) -> Environment:
     """Read this machine; ``torch_info``, when given, is the torch probe's answer (no child is
     started): a reading made elsewhere, or the tests' own."""
     environ = dict(os.environ if environ is None else environ)
@@ -132,8 +138,14 @@ def check_torch(env: Environment) -> CheckResult:
     if not t.get("torch"):
         return _r("torch", Status.FAIL, f"torch cannot be imported: {t.get('error')}", env.torch_seconds)
     build = f"CUDA {t['cuda']} build" if t.get("cuda") else "CPU build"
-    return _r("torch", Status.PASS, f"torch {t['torch']} ({build})", env.torch_seconds,
-              torch_version=t["torch"], cuda_version=t.get("cuda"))  # fmt: skip
+    return _r(
+        "torch",
+        Status.PASS,
+        f"torch {t['torch']} ({build})",
+        env.torch_seconds,
+        torch_version=t["torch"],
+        cuda_version=t.get("cuda"),
+    )
 
 
 def check_cuda(env: Environment, require_gpus: int) -> CheckResult:
@@ -141,12 +153,21 @@ def check_cuda(env: Environment, require_gpus: int) -> CheckResult:
     if not t.get("torch"):
         return _r("cuda", Status.SKIP, "needs torch")
     if t["cuda_available"]:
-        return _r("cuda", Status.PASS, f"CUDA {t['cuda']}: torch sees {t['device_count']} GPU(s)",
-                  cuda_version=t["cuda"], device_count=t["device_count"])  # fmt: skip
+        return _r(
+            "cuda",
+            Status.PASS,
+            f"CUDA {t['cuda']}: torch sees {t['device_count']} GPU(s)",
+            cuda_version=t["cuda"],
+            device_count=t["device_count"],
+        )
     if env.visible_gpus:
         why = "this torch is a CPU build" if not t.get("cuda") else "torch cannot initialise CUDA"
-        return _r("cuda", Status.FAIL, f"NVML sees {env.visible_gpus} GPU(s) but {why} "
-                  f"(torch {t['torch']}); install a CUDA build of torch")  # fmt: skip
+        return _r(
+            "cuda",
+            Status.FAIL,
+            f"NVML sees {env.visible_gpus} GPU(s) but {why} "
+            f"(torch {t['torch']}); install a CUDA build of torch",
+        )
     if require_gpus:
         return _r("cuda", Status.FAIL, f"--require-gpus {require_gpus}: no GPU here ({env.nvml.detail})")
     return _r("cuda", Status.SKIP, "no GPU here: ranks run on the CPU with gloo")
@@ -179,10 +200,18 @@ def check_backends(env: Environment) -> CheckResult:
 def check_nvml(env: Environment, require_gpus: int) -> CheckResult:
     s = env.nvml
     if s.ok:
-        return _r("nvml", Status.PASS, f"driver {s.driver_version}, {s.device_count} GPU(s)",
-                  driver_version=s.driver_version, device_count=s.device_count)  # fmt: skip
-    absent = s.state in (nvml.NvmlState.LIBRARY_NOT_FOUND, nvml.NvmlState.NOT_INSTALLED,
-                         nvml.NvmlState.DRIVER_NOT_LOADED)  # fmt: skip
+        return _r(
+            "nvml",
+            Status.PASS,
+            f"driver {s.driver_version}, {s.device_count} GPU(s)",
+            driver_version=s.driver_version,
+            device_count=s.device_count,
+        )
+    absent = s.state in (
+        nvml.NvmlState.LIBRARY_NOT_FOUND,
+        nvml.NvmlState.NOT_INSTALLED,
+        nvml.NvmlState.DRIVER_NOT_LOADED,
+    )
     if absent and not require_gpus:
         return _r("nvml", Status.SKIP, f"{s.state.value}: {s.detail}", state=s.state.value)
     # A mismatch or a refusal means GPUs are there but cannot be watched: that is broken.
@@ -194,8 +223,10 @@ def check_gpu_count(env: Environment, require_gpus: int) -> CheckResult:
     cvd = env.environ.get("CUDA_VISIBLE_DEVICES")
     torch_count = t.get("device_count") if t.get("torch") else None
     counts = {"nvml_visible": env.visible_gpus, "torch": torch_count, "cuda_visible_devices": cvd}
-    said = f"NVML {env.visible_gpus}, torch {torch_count if torch_count is not None else 'n/a'}, " \
-           f"CUDA_VISIBLE_DEVICES {cvd if cvd is not None else 'unset'}"
+    said = (
+        f"NVML {env.visible_gpus}, torch {torch_count if torch_count is not None else 'n/a'}, "
+        f"CUDA_VISIBLE_DEVICES {cvd if cvd is not None else 'unset'}"
+    )
     if torch_count is not None and t.get("cuda_available") and torch_count != env.visible_gpus:
         return _r("gpu_count", Status.FAIL, f"the counts disagree: {said}", **counts)
     if env.visible_gpus < require_gpus:
@@ -207,9 +238,13 @@ def check_gpu_count(env: Environment, require_gpus: int) -> CheckResult:
 
 def check_pynvml_package(env: Environment) -> CheckResult:
     if env.pynvml_distribution:
-        return _r("pynvml_package", Status.WARN,
-                  f"the deprecated pynvml {env.pynvml_distribution} is installed beside nvidia-ml-py; both "
-                  "provide `import pynvml` (pip uninstall pynvml)", pynvml_version=env.pynvml_distribution)
+        return _r(
+            "pynvml_package",
+            Status.WARN,
+            f"the deprecated pynvml {env.pynvml_distribution} is installed beside nvidia-ml-py; both "
+            "provide `import pynvml` (pip uninstall pynvml)",
+            pynvml_version=env.pynvml_distribution,
+        )
     version = _distribution_version("nvidia-ml-py")
     detail = f"nvidia-ml-py {version}" if version else "nvidia-ml-py is not installed"
     return _r("pynvml_package", Status.PASS if version else Status.WARN, detail)
@@ -220,8 +255,13 @@ def check_topology(env: Environment) -> CheckResult:
         return _r("topology", Status.FAIL, f"NVML failed while reading the topology: {env.topology_error}")
     if env.topology is None:
         return _r("topology", Status.SKIP, topology.describe(None, env.nvml.detail).rstrip("."))
-    return _r("topology", Status.PASS, topology.describe(env.topology).rstrip("."),
-              gpus=len(env.topology.gpus), nvswitch=env.topology.nvswitch)  # fmt: skip
+    return _r(
+        "topology",
+        Status.PASS,
+        topology.describe(env.topology).rstrip("."),
+        gpus=len(env.topology.gpus),
+        nvswitch=env.topology.nvswitch,
+    )
 
 
 def check_p2p(env: Environment) -> CheckResult:
@@ -233,8 +273,12 @@ def check_p2p(env: Environment) -> CheckResult:
     summary = topology.p2p_summary(topo)
     if missing:
         pairs = ", ".join(f"{i}-{j}" for i, j in missing[:6])
-        return _r("p2p", Status.WARN, f"{summary}; no peer reads between {pairs}: copies go through the host",
-                  pairs_without_p2p=len(missing))  # fmt: skip
+        return _r(
+            "p2p",
+            Status.WARN,
+            f"{summary}; no peer reads between {pairs}: copies go through the host",
+            pairs_without_p2p=len(missing),
+        )
     return _r("p2p", Status.PASS, summary, pairs_without_p2p=0)
 
 
@@ -243,8 +287,13 @@ def check_shm(env: Environment) -> CheckResult:
         return _r("shm", Status.WARN, "/dev/shm is missing: NCCL and DataLoader workers need it")
     size = f"/dev/shm is {env.shm_bytes / 2**20:,.0f} MiB"
     if env.shm_bytes < SHM_LOW_BYTES:
-        return _r("shm", Status.WARN, f"{size}: NCCL may fail with 'unhandled system error'; give the "
-                  "container more (docker --shm-size=1g or --ipc=host)", shm_bytes=env.shm_bytes)  # fmt: skip
+        return _r(
+            "shm",
+            Status.WARN,
+            f"{size}: NCCL may fail with 'unhandled system error'; give the "
+            "container more (docker --shm-size=1g or --ipc=host)",
+            shm_bytes=env.shm_bytes,
+        )
     return _r("shm", Status.PASS, size, shm_bytes=env.shm_bytes)
 
 
@@ -252,8 +301,13 @@ def check_open_files(env: Environment) -> CheckResult:
     soft, hard = env.open_files
     detail = f"open-file limit {soft} (hard {hard})"
     if 0 <= soft < OPEN_FILES_LOW:
-        return _r("open_files", Status.WARN, f"{detail}: ranks with DataLoader workers can run out "
-                  f"(ulimit -n {hard if hard > 0 else 65536})", soft=soft, hard=hard)  # fmt: skip
+        return _r(
+            "open_files",
+            Status.WARN,
+            f"{detail}: ranks with DataLoader workers can run out (ulimit -n {hard if hard > 0 else 65536})",
+            soft=soft,
+            hard=hard,
+        )
     return _r("open_files", Status.PASS, detail, soft=soft, hard=hard)
 
 
@@ -263,8 +317,13 @@ def check_env_vars(env: Environment) -> CheckResult:
     listed = ", ".join(f"{k}={v}" for k, v in sorted({**stray, **tuning}.items()))
     names = sorted({**stray, **tuning})
     if stray:
-        return _r("env_vars", Status.WARN, f"torchrun reads PET_* as its flags' defaults: {listed} "
-                  "(mgpu-tui removes them from its own launches)", set=names)  # fmt: skip
+        return _r(
+            "env_vars",
+            Status.WARN,
+            f"torchrun reads PET_* as its flags' defaults: {listed} "
+            "(mgpu-tui removes them from its own launches)",
+            set=names,
+        )
     if tuning:
         return _r("env_vars", Status.PASS, f"set: {listed}", set=names)
     return _r("env_vars", Status.PASS, "no PET_*, NCCL_* or TORCH_* variable set", set=[])
@@ -273,15 +332,28 @@ def check_env_vars(env: Environment) -> CheckResult:
 def check_omp_threads(env: Environment) -> CheckResult:
     value = env.environ.get("OMP_NUM_THREADS")
     if value is None:
-        return _r("omp_num_threads", Status.PASS, f"unset: mgpu-tui gives each rank its share of the "
-                  f"{env.cpu_count} cores (torchrun alone would set 1)", cpu_count=env.cpu_count)
+        return _r(
+            "omp_num_threads",
+            Status.PASS,
+            f"unset: mgpu-tui gives each rank its share of the "
+            f"{env.cpu_count} cores (torchrun alone would set 1)",
+            cpu_count=env.cpu_count,
+        )
     if not value.strip().isdigit() or int(value) < 1:
-        return _r("omp_num_threads", Status.FAIL,
-                  f"OMP_NUM_THREADS must be a whole number of at least 1, got {value!r}")
+        return _r(
+            "omp_num_threads",
+            Status.FAIL,
+            f"OMP_NUM_THREADS must be a whole number of at least 1, got {value!r}",
+        )
     threads = int(value)
     if threads > env.cpu_count:
-        return _r("omp_num_threads", Status.WARN, f"OMP_NUM_THREADS={threads} is more than the "
-                  f"{env.cpu_count} cores here: every rank will fight for them", threads=threads)
+        return _r(
+            "omp_num_threads",
+            Status.WARN,
+            f"OMP_NUM_THREADS={threads} is more than the "
+            f"{env.cpu_count} cores here: every rank will fight for them",
+            threads=threads,
+        )
     return _r("omp_num_threads", Status.PASS, f"OMP_NUM_THREADS={threads}", threads=threads)
 
 

@@ -43,15 +43,21 @@ def expected_busbw(facts: list[LinkFacts], all_nvlink: bool) -> Expectation | No
         slowest = min(facts, key=lambda f: f.nvlink_links * NVLINK_GBPS[f.nvlink_version])
         line = slowest.nvlink_links * NVLINK_GBPS[slowest.nvlink_version]
         rate = NVLINK_GBPS[slowest.nvlink_version]
-        return Expectation(line * EFFICIENCY, f"{slowest.nvlink_links} NVLink {slowest.nvlink_version} links "
-                                              f"x {rate:g} GB/s a direction = {line:g} GB/s, at "
-                                              f"{EFFICIENCY:.0%}")  # fmt: skip
+        return Expectation(
+            line * EFFICIENCY,
+            f"{slowest.nvlink_links} NVLink {slowest.nvlink_version} links "
+            f"x {rate:g} GB/s a direction = {line:g} GB/s, at "
+            f"{EFFICIENCY:.0%}",
+        )
     if all(f.pcie_gen in PCIE_LANE_GBPS and f.pcie_width for f in facts):
         slowest = min(facts, key=lambda f: f.pcie_width * PCIE_LANE_GBPS[f.pcie_gen])
         line = slowest.pcie_width * PCIE_LANE_GBPS[slowest.pcie_gen]
-        return Expectation(line * EFFICIENCY, f"PCIe Gen {slowest.pcie_gen} x{slowest.pcie_width} = "
-                                              f"{line:.1f} GB/s a direction, at "
-                                              f"{EFFICIENCY:.0%}")  # fmt: skip
+        return Expectation(
+            line * EFFICIENCY,
+            f"PCIe Gen {slowest.pcie_gen} x{slowest.pcie_width} = "
+            f"{line:.1f} GB/s a direction, at "
+            f"{EFFICIENCY:.0%}",
+        )
     return None
 
 
@@ -59,11 +65,14 @@ def grade(measured_GBps: float, expected: Expectation) -> tuple[str, str]:  # no
     """("pass" | "warn" | "fail", a sentence) for a measured busbw against the expected one."""
     share = measured_GBps / expected.busbw_GBps
     verdict = "pass" if share >= PASS_AT else "warn" if share >= WARN_AT else "fail"
-    sentence = (f"{share:.0%} of the {expected.busbw_GBps:.0f} GB/s these links should give "
-                f"({expected.source})")  # fmt: skip
+    sentence = (
+        f"{share:.0%} of the {expected.busbw_GBps:.0f} GB/s these links should give ({expected.source})"
+    )
     if verdict != "pass":
-        sentence += ("; check that NCCL uses the links (mgpu-tui nccl on an NCCL_DEBUG=INFO log), that no "
-                     "other job shares the GPUs, and the GPUs' PCIe slots")  # fmt: skip
+        sentence += (
+            "; check that NCCL uses the links (mgpu-tui nccl on an NCCL_DEBUG=INFO log), that no "
+            "other job shares the GPUs, and the GPUs' PCIe slots"
+        )
     return verdict, sentence
 
 
@@ -92,5 +101,9 @@ def graded(result: CheckResult, expected: Expectation | None, why_not: str) -> C
         metrics = {**result.metrics, "expected_busbw_GBps": None, "expected_from": None}
         return replace(result, detail=f"{result.detail}; not graded: {why_not}", metrics=metrics)
     verdict, sentence = grade(measured, expected)
-    return replace(result, status=Status(verdict), detail=f"{result.detail}: {sentence}",
-                   metrics={**result.metrics, **expected.to_json()})  # fmt: skip
+    return replace(
+        result,
+        status=Status(verdict),
+        detail=f"{result.detail}: {sentence}",
+        metrics={**result.metrics, **expected.to_json()},
+    )

@@ -25,8 +25,7 @@ from mgpu_tui.engine.run.rundir import RunDir, read_capped
 RANK_MODULE = "mgpu_tui.engine.rank.check_tasks"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 START_BUDGET_S = 90.0  # torchrun, torch imports and the rendezvous, on a loaded machine
-TASK_BUDGET_S = {"sweep": 600.0, "copy_matrix": 300.0, "smoke": 120.0, "scaling": 300.0,
-                 "verify": 120.0}  # fmt: skip
+TASK_BUDGET_S = {"sweep": 600.0, "copy_matrix": 300.0, "smoke": 120.0, "scaling": 300.0, "verify": 120.0}
 DEFAULT_TASK_BUDGET_S = 60.0
 SMOKE_BATCH_PER_RANK = 32  # divides into ranks and pipeline micro-batches
 
@@ -46,9 +45,19 @@ class LaunchOutcome:
 
 
 class RankLaunch:
-    def __init__(self, tasks: list[str], host, device: str, nproc: int, check_dir: RunDir, options, *,
-                 on_result: Callable[[CheckResult], None], on_progress: Callable[[str], None],
-                 judge: Callable[[str, dict, str], CheckResult]) -> None:  # fmt: skip
+    def __init__(
+        self,
+        tasks: list[str],
+        host,
+        device: str,
+        nproc: int,
+        check_dir: RunDir,
+        options,
+        *,
+        on_result: Callable[[CheckResult], None],
+        on_progress: Callable[[str], None],
+        judge: Callable[[str, dict, str], CheckResult],
+    ) -> None:
         self.tasks, self.host, self.device, self.nproc = tasks, host, device, nproc
         self.check_dir, self.options = check_dir, options
         self._add, self.on_progress, self._judge = on_result, on_progress, judge
@@ -60,9 +69,18 @@ class RankLaunch:
 
     def run(self) -> LaunchOutcome:
         tasks, host, device, nproc, opts = self.tasks, self.host, self.device, self.nproc, self.options
-        args = ("--tasks", ",".join(tasks), "--device", device, "--steps", str(opts.smoke_steps),
-                "--batch-size", str(SMOKE_BATCH_PER_RANK * nproc),
-                "--smoke-dir", str(self.check_dir.path / "smoke"))  # fmt: skip
+        args = (
+            "--tasks",
+            ",".join(tasks),
+            "--device",
+            device,
+            "--steps",
+            str(opts.smoke_steps),
+            "--batch-size",
+            str(SMOKE_BATCH_PER_RANK * nproc),
+            "--smoke-dir",
+            str(self.check_dir.path / "smoke"),
+        )
         if any(t.startswith("verify:") for t in tasks):
             args += ("--save-params",)
         if opts.share_gpus:
@@ -71,8 +89,14 @@ class RankLaunch:
             args += ("--model", opts.model)
             for name, value in opts.model_args:
                 args += (f"--{name.replace('_', '-')}", str(value))
-        spec = LaunchSpec(mode="check", module=RANK_MODULE, nproc=nproc, device=device,
-                          run_root=self.check_dir.path, demo_args=args)  # fmt: skip
+        spec = LaunchSpec(
+            mode="check",
+            module=RANK_MODULE,
+            nproc=nproc,
+            device=device,
+            run_root=self.check_dir.path,
+            demo_args=args,
+        )
         self.ranks = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)
         outcome = LaunchOutcome(run_dir=run.run_dir)
         results = FileTail(run.run_dir.path / "checks" / "rank0.jsonl")
@@ -101,8 +125,10 @@ class RankLaunch:
                 if time.monotonic() > deadline:
                     run.stop(grace=3)
                     outcome.failed = current or tasks[0]
-                    outcome.failure = (f"no answer within {budget(outcome.failed):g} s: a rank hangs "
-                                       f"(logs in {run.run_dir.path})")  # fmt: skip
+                    outcome.failure = (
+                        f"no answer within {budget(outcome.failed):g} s: a rank hangs "
+                        f"(logs in {run.run_dir.path})"
+                    )
                     break
                 time.sleep(0.1)
         finally:
@@ -112,8 +138,12 @@ class RankLaunch:
         if outcome.failed is not None or run.state is RunState.OK:
             return outcome
         # The launch died: the first failure any rank wrote wins; else the task in progress.
-        failures = [r for p in sorted((run.run_dir.path / "checks").glob("rank*.jsonl"))
-                    for r in read_records(p) if r.get("state") == "failed"]  # fmt: skip
+        failures = [
+            r
+            for p in sorted((run.run_dir.path / "checks").glob("rank*.jsonl"))
+            for r in read_records(p)
+            if r.get("state") == "failed"
+        ]
         if failures:
             first = min(failures, key=lambda r: r.get("t", math.inf))
             outcome.failed, outcome.failure = first["task"], first["detail"]
@@ -152,5 +182,3 @@ def read_records(path: Path) -> list[dict]:
         return parse_records(read_capped(path, 16 << 20).splitlines())
     except OSError:
         return []
-
-

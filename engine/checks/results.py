@@ -32,8 +32,13 @@ class CheckResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"name": self.name, "status": self.status.value, "detail": self.detail,
-                "metrics": self.metrics, "seconds": round(self.seconds, 4)}  # fmt: skip
+        return {
+            "name": self.name,
+            "status": self.status.value,
+            "detail": self.detail,
+            "metrics": self.metrics,
+            "seconds": round(self.seconds, 4),
+        }
 
 
 @dataclass

@@ -69,8 +69,12 @@ class CheckOptions:
 
 
 class CheckSuite:
-    def __init__(self, options: CheckOptions, on_result: Callable[[CheckResult], None] | None = None,
-                 on_progress: Callable[[str], None] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        options: CheckOptions,
+        on_result: Callable[[CheckResult], None] | None = None,
+        on_progress: Callable[[str], None] | None = None,
+    ) -> None:
         if options.level not in LEVELS:
             raise SpecError(f"--level must be 1, 2 or 3, got {options.level}.")
         unknown = [m for m in options.modes or () if m not in MODES]
@@ -136,8 +140,14 @@ class CheckSuite:
             tasks += [f"bandwidth:{self._bandwidth_bytes(device)}"] + (["sweep"] if opts.level >= 3 else [])
         else:  # an all_reduce over one rank moves nothing: any figure would be the cost of a no-op
             for name in measured:
-                self._add(CheckResult(name, Status.SKIP, "one rank: an all_reduce moves no data, so there is "
-                                      "no bandwidth to measure (--nproc 2 or more)"))  # fmt: skip
+                self._add(
+                    CheckResult(
+                        name,
+                        Status.SKIP,
+                        "one rank: an all_reduce moves no data, so there is "
+                        "no bandwidth to measure (--nproc 2 or more)",
+                    )
+                )
         if opts.level >= 3:
             tasks.append("copy_matrix")
         modes, skipped = self._smoke_modes(host, device, nproc)
@@ -149,8 +159,11 @@ class CheckSuite:
             if "ddp" in modes and nproc > 1:
                 tasks.append("scaling:ddp")
             elif "ddp" in modes:
-                self._add(CheckResult("scaling:ddp", Status.SKIP, "one rank: nothing to scale over "
-                                      "(--nproc 2 or more)"))  # fmt: skip
+                self._add(
+                    CheckResult(
+                        "scaling:ddp", Status.SKIP, "one rank: nothing to scale over (--nproc 2 or more)"
+                    )
+                )
         self._check_dir = RunDir.create(opts.run_root, "check")
         self.report.run_dir = str(self._check_dir.path)
         self._run_rank_tasks(tasks, host, device, nproc)
@@ -173,8 +186,12 @@ class CheckSuite:
         note = env.nvml.detail
         if env.visible_gpus and not cuda:
             note = f"NVML sees {env.visible_gpus} GPU(s), but this torch cannot use CUDA (a CPU build?)"
-        return host_module.Host(cpu_count=env.cpu_count, gpu_count=env.visible_gpus if cuda else 0,
-                                gpu_note=note, torch_available=True)  # fmt: skip
+        return host_module.Host(
+            cpu_count=env.cpu_count,
+            gpu_count=env.visible_gpus if cuda else 0,
+            gpu_note=note,
+            torch_available=True,
+        )
 
     def _bandwidth_bytes(self, device: str) -> int:
         return self.options.bandwidth_bytes or (256 * 2**20 if device == "cuda" else 16 * 2**20)
@@ -194,8 +211,10 @@ class CheckSuite:
             elif why := self._unfit_model(mode, nproc):
                 skipped[mode.name] = why
             elif device == "cuda" and needed > host.gpu_count and not shared:
-                skipped[mode.name] = (f"needs {needed} GPUs with --nproc {nproc}; {host.gpu_count} visible "
-                                      "(--share-gpus lets ranks share them)")  # fmt: skip
+                skipped[mode.name] = (
+                    f"needs {needed} GPUs with --nproc {nproc}; {host.gpu_count} visible "
+                    "(--share-gpus lets ranks share them)"
+                )
             else:
                 runnable.append(mode.name)
         runnable.sort(key=lambda m: (MODES[m].multi_process, m == "rpc"))
@@ -203,8 +222,9 @@ class CheckSuite:
 
     def _unfit_model(self, mode, nproc: int) -> str | None:
         """Why ``mode`` cannot train --model over ``nproc`` ranks, as `run` would say it."""
-        spec = LaunchSpec(mode=mode.name, nproc=nproc, model=self.options.model,
-                          model_args=self.options.model_args)  # fmt: skip
+        spec = LaunchSpec(
+            mode=mode.name, nproc=nproc, model=self.options.model, model_args=self.options.model_args
+        )
         return workload_problem(mode, spec, workload_of(spec))
 
     # ---- the rank launches ------------------------------------------------------------
@@ -215,21 +235,37 @@ class CheckSuite:
         while pending:
             if launches == MAX_LAUNCHES:
                 for task in pending:
-                    self._add(CheckResult(check_name(task), Status.SKIP,
-                                          f"not run: {MAX_LAUNCHES} launches of the ranks failed before it"))
+                    self._add(
+                        CheckResult(
+                            check_name(task),
+                            Status.SKIP,
+                            f"not run: {MAX_LAUNCHES} launches of the ranks failed before it",
+                        )
+                    )
                 return
             launches += 1
-            launch = self._launch = RankLaunch(pending, host, device, nproc, self._check_dir, self.options,
-                                               on_result=self._add, on_progress=self.on_progress,
-                                               judge=self._judge)  # fmt: skip
+            launch = self._launch = RankLaunch(
+                pending,
+                host,
+                device,
+                nproc,
+                self._check_dir,
+                self.options,
+                on_result=self._add,
+                on_progress=self.on_progress,
+                judge=self._judge,
+            )
             outcome = launch.run()
             if outcome.failed is None:
                 return
             if not outcome.started_any:
                 # The ranks never got going: every task would fail the same way.
                 for task in pending:
-                    self._add(CheckResult(check_name(task), Status.FAIL, f"the ranks did not start: "
-                                          f"{outcome.failure}"))  # fmt: skip
+                    self._add(
+                        CheckResult(
+                            check_name(task), Status.FAIL, f"the ranks did not start: {outcome.failure}"
+                        )
+                    )
                 return
             seconds = time.monotonic() - outcome.current_started if outcome.current_started else 0.0
             self._add(CheckResult(check_name(outcome.failed), Status.FAIL, outcome.failure, {}, seconds))
@@ -251,8 +287,9 @@ class CheckSuite:
         if task.startswith("smoke:"):
             mode = task.partition(":")[2]
             return judge_smoke(mode, self._check_dir.path / "smoke" / mode, seconds, device)
-        return CheckResult(name, Status(record["status"]), record.get("detail", ""),
-                           record.get("metrics", {}), seconds)
+        return CheckResult(
+            name, Status(record["status"]), record.get("detail", ""), record.get("metrics", {}), seconds
+        )
 
 
 def judge_smoke(mode: str, smoke_dir: Path, seconds: float, device: str) -> CheckResult:
@@ -261,11 +298,16 @@ def judge_smoke(mode: str, smoke_dir: Path, seconds: float, device: str) -> Chec
     steps, _, losses = aggregator.series()
     stats = aggregator.stats()
     name = f"smoke:{mode}"
-    metrics = {"steps": len(steps), "samples_per_s": stats.samples_per_s,
-               "first_loss": losses[0] if losses else None, "final_loss": losses[-1] if losses else None}
+    metrics = {
+        "steps": len(steps),
+        "samples_per_s": stats.samples_per_s,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+    }
     if not losses or any(v is None for v in losses):
-        return CheckResult(name, Status.FAIL, f"no loss reported for every step ({len(steps)} steps seen)",
-                           metrics, seconds)  # fmt: skip
+        return CheckResult(
+            name, Status.FAIL, f"no loss reported for every step ({len(steps)} steps seen)", metrics, seconds
+        )
     if not all(math.isfinite(v) for v in losses):
         bad = next(s for s, v in zip(steps, losses) if not math.isfinite(v))
         return CheckResult(name, Status.FAIL, f"the loss is not finite from step {bad}", metrics, seconds)

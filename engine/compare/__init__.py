@@ -1,2 +1,1 @@
-"""``compare`` and ``scale``: several runs of one template, reduced to rows.
-"""
+"""``compare`` and ``scale``: several runs of one template, reduced to rows."""

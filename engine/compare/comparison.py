@@ -38,8 +38,10 @@ from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
 
-PARALLEL_NOTE = ("the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
-                 "and PCIe): the figures are not a fair race")  # fmt: skip
+PARALLEL_NOTE = (
+    "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
+    "and PCIe): the figures are not a fair race"
+)
 # Dense peak FLOP/s from NVIDIA's datasheets: (16-bit tensor core, plain fp32). Matched on the NVML name.
 GPU_PEAK_FLOPS = {
     "H200": (989e12, 67e12),
@@ -112,8 +114,9 @@ class Row:
 def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
     summary = run.summary
     spec = run.resolved.spec
-    devices = devices_used(run.resolved.mode.name, run.resolved.device, summary.world_size, spec.nproc,
-                           spec.stages, gpu_count)  # fmt: skip
+    devices = devices_used(
+        run.resolved.mode.name, run.resolved.device, summary.world_size, spec.nproc, spec.stages, gpu_count
+    )
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
     tflops = per_device * train_flops_per_sample(run.resolved.workload) / 1e12 if per_device else None
@@ -186,19 +189,33 @@ class Comparison:
 
 def _settings(template: LaunchSpec) -> dict:
     workload = workload_of(template)
-    return {"nproc": template.nproc, "steps": template.steps, "batch_size": template.batch_size,
-            "lr": template.lr,
-            "device": template.device, "amp": template.amp, "width": template.width, "depth": template.depth,
-            "model": template.model, "model_shape": workload.to_json() if isinstance(workload, ModelShape)
-            else None, "flops_per_sample": train_flops_per_sample(workload)}  # fmt: skip
+    return {
+        "nproc": template.nproc,
+        "steps": template.steps,
+        "batch_size": template.batch_size,
+        "lr": template.lr,
+        "device": template.device,
+        "amp": template.amp,
+        "width": template.width,
+        "depth": template.depth,
+        "model": template.model,
+        "model_shape": workload.to_json() if isinstance(workload, ModelShape) else None,
+        "flops_per_sample": train_flops_per_sample(workload),
+    }
 
 
 class Runner:
     """Runs a list of specs (one after another, or at once) and keeps a row per finished run."""
 
-    def __init__(self, specs: Sequence[LaunchSpec], comparison: Comparison, *, host: host_module.Host,
-                 on_update: Callable[[Comparison, Sequence[Run]], None] | None = None,
-                 environ: Mapping[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        specs: Sequence[LaunchSpec],
+        comparison: Comparison,
+        *,
+        host: host_module.Host,
+        on_update: Callable[[Comparison, Sequence[Run]], None] | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
         self.specs = list(specs)
         self.comparison = comparison
         self.host = host
@@ -233,8 +250,10 @@ class Runner:
             sets.append(list(range(taken, taken + need)))
             taken += need
         if taken > self.host.gpu_count:
-            raise SpecError(f"--parallel needs {taken} GPUs for these modes side by side, "
-                            f"but {self.host.gpu_count} are visible.")  # fmt: skip
+            raise SpecError(
+                f"--parallel needs {taken} GPUs for these modes side by side, "
+                f"but {self.host.gpu_count} are visible."
+            )
         return sets
 
     def _environ_for(self, gpus: list[int] | None) -> dict[str, str]:
@@ -276,8 +295,10 @@ class Runner:
             specs, gpu_sets = self.specs, self._gpu_sets()
         else:
             gpu_sets = [None] * len(specs)
-        self.running = [Run.prepare(spec, self._host_for(gpus), environ=self._environ_for(gpus))
-                        for spec, gpus in zip(specs, gpu_sets)]  # fmt: skip
+        self.running = [
+            Run.prepare(spec, self._host_for(gpus), environ=self._environ_for(gpus))
+            for spec, gpus in zip(specs, gpu_sets)
+        ]
         for run in self.running:
             run.start()
         if len(self.running) == 1:
@@ -292,8 +313,9 @@ class Runner:
             for run in list(pending):
                 if run.poll().finished:
                     pending.remove(run)
-                    self.comparison.rows.append(row_from_run(run, gpu_count=self.host.gpu_count,
-                                                             gpu_name=self._gpu_name))  # fmt: skip
+                    self.comparison.rows.append(
+                        row_from_run(run, gpu_count=self.host.gpu_count, gpu_name=self._gpu_name)
+                    )
             self.on_update(self.comparison, pending)
             if pending:
                 self._stop.wait(0.2)
@@ -335,7 +357,15 @@ def new_comparison(modes: Sequence[str], template: LaunchSpec, parallel: bool = 
 def new_scaling(mode: str, specs: Sequence[LaunchSpec], sweep: str, lr_rule: str) -> Comparison:
     """The comparison of ``scale``'s points (scaling.scale_specs), with how they were chosen."""
     first = specs[0]
-    return Comparison("scale", {**_settings(first), "mode": mode, "sweep": sweep,
-                                "nprocs": sorted({s.nproc for s in specs}),
-                                "batch_sizes": [s.batch_size for s in specs], "lr_rule": lr_rule,
-                                "warmup_steps": first.warmup_steps})  # fmt: skip
+    return Comparison(
+        "scale",
+        {
+            **_settings(first),
+            "mode": mode,
+            "sweep": sweep,
+            "nprocs": sorted({s.nproc for s in specs}),
+            "batch_sizes": [s.batch_size for s in specs],
+            "lr_rule": lr_rule,
+            "warmup_steps": first.warmup_steps,
+        },
+    )

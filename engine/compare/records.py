@@ -24,10 +24,19 @@ from mgpu_tui.engine.records.history import RecordError, read_run, read_spec
 from mgpu_tui.engine.run.aggregate import read_events
 
 # What must be the same for two runs' figures to be compared: (spec key, what it is called).
-SAME_JOB = (("model", "the model"), ("width", "the model's width"), ("depth", "the model's depth"),
-            ("batch_size", "the global batch"), ("amp", "mixed precision"), ("device", "the device"))
-SAME_MACHINE = (("hostname", "the machine"), ("cpu_count", "the number of CPU cores"),
-                ("gpu_count", "the number of GPUs"))  # fmt: skip
+SAME_JOB = (
+    ("model", "the model"),
+    ("width", "the model's width"),
+    ("depth", "the model's depth"),
+    ("batch_size", "the global batch"),
+    ("amp", "mixed precision"),
+    ("device", "the device"),
+)
+SAME_MACHINE = (
+    ("hostname", "the machine"),
+    ("cpu_count", "the number of CPU cores"),
+    ("gpu_count", "the number of GPUs"),
+)
 
 
 def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
@@ -47,8 +56,15 @@ def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
 def _workload(spec: dict):
     """The recorded spec's model (an older record has no --model: the MLP)."""
     args = tuple((k, int(v)) for k, v in spec.get("model_args") or ())
-    return workload_of(LaunchSpec(mode="single", width=int(spec["width"]), depth=int(spec["depth"]),
-                                  model=str(spec.get("model") or "mlp"), model_args=args))
+    return workload_of(
+        LaunchSpec(
+            mode="single",
+            width=int(spec["width"]),
+            depth=int(spec["depth"]),
+            model=str(spec.get("model") or "mlp"),
+            model_args=args,
+        )
+    )
 
 
 def _row(path: Path) -> tuple[dict, dict, Row]:
@@ -60,8 +76,14 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
     spec, machine, _ = read_spec(path)
     summary = record.summary
     gpu_names = [g.name for g in summary.telemetry.gpus] if summary.telemetry else []
-    devices = devices_used(str(spec.get("mode")), spec["device"], summary.world_size, spec.get("nproc"),
-                           spec.get("stages", 1), int(machine.get("gpu_count") or 0))  # fmt: skip
+    devices = devices_used(
+        str(spec.get("mode")),
+        spec["device"],
+        summary.world_size,
+        spec.get("nproc"),
+        spec.get("stages", 1),
+        int(machine.get("gpu_count") or 0),
+    )
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
     own_program = bool(spec.get("script") or spec.get("module"))  # a model we cannot count FLOPs of
@@ -73,20 +95,31 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
     loss_steps, _, losses = events.whole_series()
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     row = Row(
-        mode=record.what, status=summary.status, world_size=summary.world_size, devices=devices,
-        samples_per_s=rate, samples_per_s_per_device=per_device, tokens_per_s=summary.tokens_per_s,
+        mode=record.what,
+        status=summary.status,
+        world_size=summary.world_size,
+        devices=devices,
+        samples_per_s=rate,
+        samples_per_s_per_device=per_device,
+        tokens_per_s=summary.tokens_per_s,
         step_time_s_median=summary.step_time_s_median,
         step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
-        tflops_per_device=tflops, mfu=tflops * 1e12 / peak if tflops and peak else None,
-        peak_mem_bytes=max(peaks) if peaks else None, peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
+        tflops_per_device=tflops,
+        mfu=tflops * 1e12 / peak if tflops and peak else None,
+        peak_mem_bytes=max(peaks) if peaks else None,
+        peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
         final_loss=summary.final_loss,
         loss_curve=[[s, v] for s, v in zip(loss_steps, losses) if v is not None],
-        throughput_curve=[[s, r] for s, r in zip(steps, rates)], duration_s=summary.duration_s,
-        run_dir=str(path), root_cause=summary.root_cause.headline() if summary.root_cause else None,
-        note=summary.note, memory=list(summary.memory),
+        throughput_curve=[[s, r] for s, r in zip(steps, rates)],
+        duration_s=summary.duration_s,
+        run_dir=str(path),
+        root_cause=summary.root_cause.headline() if summary.root_cause else None,
+        note=summary.note,
+        memory=list(summary.memory),
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
-        batch_size=int(spec.get("batch_size") or 0), lr=spec.get("lr"),
-    )  # fmt: skip
+        batch_size=int(spec.get("batch_size") or 0),
+        lr=spec.get("lr"),
+    )
     return spec, machine, row
 
 

@@ -55,15 +55,23 @@ def sweep_of(nprocs: Sequence[int], batch_sizes: Sequence[int], weak: bool) -> s
         if weak:
             raise SpecError("--weak grows the batch with the ranks; sweep --batch-size without it.")
         if len(nprocs) > 1:
-            raise SpecError("sweep the rank counts or the batch sizes, not both: give one of them a "
-                            "single value.")  # fmt: skip
+            raise SpecError(
+                "sweep the rank counts or the batch sizes, not both: give one of them a single value."
+            )
         return "batch"
     return "weak" if weak else "strong"
 
 
-def scale_specs(mode: str, nprocs: Sequence[int], batch_sizes: Sequence[int], template: LaunchSpec, *,
-                weak: bool = False, lr_rule: str = "linear", warmup_steps: int | None = None,
-                ) -> list[LaunchSpec]:  # fmt: skip
+def scale_specs(
+    mode: str,
+    nprocs: Sequence[int],
+    batch_sizes: Sequence[int],
+    template: LaunchSpec,
+    *,
+    weak: bool = False,
+    lr_rule: str = "linear",
+    warmup_steps: int | None = None,
+) -> list[LaunchSpec]:
     """One spec per point, smallest first. With ``weak``, ``batch_sizes[0]`` is the batch per rank."""
     if mode not in MODES:
         raise SpecError(f"unknown mode {mode!r}; the modes are: {', '.join(MODES)}.")
@@ -75,9 +83,11 @@ def scale_specs(mode: str, nprocs: Sequence[int], batch_sizes: Sequence[int], te
         raise SpecError("--batch-size lists a batch size twice.")
     sweep = sweep_of(nprocs, batch_sizes, weak)
     if sweep == "weak" and not MODES[mode].splits_batch:
-        raise SpecError(f"--weak keeps each rank's share of the batch, but {mode} gives every rank the whole "
-                        "batch, so its work would grow with the ranks: scale it with the global batch fixed "
-                        "(no --weak), or sweep --batch-size.")  # fmt: skip
+        raise SpecError(
+            f"--weak keeps each rank's share of the batch, but {mode} gives every rank the whole "
+            "batch, so its work would grow with the ranks: scale it with the global batch fixed "
+            "(no --weak), or sweep --batch-size."
+        )
     if sweep == "batch":
         points = [(nprocs[0], b) for b in sorted(batch_sizes)]
     else:  # weak: the batch given is each rank's
@@ -88,9 +98,17 @@ def scale_specs(mode: str, nprocs: Sequence[int], batch_sizes: Sequence[int], te
     else:  # rpc's optimizer lives on its workers, out of a warm-up's reach
         warmup = 0 if mode == "rpc" else default_warmup(sweep, template.steps)
     reference = points[0][1]
-    return [dataclasses.replace(template, mode=mode, nproc=n, batch_size=b, warmup_steps=warmup,
-                                lr=scaled_lr(template.lr, b / reference, lr_rule))
-            for n, b in points]  # fmt: skip
+    return [
+        dataclasses.replace(
+            template,
+            mode=mode,
+            nproc=n,
+            batch_size=b,
+            warmup_steps=warmup,
+            lr=scaled_lr(template.lr, b / reference, lr_rule),
+        )
+        for n, b in points
+    ]
 
 
 def common_samples(rows: Sequence[Row], steps: int) -> int | None:
@@ -124,10 +142,22 @@ def points(rows: Sequence[Row], sweep: str, steps: int) -> list[dict]:
             if sweep != "batch":
                 efficiency = speedup / (r.world_size / base.world_size)
         at = loss_after(r, budget) if budget else None
-        out.append({"nproc": r.world_size, "batch_size": r.batch_size, "lr": r.lr, "status": r.status,
-                    "samples_per_s": r.samples_per_s, "tokens_per_s": r.tokens_per_s, "speedup": speedup,
-                    "efficiency": efficiency, "step_time_s_median": r.step_time_s_median,
-                    "peak_mem_bytes": r.peak_mem_bytes, "loss_step": at[0] if at else None,
-                    "loss_after_common_samples": at[1] if at else None, "final_loss": r.final_loss,
-                    "run_dir": r.run_dir})  # fmt: skip
+        out.append(
+            {
+                "nproc": r.world_size,
+                "batch_size": r.batch_size,
+                "lr": r.lr,
+                "status": r.status,
+                "samples_per_s": r.samples_per_s,
+                "tokens_per_s": r.tokens_per_s,
+                "speedup": speedup,
+                "efficiency": efficiency,
+                "step_time_s_median": r.step_time_s_median,
+                "peak_mem_bytes": r.peak_mem_bytes,
+                "loss_step": at[0] if at else None,
+                "loss_after_common_samples": at[1] if at else None,
+                "final_loss": r.final_loss,
+                "run_dir": r.run_dir,
+            }
+        )
     return out

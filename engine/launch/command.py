@@ -30,13 +30,19 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
     """The demo's arguments: everything that decides what is trained, spelled out."""
     spec = resolved.spec
     argv = [
-        "--steps", str(spec.steps),
-        "--batch-size", str(spec.batch_size),
-        "--device", resolved.device,
-        "--width", str(spec.width),
-        "--depth", str(spec.depth),
-        "--accum", str(spec.accum),
-    ]  # fmt: skip
+        "--steps",
+        str(spec.steps),
+        "--batch-size",
+        str(spec.batch_size),
+        "--device",
+        resolved.device,
+        "--width",
+        str(spec.width),
+        "--depth",
+        str(spec.depth),
+        "--accum",
+        str(spec.accum),
+    ]
     if spec.lr != DEFAULTS.lr:
         argv += ["--lr", repr(spec.lr)]
     if spec.warmup_steps:
@@ -77,9 +83,20 @@ def _rendezvous(resolved: ResolvedSpec, local_addr: str | None) -> list[str]:
         # that, torchrun decides by its hostname, and a host whose name does not resolve to the
         # endpoint's address hosts nothing, leaving every node waiting.
         conf = f"is_host=false,join_timeout={int(spec.join_timeout) + JOIN_TIMEOUT_MARGIN_S}"
-        argv = ["--nnodes", str(spec.nnodes), "--node-rank", str(spec.node_rank), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", spec.rdzv_endpoint, "--rdzv-id", spec.rdzv_id or "mgpu-tui",
-                "--rdzv-conf", conf]  # fmt: skip
+        argv = [
+            "--nnodes",
+            str(spec.nnodes),
+            "--node-rank",
+            str(spec.node_rank),
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            spec.rdzv_endpoint,
+            "--rdzv-id",
+            spec.rdzv_id or "mgpu-tui",
+            "--rdzv-conf",
+            conf,
+        ]
         if local_addr:
             # The address the other nodes reach this one at (the route to the endpoint): torchrun
             # publishes it as the workers' MASTER_ADDR, instead of a hostname they may not resolve.
@@ -114,12 +131,19 @@ def build_command(
     ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint."""
     mode, spec = resolved.mode, resolved.spec
     if mode.multi_process:
-        argv = [python, "-m", "torch.distributed.run", *_rendezvous(resolved, local_addr),
-            "--nproc-per-node", str(spec.nproc),
+        argv = [
+            python,
+            "-m",
+            "torch.distributed.run",
+            *_rendezvous(resolved, local_addr),
+            "--nproc-per-node",
+            str(spec.nproc),
             # Every rank's stdout and stderr in its own file: nothing interleaves, nothing is lost.
-            "--log-dir", str(run_dir.logs_dir),
-            "--redirects", "3",
-        ]  # fmt: skip
+            "--log-dir",
+            str(run_dir.logs_dir),
+            "--redirects",
+            "3",
+        ]
         if spec.max_restarts:
             argv += ["--max-restarts", str(spec.max_restarts)]
     else:

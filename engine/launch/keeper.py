@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, stop)
+
     def term_when_keeper_dies() -> None:  # in the launcher, before it runs
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 

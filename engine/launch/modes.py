@@ -45,6 +45,7 @@ class Mode:
 
     def gpus_needed(self, nproc: int, stages: int = 2) -> int:
         return gpus_needed(self.layout, nproc, stages)
+
     @property
     def module(self) -> str:
         return f"mgpu_tui.demos.{self.demo}"
@@ -61,77 +62,132 @@ def _mode(name: str, title: str, launcher: Launcher, cpu_path, teaches: str, cho
 MODES: dict[str, Mode] = {
     m.name: m
     for m in (
-        _mode("single", "Single device (baseline)", "python", "real",
-              "The plain training loop on one device: what every other mode must match.",
-              "The model and batch fit one GPU and it is fast enough.",
-              costs="All of the model, its gradients and its optimizer state on one device; nothing to "
-                    "communicate.",
-              layout="one_gpu"),
-        _mode("dp", "nn.DataParallel", "python", "degenerate",
-              "One process replicates the model on every GPU each step, scatters the batch, "
-              "gathers the outputs.",
-              "Never for new code (DDP is faster); shown for what it is made of.",
-              costs="A whole replica on every GPU, copied from GPU 0 every step; the outputs are gathered "
-                    "back to GPU 0, which holds the most.",
-              cpu_note="DataParallel only splits over CUDA devices; on the CPU it runs the model once, "
-                       "unsplit.",
-              layout="every_gpu"),
-        _mode("ddp", "DistributedDataParallel", "torchrun", "real",
-              "One process per device, each on its slice of the batch; gradients all-reduced.",
-              "The model fits one GPU: the default way to use several.",
-              costs="Every rank holds the whole model, its gradients and optimizer state; each step "
-                    "all-reduces every gradient once (about twice the gradients' bytes per rank), in buckets "
-                    "that overlap the backward pass.",
-              splits_batch=True),
-        _mode("mp", "Model parallel (one process)", "python", "degenerate",
-              "Consecutive blocks on different GPUs; activations hop from one to the next.",
-              "The model does not fit one GPU and you have one process; only one GPU works at a time.",
-              costs="Each GPU holds only its blocks; each step the activations cross to the next GPU and "
-                    "their gradients come back.",
-              cpu_note="every stage sits on the one CPU device, so no activation crosses between devices.",
-              layout="stages", stages_from="stages"),
-        _mode("ddp_mp", "DDP over model-parallel ranks", "torchrun", "degenerate",
-              "Each rank's model spans two GPUs; DDP (without device_ids) all-reduces across ranks.",
-              "The model needs two GPUs and you want data parallelism on top.",
-              costs="Each rank's model is split over its two GPUs (activations hop between them), and its "
-                    "gradients are all-reduced across ranks as in DDP.",
-              layout="two_per_rank", splits_batch=True,
-              cpu_note="each rank's two stages share the CPU, so only the DDP part is real here."),
-        _mode("pipeline", "Pipeline parallel (torch.distributed.pipelining)", "torchrun", "real",
-              "One stage per rank; micro-batches flow through the stages (GPipe or 1F1B).",
-              "The model is too big for one GPU and layers split cleanly; bubbles cost some speed.",
-              costs="Each rank holds its stage's parameters and the activations of the micro-batches in "
-                    "flight; each micro-batch's activations go forward and their gradients come back between "
-                    "neighbouring stages.",
-              stages_from="ranks", microbatched=True),
-        _mode("fsdp", "Fully sharded data parallel (FSDP2 fully_shard)", "torchrun", "real",
-              "Data parallel with parameters, gradients and optimizer state sharded over ranks.",
-              "The model's training state does not fit one GPU but one layer does.",
-              costs="Each rank keeps 1/N of the parameters, gradients and optimizer state, plus one block "
-                    "gathered whole at a time; each step all-gathers the parameters (forward and backward) "
-                    "and reduce-scatters the gradients: about 1.5 times DDP's traffic.",
-              splits_batch=True),
-        _mode("rpc", "Distributed model parallel (torch.distributed.rpc)", "torchrun", "real",
-              "Rank 0 trains; the later blocks live on other ranks as RemoteModules, "
-              "with distributed autograd.",
-              "Parts of the model must live in other processes or machines, driven by one trainer.",
-              costs="Each rank holds its blocks; every step sends the activations forward and the gradients "
-                    "back over RPC between the trainer and the other ranks.",
-              min_nproc=2, stages_from="ranks", cuda_amp_dtype="bf16"),
-        _mode("tp", "Tensor parallel (parallelize_module)", "torchrun", "real",
-              "Each layer's matrices split over ranks: column-wise then row-wise, one all-reduce per block.",
-              "Single layers are too big or too slow for one GPU; needs fast links (NVLink).",
-              costs="Each rank holds 1/N of every split layer; every block all-reduces its activations "
-                    "forward and their gradients backward, so traffic comes every layer, not once a step."),
-        _mode("hybrid", "CPU + GPU hybrid", "python", "degenerate",
-              "The first block runs on the CPU, the rest on cuda:0, as in the PyTorch multi-GPU tutorial.",
-              "A part of the model (a huge embedding, say) does not fit GPU memory.",
-              costs="The first block's weights stay in host memory; each step its activations are copied to "
-                    "the GPU and their gradients back.",
-              cpu_note="with no GPU both parts run on the CPU, so nothing crosses to a GPU.",
-              layout="cpu_then_gpu"),
+        _mode(
+            "single",
+            "Single device (baseline)",
+            "python",
+            "real",
+            "The plain training loop on one device: what every other mode must match.",
+            "The model and batch fit one GPU and it is fast enough.",
+            costs="All of the model, its gradients and its optimizer state on one device; nothing to "
+            "communicate.",
+            layout="one_gpu",
+        ),
+        _mode(
+            "dp",
+            "nn.DataParallel",
+            "python",
+            "degenerate",
+            "One process replicates the model on every GPU each step, scatters the batch, "
+            "gathers the outputs.",
+            "Never for new code (DDP is faster); shown for what it is made of.",
+            costs="A whole replica on every GPU, copied from GPU 0 every step; the outputs are gathered "
+            "back to GPU 0, which holds the most.",
+            cpu_note="DataParallel only splits over CUDA devices; on the CPU it runs the model once, "
+            "unsplit.",
+            layout="every_gpu",
+        ),
+        _mode(
+            "ddp",
+            "DistributedDataParallel",
+            "torchrun",
+            "real",
+            "One process per device, each on its slice of the batch; gradients all-reduced.",
+            "The model fits one GPU: the default way to use several.",
+            costs="Every rank holds the whole model, its gradients and optimizer state; each step "
+            "all-reduces every gradient once (about twice the gradients' bytes per rank), in buckets "
+            "that overlap the backward pass.",
+            splits_batch=True,
+        ),
+        _mode(
+            "mp",
+            "Model parallel (one process)",
+            "python",
+            "degenerate",
+            "Consecutive blocks on different GPUs; activations hop from one to the next.",
+            "The model does not fit one GPU and you have one process; only one GPU works at a time.",
+            costs="Each GPU holds only its blocks; each step the activations cross to the next GPU and "
+            "their gradients come back.",
+            cpu_note="every stage sits on the one CPU device, so no activation crosses between devices.",
+            layout="stages",
+            stages_from="stages",
+        ),
+        _mode(
+            "ddp_mp",
+            "DDP over model-parallel ranks",
+            "torchrun",
+            "degenerate",
+            "Each rank's model spans two GPUs; DDP (without device_ids) all-reduces across ranks.",
+            "The model needs two GPUs and you want data parallelism on top.",
+            costs="Each rank's model is split over its two GPUs (activations hop between them), and its "
+            "gradients are all-reduced across ranks as in DDP.",
+            layout="two_per_rank",
+            splits_batch=True,
+            cpu_note="each rank's two stages share the CPU, so only the DDP part is real here.",
+        ),
+        _mode(
+            "pipeline",
+            "Pipeline parallel (torch.distributed.pipelining)",
+            "torchrun",
+            "real",
+            "One stage per rank; micro-batches flow through the stages (GPipe or 1F1B).",
+            "The model is too big for one GPU and layers split cleanly; bubbles cost some speed.",
+            costs="Each rank holds its stage's parameters and the activations of the micro-batches in "
+            "flight; each micro-batch's activations go forward and their gradients come back between "
+            "neighbouring stages.",
+            stages_from="ranks",
+            microbatched=True,
+        ),
+        _mode(
+            "fsdp",
+            "Fully sharded data parallel (FSDP2 fully_shard)",
+            "torchrun",
+            "real",
+            "Data parallel with parameters, gradients and optimizer state sharded over ranks.",
+            "The model's training state does not fit one GPU but one layer does.",
+            costs="Each rank keeps 1/N of the parameters, gradients and optimizer state, plus one block "
+            "gathered whole at a time; each step all-gathers the parameters (forward and backward) "
+            "and reduce-scatters the gradients: about 1.5 times DDP's traffic.",
+            splits_batch=True,
+        ),
+        _mode(
+            "rpc",
+            "Distributed model parallel (torch.distributed.rpc)",
+            "torchrun",
+            "real",
+            "Rank 0 trains; the later blocks live on other ranks as RemoteModules, "
+            "with distributed autograd.",
+            "Parts of the model must live in other processes or machines, driven by one trainer.",
+            costs="Each rank holds its blocks; every step sends the activations forward and the gradients "
+            "back over RPC between the trainer and the other ranks.",
+            min_nproc=2,
+            stages_from="ranks",
+            cuda_amp_dtype="bf16",
+        ),
+        _mode(
+            "tp",
+            "Tensor parallel (parallelize_module)",
+            "torchrun",
+            "real",
+            "Each layer's matrices split over ranks: column-wise then row-wise, one all-reduce per block.",
+            "Single layers are too big or too slow for one GPU; needs fast links (NVLink).",
+            costs="Each rank holds 1/N of every split layer; every block all-reduces its activations "
+            "forward and their gradients backward, so traffic comes every layer, not once a step.",
+        ),
+        _mode(
+            "hybrid",
+            "CPU + GPU hybrid",
+            "python",
+            "degenerate",
+            "The first block runs on the CPU, the rest on cuda:0, as in the PyTorch multi-GPU tutorial.",
+            "A part of the model (a huge embedding, say) does not fit GPU memory.",
+            costs="The first block's weights stay in host memory; each step its activations are copied to "
+            "the GPU and their gradients back.",
+            cpu_note="with no GPU both parts run on the CPU, so nothing crosses to a GPU.",
+            layout="cpu_then_gpu",
+        ),
     )
-}  # fmt: skip
+}
 
 
 # A user's own script or module: launched by torchrun like the multi-process modes.
@@ -162,8 +218,11 @@ def availability(mode: Mode, host: Host) -> Availability:
     if host.has_cuda:
         needed = mode.gpus_needed(mode.min_nproc)
         if host.gpu_count < needed:
-            return Availability(False, None, f"needs at least {needed} GPUs, {host.gpu_count} visible "
-                                             "(--share-gpus runs it on fewer)")
+            return Availability(
+                False,
+                None,
+                f"needs at least {needed} GPUs, {host.gpu_count} visible (--share-gpus runs it on fewer)",
+            )
         backend = " with NCCL" if mode.multi_process else ""
         return Availability(True, "cuda", f"on {host.gpu_count} GPU(s){backend}")
     if mode.cpu_path == "degenerate":

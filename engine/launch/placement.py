@@ -69,8 +69,10 @@ def rank_devices(
     if device == "cuda":
         needed = gpus_needed(layout, nproc, stages)
         if gpu_count < 1 or (gpu_count < needed and not share):
-            raise PlacementError(f"{nproc} rank(s) here: this launch needs {max(needed, 1)} GPU(s), "
-                                 f"but {gpu_count} are visible.")  # fmt: skip
+            raise PlacementError(
+                f"{nproc} rank(s) here: this launch needs {max(needed, 1)} GPU(s), "
+                f"but {gpu_count} are visible."
+            )
     if layout == "one_per_rank":
         names = [f"cuda:{local_rank}"]
     elif layout == "two_per_rank":
@@ -86,8 +88,9 @@ def rank_devices(
     if device == "cpu":
         return ["cpu"] * len(names)
     if share:
-        names = [f"cuda:{int(n.partition(':')[2]) % gpu_count}" if n.startswith("cuda:") else n
-                 for n in names]  # fmt: skip
+        names = [
+            f"cuda:{int(n.partition(':')[2]) % gpu_count}" if n.startswith("cuda:") else n for n in names
+        ]
     return names
 
 

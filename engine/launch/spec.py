@@ -130,8 +130,10 @@ def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
     """The spec's model: ShapeError when it cannot be."""
     if spec.model == "mlp":
         if spec.model_args:
-            raise ShapeError("--layers, --d-model, --heads, --seq-len and --vocab shape a GPT: add --model "
-                             "gpt-tiny (or another size); the MLP takes --width and --depth.")
+            raise ShapeError(
+                "--layers, --d-model, --heads, --seq-len and --vocab shape a GPT: add --model "
+                "gpt-tiny (or another size); the MLP takes --width and --depth."
+            )
         return MlpShape(spec.width, spec.depth)
     return model_shape(spec.model, **dict(spec.model_args))
 
@@ -139,8 +141,10 @@ def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
 def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpShape) -> str | None:
     """Why ``mode`` cannot train ``workload`` over ``spec.nproc`` ranks, in one sentence; None if it can."""
     if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % spec.nproc:
-        return (f"tensor parallelism over {spec.nproc} ranks gives each rank whole heads: the model's "
-                f"{workload.heads} heads must be a multiple of --nproc.")
+        return (
+            f"tensor parallelism over {spec.nproc} ranks gives each rank whole heads: the model's "
+            f"{workload.heads} heads must be a multiple of --nproc."
+        )
     layers = workload.layers + 2 if isinstance(workload, ModelShape) else workload.depth + 1
     if mode.stages_from and (stages := _stages(mode, spec)) > layers:
         more = "--layers" if isinstance(workload, ModelShape) else "--depth"
@@ -182,15 +186,18 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
         try:  # torchrun would wait for ever on a name that leads nowhere
             socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError) as exc:
-            raise SpecError(f"--rdzv-endpoint: the host {host!r} cannot be resolved "
-                            f"({getattr(exc, 'strerror', None) or exc}).") from None
+            raise SpecError(
+                f"--rdzv-endpoint: the host {host!r} cannot be resolved "
+                f"({getattr(exc, 'strerror', None) or exc})."
+            ) from None
     if spec.join_timeout <= 0:
         raise SpecError(f"--join-timeout must be more than 0 seconds, got {spec.join_timeout}.")
     if spec.master_port is not None and not 0 < spec.master_port < 65536:
         raise SpecError(f"--master-port must be between 1 and 65535, got {spec.master_port}.")
     if spec.sample_interval and spec.sample_interval < 0.1:
-        raise SpecError("--sample-interval must be 0 (no telemetry) or at least 0.1 s, "
-                        f"got {spec.sample_interval}.")
+        raise SpecError(
+            f"--sample-interval must be 0 (no telemetry) or at least 0.1 s, got {spec.sample_interval}."
+        )
     if spec.stall_timeout is not None and spec.stall_timeout <= 0:
         raise SpecError(f"--stall-timeout must be more than 0 seconds, got {spec.stall_timeout}.")
     if spec.on_stall not in ("stop", "report"):
@@ -227,8 +234,10 @@ def check_gpus(what: str, needed: int, host: Host, share_gpus: bool) -> bool:
     if needed <= host.gpu_count:
         return False
     if not share_gpus:
-        raise SpecError(f"{what} needs {needed} GPUs, but {host.gpu_count} are visible "
-                        "(--share-gpus lets ranks share them).")  # fmt: skip
+        raise SpecError(
+            f"{what} needs {needed} GPUs, but {host.gpu_count} are visible "
+            "(--share-gpus lets ranks share them)."
+        )
     return True
 
 
@@ -258,8 +267,10 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
     if spec.warmup_steps < 0:
         raise SpecError(f"--warmup-steps must be 0 or more, got {spec.warmup_steps}.")
     if spec.warmup_steps and mode.name == "rpc":
-        raise SpecError("rpc's DistributedOptimizer keeps the learning rate on the workers, out of the "
-                        "demo's reach: it takes no warm-up (--warmup-steps 0).")
+        raise SpecError(
+            "rpc's DistributedOptimizer keeps the learning rate on the workers, out of the "
+            "demo's reach: it takes no warm-up (--warmup-steps 0)."
+        )
     if not mode.multi_process and spec.nproc not in (None, 1):
         raise SpecError(f"mode {mode.name!r} runs as one process; drop --nproc or pass --nproc 1.")
     if not host.torch_available:
@@ -274,8 +285,10 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         )
     most = DEFAULTS.cpu_ranks_per_core * host.cpu_count
     if device == "cpu" and spec.nproc > most and not spec.force:
-        raise SpecError(f"--nproc {spec.nproc} would start {spec.nproc} processes on {host.cpu_count} CPU "
-                        f"core(s); more than {most} only fight over them (--force starts them anyway).")
+        raise SpecError(
+            f"--nproc {spec.nproc} would start {spec.nproc} processes on {host.cpu_count} CPU "
+            f"core(s); more than {most} only fight over them (--force starts them anyway)."
+        )
     if spec.share_gpus and mode is SCRIPT:
         raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
     shared = False

@@ -69,10 +69,20 @@ def read_layout(root: Path = SYS) -> HostLayout:
         cpus = _read(root / "node" / name / "cpulist") or ""
         meminfo = _read(root / "node" / name / "meminfo") or ""
         match = _MEM_TOTAL.search(meminfo)
-        nodes.append(NumaNode(int(name[4:]), cpus or "none", cpulist_count(cpus),
-                              int(match.group(1)) * 1024 if match else None))  # fmt: skip
-    return HostLayout(logical_cpus=len(names) or (os.cpu_count() or 0), physical_cores=len(cores) or None,
-                      sockets=len(packages) or None, nodes=tuple(nodes))  # fmt: skip
+        nodes.append(
+            NumaNode(
+                int(name[4:]),
+                cpus or "none",
+                cpulist_count(cpus),
+                int(match.group(1)) * 1024 if match else None,
+            )
+        )
+    return HostLayout(
+        logical_cpus=len(names) or (os.cpu_count() or 0),
+        physical_cores=len(cores) or None,
+        sockets=len(packages) or None,
+        nodes=tuple(nodes),
+    )
 
 
 def _listdir(path: Path) -> list[str]:

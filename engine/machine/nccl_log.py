@@ -20,21 +20,31 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 # NCCL's part of a line, wherever it starts: host:pid:tid [dev] (source:line )NCCL LEVEL message
-_LINE = re.compile(r"(?P<host>[A-Za-z0-9][\w.-]{0,252}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
-                   r"(?:(?P<src>[\w/.-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE) ?(?P<msg>.*)")  # fmt: skip
+_LINE = re.compile(
+    r"(?P<host>[A-Za-z0-9][\w.-]{0,252}):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?:(?P<src>[\w/.-]+:\d+) )?NCCL (?P<level>INFO|WARN|TRACE) ?(?P<msg>.*)"
+)
 _VERSION = re.compile(r"NCCL version (?P<v>\d+\.\d+\.\d+\S*)")
-_INIT = re.compile(r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
-                   r"cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
-                   r"(?: commId (?P<id>0x[0-9a-f]+))?.* - Init (?P<state>START|COMPLETE)")  # fmt: skip
-_SHAPE = re.compile(r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
-                    r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)")  # fmt: skip
+_INIT = re.compile(
+    r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nranks (?P<nranks>\d+) "
+    r"cudaDev (?P<dev>\d+)(?: nvmlDev \d+)? busId (?P<bus>[0-9a-f]+)"
+    r"(?: commId (?P<id>0x[0-9a-f]+))?.* - Init (?P<state>START|COMPLETE)"
+)
+_SHAPE = re.compile(
+    r"comm (?P<comm>0x[0-9a-f]+) rank (?P<rank>\d+) nRanks (?P<nranks>\d+) "
+    r"nNodes (?P<nnodes>\d+) localRanks (?P<local>\d+)"
+)
 _RING = re.compile(r"^Channel (?P<ch>\d+)/(?P<of>\d+) :\s+(?P<order>\d+(?:\s+\d+)*)\s*$")
-_CONNECT = re.compile(r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[(?P<sdev>[0-9a-f]+)\] -> "
-                      r"(?P<dst>\d+)\[(?P<ddev>[0-9a-f]+)\](?: \[(?P<dir>send|receive)\])? "
-                      r"via (?P<via>.+?)\s*$")  # fmt: skip
-_CHANNELS = re.compile(r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
-                       r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, "
-                       r"(?P<peer>\d+) p2p channels per peer")  # fmt: skip
+_CONNECT = re.compile(
+    r"^Channel (?P<ch>\d+)(?:/\d+)? : (?P<src>\d+)\[(?P<sdev>[0-9a-f]+)\] -> "
+    r"(?P<dst>\d+)\[(?P<ddev>[0-9a-f]+)\](?: \[(?P<dir>send|receive)\])? "
+    r"via (?P<via>.+?)\s*$"
+)
+_CHANNELS = re.compile(
+    r"(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
+    r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, "
+    r"(?P<peer>\d+) p2p channels per peer"
+)
 _ENV = re.compile(r"^(?P<name>NCCL_\w+) set by environment to (?P<value>.*?)\.?\s*$")
 _NETWORK = re.compile(r"^Using network (?P<net>\S+)")
 _CHAIN = re.compile(r"^(?P<where>[\w/.-]+\.cc:\d+) -> (?P<code>\d+)")
@@ -43,33 +53,53 @@ _ERROR = re.compile(r"(?:NCCL error|Test NCCL failure)\b.*")
 MAX_LINE = 8192
 
 # ncclResult_t, as nccl.h numbers them.
-RESULTS = {1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError",
-           4: "ncclInvalidArgument", 5: "ncclInvalidUsage", 6: "ncclRemoteError",
-           7: "ncclInProgress"}  # fmt: skip
+RESULTS = {
+    1: "ncclUnhandledCudaError",
+    2: "ncclSystemError",
+    3: "ncclInternalError",
+    4: "ncclInvalidArgument",
+    5: "ncclInvalidUsage",
+    6: "ncclRemoteError",
+    7: "ncclInProgress",
+}
 
 # What a warning means, for the ones users meet: (pattern, meaning); BENIGN ones do not stop a job.
 MEANINGS = (
-    (r"libibverbs",
-     "no InfiniBand verbs library here: NCCL cannot use InfiniBand/RoCE and falls back to sockets "
-     "between nodes (harmless on a single node or an Ethernet-only cluster)"),
-    (r"CUDA driver is a stub",
-     "the libcuda.so found is the CUDA toolkit's stub, not the driver's: a 'stubs' folder is on "
-     "LD_LIBRARY_PATH; remove it"),
-    (r"Could not find a path for pattern",
-     "NCCL found no better graph for this pattern and uses a simple ring order (common on consumer "
-     "GPUs without P2P; usually harmless)"),
-    (r"neither AF_INET\(2\) nor AF_INET6\(10\)",
-     "NCCL tried to connect a socket to an address that is neither IPv4 nor IPv6: the peer's address "
-     "exchange went wrong (a bootstrap or send/recv ordering problem)"),
-    (r"Cuda failure",
-     "a CUDA call failed inside NCCL: the GPU, the driver or the kernel's resources (see the CUDA "
-     "error it names)"),
-    (r"NET/IB.*(?:Got completion|error)",
-     "an InfiniBand transfer failed: a link, a switch or a peer went away; check `ibstat` and the "
-     "peer's logs"),
-    (r"[Tt]imeout|timed out",
-     "a peer did not answer in time: it is slow, hung or gone; look at the other ranks first"),
-)  # fmt: skip
+    (
+        r"libibverbs",
+        "no InfiniBand verbs library here: NCCL cannot use InfiniBand/RoCE and falls back to sockets "
+        "between nodes (harmless on a single node or an Ethernet-only cluster)",
+    ),
+    (
+        r"CUDA driver is a stub",
+        "the libcuda.so found is the CUDA toolkit's stub, not the driver's: a 'stubs' folder is on "
+        "LD_LIBRARY_PATH; remove it",
+    ),
+    (
+        r"Could not find a path for pattern",
+        "NCCL found no better graph for this pattern and uses a simple ring order (common on consumer "
+        "GPUs without P2P; usually harmless)",
+    ),
+    (
+        r"neither AF_INET\(2\) nor AF_INET6\(10\)",
+        "NCCL tried to connect a socket to an address that is neither IPv4 nor IPv6: the peer's address "
+        "exchange went wrong (a bootstrap or send/recv ordering problem)",
+    ),
+    (
+        r"Cuda failure",
+        "a CUDA call failed inside NCCL: the GPU, the driver or the kernel's resources (see the CUDA "
+        "error it names)",
+    ),
+    (
+        r"NET/IB.*(?:Got completion|error)",
+        "an InfiniBand transfer failed: a link, a switch or a peer went away; check `ibstat` and the "
+        "peer's logs",
+    ),
+    (
+        r"[Tt]imeout|timed out",
+        "a peer did not answer in time: it is slow, hung or gone; look at the other ranks first",
+    ),
+)
 
 
 BENIGN = (r"libibverbs", r"Could not find a path for pattern")
@@ -194,8 +224,12 @@ class NcclReading:
 
     def to_json(self) -> dict:
         document = asdict(self)
-        document.update(transports=self.transports, init_complete=self.init_complete, ranks=self.ranks(),
-                        summary=self.summary())  # fmt: skip
+        document.update(
+            transports=self.transports,
+            init_complete=self.init_complete,
+            ranks=self.ranks(),
+            summary=self.summary(),
+        )
         return document
 
 
@@ -253,20 +287,29 @@ def read_nccl_log(lines: Iterable[str]) -> NcclReading:
     return reading
 
 
-def _read_info(reading: NcclReading, host: str, pid: int, msg: str, links: dict, comms: dict,
-               chain_codes: list[tuple[int, str]]) -> None:  # fmt: skip
+def _read_info(
+    reading: NcclReading,
+    host: str,
+    pid: int,
+    msg: str,
+    links: dict,
+    comms: dict,
+    chain_codes: list[tuple[int, str]],
+) -> None:
     if match := _INIT.search(msg):
         key = (host, pid, match["comm"])
-        comm = comms.get(key) or Communicator(host, pid, match["comm"], match["id"], int(match["rank"]),
-                                              int(match["nranks"]))  # fmt: skip
+        comm = comms.get(key) or Communicator(
+            host, pid, match["comm"], match["id"], int(match["rank"]), int(match["nranks"])
+        )
         comm.cuda_dev, comm.bus_id = int(match["dev"]), match["bus"]
         comm.comm_id = comm.comm_id or match["id"]
         comm.complete = comm.complete or match["state"] == "COMPLETE"
         comms[key] = comm
     elif match := _SHAPE.search(msg):
         key = (host, pid, match["comm"])
-        comm = comms.setdefault(key, Communicator(host, pid, match["comm"], None, int(match["rank"]),
-                                                  int(match["nranks"])))  # fmt: skip
+        comm = comms.setdefault(
+            key, Communicator(host, pid, match["comm"], None, int(match["rank"]), int(match["nranks"]))
+        )
         comm.nnodes, comm.local_ranks = int(match["nnodes"]), int(match["local"])
     elif match := _RING.match(msg):
         reading.ring_channels = max(reading.ring_channels or 0, int(match["of"]))
@@ -274,8 +317,9 @@ def _read_info(reading: NcclReading, host: str, pid: int, msg: str, links: dict,
     elif match := _CONNECT.match(msg):
         via = match["via"]
         key = (host, int(match["src"]), int(match["dst"]), via)
-        link = links.setdefault(key, Link(host, int(match["src"]), int(match["dst"]), transport_kind(via),
-                                          via, match["dir"]))  # fmt: skip
+        link = links.setdefault(
+            key, Link(host, int(match["src"]), int(match["dst"]), transport_kind(via), via, match["dir"])
+        )
         channel = int(match["ch"])
         if channel not in link.channels:
             link.channels.append(channel)
@@ -305,11 +349,15 @@ def disagreements(reading: NcclReading, topology) -> list[str]:
             continue
         label = topology.matrix[a][b]
         if label.startswith("NV") and not link.kind.startswith("P2P"):
-            why = ("P2P is off: is NCCL_P2P_DISABLE set, or NCCL_P2P_LEVEL below NVL? (in a container, "
-                   "the GPUs may also be isolated from each other)")  # fmt: skip
+            why = (
+                "P2P is off: is NCCL_P2P_DISABLE set, or NCCL_P2P_LEVEL below NVL? (in a container, "
+                "the GPUs may also be isolated from each other)"
+            )
         elif label in ("PIX", "PXB") and link.kind == "SHM":
-            why = ("P2P over the PCIe switch is off: consumer GPUs do not allow it, or NCCL_P2P_DISABLE / "
-                   "NCCL_P2P_LEVEL forbid it")  # fmt: skip
+            why = (
+                "P2P over the PCIe switch is off: consumer GPUs do not allow it, or NCCL_P2P_DISABLE / "
+                "NCCL_P2P_LEVEL forbid it"
+            )
         else:
             continue
         low, high = sorted((a, b))

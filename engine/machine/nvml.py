@@ -131,8 +131,9 @@ def _call(fn, *args, required: bool = False):
         raise GpuLost(str(exc)) from None
     except n.NVMLError as exc:
         unsupported = (n.NVMLError_NotSupported, n.NVMLError_NoPermission, n.NVMLError_NotFound)
-        if not required and (isinstance(exc, unsupported)
-                             or isinstance(exc, getattr(n, "NVMLError_FunctionNotFound", ()))):  # fmt: skip
+        if not required and (
+            isinstance(exc, unsupported) or isinstance(exc, getattr(n, "NVMLError_FunctionNotFound", ()))
+        ):
             return None
         raise NvmlCallFailed(f"{getattr(fn, '__name__', 'an NVML call')} failed: {exc}") from None
 
@@ -312,16 +313,23 @@ def link_facts(index: int) -> LinkFacts:
             raise GpuLost(str(exc)) from None
         except n.NVMLError:
             continue
-    return LinkFacts(version, active, _call(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
-                     _call(n.nvmlDeviceGetMaxPcieLinkWidth, h))  # fmt: skip
+    return LinkFacts(
+        version,
+        active,
+        _call(n.nvmlDeviceGetMaxPcieLinkGeneration, h),
+        _call(n.nvmlDeviceGetMaxPcieLinkWidth, h),
+    )
 
 
 def p2p(i: int, j: int) -> dict[str, bool | None]:
     """Peer-to-peer read, write and NVLink support between two GPUs."""
     n = lib()
     out = {}
-    for name, index in (("read", n.NVML_P2P_CAPS_INDEX_READ), ("write", n.NVML_P2P_CAPS_INDEX_WRITE),
-                        ("nvlink", n.NVML_P2P_CAPS_INDEX_NVLINK)):  # fmt: skip
+    for name, index in (
+        ("read", n.NVML_P2P_CAPS_INDEX_READ),
+        ("write", n.NVML_P2P_CAPS_INDEX_WRITE),
+        ("nvlink", n.NVML_P2P_CAPS_INDEX_NVLINK),
+    ):
         status = _call(n.nvmlDeviceGetP2PStatus, _handle(i), _handle(j), index)
         out[name] = None if status is None else status == n.NVML_P2P_STATUS_OK
     return out

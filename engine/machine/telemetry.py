@@ -151,8 +151,9 @@ class Sampler:
         now = time.time()
         status = nvml.status()
         count = status.device_count if status.ok else 0
-        pcie_turn = {(self._pcie_next + k) % count for k in range(min(PCIE_GPUS_PER_SAMPLE, count))
-                     if self.pcie}  # fmt: skip
+        pcie_turn = {
+            (self._pcie_next + k) % count for k in range(min(PCIE_GPUS_PER_SAMPLE, count)) if self.pcie
+        }
         self._pcie_next = (self._pcie_next + PCIE_GPUS_PER_SAMPLE) % max(count, 1)
         gpus = tuple(self._gpu(i, now, i in pcie_turn) for i in range(count))
         snapshot = Snapshot(now, status, gpus, self._host(), self._ranks())
@@ -215,8 +216,17 @@ class Sampler:
                 with proc.oneshot():
                     alive = proc.status() != psutil.STATUS_ZOMBIE
                     cpu = proc.cpu_percent(None)  # the first call starts the measurement: no figure yet
-                    out.append(RankProcess(rank, pid, alive, None if first else cpu,
-                                           proc.memory_info().rss, proc.num_threads(), uuid))  # fmt: skip
+                    out.append(
+                        RankProcess(
+                            rank,
+                            pid,
+                            alive,
+                            None if first else cpu,
+                            proc.memory_info().rss,
+                            proc.num_threads(),
+                            uuid,
+                        )
+                    )
             except psutil.Error:
                 out.append(RankProcess(rank, pid, False, None, None, None, uuid))
         for pid in set(self._procs) - {pid for pid, _ in wanted.values()}:

@@ -199,15 +199,23 @@ def parse_topo_text(text: str) -> Topology:
             raise TopologyParseError(f"the row of {gpu} is too short")
         # The affinity cells follow; some versions pad with an empty cell, so take the non-empty ones.
         affinity = dict(zip(extras, [v for v in values[len(devices) :] if v]))
-        gpus.append(GpuPlace(g, None, affinity.get("CPU Affinity"), affinity.get("NUMA Affinity"),
-                             affinity.get("GPU NUMA ID")))  # fmt: skip
+        gpus.append(
+            GpuPlace(
+                g,
+                None,
+                affinity.get("CPU Affinity"),
+                affinity.get("NUMA Affinity"),
+                affinity.get("GPU NUMA ID"),
+            )
+        )
         matrix.append(tuple(links[devices.index(other)] for other in gpu_names))
     nics = tuple(d for d in devices if d not in gpu_names)
     nic_links = {}
     for nic in nics:
         values = rows.get(nic, [])
-        nic_links[nic] = tuple(_label(values[devices.index(g)]) if devices.index(g) < len(values) else "N/A"
-                               for g in gpu_names)  # fmt: skip
+        nic_links[nic] = tuple(
+            _label(values[devices.index(g)]) if devices.index(g) < len(values) else "N/A" for g in gpu_names
+        )
     return Topology(
         gpus=tuple(gpus),
         matrix=tuple(matrix),
@@ -267,8 +275,10 @@ def describe(topology: Topology | None, reason: str = "") -> str:
             return f"all {n} GPUs share NVSwitch ({label}): any pairing is equal."
         if label.startswith("NV"):
             return f"all {n} GPUs are linked to each other by NVLink ({label}): any pairing is equal."
-        return (f"all {n} GPUs connect through {PATH.get(label, label)} ({label}), with no NVLink: "
-                "any pairing is equal.")  # fmt: skip
+        return (
+            f"all {n} GPUs connect through {PATH.get(label, label)} ({label}), with no NVLink: "
+            "any pairing is equal."
+        )
     best = min(pairs, key=lambda p: _rank(p[2]))
     worst = max(pairs, key=lambda p: _rank(p[2]))
     return f"{_pair(*best)}; {_pair(*worst)}."
@@ -279,8 +289,10 @@ def numa_summary(topology: Topology) -> str:
     groups: dict[tuple, list[int]] = {}
     for g in topology.gpus:
         groups.setdefault((g.numa_affinity, g.cpu_affinity), []).append(g.index)
-    parts = [f"GPU {','.join(map(str, idx))} on NUMA node {node} (CPUs {cpus})"
-             for (node, cpus), idx in groups.items()]  # fmt: skip
+    parts = [
+        f"GPU {','.join(map(str, idx))} on NUMA node {node} (CPUs {cpus})"
+        for (node, cpus), idx in groups.items()
+    ]
     return "NUMA: " + "; ".join(parts)
 
 
@@ -290,8 +302,10 @@ def p2p_summary(topology: Topology) -> str | None:
         return None
     n = len(topology.gpus)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    counts = [f"{kind} {sum(1 for i, j in pairs if topology.p2p[kind][i][j])}/{len(pairs)} pairs"
-              for kind in ("read", "write", "nvlink")]  # fmt: skip
+    counts = [
+        f"{kind} {sum(1 for i, j in pairs if topology.p2p[kind][i][j])}/{len(pairs)} pairs"
+        for kind in ("read", "write", "nvlink")
+    ]
     return "P2P: " + ", ".join(counts)
 
 

@@ -84,6 +84,8 @@ def exposure_warning(endpoint: Endpoint) -> str | None:
     public = [a for a in endpoint.addresses if ipaddress.ip_address(a.split("%")[0]).is_global]
     if not public:
         return None
-    return (f"warning: the rendezvous endpoint {endpoint.text} is a public address ({public[0]}): the store "
-            "that the node hosting it opens listens on every interface of that node, with no authentication; "
-            "keep the job on a private network, or close the port to everyone but the job's nodes.")
+    return (
+        f"warning: the rendezvous endpoint {endpoint.text} is a public address ({public[0]}): the store "
+        "that the node hosting it opens listens on every interface of that node, with no authentication; "
+        "keep the job on a private network, or close the port to everyone but the job's nodes."
+    )

@@ -42,9 +42,11 @@ BEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 6.0  # a peer whose beat has not grown for this long has stopped answering
 PEER_FAILED_GRACE_S = 3.0  # a peer failed: this node's ranks get this long to notice on their own
 PUBLISH_EVERY_S = 1.0
-LOST_HINT = ("that host vanished or lost its network (power, the network, a preempted VM, or its mgpu-tui "
-             "was killed), and the ranks here cannot go on without its ranks: check that host, then start "
-             "the job again on every node.")  # fmt: skip
+LOST_HINT = (
+    "that host vanished or lost its network (power, the network, a preempted VM, or its mgpu-tui "
+    "was killed), and the ranks here cannot go on without its ranks: check that host, then start "
+    "the job again on every node."
+)
 
 
 @dataclass(frozen=True)
@@ -74,25 +76,46 @@ class NodeView:
         return str(first) if first == last else f"{first}-{last}"
 
     def to_json(self) -> dict:
-        return {"node": self.node, "host": self.host, "ranks": self.ranks, "first_rank": self.first_rank,
-                "last_rank": self.last_rank, "state": self.state, "step": self.step,
-                "silent_s": None if self.silent_s is None else round(self.silent_s, 1), "here": self.here,
-                "steps": {str(rank): step for rank, step in self.steps}}  # fmt: skip
+        return {
+            "node": self.node,
+            "host": self.host,
+            "ranks": self.ranks,
+            "first_rank": self.first_rank,
+            "last_rank": self.last_rank,
+            "state": self.state,
+            "step": self.step,
+            "silent_s": None if self.silent_s is None else round(self.silent_s, 1),
+            "here": self.here,
+            "steps": {str(rank): step for rank, step in self.steps},
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> NodeView:
         """A node read back from a summary (ValueError, KeyError or TypeError when it is not one)."""
         steps = tuple((int(rank), int(step)) for rank, step in (data.get("steps") or {}).items())
         silent = data.get("silent_s")
-        return cls(int(data["node"]), None if data["host"] is None else str(data["host"]),
-                   int(data["first_rank"]), int(data["last_rank"]), str(data["state"]),
-                   None if data["step"] is None else int(data["step"]),
-                   None if silent is None else float(silent), bool(data["here"]), steps)  # fmt: skip
+        return cls(
+            int(data["node"]),
+            None if data["host"] is None else str(data["host"]),
+            int(data["first_rank"]),
+            int(data["last_rank"]),
+            str(data["state"]),
+            None if data["step"] is None else int(data["step"]),
+            None if silent is None else float(silent),
+            bool(data["here"]),
+            steps,
+        )
 
 
 class NodeWatch:
-    def __init__(self, resolved: ResolvedSpec, run_dir: RunDir, *, python: str,
-                 log: logging.LoggerAdapter | logging.Logger) -> None:  # fmt: skip
+    def __init__(
+        self,
+        resolved: ResolvedSpec,
+        run_dir: RunDir,
+        *,
+        python: str,
+        log: logging.LoggerAdapter | logging.Logger,
+    ) -> None:
         spec = resolved.spec
         self.resolved, self.run_dir, self.python, self.log = resolved, run_dir, python, log
         self.endpoint = resolve_endpoint(spec.rdzv_endpoint)  # resolve() has checked that it resolves
@@ -120,23 +143,50 @@ class NodeWatch:
 
     def start(self) -> None:
         ep, job = self.endpoint, self.resolved.spec.rdzv_id or "mgpu-tui"
-        argv = [self.python, "-m", LINK_MODULE, "--host", ep.host, "--port", str(ep.port),
-                "--serve", "try" if self.serve else "no", "--node", str(self.node),
-                "--nnodes", str(self.nnodes), "--key-prefix", f"mgpu-tui/{job}",
-                "--join-timeout", str(self.join_timeout), "--beat", str(BEAT_S)]  # fmt: skip
+        argv = [
+            self.python,
+            "-m",
+            LINK_MODULE,
+            "--host",
+            ep.host,
+            "--port",
+            str(ep.port),
+            "--serve",
+            "try" if self.serve else "no",
+            "--node",
+            str(self.node),
+            "--nnodes",
+            str(self.nnodes),
+            "--key-prefix",
+            f"mgpu-tui/{job}",
+            "--join-timeout",
+            str(self.join_timeout),
+            "--beat",
+            str(BEAT_S),
+        ]
         # Not tagged with the run's id: the sweep at the launcher's end must leave it to settle().
         env = {k: v for k, v in os.environ.items() if k != RUN_ID_ENV}
         with open(self.run_dir.link_log, "ab") as err:
-            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                                          env=env, preexec_fn=term_when_parent_dies)  # fmt: skip
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=env,
+                preexec_fn=term_when_parent_dies,
+            )
         threading.Thread(target=self._read_link, name="mgpu-node-link", daemon=True).start()
-        self.log.info("node link pid %d: %s the rendezvous store at %s", self._proc.pid,
-                      "hosting" if self.serve else "joining", self.endpoint.text)  # fmt: skip
+        self.log.info(
+            "node link pid %d: %s the rendezvous store at %s",
+            self._proc.pid,
+            "hosting" if self.serve else "joining",
+            self.endpoint.text,
+        )
 
     def _read_link(self) -> None:
         for line in self._proc.stdout:  # our own child's words: still parsed with care
             try:
-                message = json.loads(line[:1 << 20])
+                message = json.loads(line[: 1 << 20])
             except ValueError:
                 continue
             if isinstance(message, dict):
@@ -173,8 +223,12 @@ class NodeWatch:
             node = int(key) if str(key).isdigit() else -1
             if not 0 <= node < self.nnodes or node == self.node:
                 continue
-            parsed = parse_peer(raw if isinstance(raw, str) else None, node=node, nnodes=self.nnodes,
-                                world_size=self.resolved.world_size)  # fmt: skip
+            parsed = parse_peer(
+                raw if isinstance(raw, str) else None,
+                node=node,
+                nnodes=self.nnodes,
+                world_size=self.resolved.world_size,
+            )
             if parsed is None:
                 continue
             beat, record = parsed
@@ -187,8 +241,10 @@ class NodeWatch:
     def role(self) -> str:
         job = self.resolved.spec.rdzv_id or "mgpu-tui"
         what = "hosts the rendezvous store at" if self.serve else "joins the rendezvous at"
-        return (f"node {self.node} of {self.nnodes} ({self._record.host}, ranks {self._record.ranks_text()}) "
-                f"{what} {self.endpoint.text} (id {job})")
+        return (
+            f"node {self.node} of {self.nnodes} ({self._record.host}, ranks {self._record.ranks_text()}) "
+            f"{what} {self.endpoint.text} (id {job})"
+        )
 
     @property
     def ready(self) -> bool:
@@ -198,11 +254,19 @@ class NodeWatch:
         """Whether a running node's record is due again (at most once a PUBLISH_EVERY_S)."""
         return time.monotonic() - self._published_at >= PUBLISH_EVERY_S
 
-    def publish(self, state: str, steps: dict[int, int], failure: NodeFailure | None = None,
-                *, force: bool = False) -> None:  # fmt: skip
+    def publish(
+        self, state: str, steps: dict[int, int], failure: NodeFailure | None = None, *, force: bool = False
+    ) -> None:
         """This node's record, for the others (at most once a PUBLISH_EVERY_S unless it is final)."""
-        self._record = NodeRecord(self._record.node, self._record.host, self._record.first_rank,
-                                  self._record.last_rank, state, dict(steps), failure)  # fmt: skip
+        self._record = NodeRecord(
+            self._record.node,
+            self._record.host,
+            self._record.first_rank,
+            self._record.last_rank,
+            state,
+            dict(steps),
+            failure,
+        )
         line = json.dumps(self._record.to_json())
         if self._proc is None or self._proc.poll() is not None or line == self._published:
             return
@@ -223,14 +287,18 @@ class NodeWatch:
             return None
         ep = self.endpoint
         if self.serve:
-            message = (f"node {self.node} could not host the rendezvous at {ep.text} ({self.why}): another "
-                       f"program may hold port {ep.port} here; choose another port in --rdzv-endpoint, the "
-                       "same on every node.")  # fmt: skip
+            message = (
+                f"node {self.node} could not host the rendezvous at {ep.text} ({self.why}): another "
+                f"program may hold port {ep.port} here; choose another port in --rdzv-endpoint, the "
+                "same on every node."
+            )
         else:
-            message = (f"node {self.node} could not reach the rendezvous at {ep.text} within "
-                       f"{self.join_timeout:.0f} s ({self.why}): start the node that hosts it, and check "
-                       f"that {ep.host} resolves here to that node's address and that port {ep.port} is open "
-                       "to this host (a firewall); every node needs the same --rdzv-endpoint.")  # fmt: skip
+            message = (
+                f"node {self.node} could not reach the rendezvous at {ep.text} within "
+                f"{self.join_timeout:.0f} s ({self.why}): start the node that hosts it, and check "
+                f"that {ep.host} resolves here to that node's address and that port {ep.port} is open "
+                "to this host (a firewall); every node needs the same --rdzv-endpoint."
+            )
         return _verdict(message)
 
     def check(self) -> RootCause | None:
@@ -254,22 +322,27 @@ class NodeWatch:
     def _missing_sentence(self, missing: list[int], waited: float) -> str:
         which = "node " + ", ".join(str(n) for n in missing) if len(missing) <= 3 else f"{len(missing)} nodes"
         ep, job = self.endpoint, self.resolved.spec.rdzv_id or "mgpu-tui"
-        return (f"node {self.node} waited {waited:.0f} s for {which} of {self.nnodes} to join the rendezvous "
-                f"at {ep.text} (id {job}): start `mgpu-tui run` on every node with the same --rdzv-endpoint, "
-                f"--rdzv-id and --nnodes, and check that each reaches {ep.text} (name resolution, "
-                "firewall).")  # fmt: skip
+        return (
+            f"node {self.node} waited {waited:.0f} s for {which} of {self.nnodes} to join the rendezvous "
+            f"at {ep.text} (id {job}): start `mgpu-tui run` on every node with the same --rdzv-endpoint, "
+            f"--rdzv-id and --nnodes, and check that each reaches {ep.text} (name resolution, "
+            "firewall)."
+        )
 
     def _lost(self, now: float) -> str | None:
-        lost = [p for p in self._peers.values()
-                if not p.record.final and now - p.heard_at >= HEARTBEAT_TIMEOUT_S]  # fmt: skip
+        lost = [
+            p for p in self._peers.values() if not p.record.final and now - p.heard_at >= HEARTBEAT_TIMEOUT_S
+        ]
         if not lost:
             return None
         parts = []
         for peer in sorted(lost, key=lambda p: p.record.node):
             r = peer.record
             seen = f"; last seen at step {r.step}" if r.step is not None else "; it had reported no step"
-            parts.append(f"host {r.host} (node {r.node}, ranks {r.ranks_text()}) stopped answering "
-                         f"{now - peer.heard_at:.0f} s ago{seen}")  # fmt: skip
+            parts.append(
+                f"host {r.host} (node {r.node}, ranks {r.ranks_text()}) stopped answering "
+                f"{now - peer.heard_at:.0f} s ago{seen}"
+            )
         return "; ".join(parts)
 
     def _first_failed_peer(self) -> NodeRecord | None:
@@ -280,8 +353,15 @@ class NodeWatch:
     def _adopt(self, peer: NodeRecord, own: RootCause | None) -> RootCause:
         f = peer.failure
         here = f"on this node ({self._record.host}): {own.describe()}" if own else ""
-        return RootCause(rank=f.rank, exit_code=None, signal=None, message=f.headline, traceback=here,
-                         hint=f.hint, verdict=True)  # fmt: skip
+        return RootCause(
+            rank=f.rank,
+            exit_code=None,
+            signal=None,
+            message=f.headline,
+            traceback=here,
+            hint=f.hint,
+            verdict=True,
+        )
 
     # ---- the end ----------------------------------------------------------------------
 
@@ -305,8 +385,11 @@ class NodeWatch:
             if self.store_error is not None or link_quiet or link_gone:
                 break  # the store is out of reach: nobody can hear this node now, nor it them
             now = time.monotonic()
-            waiting = [p for p in self._peers.values()
-                       if not p.record.final and now - p.heard_at < HEARTBEAT_TIMEOUT_S]  # fmt: skip
+            waiting = [
+                p
+                for p in self._peers.values()
+                if not p.record.final and now - p.heard_at < HEARTBEAT_TIMEOUT_S
+            ]
             if self._beat >= published_beat and (not needs_peers or not waiting):
                 break
             time.sleep(0.1)
@@ -320,8 +403,10 @@ class NodeWatch:
         stopped = [p.record for p in self._peers.values() if p.record.state == "interrupted"]
         if stopped:
             r = min(stopped, key=lambda r: r.node)
-            message = (f"host {r.host} (node {r.node}, ranks {r.ranks_text()}) was stopped (interrupted) "
-                       "while the job ran, which ended the ranks here")  # fmt: skip
+            message = (
+                f"host {r.host} (node {r.node}, ranks {r.ranks_text()}) was stopped (interrupted) "
+                "while the job ran, which ended the ranks here"
+            )
             return _verdict(message, own=own)
         return own
 
@@ -332,8 +417,19 @@ class NodeWatch:
         for node in range(self.nnodes):
             if node == self.node:
                 r = self._record
-                rows.append(NodeView(node, r.host, r.first_rank, r.last_rank, r.state, r.step, None, True,
-                                     tuple(sorted(r.steps.items()))))  # fmt: skip
+                rows.append(
+                    NodeView(
+                        node,
+                        r.host,
+                        r.first_rank,
+                        r.last_rank,
+                        r.state,
+                        r.step,
+                        None,
+                        True,
+                        tuple(sorted(r.steps.items())),
+                    )
+                )
             elif (peer := self._peers.get(node)) is None:
                 state = "missing" if self.ready else "joining"
                 first = node * per_node
@@ -341,8 +437,19 @@ class NodeWatch:
             else:
                 r, silent = peer.record, now - peer.heard_at
                 state = "lost" if not r.final and silent >= HEARTBEAT_TIMEOUT_S else r.state
-                rows.append(NodeView(node, r.host, r.first_rank, r.last_rank, state, r.step, silent, False,
-                                     tuple(sorted(r.steps.items()))))  # fmt: skip
+                rows.append(
+                    NodeView(
+                        node,
+                        r.host,
+                        r.first_rank,
+                        r.last_rank,
+                        state,
+                        r.step,
+                        silent,
+                        False,
+                        tuple(sorted(r.steps.items())),
+                    )
+                )
         return tuple(rows)
 
     def close(self) -> None:
@@ -363,5 +470,6 @@ class NodeWatch:
 
 def _verdict(message: str, hint: str | None = None, own: RootCause | None = None) -> RootCause:
     here = f"on this node: {own.describe()}" if own else ""
-    return RootCause(rank=None, exit_code=None, signal=None, message=message, traceback=here, hint=hint,
-                     verdict=True)  # fmt: skip
+    return RootCause(
+        rank=None, exit_code=None, signal=None, message=message, traceback=here, hint=hint, verdict=True
+    )

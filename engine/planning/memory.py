@@ -65,10 +65,17 @@ class DeviceMemory:
         return self.state + self.activations + self.buffers
 
     def to_json(self) -> dict:
-        return {"device": self.device, "params": self.params, "grads": self.grads,
-                "optimizer": self.optimizer, "activations": self.activations, "buffers": self.buffers,
-                "state": self.state,
-                "total": self.total, "gpu": self.gpu}  # fmt: skip
+        return {
+            "device": self.device,
+            "params": self.params,
+            "grads": self.grads,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "buffers": self.buffers,
+            "state": self.state,
+            "total": self.total,
+            "gpu": self.gpu,
+        }
 
 
 @dataclass(frozen=True)
@@ -85,8 +92,14 @@ class ModePlan:
         return max(totals) if totals else None
 
     def to_json(self) -> dict:
-        return {"mode": self.mode, "gpus": self.gpus, "fits": self.fits, "peak_bytes": self.peak,
-                "note": self.note, "devices": [d.to_json() for d in self.devices]}  # fmt: skip
+        return {
+            "mode": self.mode,
+            "gpus": self.gpus,
+            "fits": self.fits,
+            "peak_bytes": self.peak,
+            "note": self.note,
+            "devices": [d.to_json() for d in self.devices],
+        }
 
 
 # ---- the model, layer by layer, tensor by tensor -------------------------------------------
@@ -181,8 +194,9 @@ def state_bytes(part: Part, training: Training) -> tuple[int, int, int]:
 # ---- activations -------------------------------------------------------------------------
 
 
-def _activations(model: ModelShape | MlpShape, training: Training, layers: list[Layer], sequences: float,
-                 tp: int = 1) -> int:  # fmt: skip
+def _activations(
+    model: ModelShape | MlpShape, training: Training, layers: list[Layer], sequences: float, tp: int = 1
+) -> int:
     """The activations the layers keep for backward, for ``sequences`` samples at once."""
     blocks = sum(1 for layer in layers if layer.kind == "block")
     if isinstance(model, MlpShape):  # per sample: a block's input, fc1's output and GELU's; the logits
@@ -202,26 +216,29 @@ def _activations(model: ModelShape | MlpShape, training: Training, layers: list[
 # ---- the modes ---------------------------------------------------------------------------
 
 
-def _device(name: str, part: Part, training: Training, activations: int, buffers: int = 0,
-            gpu: bool = True) -> DeviceMemory:  # fmt: skip
+def _device(
+    name: str, part: Part, training: Training, activations: int, buffers: int = 0, gpu: bool = True
+) -> DeviceMemory:
     return DeviceMemory(name, *state_bytes(part, training), activations, buffers, gpu)
 
 
-def _stages(model, training: Training, parts: int, sequences: float, in_flight=None,
-            label: str = "rank") -> list[DeviceMemory]:  # fmt: skip
+def _stages(
+    model, training: Training, parts: int, sequences: float, in_flight=None, label: str = "rank"
+) -> list[DeviceMemory]:
     """The layers cut into ``parts`` contiguous stages as the demos cut them (the embeddings are the
     first layer, the head the last); ``in_flight(i)``: the samples whose activations stage i holds."""
     layers = layers_of(model)
     out = []
     for i, where in enumerate(split_layers(len(layers), parts)):
-        mine = layers[where.start:where.stop]
+        mine = layers[where.start : where.stop]
         held = in_flight(i) if in_flight else sequences
         out.append(_device(f"{label} {i}", _part(mine), training, _activations(model, training, mine, held)))
     return out
 
 
-def plan_mode(mode: str, model: ModelShape | MlpShape, gpus: int, training: Training,
-              stages: int | None = None) -> ModePlan:  # fmt: skip
+def plan_mode(
+    mode: str, model: ModelShape | MlpShape, gpus: int, training: Training, stages: int | None = None
+) -> ModePlan:
     """Each device's memory for ``mode`` on ``gpus`` GPUs (or CPU ranks); ``stages``: mp's (default
     ``gpus``)."""
     B = training.batch_size  # noqa: N806 (the global batch, as in the papers)
@@ -229,45 +246,60 @@ def plan_mode(mode: str, model: ModelShape | MlpShape, gpus: int, training: Trai
     whole = _part(layers)
     try:
         if mode == "single":
-            return ModePlan(mode, 1, (_device("GPU 0", whole, training,
-                                              _activations(model, training, layers, B)),))
+            return ModePlan(
+                mode, 1, (_device("GPU 0", whole, training, _activations(model, training, layers, B)),)
+            )
         if mode == "dp":  # replicas on every GPU; GPU 0 keeps the gradients summed and the optimizer
             per = B / gpus
             outputs = _activations(model, training, layers[-1:], B) if gpus > 1 else 0  # gathered on GPU 0
-            zero = DeviceMemory("GPU 0", *state_bytes(whole, training),
-                                _activations(model, training, layers, per) + outputs)
+            zero = DeviceMemory(
+                "GPU 0", *state_bytes(whole, training), _activations(model, training, layers, per) + outputs
+            )
             params, grads, _ = state_bytes(whole, training)
             replica = DeviceMemory("GPU 1..", params, grads, 0, _activations(model, training, layers, per))
             return ModePlan(mode, gpus, (zero, replica) if gpus > 1 else (zero,))
         if mode == "ddp":
             activations = _activations(model, training, layers, B / gpus)
             buckets = FLOAT32 * whole.numel  # DDP's gradient buckets: a second copy of the gradients
-            return ModePlan(mode, gpus, tuple(_device(f"rank {r}", whole, training, activations, buckets)
-                                              for r in range(gpus)))  # fmt: skip
+            return ModePlan(
+                mode,
+                gpus,
+                tuple(_device(f"rank {r}", whole, training, activations, buckets) for r in range(gpus)),
+            )
         if mode == "fsdp":
             activations = _activations(model, training, layers, B / gpus)
             # The units FSDP gathers one at a time: each layer (the root holds nothing of its own).
             gathered = 2 * FLOAT32 * max(_part([layer]).numel for layer in layers)
-            ranks = [_device(f"rank {r}", _shard(whole, r, gpus), training, activations, gathered)
-                     for r in range(gpus)]  # fmt: skip
+            ranks = [
+                _device(f"rank {r}", _shard(whole, r, gpus), training, activations, gathered)
+                for r in range(gpus)
+            ]
             return ModePlan(mode, gpus, tuple(ranks))
         if mode == "tp":
             widths = (model.heads, model.d_ff) if isinstance(model, ModelShape) else (2 * model.width,)
             if any(w % gpus for w in widths):
-                return ModePlan(mode, gpus, note=f"tensor parallelism over {gpus} ranks needs the heads and "
-                                f"the MLP width divisible by {gpus}.")
+                return ModePlan(
+                    mode,
+                    gpus,
+                    note=f"tensor parallelism over {gpus} ranks needs the heads and "
+                    f"the MLP width divisible by {gpus}.",
+                )
             part = _part(layers, tp=gpus)
             activations = _activations(model, training, layers, B, tp=gpus)
-            return ModePlan(mode, gpus, tuple(_device(f"rank {r}", part, training, activations)
-                                              for r in range(gpus)))  # fmt: skip
+            return ModePlan(
+                mode, gpus, tuple(_device(f"rank {r}", part, training, activations) for r in range(gpus))
+            )
         if mode == "pipeline":
             m = training.microbatches
             if training.schedule == "1f1b":  # stage i holds at most (stages - i) micro-batches at once
+
                 def held(i):
                     return min(gpus - i, m) * B / m
             else:  # GPipe: every micro-batch's activations, until backward
+
                 def held(i):
                     return B
+
             return ModePlan(mode, gpus, tuple(_stages(model, training, gpus, B, held)))
         if mode == "rpc":  # the trainer (rank 0) holds the first layers, the others later runs
             return ModePlan(mode, gpus, tuple(_stages(model, training, gpus, B)))
@@ -279,14 +311,22 @@ def plan_mode(mode: str, model: ModelShape | MlpShape, gpus: int, training: Trai
             if ranks < 1:
                 return ModePlan(mode, gpus, note="ddp over model-parallel ranks needs two GPUs a rank.")
             halves = _stages(model, training, 2, B / ranks, label="GPU")
-            devices = [DeviceMemory(f"rank {r} {h.device}", h.params, h.grads, h.optimizer, h.activations,
-                                    h.grads) for r in range(ranks) for h in halves]  # fmt: skip
+            devices = [
+                DeviceMemory(f"rank {r} {h.device}", h.params, h.grads, h.optimizer, h.activations, h.grads)
+                for r in range(ranks)
+                for h in halves
+            ]
             return ModePlan(mode, ranks * 2, tuple(devices))
         if mode == "hybrid":  # the first layer (the embeddings) in host memory, the rest on GPU 0
             host, rest = layers[:1], layers[1:]
-            return ModePlan(mode, 1, (
-                _device("host", _part(host), training, _activations(model, training, host, B), gpu=False),
-                _device("GPU 0", _part(rest), training, _activations(model, training, rest, B))))
+            return ModePlan(
+                mode,
+                1,
+                (
+                    _device("host", _part(host), training, _activations(model, training, host, B), gpu=False),
+                    _device("GPU 0", _part(rest), training, _activations(model, training, rest, B)),
+                ),
+            )
     except PlacementError:
         return ModePlan(mode, gpus, note=f"{len(layers)} layers cannot be cut into {gpus} stages.")
     raise ValueError(f"no plan for mode {mode!r}")
@@ -311,8 +351,15 @@ def fit(p: ModePlan, limit: int | None, *, shared: bool = False) -> ModePlan:
     return p if need is None or limit is None else dataclasses.replace(p, fits=need <= limit)
 
 
-def plan_run(mode: str, model: ModelShape | MlpShape, nproc: int, training: Training, *,
-             stages: int = 2, gpu_count: int = 0) -> ModePlan:  # fmt: skip
+def plan_run(
+    mode: str,
+    model: ModelShape | MlpShape,
+    nproc: int,
+    training: Training,
+    *,
+    stages: int = 2,
+    gpu_count: int = 0,
+) -> ModePlan:
     """The plan of ``mode`` as mgpu-tui launches it with ``nproc`` ranks (one-process modes: one):
     a GPU a rank, two for ddp_mp, ``stages`` for mp, every visible one for dp."""
     spec = MODES[mode]
@@ -323,8 +370,9 @@ def plan_run(mode: str, model: ModelShape | MlpShape, nproc: int, training: Trai
     return plan_mode(mode, model, devices, training, stages)
 
 
-def predicted_per_rank(mode: str, model: ModelShape | MlpShape, world: int, training: Training,
-                       stages: int | None = None) -> dict[int, tuple[int, int]]:  # fmt: skip
+def predicted_per_rank(
+    mode: str, model: ModelShape | MlpShape, world: int, training: Training, stages: int | None = None
+) -> dict[int, tuple[int, int]]:
     """Rank -> (state bytes, total bytes) that the planner predicts for a run of ``mode`` over
     ``world`` ranks. One process's devices add up (single, dp, mp, hybrid: rank 0; ddp_mp: a rank's
     two GPUs); dp's replicas are left out: copies, made and dropped each step."""

@@ -14,8 +14,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 # The fields a GPT's shape can be given by (--layers --d-model --heads --seq-len --vocab), and what each is.
-SHAPE_FIELDS = {"layers": "blocks", "d_model": "width", "heads": "attention heads",
-                "seq_len": "tokens a sequence", "vocab": "vocabulary"}  # fmt: skip
+SHAPE_FIELDS = {
+    "layers": "blocks",
+    "d_model": "width",
+    "heads": "attention heads",
+    "seq_len": "tokens a sequence",
+    "vocab": "vocabulary",
+}
 
 
 class ShapeError(ValueError):

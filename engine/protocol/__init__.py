@@ -1,2 +1,1 @@
-"""What ranks and the engine say to each other: the event format, shared by both sides.
-"""
+"""What ranks and the engine say to each other: the event format, shared by both sides."""

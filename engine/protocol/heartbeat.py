@@ -109,9 +109,10 @@ def parse_record(data: dict, *, nnodes: int, world_size: int) -> NodeRecord:
     if (f := data.get("failure")) is not None:
         failure = NodeFailure(
             rank=None if f.get("rank") is None else _int(f["rank"], 0, world_size - 1),
-            headline=_text(f["headline"], MAX_TEXT), hint=_text(f.get("hint"), MAX_TEXT, optional=True),
+            headline=_text(f["headline"], MAX_TEXT),
+            hint=_text(f.get("hint"), MAX_TEXT, optional=True),
             secondary=bool(f.get("secondary")),
-        )  # fmt: skip
+        )
     return NodeRecord(node, _text(data["host"], MAX_HOST), first, last, state, steps, failure)
 
 

@@ -47,16 +47,24 @@ def time_all_reduce(nbytes: int, world: int, device: torch.device, min_seconds: 
     seconds = elapsed.item() / iterations
     size = count * 4
     algbw = size / seconds / 1e9
-    return {"size_bytes": size, "count": count, "type": "float32", "time_us": seconds * 1e6,
-            "algbw_GBps": algbw, "busbw_GBps": algbw * 2 * (world - 1) / world,
-            "iterations": iterations}
+    return {
+        "size_bytes": size,
+        "count": count,
+        "type": "float32",
+        "time_us": seconds * 1e6,
+        "algbw_GBps": algbw,
+        "busbw_GBps": algbw * 2 * (world - 1) / world,
+        "iterations": iterations,
+    }
 
 
 def check_bandwidth(nbytes: int, world: int, device: torch.device) -> dict:
     m = time_all_reduce(nbytes, world, device, min_seconds=0.3)
     m["backend"] = dist.get_backend()
-    detail = (f"all_reduce of {nbytes / 2**20:g} MiB: {m['time_us'] / 1000:.2f} ms, "
-              f"algbw {m['algbw_GBps']:.2f} GB/s, busbw {m['busbw_GBps']:.2f} GB/s")
+    detail = (
+        f"all_reduce of {nbytes / 2**20:g} MiB: {m['time_us'] / 1000:.2f} ms, "
+        f"algbw {m['algbw_GBps']:.2f} GB/s, busbw {m['busbw_GBps']:.2f} GB/s"
+    )
     if device.type == "cuda" and m["backend"] == "gloo":
         detail += " (gloo through host memory: ranks share a GPU; no GPU link is measured)"
     return {"status": "pass", "detail": detail, "metrics": m}
@@ -65,8 +73,10 @@ def check_bandwidth(nbytes: int, world: int, device: torch.device) -> dict:
 def check_sweep(world: int, device: torch.device) -> dict:
     points = [time_all_reduce(n, world, device, min_seconds=0.05) for n in SWEEP_BYTES]
     best = max(points, key=lambda p: p["busbw_GBps"])
-    detail = (f"{len(points)} sizes from 8 B to 256 MiB; peak busbw {best['busbw_GBps']:.2f} GB/s "
-              f"at {best['size_bytes']} B")
+    detail = (
+        f"{len(points)} sizes from 8 B to 256 MiB; peak busbw {best['busbw_GBps']:.2f} GB/s "
+        f"at {best['size_bytes']} B"
+    )
     return {"status": "pass", "detail": detail, "metrics": {"points": points}}
 
 

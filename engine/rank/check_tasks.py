@@ -117,12 +117,19 @@ def check_collective(task: str, rank: int, world: int, device: torch.device) -> 
     elements = got.numel()
     if bad:
         r, n, err = bad[0]
-        detail = (f"rank {r} got {n} of {elements} values wrong (max error {err:g})"
-                  + (f", and {len(bad) - 1} more rank(s)" if len(bad) > 1 else ""))
-        return {"status": "fail", "detail": detail,
-                "metrics": {"wrong_ranks": [b[0] for b in bad], "elements": elements}}
-    return {"status": "pass", "detail": f"exact on {world} rank(s), {elements} float32 values each",
-            "metrics": {"elements": elements, "world_size": world}}
+        detail = f"rank {r} got {n} of {elements} values wrong (max error {err:g})" + (
+            f", and {len(bad) - 1} more rank(s)" if len(bad) > 1 else ""
+        )
+        return {
+            "status": "fail",
+            "detail": detail,
+            "metrics": {"wrong_ranks": [b[0] for b in bad], "elements": elements},
+        }
+    return {
+        "status": "pass",
+        "detail": f"exact on {world} rank(s), {elements} float32 values each",
+        "metrics": {"elements": elements, "world_size": world},
+    }
 
 
 # ---- smoke: a demo's own main(), in this process -----------------------------------
@@ -140,8 +147,16 @@ def model_argv(args: argparse.Namespace) -> list[str]:
 def smoke(mode: str, args: argparse.Namespace, run_dir: Path, rank: int, world: int) -> dict:
     """Run demo ``mode`` for a few steps; its events go to ``smoke/<mode>/`` for the orchestrator."""
     multi = MODES[mode].multi_process
-    argv = [mode, "--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size),
-            *model_argv(args)]  # fmt: skip
+    argv = [
+        mode,
+        "--steps",
+        str(args.steps),
+        "--device",
+        args.device,
+        "--batch-size",
+        str(args.batch_size),
+        *model_argv(args),
+    ]
     if args.share_gpus:
         argv.append("--share-gpus")
     if f"smoke:{mode}" in _injected():
@@ -167,16 +182,25 @@ def check_verify(mode: str, args: argparse.Namespace, run_dir: Path) -> dict:
 
     global _baseline
     if _baseline is None:
-        argv = ["--steps", str(args.steps), "--device", args.device, "--batch-size", str(args.batch_size),
-                *model_argv(args)]  # fmt: skip
+        argv = [
+            "--steps",
+            str(args.steps),
+            "--device",
+            args.device,
+            "--batch-size",
+            str(args.batch_size),
+            *model_argv(args),
+        ]
         baseline_args = harness.parse_args("baseline", argv=argv)
         _baseline = {k: v.detach().cpu().float() for k, v in single.train(baseline_args).state_dict().items()}
     params = verify.load_parts(args.smoke_dir / mode / "params")
     if not params:
         return {"status": "fail", "detail": "its smoke run saved no parameters", "metrics": {}}
     outcome = verify.compare(params, _baseline, verify.TOLERANCE["float32"])
-    detail = (f"max abs diff {outcome['max_abs_diff']:.1e} vs the baseline "
-              f"(tolerance {outcome['tolerance']:.0e}, {outcome['compared']} tensors)")
+    detail = (
+        f"max abs diff {outcome['max_abs_diff']:.1e} vs the baseline "
+        f"(tolerance {outcome['tolerance']:.0e}, {outcome['compared']} tensors)"
+    )
     if outcome["missing"] or outcome["unexpected"]:
         detail += f"; missing {outcome['missing']}, unexpected {outcome['unexpected']}"
     metrics = {k: outcome[k] for k in ("max_abs_diff", "max_rel_diff", "tolerance", "compared")}
@@ -202,8 +226,11 @@ def check_scaling(args: argparse.Namespace, rank: int, world: int, device: torch
         seconds = torch.zeros(1, dtype=torch.float64, device=device)
         local = args.batch_size // k
         if rank < k:
-            model = DDP(harness.build_model(train_args).to(device),
-                        device_ids=[device.index] if device.type == "cuda" else None, process_group=group)
+            model = DDP(
+                harness.build_model(train_args).to(device),
+                device_ids=[device.index] if device.type == "cuda" else None,
+                process_group=group,
+            )
             optimizer = torch.optim.SGD(model.parameters(), lr=train_args.lr)
             scaler = harness.grad_scaler(train_args, device)
             for step in range(1, steps + 1):
@@ -231,8 +258,10 @@ def check_scaling(args: argparse.Namespace, rank: int, world: int, device: torch
         p["speedup"] = p["samples_per_s"] / base
         p["efficiency"] = p["speedup"] / p["nproc"]
     last = points[-1]
-    detail = (f"ddp, global batch {args.batch_size}: {last['nproc']} rank(s) run {last['speedup']:.2f}x "
-              f"the speed of one (efficiency {100 * last['efficiency']:.0f}%)")
+    detail = (
+        f"ddp, global batch {args.batch_size}: {last['nproc']} rank(s) run {last['speedup']:.2f}x "
+        f"the speed of one (efficiency {100 * last['efficiency']:.0f}%)"
+    )
     if device.type == "cuda" and args.share_gpus and world > torch.cuda.device_count():
         detail += "; the ranks share GPUs, so this says nothing of a box with a GPU for each"
     return {"status": "pass", "detail": detail, "metrics": {"points": points}}
@@ -241,8 +270,9 @@ def check_scaling(args: argparse.Namespace, rank: int, world: int, device: torch
 # ---- the loop ------------------------------------------------------------------
 
 
-def run_task(task: str, args: argparse.Namespace, run_dir: Path, rank: int, world: int,
-             device: torch.device) -> dict:
+def run_task(
+    task: str, args: argparse.Namespace, run_dir: Path, rank: int, world: int, device: torch.device
+) -> dict:
     name, _, arg = task.partition(":")
     if name in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         return check_collective(name, rank, world, device)
@@ -275,8 +305,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="mlp", help="what the smoke runs train (the demos' --model)")
     for field in SHAPE_FIELDS:
         parser.add_argument(f"--{field.replace('_', '-')}", type=int, help="the GPT's shape, as the demos'")
-    parser.add_argument("--share-gpus", action="store_true",
-                        help="ranks share GPUs round-robin when there are fewer GPUs than ranks (gloo)")
+    parser.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="ranks share GPUs round-robin when there are fewer GPUs than ranks (gloo)",
+    )
     # Outside the launch's own folder: a later launch (after a crash) verifies what an earlier one saved.
     parser.add_argument("--smoke-dir", type=Path, required=True, help="where smoke runs write")
     return parser.parse_args(argv)
@@ -309,8 +342,14 @@ def main() -> None:
         except BaseException as exc:  # noqa: BLE001 (reported, then this rank exits)
             message = traceback.format_exception_only(type(exc), exc)[-1].strip()
             # "t" lets the orchestrator tell the first failure from the peers' lost connections.
-            results.write(task=task, state="failed", rank=rank, t=time.time(),
-                          detail=f"rank {rank}: {message}", traceback=traceback.format_exc())
+            results.write(
+                task=task,
+                state="failed",
+                rank=rank,
+                t=time.time(),
+                detail=f"rank {rank}: {message}",
+                traceback=traceback.format_exc(),
+            )
             # Leave now: peers blocked in a collective are stopped by torchrun.
             os._exit(1)
         if rank == 0:

@@ -44,8 +44,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="node_link")
     parser.add_argument("--host", required=True)
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--serve", choices=("yes", "no", "try"), required=True,
-                        help="host the store; join it; or host it unless a process here already does")
+    parser.add_argument(
+        "--serve",
+        choices=("yes", "no", "try"),
+        required=True,
+        help="host the store; join it; or host it unless a process here already does",
+    )
     parser.add_argument("--key-prefix", required=True)
     parser.add_argument("--node", type=int, required=True)
     parser.add_argument("--nnodes", type=int, required=True)
@@ -58,8 +62,14 @@ def main(argv: list[str] | None = None) -> int:
     store, served = None, False
     if args.serve in ("yes", "try"):
         try:  # the server listens on every interface: torch offers no bind address
-            store = TCPStore(args.host, args.port, is_master=True, wait_for_workers=False, multi_tenant=True,
-                             timeout=datetime.timedelta(seconds=5))  # fmt: skip
+            store = TCPStore(
+                args.host,
+                args.port,
+                is_master=True,
+                wait_for_workers=False,
+                multi_tenant=True,
+                timeout=datetime.timedelta(seconds=5),
+            )
             served = True
         except Exception as exc:  # noqa: BLE001 (any failure is said to the engine, then we stop)
             if args.serve == "yes" or "EADDRINUSE" not in str(exc):
@@ -67,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
     if store is None:
         try:  # retries until the timeout: the hosting node may start later than this one
-            store = TCPStore(args.host, args.port, is_master=False,
-                             timeout=datetime.timedelta(seconds=args.join_timeout))  # fmt: skip
+            store = TCPStore(
+                args.host, args.port, is_master=False, timeout=datetime.timedelta(seconds=args.join_timeout)
+            )
         except Exception as exc:  # noqa: BLE001
             _say({"link": "failed", "why": _first_line(exc), "serving": False})
             return 1

@@ -46,8 +46,16 @@ def _env_int(name: str, default: int) -> int:
 
 # The flight recorder's entries a dump keeps, and the fields of each the engine reads.
 FR_ENTRIES = 64
-FR_FIELDS = ("collective_seq_id", "profiling_name", "process_group", "input_sizes", "input_dtypes",
-             "output_sizes", "state", "time_created_ns")  # fmt: skip
+FR_FIELDS = (
+    "collective_seq_id",
+    "profiling_name",
+    "process_group",
+    "input_sizes",
+    "input_dtypes",
+    "output_sizes",
+    "state",
+    "time_created_ns",
+)
 FR_POLL_S = 0.5
 FR_PERIOD_S = 5.0  # unasked, a dump this often: when ranks enter their collectives names stragglers
 
@@ -169,8 +177,9 @@ class Reporter:
                 self._file.write(events.encode(kind, self.rank, now or time.time(), fields))
             except OSError as exc:  # a full disk: the training goes on, unrecorded, and says so once
                 self._file = None
-                print(f"mgpu-tui reporter: events no longer recorded ({exc.strerror or exc})",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    f"mgpu-tui reporter: events no longer recorded ({exc.strerror or exc})", file=sys.stderr
+                )
 
     def hello(
         self,
@@ -204,8 +213,10 @@ class Reporter:
         steps = config.get("steps")
         # Said at once, so a rank's log (and the app's log pane) shows it started, long before the
         # first progress line: a tenth of a long run can be minutes.
-        self._print(f"{mode} on {device}, rank {self.rank} of {self.world_size}, pid {os.getpid()}"
-                    + (f", {int(steps):,} steps" if isinstance(steps, int) else ""))
+        self._print(
+            f"{mode} on {device}, rank {self.rank} of {self.world_size}, pid {os.getpid()}"
+            + (f", {int(steps):,} steps" if isinstance(steps, int) else "")
+        )
         # Step time is measured from here, so the first step includes its own warm-up.
         self._last = self._time_at_print = time.time()
 
@@ -275,10 +286,20 @@ class Reporter:
     def _quiet_hello(self) -> None:
         """The hello of a script that did not say one: who it is, written, not printed."""
         self._said_hello = True
-        self._write("hello", {"local_rank": self.local_rank, "world_size": self.world_size,
-                              "pid": os.getpid(), "host": socket.gethostname(), "device": "unknown",
-                              "device_uuid": None, "mode": "script", "config": {},
-                              "stacks": self._stacks is not None})  # fmt: skip
+        self._write(
+            "hello",
+            {
+                "local_rank": self.local_rank,
+                "world_size": self.world_size,
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "device": "unknown",
+                "device_uuid": None,
+                "mode": "script",
+                "config": {},
+                "stacks": self._stacks is not None,
+            },
+        )
 
     def done(self, steps: int, **summary: Any) -> None:
         """Record that this rank finished all its steps."""

@@ -25,9 +25,18 @@ from mgpu_tui.engine.run.aggregate import Straggler, stragglers_among
 from mgpu_tui.engine.run.rundir import read_capped
 
 MAX_TRACE_BYTES = 1 << 20
-DTYPES = {"Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16",
-          "Long": "int64", "Int": "int32", "Short": "int16", "Char": "int8", "Byte": "uint8",
-          "Bool": "bool"}  # fmt: skip
+DTYPES = {
+    "Float": "float32",
+    "Double": "float64",
+    "Half": "float16",
+    "BFloat16": "bfloat16",
+    "Long": "int64",
+    "Int": "int32",
+    "Short": "int16",
+    "Char": "int8",
+    "Byte": "uint8",
+    "Bool": "bool",
+}
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
@@ -38,6 +47,7 @@ def read_trace(path: Path) -> list[dict]:
     except (OSError, ValueError):
         return []
     entries = document.get("entries") if isinstance(document, dict) else None
+
     def numbered(e) -> bool:
         seq = e.get("collective_seq_id") if isinstance(e, dict) else None
         return isinstance(seq, int) and not isinstance(seq, bool)
@@ -76,12 +86,16 @@ def where(stacks: str | None) -> str | None:
     return f"{frame['func']} at {Path(frame['path']).name}:{frame['line']}"
 
 
-def hang_verdict(traces: dict[int, list[dict]], stacks: dict[int, str],
-                 now_ns: int) -> tuple[str, int] | None:  # fmt: skip
+def hang_verdict(
+    traces: dict[int, list[dict]], stacks: dict[int, str], now_ns: int
+) -> tuple[str, int] | None:
     """(one sentence on why the ranks of ``traces`` stopped moving, the rank to blame first);
     None when the traces cannot tell."""
-    last = {rank: max(entries, key=lambda e: e["collective_seq_id"])
-            for rank, entries in traces.items() if entries}  # fmt: skip
+    last = {
+        rank: max(entries, key=lambda e: e["collective_seq_id"])
+        for rank, entries in traces.items()
+        if entries
+    }
     if len(last) < 2:
         return None
     top = max(e["collective_seq_id"] for e in last.values())
@@ -97,13 +111,16 @@ def hang_verdict(traces: dict[int, list[dict]], stacks: dict[int, str],
         return None  # every rank is in the same collective: the hang is inside it (a link, a peer elsewhere)
     entry = inside[first]
     names = ", ".join(map(str, behind))
-    text = (f"rank{'s' if len(behind) > 1 else ''} {names} never entered {calls[first]} #{top} "
-            f"({_group(entry)})")  # fmt: skip
+    text = (
+        f"rank{'s' if len(behind) > 1 else ''} {names} never entered {calls[first]} #{top} ({_group(entry)})"
+    )
     created = entry.get("time_created_ns")
     if isinstance(created, int) and 0 < created <= now_ns:
         waiting, many = ", ".join(map(str, inside)), len(inside) > 1
-        text += (f"; rank{'s' if many else ''} {waiting} {'have' if many else 'has'} waited in it for "
-                 f"{(now_ns - created) / 1e9:.0f} s")  # fmt: skip
+        text += (
+            f"; rank{'s' if many else ''} {waiting} {'have' if many else 'has'} waited in it for "
+            f"{(now_ns - created) / 1e9:.0f} s"
+        )
     for rank in behind:
         if place := where(stacks.get(rank)):
             text += f"; rank {rank} is in {place}"

@@ -78,8 +78,9 @@ class TelemetrySeries:
         gpus = {g.get("i"): g for g in line.get("gpus") or () if isinstance(g, dict)}
         seen = [i for i in gpus if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 64]
         for i in dict.fromkeys([*self.gpus, *seen]):  # each GPU once, in the order first seen
-            track = self.gpus.setdefault(i, {"mem": [None] * len(self.t), "util": [None] * len(self.t),
-                                             "power": [None] * len(self.t)})  # fmt: skip
+            track = self.gpus.setdefault(
+                i, {"mem": [None] * len(self.t), "util": [None] * len(self.t), "power": [None] * len(self.t)}
+            )
             g = gpus.get(i, {})
             track["mem"].append(_number(g.get("mem_used")))
             track["util"].append(_number(g.get("util")))
@@ -91,13 +92,21 @@ class TelemetrySeries:
             self._halve()
 
     def copy(self) -> TelemetrySeries:
-        return TelemetrySeries(list(self.t), list(self.host_cpu), list(self.host_mem),
-                               {i: {k: list(v) for k, v in track.items()} for i, track in self.gpus.items()},
-                               self.ended)  # fmt: skip
+        return TelemetrySeries(
+            list(self.t),
+            list(self.host_cpu),
+            list(self.host_mem),
+            {i: {k: list(v) for k, v in track.items()} for i, track in self.gpus.items()},
+            self.ended,
+        )
 
     def _halve(self) -> None:
-        for series in (self.t, self.host_cpu, self.host_mem,
-                       *(s for track in self.gpus.values() for s in track.values())):  # fmt: skip
+        for series in (
+            self.t,
+            self.host_cpu,
+            self.host_mem,
+            *(s for track in self.gpus.values() for s in track.values()),
+        ):
             del series[1::2]
 
 
@@ -140,14 +149,22 @@ class FollowedRun(IngestReadings):
         """(the spec to run it again, its ranks) for a run of a built-in mode; None otherwise."""
         spec = self.recorded_spec
         try:
-            again = LaunchSpec(mode=str(spec["mode"]), steps=int(spec["steps"]),
-                               batch_size=int(spec["batch_size"]), amp=bool(spec["amp"]),
-                               device=str(spec.get("device_requested") or spec["device"]),
-                               share_gpus=bool(spec.get("share_gpus")))  # fmt: skip
+            again = LaunchSpec(
+                mode=str(spec["mode"]),
+                steps=int(spec["steps"]),
+                batch_size=int(spec["batch_size"]),
+                amp=bool(spec["amp"]),
+                device=str(spec.get("device_requested") or spec["device"]),
+                share_gpus=bool(spec.get("share_gpus")),
+            )
         except (KeyError, TypeError, ValueError):
             return None
-        if again.mode not in MODES or again.device not in ("auto", "cpu", "cuda") or spec.get("script") \
-                or spec.get("module"):  # fmt: skip
+        if (
+            again.mode not in MODES
+            or again.device not in ("auto", "cpu", "cuda")
+            or spec.get("script")
+            or spec.get("module")
+        ):
             return None
         return again, int(spec.get("nproc") or self.world_size)
 
@@ -233,8 +250,11 @@ class FollowedRun(IngestReadings):
             known = tuple((rank, steps[rank]) for rank in range(first, first + per_node) if rank in steps)
             step = min(s for _, s in known) if len(known) == per_node else None
             state = "running" if node in self._hosts else "joining"
-            rows.append(NodeView(node, self._hosts.get(node), first, first + per_node - 1, state, step, None,
-                                 False, known))  # fmt: skip
+            rows.append(
+                NodeView(
+                    node, self._hosts.get(node), first, first + per_node - 1, state, step, None, False, known
+                )
+            )
         return tuple(rows)
 
     def stop(self) -> None:

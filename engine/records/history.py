@@ -43,13 +43,19 @@ class RunRecord:
     def to_json(self) -> dict:
         s = self.summary
         return {
-            "path": self.path, "created_at": self.created_at, "what": self.what,
-            "world_size": self.world_size, "nnodes": self.nnodes, "status": self.status,
+            "path": self.path,
+            "created_at": self.created_at,
+            "what": self.what,
+            "world_size": self.world_size,
+            "nnodes": self.nnodes,
+            "status": self.status,
             "reason": self.reason,
-            "duration_s": s.duration_s if s else None, "steps": s.steps if s else None,
-            "samples_per_s": s.samples_per_s if s else None, "final_loss": s.final_loss if s else None,
+            "duration_s": s.duration_s if s else None,
+            "steps": s.steps if s else None,
+            "samples_per_s": s.samples_per_s if s else None,
+            "final_loss": s.final_loss if s else None,
             "root_cause": s.root_cause.headline() if s and s.root_cause else None,
-        }  # fmt: skip
+        }
 
 
 def read_run(path: Path) -> RunRecord:
@@ -58,7 +64,7 @@ def read_run(path: Path) -> RunRecord:
     suffix = ""
     if not (path / "spec.json").exists():
         nodes = sorted(path.glob("spec-node*.json"))
-        suffix = nodes[0].name[len("spec"):-len(".json")] if nodes else ""
+        suffix = nodes[0].name[len("spec") : -len(".json")] if nodes else ""
     spec_path, summary_path = path / f"spec{suffix}.json", path / f"summary{suffix}.json"
     try:
         document = json.loads(read_capped(spec_path, MAX_SPEC_BYTES))
@@ -77,8 +83,9 @@ def read_run(path: Path) -> RunRecord:
     try:
         summary = RunSummary.from_json(json.loads(read_capped(summary_path, MAX_SUMMARY_BYTES)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        return RunRecord(str(path), created, what, world, nnodes, "broken",
-                         reason=f"summary.json unreadable ({_why(exc)})")  # fmt: skip
+        return RunRecord(
+            str(path), created, what, world, nnodes, "broken", reason=f"summary.json unreadable ({_why(exc)})"
+        )
     return RunRecord(str(path), created, what, world, nnodes, summary.status, summary)
 
 

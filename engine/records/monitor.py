@@ -73,8 +73,10 @@ class Monitor:
     def why_not_stoppable(self) -> str | None:
         """None if this process may be asked to stop the run; else one sentence why not."""
         if not self.is_mgpu_tui:
-            return (f"the process holding this run's lock (pid {self.pid}) is not an mgpu-tui monitor, "
-                    "so nothing was sent to it.")  # fmt: skip
+            return (
+                f"the process holding this run's lock (pid {self.pid}) is not an mgpu-tui monitor, "
+                "so nothing was sent to it."
+            )
         if not self.owned:
             return f"this run belongs to {self.owner} (its monitor is pid {self.pid}); only they can stop it."
         return None
@@ -134,7 +136,7 @@ def _describe(pid: int) -> Monitor:
         owner = f"uid {uid}"
     try:
         argv = (proc / "cmdline").read_bytes()[:65536].split(b"\0")
-        environ = (proc / "environ").read_bytes()[:1 << 20].split(b"\0")
+        environ = (proc / "environ").read_bytes()[: 1 << 20].split(b"\0")
     except OSError:  # gone, or not ours to read
         return Monitor(pid, uid, owner, is_mgpu_tui=False)
     names = b" ".join(argv)

@@ -29,6 +29,12 @@ def nccl_figures(run_dir: RunDir) -> dict | None:
     reading = read_nccl_log(lines)
     if not reading.nccl_lines:
         return None
-    return {"summary": reading.summary(), "versions": reading.versions, "transports": reading.transports,
-            "ring_channels": reading.ring_channels, "warnings": [w.message for w in reading.warnings][:20],
-            "errors": reading.errors[:20], "files": len(paths)}  # fmt: skip
+    return {
+        "summary": reading.summary(),
+        "versions": reading.versions,
+        "transports": reading.transports,
+        "ring_channels": reading.ring_channels,
+        "warnings": [w.message for w in reading.warnings][:20],
+        "errors": reading.errors[:20],
+        "files": len(paths),
+    }

@@ -80,13 +80,21 @@ class TelemetryFigures:
     ranks: tuple[RankFigures, ...] = ()
 
     def to_json(self) -> dict:
-        return {**asdict(self), "gpus": [asdict(g) for g in self.gpus],
-                "ranks": [asdict(r) for r in self.ranks]}  # fmt: skip
+        return {
+            **asdict(self),
+            "gpus": [asdict(g) for g in self.gpus],
+            "ranks": [asdict(r) for r in self.ranks],
+        }
 
     @classmethod
     def from_json(cls, document: dict) -> TelemetryFigures:
-        return cls(**{**document, "gpus": tuple(GpuFigures(**g) for g in document.get("gpus", ())),
-                      "ranks": tuple(RankFigures(**r) for r in document.get("ranks", ()))})  # fmt: skip
+        return cls(
+            **{
+                **document,
+                "gpus": tuple(GpuFigures(**g) for g in document.get("gpus", ())),
+                "ranks": tuple(RankFigures(**r) for r in document.get("ranks", ())),
+            }
+        )
 
 
 @dataclass
@@ -102,9 +110,16 @@ class _GpuTrack:
 class TelemetryLog:
     """Samples while a run goes and keeps it: :meth:`start`, then :meth:`stop` for the figures."""
 
-    def __init__(self, path: Path, *, interval: float, ranks: RankSource,
-                 full_rate_samples: int = FULL_RATE_SAMPLES, thin_every: int = THIN_EVERY,
-                 max_bytes: int = MAX_BYTES) -> None:  # fmt: skip
+    def __init__(
+        self,
+        path: Path,
+        *,
+        interval: float,
+        ranks: RankSource,
+        full_rate_samples: int = FULL_RATE_SAMPLES,
+        thin_every: int = THIN_EVERY,
+        max_bytes: int = MAX_BYTES,
+    ) -> None:
         self.path = path
         self.interval = interval
         self.full_rate_samples, self.thin_every, self.max_bytes = full_rate_samples, thin_every, max_bytes
@@ -186,15 +201,27 @@ class TelemetryLog:
 
     def _figures(self) -> TelemetryFigures:
         gpus = tuple(
-            GpuFigures(uuid, t.name, _int(t.mem.peak), t.util.mean, t.power.mean, t.power.peak,
-                       (t.energy_last - t.energy_first) / 1000 if t.energy_first is not None
-                       and t.energy_last is not None and t.energy_last >= t.energy_first else None)
+            GpuFigures(
+                uuid,
+                t.name,
+                _int(t.mem.peak),
+                t.util.mean,
+                t.power.mean,
+                t.power.peak,
+                (t.energy_last - t.energy_first) / 1000
+                if t.energy_first is not None
+                and t.energy_last is not None
+                and t.energy_last >= t.energy_first
+                else None,
+            )
             for uuid, t in self._gpus.items()
-        )  # fmt: skip
-        ranks = tuple(RankFigures(rank, _int(rss.peak), cpu.mean)
-                      for rank, (rss, cpu) in sorted(self._ranks.items()))  # fmt: skip
-        return TelemetryFigures(self.samples, self.interval, self._host_cpu.mean, _int(self._host_mem.peak),
-                                gpus, ranks)  # fmt: skip
+        )
+        ranks = tuple(
+            RankFigures(rank, _int(rss.peak), cpu.mean) for rank, (rss, cpu) in sorted(self._ranks.items())
+        )
+        return TelemetryFigures(
+            self.samples, self.interval, self._host_cpu.mean, _int(self._host_mem.peak), gpus, ranks
+        )
 
 
 def _int(value: float | None) -> int | None:
@@ -205,14 +232,24 @@ def _line(snap: Snapshot) -> dict:
     cores = [c for c in snap.host.cpu_percent if c is not None]
     return {
         "t": round(snap.t, 3),
-        "host": {"cpu": round(sum(cores) / len(cores), 1) if cores else None,
-                 "mem_used": snap.host.memory_used},
-        "gpus": [{"i": g.index, "uuid": g.uuid,
-                  "mem_used": g.readings.memory_used if g.readings else None,
-                  "util": g.readings.util_gpu if g.readings else None,
-                  "power_w": g.readings.power_w if g.readings else None,
-                  "energy_mj": g.readings.energy_mj if g.readings else None}
-                 for g in snap.gpus],  # fmt: skip
-        "ranks": [{"rank": p.rank, "pid": p.pid, "cpu": p.cpu_percent, "rss": p.rss_bytes}
-                  for p in snap.ranks if p.alive],  # fmt: skip
+        "host": {
+            "cpu": round(sum(cores) / len(cores), 1) if cores else None,
+            "mem_used": snap.host.memory_used,
+        },
+        "gpus": [
+            {
+                "i": g.index,
+                "uuid": g.uuid,
+                "mem_used": g.readings.memory_used if g.readings else None,
+                "util": g.readings.util_gpu if g.readings else None,
+                "power_w": g.readings.power_w if g.readings else None,
+                "energy_mj": g.readings.energy_mj if g.readings else None,
+            }
+            for g in snap.gpus
+        ],
+        "ranks": [
+            {"rank": p.rank, "pid": p.pid, "cpu": p.cpu_percent, "rss": p.rss_bytes}
+            for p in snap.ranks
+            if p.alive
+        ],
     }

@@ -92,8 +92,10 @@ class Straggler:
     counted: str = "steps"  # "steps" (from data_s) or "collectives" (from the flight recorder)
 
     def describe(self) -> str:
-        text = (f"rank {self.rank} arrives {self.late_s * 1000:.0f} ms late at its collectives in "
-                f"{self.steps} of {self.of_steps} {self.counted}")  # fmt: skip
+        text = (
+            f"rank {self.rank} arrives {self.late_s * 1000:.0f} ms late at its collectives in "
+            f"{self.steps} of {self.of_steps} {self.counted}"
+        )
         if self.data_s is None or self.others_data_s is None:
             return text + " (from the flight recorder: where its time goes is not reported)"
         own, others = self.data_s * 1000, self.others_data_s * 1000
@@ -107,8 +109,9 @@ STRAGGLER_WINDOW = 500  # the latest steps looked at: a straggler is about now, 
 STRAGGLER_MIN_STEPS = 10
 
 
-def stragglers_among(rounds: list[dict[int, float]], *, counted: str = "steps",
-                     with_data: bool = False) -> tuple[Straggler, ...]:  # fmt: skip
+def stragglers_among(
+    rounds: list[dict[int, float]], *, counted: str = "steps", with_data: bool = False
+) -> tuple[Straggler, ...]:
     """The straggler rule, over rounds (steps, or collectives) in each of which every rank was seen:
     rank -> when it was ready, in seconds on one clock. A rank last in STRAGGLER_SHARE of them, by
     STRAGGLER_MIN_S on average, is one. ``with_data``: the values are the ranks' time on their
@@ -188,8 +191,10 @@ class Aggregator:
 
     def liveness(self) -> list[tuple[int, float | None, int, bool]]:
         """(rank, time of its last event, its last step, done) for every rank heard from."""
-        return [(rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
-                for rank, t in sorted(self._ranks.items())]  # fmt: skip
+        return [
+            (rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
+            for rank, t in sorted(self._ranks.items())
+        ]
 
     def recent_step_time(self, last: int = 50) -> float | None:
         """The median step time over the last steps of every rank: what "slow" means for this job."""
@@ -202,8 +207,11 @@ class Aggregator:
 
     def stack_answering(self) -> dict[int, int]:
         """Rank -> pid, for the ranks that answer a stack request and have not said done."""
-        return {rank: t.hello.pid for rank, t in self._ranks.items()
-                if t.hello and t.hello.stacks and t.done is None}  # fmt: skip
+        return {
+            rank: t.hello.pid
+            for rank, t in self._ranks.items()
+            if t.hello and t.hello.stacks and t.done is None
+        }
 
     def series(self, max_points: int = 200) -> tuple[list[int], list[float], list[float | None]]:
         """(steps, global samples/s, global-batch loss) per step every rank reached, the last points.

@@ -79,8 +79,15 @@ def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) 
 class Run(IngestReadings):
     """A run of one resolved spec in one run directory (stats, series and log lines: IngestReadings)."""
 
-    def __init__(self, resolved: ResolvedSpec, run_dir: RunDir, *, python: str = sys.executable,
-                 environ: Mapping[str, str] | None = None, cpu_count: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        resolved: ResolvedSpec,
+        run_dir: RunDir,
+        *,
+        python: str = sys.executable,
+        environ: Mapping[str, str] | None = None,
+        cpu_count: int | None = None,
+    ) -> None:
         self.resolved = resolved
         self.run_dir = run_dir
         self.run_id = uuid.uuid4().hex
@@ -90,14 +97,25 @@ class Run(IngestReadings):
         self._nodes = None
         if resolved.spec.nnodes > 1:
             self._nodes = NodeWatch(resolved, run_dir, python=python, log=self.log)
-        self.launch: Launch = build_command(resolved, run_dir, self.run_id, python=python,
-                                            cpu_count=cpu_count or host_module.cpu_count(),
-                                            base_env=os.environ if environ is None else environ,
-                                            local_addr=self._nodes and self._nodes.local_addr)  # fmt: skip
+        self.launch: Launch = build_command(
+            resolved,
+            run_dir,
+            self.run_id,
+            python=python,
+            cpu_count=cpu_count or host_module.cpu_count(),
+            base_env=os.environ if environ is None else environ,
+            local_addr=self._nodes and self._nodes.local_addr,
+        )
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
-        self._tree = ProcessTree(self.launch, self.run_id, resolved.spec.nice, ranks_here=resolved.ranks_here,
-                                 launcher_is_rank=not resolved.mode.multi_process, log=self.log)  # fmt: skip
+        self._tree = ProcessTree(
+            self.launch,
+            self.run_id,
+            resolved.spec.nice,
+            ranks_here=resolved.ranks_here,
+            launcher_is_rank=not resolved.mode.multi_process,
+            log=self.log,
+        )
         self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None
@@ -108,12 +126,20 @@ class Run(IngestReadings):
         self._started_at = 0.0
         self._stop_requested = False
         self._node_cause: RootCause | None = None  # what ended the run from another node, or its absence
-        self._watchdog = Watchdog(resolved, run_dir, self._ingest, self._tree, log=self.log, stop=self.stop,
-                                  local_ranks=self._local_pids)
+        self._watchdog = Watchdog(
+            resolved,
+            run_dir,
+            self._ingest,
+            self._tree,
+            log=self.log,
+            stop=self.stop,
+            local_ranks=self._local_pids,
+        )
 
     @classmethod
-    def prepare(cls, spec: LaunchSpec, host: host_module.Host | None = None, *, name: str | None = None,
-                **kwargs) -> Run:  # fmt: skip
+    def prepare(
+        cls, spec: LaunchSpec, host: host_module.Host | None = None, *, name: str | None = None, **kwargs
+    ) -> Run:
         """Resolve the spec, create its run directory and write ``spec.json``.
 
         ``name`` ends the run folder's name (default: the mode's). Raises SpecError,
@@ -130,14 +156,24 @@ class Run(IngestReadings):
         try:
             run_dir.require_room(MIN_FREE_BYTES)
             run = cls(resolved, run_dir, **kwargs)
-            run_dir.write_json(run_dir.spec_path, {
-                "spec": resolved.to_json(), "run_id": run.run_id, "argv": list(run.launch.argv),
-                "env_changes": run.launch.env_changes, "created_at": time.time(),
-                "mgpu_tui_version": __version__,
-                # Which machine ran it: runs compared from their records must say when they differ.
-                "machine": {"hostname": socket.gethostname(), "cpu_count": host.cpu_count,
-                            "gpu_count": host.gpu_count, "gpu_note": host.gpu_note},
-            })  # fmt: skip
+            run_dir.write_json(
+                run_dir.spec_path,
+                {
+                    "spec": resolved.to_json(),
+                    "run_id": run.run_id,
+                    "argv": list(run.launch.argv),
+                    "env_changes": run.launch.env_changes,
+                    "created_at": time.time(),
+                    "mgpu_tui_version": __version__,
+                    # Which machine ran it: runs compared from their records must say when they differ.
+                    "machine": {
+                        "hostname": socket.gethostname(),
+                        "cpu_count": host.cpu_count,
+                        "gpu_count": host.gpu_count,
+                        "gpu_note": host.gpu_note,
+                    },
+                },
+            )
         except RunDirError:
             if run is not None:
                 run.log.close()
@@ -151,8 +187,9 @@ class Run(IngestReadings):
         if self.state is not RunState.CREATED:
             raise RuntimeError("this run was already started")
         if not self._monitor.hold():  # the run still goes; only others cannot tell it is live
-            self.log.warning("cannot lock %s: `mgpu-tui open` will see this run as cut off",
-                             self.run_dir.monitor_lock_path)  # fmt: skip
+            self.log.warning(
+                "cannot lock %s: `mgpu-tui open` will see this run as cut off", self.run_dir.monitor_lock_path
+            )
         self._started_at = time.time()
         if self._nodes is not None:
             # Several nodes: the ranks start once this node hosts or has joined the store (poll()).
@@ -166,8 +203,9 @@ class Run(IngestReadings):
             self._start_launcher()
         interval = self.resolved.spec.sample_interval
         if interval:  # the machine during the run, kept with it (engine/records/telemetry_log.py)
-            self._telemetry = TelemetryLog(self.run_dir.telemetry_path, interval=interval,
-                                           ranks=self.rank_processes)
+            self._telemetry = TelemetryLog(
+                self.run_dir.telemetry_path, interval=interval, ranks=self.rank_processes
+            )
             self._telemetry.start()
         self.state = RunState.RUNNING
 
@@ -186,9 +224,15 @@ class Run(IngestReadings):
         finally:
             out.close()
             err.close()
-        self.log.info("started %s, %d rank(s) on %s (%s): pid %d, %s", self.resolved.mode.name,
-                      self.resolved.world_size, self.resolved.device, self.resolved.backend,
-                      self._tree.proc.pid, " ".join(self.launch.argv))  # fmt: skip
+        self.log.info(
+            "started %s, %d rank(s) on %s (%s): pid %d, %s",
+            self.resolved.mode.name,
+            self.resolved.world_size,
+            self.resolved.device,
+            self.resolved.backend,
+            self._tree.proc.pid,
+            " ".join(self.launch.argv),
+        )
 
     def _let_go(self) -> None:
         """The launcher could not start: nothing of the run may stay (the node link), nor its lock."""
@@ -230,8 +274,13 @@ class Run(IngestReadings):
             self._launcher_ended(returncode)
         return self.state
 
-    def wait(self, timeout: float | None = None, *, interval: float = 0.5,
-             on_poll: Callable[[Run], None] | None = None) -> RunState:  # fmt: skip
+    def wait(
+        self,
+        timeout: float | None = None,
+        *,
+        interval: float = 0.5,
+        on_poll: Callable[[Run], None] | None = None,
+    ) -> RunState:
         """Poll until the run ends (or ``timeout`` passes); ``on_poll`` is called after each poll."""
         deadline = None if timeout is None else time.monotonic() + timeout
         while not self.poll().finished:
@@ -282,8 +331,11 @@ class Run(IngestReadings):
         """Rank -> (pid, CUDA UUID) for this node's ranks whose hello named a process of this
         run: a telemetry Sampler's ``ranks`` source. Any other pid a rank wrote is not believed
         (on several nodes, another node's pid numbers mean nothing here)."""
-        return {rank: (pid, uuid) for rank, (pid, uuid) in self._ingest.rank_processes().items()
-                if self._tree.is_rank_here(rank, pid)}  # fmt: skip
+        return {
+            rank: (pid, uuid)
+            for rank, (pid, uuid) in self._ingest.rank_processes().items()
+            if self._tree.is_rank_here(rank, pid)
+        }
 
     def _local_pids(self) -> dict[int, int]:
         return {rank: pid for rank, (pid, _) in self.rank_processes().items()}
@@ -345,8 +397,9 @@ class Run(IngestReadings):
         self._tree.kill_all()
         self._ingest.read()
         if returncode == 0 and self.resolved.spec.verify and not self._stop_requested and self.stall is None:
-            self._verification = Verification(self.resolved, self.run_dir, python=self.python,
-                                              env=self.launch.env)  # fmt: skip
+            self._verification = Verification(
+                self.resolved, self.run_dir, python=self.python, env=self.launch.env
+            )
             self.log.info("verifying against the single-device baseline (pid %d)", self._verification.pid)
             self.state = RunState.VERIFYING
             return
@@ -371,9 +424,12 @@ class Run(IngestReadings):
             root_cause = None
         elif root_cause is None:
             spec = self.resolved.spec
-            root_cause = find_root_cause(self.run_dir, launcher_exit_code=returncode,
-                                         single_process=not self.resolved.mode.multi_process,
-                                         rank_offset=spec.node_rank * (spec.nproc or 1))  # fmt: skip
+            root_cause = find_root_cause(
+                self.run_dir,
+                launcher_exit_code=returncode,
+                single_process=not self.resolved.mode.multi_process,
+                rank_offset=spec.node_rank * (spec.nproc or 1),
+            )
             if root_cause.rank is not None and self._work_finished(root_cause.rank):
                 root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
             if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
@@ -384,25 +440,42 @@ class Run(IngestReadings):
             nodes = tuple(n.to_json() for n in self._nodes.view())
             self._nodes.close()
         if foreign := sorted(self._ingest.foreign_files):
-            self.log.warning("not read: event files of %d rank(s) outside the job's 0..%d (%s)",
-                             len(foreign), self.resolved.world_size - 1,
-                             ", ".join(f"rank{r}" for r in foreign[:10]))  # fmt: skip
+            self.log.warning(
+                "not read: event files of %d rank(s) outside the job's 0..%d (%s)",
+                len(foreign),
+                self.resolved.world_size - 1,
+                ", ".join(f"rank{r}" for r in foreign[:10]),
+            )
         if self.resolved.spec.nnodes == 1:  # the ranks' last flight-recorder dumps: who arrived late
             self._ingest.read_flight_records(range(self.resolved.world_size))
         telemetry = self._telemetry.stop() if self._telemetry is not None else None
         self.summary = RunSummary.build(
-            self.resolved, str(self.run_dir.path), self._ingest.stats(), status=state.value,
-            exit_code=returncode, root_cause=root_cause, started_at=self._started_at, ended_at=time.time(),
-            malformed_events=self._ingest.malformed_events, verify=verify, stall=self.stall,
-            pid_ok=self._tree.is_rank_here, telemetry=telemetry,
-            nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None, nodes=nodes,
-        )  # fmt: skip
+            self.resolved,
+            str(self.run_dir.path),
+            self._ingest.stats(),
+            status=state.value,
+            exit_code=returncode,
+            root_cause=root_cause,
+            started_at=self._started_at,
+            ended_at=time.time(),
+            malformed_events=self._ingest.malformed_events,
+            verify=verify,
+            stall=self.stall,
+            pid_ok=self._tree.is_rank_here,
+            telemetry=telemetry,
+            nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None,
+            nodes=nodes,
+        )
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())
         except RunDirError as exc:  # a full disk: the summary is still shown, only not kept
             self.log.error("%s", exc)
-        self.log.info("%s%s%s", state.value, f"; {root_cause.headline()}" if root_cause else "",
-                      f"; verify: {verify.describe()}" if verify else "")  # fmt: skip
+        self.log.info(
+            "%s%s%s",
+            state.value,
+            f"; {root_cause.headline()}" if root_cause else "",
+            f"; verify: {verify.describe()}" if verify else "",
+        )
         self._ingest.close()
         self._watchdog.close()
         self._tree.close()

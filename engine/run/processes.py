@@ -34,9 +34,16 @@ STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL: torchrun's own 30 s
 
 
 class ProcessTree:
-    def __init__(self, launch: Launch, run_id: str, nice: int, *, launcher_is_rank: bool,
-                 ranks_here: range = range(1 << 20),
-                 log: logging.LoggerAdapter | logging.Logger | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        launch: Launch,
+        run_id: str,
+        nice: int,
+        *,
+        launcher_is_rank: bool,
+        ranks_here: range = range(1 << 20),
+        log: logging.LoggerAdapter | logging.Logger | None = None,
+    ) -> None:
         self.log = log or logging.getLogger(__name__)
         self.ranks_here = ranks_here  # the global ranks this node starts
         self.launch = launch

@@ -62,47 +62,70 @@ class RootCause:
 # What a rank says when it is the casualty of another rank's failure, not its cause: its peer went
 # away, its process group was aborted under it, or it timed out waiting for a peer that hung. One
 # pattern for torchrun's order of failures (_first_cause), the nodes' (is_consequence) and the hint.
-PEER_LOST = re.compile(r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
-                       r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted|"
-                       r"Watchdog caught collective operation timeout|NCCL watchdog", re.I)
+PEER_LOST = re.compile(
+    r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
+    r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted|"
+    r"Watchdog caught collective operation timeout|NCCL watchdog",
+    re.I,
+)
 # The common signatures of distributed training's failures, and what each means for the user:
 # (a pattern searched in the message and the traceback, the hint). The first that matches wins.
 HINTS = (
-    (r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available|"
-     r"torch\._C' has no attribute '_cuda",
-     "the script asks for CUDA, but torch here cannot use a GPU (this torch is a CPU build, or there is "
-     "no NVIDIA driver): run it with --device cpu, or let the script choose its device with "
-     "torch.cuda.is_available()."),
-    (r"ProcessGroupNCCL is only supported with GPUs|Distributed package doesn't have NCCL|"
-     r"NCCL is not available",
-     "NCCL needs CUDA GPUs, and there are none for it here: use the gloo backend on the CPU "
-     "(init_process_group(\"gloo\"))."),
-    (r"EADDRINUSE|[Aa]ddress already in use",
-     "another process already listens on the rendezvous port: choose another --master-port, or leave it "
-     "out to get a free one."),
-    (r"CUDA out of memory|OutOfMemoryError",
-     "the GPU ran out of memory: lower the batch size, train in mixed precision (--amp), accumulate "
-     "gradients (--accum), or shard the model (fsdp) so that each rank holds less."),
-    (r"Expected all tensors to be on the same device|is not on the expected device",
-     "two tensors of one operation are on different devices: move the model and every batch to this "
-     "rank's device (under DDP, the device of its LOCAL_RANK)."),
-    (r"Expected to have finished reduction in the prior iteration",
-     "DDP waited for the gradients of parameters that took no part in the loss: pass "
-     "find_unused_parameters=True to DistributedDataParallel, or make every parameter count."),
-    (r"[Mm]ismatch between collectives|[Dd]etected mismatch|collective mismatch",
-     "the ranks called different collectives (or the same one with other shapes) at the same point: "
-     "every rank must issue the same collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL "
-     "names them."),
-    (r"Duplicate GPU detected",
-     "two ranks use the same GPU in one NCCL communicator: give each rank its own device "
-     "(torch.cuda.set_device(LOCAL_RANK)), or let ranks share GPUs over gloo (--share-gpus)."),
-    (r"invalid device ordinal",
-     "a rank asked for a GPU that does not exist: this node has fewer GPUs than ranks; lower --nproc, "
-     "or let ranks share GPUs (--share-gpus)."),
-    (PEER_LOST,
-     "this rank lost a peer: another rank failed or was killed first, and this error is the consequence; "
-     "look for the cause in the other ranks' errors."),
-)  # fmt: skip
+    (
+        r"Torch not compiled with CUDA enabled|Found no NVIDIA driver|No CUDA GPUs are available|"
+        r"torch\._C' has no attribute '_cuda",
+        "the script asks for CUDA, but torch here cannot use a GPU (this torch is a CPU build, or there is "
+        "no NVIDIA driver): run it with --device cpu, or let the script choose its device with "
+        "torch.cuda.is_available().",
+    ),
+    (
+        r"ProcessGroupNCCL is only supported with GPUs|Distributed package doesn't have NCCL|"
+        r"NCCL is not available",
+        "NCCL needs CUDA GPUs, and there are none for it here: use the gloo backend on the CPU "
+        '(init_process_group("gloo")).',
+    ),
+    (
+        r"EADDRINUSE|[Aa]ddress already in use",
+        "another process already listens on the rendezvous port: choose another --master-port, or leave it "
+        "out to get a free one.",
+    ),
+    (
+        r"CUDA out of memory|OutOfMemoryError",
+        "the GPU ran out of memory: lower the batch size, train in mixed precision (--amp), accumulate "
+        "gradients (--accum), or shard the model (fsdp) so that each rank holds less.",
+    ),
+    (
+        r"Expected all tensors to be on the same device|is not on the expected device",
+        "two tensors of one operation are on different devices: move the model and every batch to this "
+        "rank's device (under DDP, the device of its LOCAL_RANK).",
+    ),
+    (
+        r"Expected to have finished reduction in the prior iteration",
+        "DDP waited for the gradients of parameters that took no part in the loss: pass "
+        "find_unused_parameters=True to DistributedDataParallel, or make every parameter count.",
+    ),
+    (
+        r"[Mm]ismatch between collectives|[Dd]etected mismatch|collective mismatch",
+        "the ranks called different collectives (or the same one with other shapes) at the same point: "
+        "every rank must issue the same collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL "
+        "names them.",
+    ),
+    (
+        r"Duplicate GPU detected",
+        "two ranks use the same GPU in one NCCL communicator: give each rank its own device "
+        "(torch.cuda.set_device(LOCAL_RANK)), or let ranks share GPUs over gloo (--share-gpus).",
+    ),
+    (
+        r"invalid device ordinal",
+        "a rank asked for a GPU that does not exist: this node has fewer GPUs than ranks; lower --nproc, "
+        "or let ranks share GPUs (--share-gpus).",
+    ),
+    (
+        PEER_LOST,
+        "this rank lost a peer: another rank failed or was killed first, and this error is the consequence; "
+        "look for the cause in the other ranks' errors.",
+    ),
+)
 ABORT_AT_EXIT = re.compile(r"terminate called without an active exception")
 WORK_DONE_ABORT = (
     "every step had finished before this crash: the process aborted while shutting down (a gloo/DDP "
@@ -224,8 +247,10 @@ def launcher_failure(text: str) -> tuple[str, str]:
     if _PORT_IN_USE.search(text):
         port = _PORT.search(text[max(0, _PORT_IN_USE.search(text).start() - 2000) :])
         which = f" {port.group(1)}" if port else ""
-        message = (f"the launcher could not open its rendezvous port{which}: it is in use by another "
-                   "process (EADDRINUSE); choose another --master-port, or leave it out to get a free one")
+        message = (
+            f"the launcher could not open its rendezvous port{which}: it is in use by another "
+            "process (EADDRINUSE); choose another --master-port, or leave it out to get a free one"
+        )
         return message, tail
     errors = [line.strip() for line in tail.splitlines() if _ERROR_LINE.search(line)]
     if errors:

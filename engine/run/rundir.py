@@ -225,8 +225,10 @@ class RunDir:
         """RunDirError unless the disk holds at least ``min_bytes`` free for the run's files."""
         free = self.free_bytes()
         if free is not None and free < min_bytes:
-            raise RunDirError(f"the disk that holds {self.path.parent} has {free >> 10} KiB free; a run "
-                              f"needs at least {min_bytes >> 20} MiB for its logs.")  # fmt: skip
+            raise RunDirError(
+                f"the disk that holds {self.path.parent} has {free >> 10} KiB free; a run "
+                f"needs at least {min_bytes >> 20} MiB for its logs."
+            )
 
     def free_bytes(self) -> int | None:
         """Space left for the run's files on the disk that holds them (None when unknown)."""

@@ -52,8 +52,10 @@ from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.verify import Verify
 from mgpu_tui.engine.run.watchdog import Stall
 
-SHARED_GPUS_NOTE = ("the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
-                    "but the timings say nothing about a box with a GPU for each rank.")  # fmt: skip
+SHARED_GPUS_NOTE = (
+    "the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
+    "but the timings say nothing about a box with a GPU for each rank."
+)
 
 
 def run_note(resolved: ResolvedSpec) -> str | None:
@@ -71,20 +73,35 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
     spec = resolved.spec
     if spec.script or spec.module:
         return ()  # a user's program: no shape to predict from
-    schedule = spec.demo_args[spec.demo_args.index("--schedule") + 1] if "--schedule" in spec.demo_args[:-1] \
-        else "gpipe"  # fmt: skip
-    training = Training(optimizer="sgd", amp=spec.amp, batch_size=spec.batch_size,
-                        microbatches=spec.microbatches * spec.accum, schedule=schedule)  # fmt: skip
-    predicted = predicted_per_rank(resolved.mode.name, resolved.workload, resolved.world_size, training,
-                                   stages=spec.stages)  # fmt: skip
+    schedule = (
+        spec.demo_args[spec.demo_args.index("--schedule") + 1]
+        if "--schedule" in spec.demo_args[:-1]
+        else "gpipe"
+    )
+    training = Training(
+        optimizer="sgd",
+        amp=spec.amp,
+        batch_size=spec.batch_size,
+        microbatches=spec.microbatches * spec.accum,
+        schedule=schedule,
+    )
+    predicted = predicted_per_rank(
+        resolved.mode.name, resolved.workload, resolved.world_size, training, stages=spec.stages
+    )
     measured = {r.rank: r for r in stats.ranks}
     rows = []
     for rank in range(resolved.world_size):
         state, total = predicted.get(rank, (None, None))
         r = measured.get(rank)
-        rows.append({"rank": rank, "predicted_state_bytes": state,
-                     "measured_state_bytes": r.state_bytes if r else None, "predicted_total_bytes": total,
-                     "peak_bytes": r.mem_peak_bytes if r else None})  # fmt: skip
+        rows.append(
+            {
+                "rank": rank,
+                "predicted_state_bytes": state,
+                "measured_state_bytes": r.state_bytes if r else None,
+                "predicted_total_bytes": total,
+                "peak_bytes": r.mem_peak_bytes if r else None,
+            }
+        )
     return tuple(rows)
 
 
@@ -143,12 +160,25 @@ class RunSummary:
         return self.status == "ok" and (self.verify is None or self.verify.ok)
 
     @classmethod
-    def build(cls, resolved: ResolvedSpec, run_dir: str, stats: RunStats, *, status: str,
-              exit_code: int | None, root_cause: RootCause | None, started_at: float, ended_at: float,
-              malformed_events: int, verify: Verify | None = None, stall: Stall | None = None,
-              pid_ok: Callable[[int, int], bool] = lambda rank, pid: True,
-              telemetry: TelemetryFigures | None = None, nccl: dict | None = None,
-              nodes: tuple[dict, ...] = ()) -> RunSummary:  # fmt: skip
+    def build(
+        cls,
+        resolved: ResolvedSpec,
+        run_dir: str,
+        stats: RunStats,
+        *,
+        status: str,
+        exit_code: int | None,
+        root_cause: RootCause | None,
+        started_at: float,
+        ended_at: float,
+        malformed_events: int,
+        verify: Verify | None = None,
+        stall: Stall | None = None,
+        pid_ok: Callable[[int, int], bool] = lambda rank, pid: True,
+        telemetry: TelemetryFigures | None = None,
+        nccl: dict | None = None,
+        nodes: tuple[dict, ...] = (),
+    ) -> RunSummary:
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
         host; others are not shown."""
         world = resolved.world_size  # the job's, never what a rank claims
@@ -173,11 +203,22 @@ class RunSummary:
             step_time_s_p10_p90=stats.step_time_s_spread,
             final_loss=stats.final_loss,
             peak_mem_bytes=tuple(peaks.get(rank) for rank in range(world)),
-            ranks=tuple(RankSummary(r.rank, r.last_step, r.samples_per_s, r.loss, r.mem_peak_bytes, r.device,
-                                    r.pid if r.pid is not None and pid_ok(r.rank, r.pid) else None, r.done)
-                        for r in stats.ranks),  # fmt: skip
-            launch_to_first_step_s=(stats.first_step_t - started_at if stats.first_step_t is not None
-                                    else None),  # fmt: skip
+            ranks=tuple(
+                RankSummary(
+                    r.rank,
+                    r.last_step,
+                    r.samples_per_s,
+                    r.loss,
+                    r.mem_peak_bytes,
+                    r.device,
+                    r.pid if r.pid is not None and pid_ok(r.rank, r.pid) else None,
+                    r.done,
+                )
+                for r in stats.ranks
+            ),
+            launch_to_first_step_s=(
+                stats.first_step_t - started_at if stats.first_step_t is not None else None
+            ),
             duration_s=ended_at - started_at,
             malformed_events=malformed_events,
             run_dir=run_dir,

@@ -40,8 +40,10 @@ class Verify:
     def describe(self) -> str:
         if self.error:
             return self.error
-        text = (f"max abs diff {self.max_abs_diff:.2e} vs the baseline "
-                f"(tolerance {self.tolerance:.0e}, {self.precision})")  # fmt: skip
+        text = (
+            f"max abs diff {self.max_abs_diff:.2e} vs the baseline "
+            f"(tolerance {self.tolerance:.0e}, {self.precision})"
+        )
         if self.missing or self.unexpected:
             text += f"; missing {list(self.missing)}, unexpected {list(self.unexpected)}"
         return text
@@ -63,20 +65,32 @@ class Verify:
 
 
 def verify_argv(resolved: ResolvedSpec, run_dir: RunDir, python: str) -> list[str]:
-    return [python, "-m", VERIFY_MODULE, "--params-dir", str(run_dir.params_dir),
-            *demo_argv(resolved, run_dir)]  # fmt: skip
+    return [
+        python,
+        "-m",
+        VERIFY_MODULE,
+        "--params-dir",
+        str(run_dir.params_dir),
+        *demo_argv(resolved, run_dir),
+    ]
 
 
 class Verification:
     """The baseline retrained and compared in a child process; poll until it has a :class:`Verify`."""
 
-    def __init__(self, resolved: ResolvedSpec, run_dir: RunDir, *, python: str,
-                 env: Mapping[str, str]) -> None:  # fmt: skip
+    def __init__(
+        self, resolved: ResolvedSpec, run_dir: RunDir, *, python: str, env: Mapping[str, str]
+    ) -> None:
         self.run_dir = run_dir
         self._out = run_dir.path / "verify.json"
         with open(self._out, "wb") as stdout, open(run_dir.path / "verify.log", "wb") as stderr:
-            self._proc = subprocess.Popen(verify_argv(resolved, run_dir, python), env=dict(env),
-                                          stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr)  # fmt: skip
+            self._proc = subprocess.Popen(
+                verify_argv(resolved, run_dir, python),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=stderr,
+            )
         self._deadline = time.monotonic() + TIMEOUT_S
 
     @property

@@ -69,24 +69,33 @@ class Stall:
     culprit: int | None = None  # the rank the verdict blames
 
     def to_json(self) -> dict:
-        return {"timeout_s": self.timeout_s, "ranks": [asdict(r) for r in self.ranks],
-                "stacks_dir": self.stacks_dir, "verdict": self.verdict, "culprit": self.culprit}  # fmt: skip
+        return {
+            "timeout_s": self.timeout_s,
+            "ranks": [asdict(r) for r in self.ranks],
+            "stacks_dir": self.stacks_dir,
+            "verdict": self.verdict,
+            "culprit": self.culprit,
+        }
 
     @classmethod
     def from_json(cls, document: dict) -> Stall:
         fields = StalledRank.__dataclass_fields__
-        return cls(document["timeout_s"],
-                   tuple(StalledRank(**{k: v for k, v in r.items() if k in fields})
-                         for r in document["ranks"]),
-                   document["stacks_dir"], document.get("verdict"), document.get("culprit"))  # fmt: skip
+        return cls(
+            document["timeout_s"],
+            tuple(StalledRank(**{k: v for k, v in r.items() if k in fields}) for r in document["ranks"]),
+            document["stacks_dir"],
+            document.get("verdict"),
+            document.get("culprit"),
+        )
 
     def root_cause(self) -> RootCause:
         """The stall as a root cause, with every stuck rank's stacks.
 
         A stopped process is the likeliest culprit (the others wait for it in a collective),
         so it comes first; then the rank furthest behind."""
-        stuck = sorted(self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit,
-                                                  r.last_step, r.rank))  # fmt: skip
+        stuck = sorted(
+            self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit, r.last_step, r.rank)
+        )
         where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
         parts = []
         for r in stuck:
@@ -102,8 +111,10 @@ class Stall:
         if stopped:
             ranks = ", ".join(map(str, stopped))
             verb = "is" if len(stopped) == 1 else "are"
-            message += (f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
-                        "debugger) and cannot run until continued (SIGCONT)")  # fmt: skip
+            message += (
+                f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
+                "debugger) and cannot run until continued (SIGCONT)"
+            )
         return RootCause(stuck[0].rank, None, None, message, "\n".join(parts))
 
 
@@ -122,13 +133,16 @@ Liveness = list[tuple[int, float | None, int, bool]]
 
 
 def find_stalled(liveness: Liveness, timeout: float, now: float) -> tuple[StalledRank, ...]:
-    return tuple(StalledRank(rank, last_step, round(now - last_t, 1))
-                 for rank, last_t, last_step, done in liveness
-                 if not done and last_t is not None and now - last_t > timeout)  # fmt: skip
+    return tuple(
+        StalledRank(rank, last_step, round(now - last_t, 1))
+        for rank, last_t, last_step, done in liveness
+        if not done and last_t is not None and now - last_t > timeout
+    )
 
 
-def request_stacks(stalled: tuple[StalledRank, ...], stacks_dir: Path,
-                   signal_ranks: Callable[[], object]) -> None:  # fmt: skip
+def request_stacks(
+    stalled: tuple[StalledRank, ...], stacks_dir: Path, signal_ranks: Callable[[], object]
+) -> None:
     """Ask every rank for its stacks, then wait (a few seconds at most) for the stalled ranks' files."""
     signal_ranks()
     deadline = time.monotonic() + STACKS_WAIT_S
@@ -154,9 +168,17 @@ class Watchdog:
     ``local_ranks()`` gives rank -> pid for this node's ranks whose pid the process tree holds:
     nothing else is ever signalled."""
 
-    def __init__(self, resolved: ResolvedSpec, run_dir: RunDir, ingest: Ingest, tree: ProcessTree, *,
-                 local_ranks: Callable[[], dict[int, int]], stop: Callable[[], object],
-                 log: logging.LoggerAdapter | logging.Logger) -> None:  # fmt: skip
+    def __init__(
+        self,
+        resolved: ResolvedSpec,
+        run_dir: RunDir,
+        ingest: Ingest,
+        tree: ProcessTree,
+        *,
+        local_ranks: Callable[[], dict[int, int]],
+        stop: Callable[[], object],
+        log: logging.LoggerAdapter | logging.Logger,
+    ) -> None:
         self.resolved, self.run_dir, self.ingest, self.tree = resolved, run_dir, ingest, tree
         self.local_ranks, self.stop, self.log = local_ranks, stop, log
         self.stall: Stall | None = None  # once some rank stopped reporting
@@ -185,8 +207,9 @@ class Watchdog:
         a full disk (also one that filled between two looks and failed the run), or a stall."""
         full_now = (self.run_dir.free_bytes() or MIN_FREE_BYTES) < 1 << 20
         if self.disk_full is not None or (returncode != 0 and full_now):
-            why = self.disk_full or ("the disk that holds the run directory is full: the ranks could not "
-                                     "write their logs")
+            why = self.disk_full or (
+                "the disk that holds the run directory is full: the ranks could not write their logs"
+            )
             return True, RootCause(None, returncode, None, why, "")
         if self.stall is not None:
             return self.resolved.spec.on_stall == "stop", self.stall.root_cause()
@@ -209,9 +232,14 @@ class Watchdog:
         local = self.local_ranks()
         answering = {rank for rank, pid in self.ingest.stack_answering().items() if local.get(rank) == pid}
         pids = [local[rank] for rank in sorted(answering)]
-        stalled = tuple(dataclasses.replace(r, process=self.tree.process_state(local[r.rank])
-                                            if r.rank in local else None,
-                                            answers_stacks=r.rank in answering) for r in stalled)  # fmt: skip
+        stalled = tuple(
+            dataclasses.replace(
+                r,
+                process=self.tree.process_state(local[r.rank]) if r.rank in local else None,
+                answers_stacks=r.rank in answering,
+            )
+            for r in stalled
+        )
         who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
         self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
         asked = request_flight_records(self.run_dir.path)  # answered by a thread of each rank
@@ -223,8 +251,9 @@ class Watchdog:
         if self.resolved.spec.on_stall == "stop":
             self.stop()
 
-    def _verdict(self, stalled: tuple[StalledRank, ...], stacks_dir: Path,
-                 asked: float) -> tuple[str, int] | None:  # fmt: skip
+    def _verdict(
+        self, stalled: tuple[StalledRank, ...], stacks_dir: Path, asked: float
+    ) -> tuple[str, int] | None:
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
         ranks = self.resolved.ranks_here  # from the spec: a script's ranks need not have said hello
@@ -251,8 +280,10 @@ class Watchdog:
     def _disk(self) -> None:
         free = self.run_dir.free_bytes()
         if self.disk_full is None and free is not None and free < MIN_FREE_BYTES:
-            self.disk_full = (f"the disk that holds the run directory is full ({free >> 10} KiB left): "
-                              "every rank was stopped before its logs and events were lost")  # fmt: skip
+            self.disk_full = (
+                f"the disk that holds the run directory is full ({free >> 10} KiB left): "
+                "every rank was stopped before its logs and events were lost"
+            )
             self.log.error("%s", self.disk_full)
             self.stop()
 
@@ -267,5 +298,9 @@ class Watchdog:
             self._ranks_killed = True
             killed = self.tree.kill_ranks()
             if killed:
-                self.log.warning("%.0f s after a rank failed, %d process(es) still ran: killed %s",
-                                 STOP_GRACE_S, len(killed), killed)  # fmt: skip
+                self.log.warning(
+                    "%.0f s after a rank failed, %d process(es) still ran: killed %s",
+                    STOP_GRACE_S,
+                    len(killed),
+                    killed,
+                )

@@ -254,8 +254,9 @@ class MgpuApp(App):
     async def open_run(self, path: Path) -> None:
         """Show a run from its folder: a finished one replayed, a live one followed (never owned)."""
         if self.busy:
-            self.notify("A run of this app is going; stop it first (s).", title="Cannot open",
-                        severity="error")
+            self.notify(
+                "A run of this app is going; stop it first (s).", title="Cannot open", severity="error"
+            )
             return
         from mgpu_tui.engine.records.history import RecordError
 
@@ -318,8 +319,10 @@ class MgpuApp(App):
 
         from mgpu_tui.app.views.confirm import Confirm
 
-        question = (f"This run was started elsewhere (its monitor is pid {monitor.pid}, "
-                    f"user {monitor.owner}). Stop it and every rank?")  # fmt: skip
+        question = (
+            f"This run was started elsewhere (its monitor is pid {monitor.pid}, "
+            f"user {monitor.owner}). Stop it and every rank?"
+        )
         self.push_screen(Confirm(question), answered)
 
     def action_toggle_guide(self) -> None:

@@ -44,8 +44,9 @@ class CompareController:
         from mgpu_tui.engine.compare import comparison as compare  # loaded by the first comparison
 
         comparison = compare.new_comparison(modes, template)
-        runner = compare.Runner(compare.compare_specs(modes, template), comparison, host=self.host(),
-                                on_update=self._post_update)  # fmt: skip
+        runner = compare.Runner(
+            compare.compare_specs(modes, template), comparison, host=self.host(), on_update=self._post_update
+        )
         runner.check()
         self.runner = runner
         self._thread = threading.Thread(target=self._work, args=(runner,), name="mgpu-compare", daemon=True)
@@ -61,9 +62,14 @@ class CompareController:
             runner.run()
         except Exception as exc:  # a bug in running the comparison: say so, and leave no rank behind
             log.exception("the comparison failed; stopping its runs")
-            self.app.call_from_thread(self.app.notify, f"The comparison failed ({type(exc).__name__}); "
-                                      "every rank was stopped. The app's log has the details.",
-                                      severity="error", timeout=12, markup=False)  # fmt: skip
+            self.app.call_from_thread(
+                self.app.notify,
+                f"The comparison failed ({type(exc).__name__}); "
+                "every rank was stopped. The app's log has the details.",
+                severity="error",
+                timeout=12,
+                markup=False,
+            )
             runner.close()
         finally:
             if not self._closed.is_set():

@@ -21,8 +21,9 @@ if TYPE_CHECKING:
 
 
 class MachineFeed:
-    def __init__(self, app: App, interval: float,
-                 ranks: Callable[[], dict[int, tuple[int, str | None]]]) -> None:  # fmt: skip
+    def __init__(
+        self, app: App, interval: float, ranks: Callable[[], dict[int, tuple[int, str | None]]]
+    ) -> None:
         self.app = app
         self.interval = interval
         self.ranks = ranks  # the rank processes to sample: the current run's

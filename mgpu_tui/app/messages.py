@@ -50,10 +50,15 @@ class TopologyRead(Message):
 
 
 class RunUpdated(LatestOnly):
-    def __init__(self, stats: RunStats, series: tuple[list[int], list[float], list[float | None]],
-                 stall_after: float, telemetry: TelemetrySeries | None = None,
-                 whole: tuple[list[int], list[float], list[float | None]] | None = None,
-                 nodes: tuple[NodeView, ...] = ()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        stats: RunStats,
+        series: tuple[list[int], list[float], list[float | None]],
+        stall_after: float,
+        telemetry: TelemetrySeries | None = None,
+        whole: tuple[list[int], list[float], list[float | None]] | None = None,
+        nodes: tuple[NodeView, ...] = (),
+    ) -> None:
         super().__init__()
         self.stats = stats
         self.nodes = nodes  # several nodes: each node as this one hears it (engine/nodes/watch.py)

@@ -119,8 +119,16 @@ class RunController:
         # A followed run's telemetry is read from its file and shown whole: a copy each time,
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
         telemetry = None if owned else run.telemetry.copy()
-        self.app.post_message(RunUpdated(run.stats(), run.series(), run.stall_timeout(), telemetry,
-                                         whole=run.whole_series(), nodes=run.nodes()))
+        self.app.post_message(
+            RunUpdated(
+                run.stats(),
+                run.series(),
+                run.stall_timeout(),
+                telemetry,
+                whole=run.whole_series(),
+                nodes=run.nodes(),
+            )
+        )
 
     def _loop(self, run: Run | FollowedRun) -> None:
         owned = self.owned
@@ -138,9 +146,13 @@ class RunController:
         except Exception as exc:  # a bug in following the run: say so, and leave no rank behind
             log.exception("following the run in %s failed", run.run_dir.path)
             what = "every rank was stopped" if owned else "the run itself was not touched"
-            self.app.call_from_thread(self.app.notify, f"Following the run failed ({type(exc).__name__}); "
-                                      f"{what}. The app's log has the details.",
-                                      severity="error", timeout=12, markup=False)  # fmt: skip
+            self.app.call_from_thread(
+                self.app.notify,
+                f"Following the run failed ({type(exc).__name__}); {what}. The app's log has the details.",
+                severity="error",
+                timeout=12,
+                markup=False,
+            )
             if not owned:
                 return
             run.close()

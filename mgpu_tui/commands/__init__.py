@@ -1,2 +1,1 @@
-"""One module per command of the command line; each imports what it needs when it runs.
-"""
+"""One module per command of the command line; each imports what it needs when it runs."""

@@ -43,9 +43,16 @@ def check_command(args: argparse.Namespace) -> int:
         workload_of(LaunchSpec(mode="single", **workload))
     except ShapeError as exc:
         raise UsageError(str(exc)) from None
-    options = CheckOptions(level=args.level, nproc=args.nproc, device=args.device, modes=modes,
-                           require_gpus=args.require_gpus, run_root=Path(args.run_dir),
-                           share_gpus=args.share_gpus, **workload)  # fmt: skip
+    options = CheckOptions(
+        level=args.level,
+        nproc=args.nproc,
+        device=args.device,
+        modes=modes,
+        require_gpus=args.require_gpus,
+        run_root=Path(args.run_dir),
+        share_gpus=args.share_gpus,
+        **workload,
+    )
     suite = CheckSuite(options, on_result=show, on_progress=progress)
     interrupt_on_term_and_hup()
     trains = "" if args.model == "mlp" else f"; the smoke runs train {args.model}"
@@ -56,8 +63,12 @@ def check_command(args: argparse.Namespace) -> int:
     except (EnvironmentUnusableForChecks, KeyboardInterrupt) as exc:
         # What ran is reported all the same, so a CI keeps it; bad input (SpecError, RunDirError)
         # raised before anything ran goes to cli.main.
-        print("mgpu-tui: interrupted; every rank was stopped" if isinstance(exc, KeyboardInterrupt)
-              else plain(f"mgpu-tui: {exc}"), file=sys.stderr)  # fmt: skip
+        print(
+            "mgpu-tui: interrupted; every rank was stopped"
+            if isinstance(exc, KeyboardInterrupt)
+            else plain(f"mgpu-tui: {exc}"),
+            file=sys.stderr,
+        )
         report, code = suite.report, exit_code_for(exc)
     else:
         code = ExitCode.FAILED if report.failed else ExitCode.OK

@@ -25,9 +25,20 @@ from mgpu_tui.reports.files import ensure_writable, write_atomic
 
 
 def _template(args: argparse.Namespace, nproc: int | None, batch_size: int, lr: float = D.lr) -> LaunchSpec:
-    return LaunchSpec(mode="single", nproc=nproc, steps=args.steps, batch_size=batch_size, lr=lr,
-                      device=args.device, run_root=Path(args.run_dir), amp=args.amp, width=args.width,
-                      depth=args.depth, share_gpus=args.share_gpus, **model_fields(args))  # fmt: skip
+    return LaunchSpec(
+        mode="single",
+        nproc=nproc,
+        steps=args.steps,
+        batch_size=batch_size,
+        lr=lr,
+        device=args.device,
+        run_root=Path(args.run_dir),
+        amp=args.amp,
+        width=args.width,
+        depth=args.depth,
+        share_gpus=args.share_gpus,
+        **model_fields(args),
+    )
 
 
 def _out_suffix(out: str | None) -> str | None:
@@ -54,12 +65,16 @@ class Progress:
             self.reported += 1
             rate = f"{fmt_rate(row.samples_per_s)} samples/s" if row.samples_per_s else row.root_cause or ""
             self._clear()
-            print(f"mgpu-tui: [{self.reported}/{self.total}] {row.mode} on {row.world_size} rank(s), global "
-                  f"batch {row.batch_size}: {row.status}, {rate}, {fmt_seconds(row.duration_s)}",
-                  file=sys.stderr, flush=True)  # fmt: skip
+            print(
+                f"mgpu-tui: [{self.reported}/{self.total}] {row.mode} on {row.world_size} rank(s), global "
+                f"batch {row.batch_size}: {row.status}, {rate}, {fmt_seconds(row.duration_s)}",
+                file=sys.stderr,
+                flush=True,
+            )
         if self.live and running:
-            parts = [f"{r.resolved.mode.name} step {r.stats().steps}/{r.resolved.spec.steps}"
-                     for r in running]
+            parts = [
+                f"{r.resolved.mode.name} step {r.stats().steps}/{r.resolved.spec.steps}" for r in running
+            ]
             sys.stderr.write("\r\x1b[K" + "  ".join(parts))
             sys.stderr.flush()
 
@@ -81,8 +96,9 @@ def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_jso
     return _report(comparison, out, suffix, as_json, code)
 
 
-def _report(comparison: compare.Comparison, out: str | None, suffix: str | None, as_json: bool,
-            code: int | None) -> int:  # fmt: skip
+def _report(
+    comparison: compare.Comparison, out: str | None, suffix: str | None, as_json: bool, code: int | None
+) -> int:
     """Print the table and charts (or the JSON), write --out, and give the exit code."""
     scale = comparison.kind == "scale"
     if as_json:
@@ -102,8 +118,10 @@ def _report(comparison: compare.Comparison, out: str | None, suffix: str | None,
         except OSError as exc:
             print(f"mgpu-tui: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
             return ExitCode.FAILED
-        print(f"mgpu-tui: wrote {out}" + ("" if png is None else f" and {Path(out).with_suffix('.png')}"),
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"mgpu-tui: wrote {out}" + ("" if png is None else f" and {Path(out).with_suffix('.png')}"),
+            file=sys.stderr,
+        )
     if code is not None:
         return code
     return ExitCode.FAILED if comparison.failed else ExitCode.OK
@@ -125,8 +143,11 @@ def compare_command(args: argparse.Namespace) -> int:
     progress = Progress(len(specs))
     runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
     if args.parallel:
-        print("mgpu-tui: --parallel: the modes run at the same time and share this host; "
-              "the figures are not a fair race", file=sys.stderr)  # fmt: skip
+        print(
+            "mgpu-tui: --parallel: the modes run at the same time and share this host; "
+            "the figures are not a fair race",
+            file=sys.stderr,
+        )
     return _execute(runner, args.out, suffix, args.json)
 
 
@@ -149,8 +170,15 @@ def _compare_records(args: argparse.Namespace, suffix: str | None) -> int:
 def scale_command(args: argparse.Namespace) -> int:
     suffix = _out_suffix(args.out)
     template = _template(args, None, args.batch_size[0], args.lr)
-    specs = scaling.scale_specs(args.mode, args.nproc, args.batch_size, template, weak=args.weak,
-                                lr_rule=args.lr_rule, warmup_steps=args.warmup_steps)  # fmt: skip
+    specs = scaling.scale_specs(
+        args.mode,
+        args.nproc,
+        args.batch_size,
+        template,
+        weak=args.weak,
+        lr_rule=args.lr_rule,
+        warmup_steps=args.warmup_steps,
+    )
     sweep = scaling.sweep_of(args.nproc, args.batch_size, args.weak)
     comparison = compare.new_scaling(args.mode, specs, sweep, args.lr_rule)
     progress = Progress(len(specs))

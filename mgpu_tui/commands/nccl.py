@@ -37,8 +37,10 @@ def nccl_command(args: argparse.Namespace) -> int:
 
 def report(reading: NcclReading, notes: list[str]) -> str:
     if not reading.nccl_lines:
-        return ("no NCCL lines in this log: was the job run with NCCL_DEBUG=INFO (and NCCL_DEBUG_FILE, "
-                "if set, pointing at these files)?")  # fmt: skip
+        return (
+            "no NCCL lines in this log: was the job run with NCCL_DEBUG=INFO (and NCCL_DEBUG_FILE, "
+            "if set, pointing at these files)?"
+        )
     out = []
     version = ", ".join(reading.versions) or "version not logged"
     out.append(f"NCCL {version}")
@@ -46,10 +48,22 @@ def report(reading: NcclReading, notes: list[str]) -> str:
         ranks = ", ".join(map(str, entry["ranks"])) or "none initialised here"
         out.append(f"host {host}: ranks {ranks} ({len(entry['pids'])} process(es))")
     if reading.links:
-        rows = [[f"{link.src} -> {link.dst}", link.kind, link.via, link.direction or "",
-                 _spans(link.channels), link.host] for link in reading.links]  # fmt: skip
-        out += ["", "Connections (NCCL's own words in 'via'):",
-                table(["ranks", "transport", "via", "direction", "channels", "logged on"], rows)]
+        rows = [
+            [
+                f"{link.src} -> {link.dst}",
+                link.kind,
+                link.via,
+                link.direction or "",
+                _spans(link.channels),
+                link.host,
+            ]
+            for link in reading.links
+        ]
+        out += [
+            "",
+            "Connections (NCCL's own words in 'via'):",
+            table(["ranks", "transport", "via", "direction", "channels", "logged on"], rows),
+        ]
     counts = reading.channel_counts
     if reading.ring_channels or counts:
         line = f"channels: {reading.ring_channels or '?'} ring"

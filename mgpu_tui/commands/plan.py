@@ -36,8 +36,9 @@ def _machine_gpus() -> tuple[int, int | None, str | None]:
 
 def shape_from(args: argparse.Namespace) -> ModelShape:
     if args.model == "mlp":
-        raise UsageError("plan is for transformers: give --model gpt-tiny, gpt-125m, gpt-350m, gpt-1.3b, "
-                         "gpt-7b or custom.")
+        raise UsageError(
+            "plan is for transformers: give --model gpt-tiny, gpt-125m, gpt-350m, gpt-1.3b, gpt-7b or custom."
+        )
     try:
         return model_shape(args.model, **dict(model_fields(args)["model_args"]))
     except ShapeError as exc:
@@ -49,30 +50,56 @@ def plan_command(args: argparse.Namespace) -> int:
     count, memory, name = _machine_gpus()
     gpus = args.gpus or count
     if not gpus:
-        raise UsageError("no GPU here: say how many to plan for with --gpus N (and their memory with "
-                         "--gpu-mem).")
+        raise UsageError(
+            "no GPU here: say how many to plan for with --gpus N (and their memory with --gpu-mem)."
+        )
     gpu_mem = int(args.gpu_mem * GIB) if args.gpu_mem is not None else memory
-    where = (f"--gpu-mem {args.gpu_mem:g} GiB" if args.gpu_mem is not None else
-             f"{name}, {_gib(memory)} GiB (NVML)" if memory is not None else None)  # fmt: skip
-    training = Training(optimizer=args.optimizer, amp=args.amp, batch_size=args.batch_size or gpus,
-                        microbatches=args.microbatches, schedule=args.schedule)  # fmt: skip
+    where = (
+        f"--gpu-mem {args.gpu_mem:g} GiB"
+        if args.gpu_mem is not None
+        else f"{name}, {_gib(memory)} GiB (NVML)"
+        if memory is not None
+        else None
+    )
+    training = Training(
+        optimizer=args.optimizer,
+        amp=args.amp,
+        batch_size=args.batch_size or gpus,
+        microbatches=args.microbatches,
+        schedule=args.schedule,
+    )
     plans = plan(shape, gpus, training, gpu_mem)
     if args.json:
-        print(json.dumps({"model": shape.to_json(), "gpus": gpus, "gpu_mem_bytes": gpu_mem,
-                          "gpu_mem_from": where, "training": vars(training),
-                          "modes": [p.to_json() for p in plans]}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "model": shape.to_json(),
+                    "gpus": gpus,
+                    "gpu_mem_bytes": gpu_mem,
+                    "gpu_mem_from": where,
+                    "training": vars(training),
+                    "modes": [p.to_json() for p in plans],
+                }
+            )
+        )
         return ExitCode.OK
-    print(f"{shape.name}: {shape.params:,} parameters ({shape.layers} layers, d_model {shape.d_model}, "
-          f"{shape.heads} heads, sequence {shape.seq_len}, vocabulary {shape.vocab:,}); "
-          f"{shape.flops_per_token / 1e9:,.2f} GFLOP a token to train")
-    print(f"{gpus} GPU(s), {where or 'their memory unknown (give --gpu-mem GiB)'}; {training.optimizer}"
-          f"{' with --amp' if training.amp else ', float32'}; global batch {training.batch_size} sequences "
-          f"of {shape.seq_len} tokens")
+    print(
+        f"{shape.name}: {shape.params:,} parameters ({shape.layers} layers, d_model {shape.d_model}, "
+        f"{shape.heads} heads, sequence {shape.seq_len}, vocabulary {shape.vocab:,}); "
+        f"{shape.flops_per_token / 1e9:,.2f} GFLOP a token to train"
+    )
+    print(
+        f"{gpus} GPU(s), {where or 'their memory unknown (give --gpu-mem GiB)'}; {training.optimizer}"
+        f"{' with --amp' if training.amp else ', float32'}; global batch {training.batch_size} sequences "
+        f"of {shape.seq_len} tokens"
+    )
     print()
     print(plan_table(plans))
     print()
-    print("GiB on the fullest device of each mode. state = parameters + gradients + optimizer; activations "
-          "are an estimate (docs/compare.md#the-memory-planner).")
+    print(
+        "GiB on the fullest device of each mode. state = parameters + gradients + optimizer; activations "
+        "are an estimate (docs/compare.md#the-memory-planner)."
+    )
     return ExitCode.OK
 
 
@@ -84,8 +111,30 @@ def plan_table(plans: list[ModePlan]) -> str:
             continue
         d = max((d for d in p.devices if d.gpu), key=lambda d: d.total)
         fits = "n/a" if p.fits is None else "yes" if p.fits else "NO"
-        rows.append([p.mode, str(p.gpus), d.device, _gib(d.params), _gib(d.grads), _gib(d.optimizer),
-                     _gib(d.activations), _gib(d.buffers), _gib(d.total), fits])  # fmt: skip
-    headers = ["mode", "GPUs", "fullest", "params", "grads", "optimizer", "activations", "buffers", "total",
-               "fits"]  # fmt: skip
+        rows.append(
+            [
+                p.mode,
+                str(p.gpus),
+                d.device,
+                _gib(d.params),
+                _gib(d.grads),
+                _gib(d.optimizer),
+                _gib(d.activations),
+                _gib(d.buffers),
+                _gib(d.total),
+                fits,
+            ]
+        )
+    headers = [
+        "mode",
+        "GPUs",
+        "fullest",
+        "params",
+        "grads",
+        "optimizer",
+        "activations",
+        "buffers",
+        "total",
+        "fits",
+    ]
     return table(headers, rows, right=(1, 3, 4, 5, 6, 7, 8))

@@ -40,9 +40,7 @@ class Progress:
         self.said_verifying = False
 
     def line(self, stats: RunStats) -> str:
-        ranks = "  ".join(
-            f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}" for r in stats.ranks
-        )
+        ranks = "  ".join(f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}" for r in stats.ranks)
         return (
             f"step {stats.steps}/{self.steps}  {fmt_rate(stats.samples_per_s)} samples/s  "
             f"loss {fmt_loss(stats.final_loss)}  |  {ranks}"
@@ -79,16 +77,21 @@ def machine_lines(summary: RunSummary) -> list[str]:
     t = summary.telemetry
     if t is None or not t.samples:
         return []
-    lines = [f"host: CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples), memory "
-             f"{fmt_bytes(t.host_peak_mem_bytes)} (peak)"]  # fmt: skip
+    lines = [
+        f"host: CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples), memory "
+        f"{fmt_bytes(t.host_peak_mem_bytes)} (peak)"
+    ]
     for i, g in enumerate(t.gpus):
         energy = "n/a" if g.energy_j is None else f"{g.energy_j / 1000:.2f} kJ"
-        lines.append(f"GPU {i} {g.name}: memory {fmt_bytes(g.peak_mem_bytes)} (peak), use "
-                     f"{_pct(g.mean_util_percent)}, power {_watts(g.mean_power_w)} (peak "
-                     f"{_watts(g.peak_power_w)}), energy {energy}")  # fmt: skip
+        lines.append(
+            f"GPU {i} {g.name}: memory {fmt_bytes(g.peak_mem_bytes)} (peak), use "
+            f"{_pct(g.mean_util_percent)}, power {_watts(g.mean_power_w)} (peak "
+            f"{_watts(g.peak_power_w)}), energy {energy}"
+        )
     if t.ranks:
-        each = [f"rank {r.rank} CPU {_pct(r.mean_cpu_percent)} RSS {fmt_bytes(r.peak_rss_bytes)}"
-                for r in t.ranks]
+        each = [
+            f"rank {r.rank} CPU {_pct(r.mean_cpu_percent)} RSS {fmt_bytes(r.peak_rss_bytes)}" for r in t.ranks
+        ]
         lines.append("processes: " + "  ".join(each))
     return lines
 
@@ -102,12 +105,23 @@ def _watts(x: float | None) -> str:
 
 
 def summary_text(summary: RunSummary) -> str:
-    head = (f"mode {summary.mode}  status {summary.status}  world size {summary.world_size}  "
-            f"device {summary.device} ({summary.backend})  steps {summary.steps}")  # fmt: skip
-    rows = [[f"rank {r.rank}", str(r.last_step), fmt_rate(r.samples_per_s), fmt_loss(r.loss),
-             fmt_bytes(r.peak_mem_bytes)] for r in summary.ranks]  # fmt: skip
-    rows.append(["all", str(summary.steps), fmt_rate(summary.samples_per_s), fmt_loss(summary.final_loss),
-                 ""])  # fmt: skip
+    head = (
+        f"mode {summary.mode}  status {summary.status}  world size {summary.world_size}  "
+        f"device {summary.device} ({summary.backend})  steps {summary.steps}"
+    )
+    rows = [
+        [
+            f"rank {r.rank}",
+            str(r.last_step),
+            fmt_rate(r.samples_per_s),
+            fmt_loss(r.loss),
+            fmt_bytes(r.peak_mem_bytes),
+        ]
+        for r in summary.ranks
+    ]
+    rows.append(
+        ["all", str(summary.steps), fmt_rate(summary.samples_per_s), fmt_loss(summary.final_loss), ""]
+    )
     body = table(["", "steps", "samples/s", "loss", "peak mem"], rows, right=(1, 2, 3, 4))
     spread = summary.step_time_s_p10_p90
     timing = f"step time (median) {fmt_seconds(summary.step_time_s_median)}"
@@ -131,8 +145,11 @@ def summary_text(summary: RunSummary) -> str:
 
 
 # Options that belong to one mode: (option, attribute, the mode it applies to).
-_MODE_ONLY = (("--schedule", "schedule", "pipeline"), ("--manual", "manual", "dp"),
-              ("--reshard-after-forward", "reshard_after_forward", "fsdp"))
+_MODE_ONLY = (
+    ("--schedule", "schedule", "pipeline"),
+    ("--manual", "manual", "dp"),
+    ("--reshard-after-forward", "reshard_after_forward", "fsdp"),
+)
 
 
 def _passthrough(args: argparse.Namespace) -> list[str]:
@@ -141,8 +158,11 @@ def _passthrough(args: argparse.Namespace) -> list[str]:
         if getattr(args, attribute) not in (None, False) and args.mode != mode:
             raise UsageError(f"{option} applies to mode {mode} only.")
     out = []
-    for option, value in (("--seed", args.seed), ("--amp-dtype", args.amp_dtype),
-                          ("--schedule", args.schedule)):
+    for option, value in (
+        ("--seed", args.seed),
+        ("--amp-dtype", args.amp_dtype),
+        ("--schedule", args.schedule),
+    ):
         if value is not None:
             out += [option, str(value)]
     if args.manual:
@@ -160,9 +180,14 @@ def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
         raise UsageError("give a MODE, --script PATH or --module NAME: exactly one of them.")
     if args.mode:
         return _passthrough(args) + demo_args
-    flags = (("--verify", args.verify), ("--amp", args.amp), ("--accum", args.accum != 1),
-             ("--lr", args.lr is not None), ("--warmup-steps", args.warmup_steps != 0),
-             ("--seed", args.seed is not None))
+    flags = (
+        ("--verify", args.verify),
+        ("--amp", args.amp),
+        ("--accum", args.accum != 1),
+        ("--lr", args.lr is not None),
+        ("--warmup-steps", args.warmup_steps != 0),
+        ("--seed", args.seed is not None),
+    )
     demo_only = [flag for flag, given in flags if given]
     if demo_only:
         raise UsageError(f"{', '.join(demo_only)} are for the modes; pass your script's own flags after --.")
@@ -177,14 +202,19 @@ def _ranks_filter(args: argparse.Namespace) -> frozenset[int] | None:
         raise UsageError(f"--ranks-filter: give rank numbers separated by commas, got {got!r}.") from None
 
 
-def _rank_output(args: argparse.Namespace, spec: LaunchSpec, ranks: frozenset[int] | None,
-                 progress: Progress) -> RankOutput | None:  # fmt: skip
+def _rank_output(
+    args: argparse.Namespace, spec: LaunchSpec, ranks: frozenset[int] | None, progress: Progress
+) -> RankOutput | None:
     """The ranks' own output on the console: every rank's for your own program, none for a mode
     (its demo's lines are in the progress and the logs) unless --ranks-filter names some."""
     if args.quiet or (ranks is None and not (spec.script or spec.module)):
         return None
-    return RankOutput(ranks=ranks, rank_offset=spec.node_rank * (spec.nproc or 1), json_stdout=args.json,
-                      clear_progress=progress.clear)
+    return RankOutput(
+        ranks=ranks,
+        rank_offset=spec.node_rank * (spec.nproc or 1),
+        json_stdout=args.json,
+        clear_progress=progress.clear,
+    )
 
 
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
@@ -238,8 +268,10 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     resolved = run.resolved
     program = spec.script or spec.module
     what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
-    print(plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
-          file=sys.stderr)  # fmt: skip
+    print(
+        plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
+        file=sys.stderr,
+    )
     if role := run.node_role():
         print(plain(f"mgpu-tui: {role}"), file=sys.stderr)
         if warning := exposure_warning(resolve_endpoint(spec.rdzv_endpoint)):

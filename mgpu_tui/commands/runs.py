@@ -57,9 +57,19 @@ def runs_command(args: argparse.Namespace) -> int:
         nodes = f" on {r.nnodes}" if (r.nnodes or 1) > 1 else ""
         ranks = "?" if r.world_size is None else f"{r.world_size}{nodes}"
         detail = r.reason or (s.root_cause.headline() if s and s.root_cause else "")
-        rows.append([when, r.what, ranks, r.status, fmt_seconds(s.duration_s) if s else "n/a",
-                     fmt_rate(s.samples_per_s) if s else "n/a", fmt_loss(s.final_loss) if s else "n/a",
-                     Path(r.path).name, detail[:100]])  # fmt: skip
+        rows.append(
+            [
+                when,
+                r.what,
+                ranks,
+                r.status,
+                fmt_seconds(s.duration_s) if s else "n/a",
+                fmt_rate(s.samples_per_s) if s else "n/a",
+                fmt_loss(s.final_loss) if s else "n/a",
+                Path(r.path).name,
+                detail[:100],
+            ]
+        )
     headers = ["started", "what", "ranks", "status", "took", "samples/s", "loss", "folder", "why"]
     print(plain(table(headers, rows, right=(2, 4, 5, 6))))  # names and causes from the runs: text only
     return ExitCode.OK

@@ -15,8 +15,9 @@ from mgpu_tui.errors import ExitCode
 from mgpu_tui.logs import start_app_log
 
 
-def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None,
-                run_root: Path = Path("runs")) -> int:  # fmt: skip
+def tui_command(
+    spec: LaunchSpec | None, *, open_run: Path | None = None, run_root: Path = Path("runs")
+) -> int:
     host = None  # bare `mgpu-tui`: the app probes the machine once its first frame is up
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.
@@ -29,8 +30,9 @@ def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None,
     from mgpu_tui.app import create_app
 
     start_app_log()
-    app = create_app(start=spec, host=host, open_run=open_run,
-                     run_root=spec.run_root if spec is not None else run_root)
+    app = create_app(
+        start=spec, host=host, open_run=open_run, run_root=spec.run_root if spec is not None else run_root
+    )
 
     def stop_and_exit(signum, frame) -> None:
         # The terminal closed (SIGHUP) or we were told to stop (SIGTERM). This runs on the

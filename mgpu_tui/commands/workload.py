@@ -11,12 +11,20 @@ from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS
 
 def add_model_arguments(group, whole_number: Callable[[str], int], default: str = "mlp") -> None:
     """--model and the GPT's shape flags (engine/planning/shapes.py)."""
-    group.add_argument("--model", default=default, metavar="NAME",
-                       help=f"the workload: mlp (quickest; --width, --depth), or a GPT: gpt-tiny, gpt-125m, "
-                            f"gpt-350m, gpt-1.3b, gpt-7b, custom (default {default})")  # fmt: skip
+    group.add_argument(
+        "--model",
+        default=default,
+        metavar="NAME",
+        help=f"the workload: mlp (quickest; --width, --depth), or a GPT: gpt-tiny, gpt-125m, "
+        f"gpt-350m, gpt-1.3b, gpt-7b, custom (default {default})",
+    )
     for field, what in SHAPE_FIELDS.items():
-        group.add_argument(f"--{field.replace('_', '-')}", type=whole_number, metavar="N",
-                           help=f"the GPT's {what} (changes the named size)")
+        group.add_argument(
+            f"--{field.replace('_', '-')}",
+            type=whole_number,
+            metavar="N",
+            help=f"the GPT's {what} (changes the named size)",
+        )
 
 
 def model_fields(args: argparse.Namespace) -> dict:

@@ -19,8 +19,10 @@ NAME_WIDTH = 26
 
 
 def row(result: CheckResult) -> str:
-    return (f"{result.status.value.upper():<4}  {result.name:<{NAME_WIDTH}} {result.seconds:6.2f} s  "
-            f"{result.detail}")  # fmt: skip
+    return (
+        f"{result.status.value.upper():<4}  {result.name:<{NAME_WIDTH}} {result.seconds:6.2f} s  "
+        f"{result.detail}"
+    )
 
 
 def header(report: CheckReport) -> str:
@@ -30,8 +32,10 @@ def header(report: CheckReport) -> str:
 def footer(report: CheckReport) -> str:
     counts = report.counts()
     seconds = (report.ended_at or time.time()) - report.started_at
-    text = (f"{len(report.results)} checks: {counts['pass']} passed, {counts['fail']} failed, "
-            f"{counts['skip']} skipped, {counts['warn']} warned, in {seconds:.1f} s")  # fmt: skip
+    text = (
+        f"{len(report.results)} checks: {counts['pass']} passed, {counts['fail']} failed, "
+        f"{counts['skip']} skipped, {counts['warn']} warned, in {seconds:.1f} s"
+    )
     if report.run_dir:
         text += f"; rank logs in {report.run_dir}"
     return text
@@ -39,27 +43,35 @@ def footer(report: CheckReport) -> str:
 
 def sweep_table(points: list[dict], nproc: int | None) -> str:
     """The all_reduce sweep as nccl-tests prints it: size, count, type, time, algbw, busbw."""
-    lines = [f"all_reduce sweep on {nproc} rank(s), in place, sum (nccl-tests columns)",
-             f"{'size (B)':>12} {'count':>12} {'type':>8} {'time (us)':>12} {'algbw (GB/s)':>13} "
-             f"{'busbw (GB/s)':>13}"]  # fmt: skip
+    lines = [
+        f"all_reduce sweep on {nproc} rank(s), in place, sum (nccl-tests columns)",
+        f"{'size (B)':>12} {'count':>12} {'type':>8} {'time (us)':>12} {'algbw (GB/s)':>13} "
+        f"{'busbw (GB/s)':>13}",
+    ]
     for p in points:
-        lines.append(f"{p['size_bytes']:>12} {p['count']:>12} {p['type']:>8} {p['time_us']:>12.1f} "
-                     f"{p['algbw_GBps']:>13.2f} {p['busbw_GBps']:>13.2f}")  # fmt: skip
+        lines.append(
+            f"{p['size_bytes']:>12} {p['count']:>12} {p['type']:>8} {p['time_us']:>12.1f} "
+            f"{p['algbw_GBps']:>13.2f} {p['busbw_GBps']:>13.2f}"
+        )
     return "\n".join(lines)
 
 
 def scaling_table(points: list[dict]) -> str:
     lines = [f"{'ranks':>5} {'samples/s':>12} {'speedup':>8} {'efficiency':>10}"]
     for p in points:
-        lines.append(f"{p['nproc']:>5} {p['samples_per_s']:>12,.0f} {p['speedup']:>7.2f}x "
-                     f"{100 * p['efficiency']:>9.0f}%")  # fmt: skip
+        lines.append(
+            f"{p['nproc']:>5} {p['samples_per_s']:>12,.0f} {p['speedup']:>7.2f}x "
+            f"{100 * p['efficiency']:>9.0f}%"
+        )
     return "\n".join(lines)
 
 
 def copy_matrix_table(matrix: list[list[float | None]]) -> str:
     n = len(matrix)
-    lines = ["GPU-to-GPU copy bandwidth (GB/s), row: from, column: to",
-             "      " + "".join(f"{f'GPU{j}':>8}" for j in range(n))]  # fmt: skip
+    lines = [
+        "GPU-to-GPU copy bandwidth (GB/s), row: from, column: to",
+        "      " + "".join(f"{f'GPU{j}':>8}" for j in range(n)),
+    ]
     for i, row_values in enumerate(matrix):
         cells = "".join(f"{'X' if v is None else f'{v:.1f}':>8}" for v in row_values)
         lines.append(f"GPU{i:<3}" + cells)
@@ -75,8 +87,12 @@ def details(report: CheckReport) -> str:
         if result.name == "sweep:all_reduce":
             parts.append(sweep_table(result.metrics["points"], report.nproc))
         elif result.name == "scaling:ddp":
-            parts.append("ddp scaling, " + result.detail.split(":", 1)[0] + "\n"
-                         + scaling_table(result.metrics["points"]))  # fmt: skip
+            parts.append(
+                "ddp scaling, "
+                + result.detail.split(":", 1)[0]
+                + "\n"
+                + scaling_table(result.metrics["points"])
+            )
         elif result.name == "copy_matrix":
             parts.append(copy_matrix_table(result.metrics["matrix_GBps"]))
     return "\n\n".join(parts)
@@ -94,22 +110,39 @@ def _group(name: str) -> str:
 def junit_text(report: CheckReport) -> str:
     counts = report.counts()
     seconds = f"{(report.ended_at or time.time()) - report.started_at:.3f}"
-    suites = ET.Element("testsuites", name="mgpu-tui --check", tests=str(len(report.results)),
-                        failures=str(counts["fail"]), skipped=str(counts["skip"]), errors="0",
-                        time=seconds)  # fmt: skip
+    suites = ET.Element(
+        "testsuites",
+        name="mgpu-tui --check",
+        tests=str(len(report.results)),
+        failures=str(counts["fail"]),
+        skipped=str(counts["skip"]),
+        errors="0",
+        time=seconds,
+    )
     suite = ET.SubElement(
-        suites, "testsuite", name="mgpu-tui.check", tests=str(len(report.results)),
-        failures=str(counts["fail"]), skipped=str(counts["skip"]), errors="0", time=seconds,
+        suites,
+        "testsuite",
+        name="mgpu-tui.check",
+        tests=str(len(report.results)),
+        failures=str(counts["fail"]),
+        skipped=str(counts["skip"]),
+        errors="0",
+        time=seconds,
         timestamp=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(report.started_at)),
         hostname=socket.gethostname(),
-    )  # fmt: skip
+    )
     properties = ET.SubElement(suite, "properties")
-    for key, value in (("level", report.level), ("nproc", report.nproc), ("device", report.device),
-                       ("run_dir", report.run_dir)):
+    for key, value in (
+        ("level", report.level),
+        ("nproc", report.nproc),
+        ("device", report.device),
+        ("run_dir", report.run_dir),
+    ):
         ET.SubElement(properties, "property", name=key, value="" if value is None else str(value))
     for result in report.results:
-        case = ET.SubElement(suite, "testcase", classname=_group(result.name), name=result.name,
-                             time=f"{result.seconds:.3f}")  # fmt: skip
+        case = ET.SubElement(
+            suite, "testcase", classname=_group(result.name), name=result.name, time=f"{result.seconds:.3f}"
+        )
         detail = plain(result.detail)  # XML has no place for control characters, escaped or not
         if result.status is Status.FAIL:
             failure = ET.SubElement(case, "failure", message=detail, type="CheckFailed")

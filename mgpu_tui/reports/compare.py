@@ -72,8 +72,11 @@ def _best(rows: Sequence[Row]) -> dict[str, float]:
     return best
 
 
-def cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str], str] = str,
-           ) -> tuple[list[str], list[list[str]]]:
+def cells(
+    rows: Sequence[Row],
+    mark: Callable[[str], str],
+    other: Callable[[str], str] = str,
+) -> tuple[list[str], list[list[str]]]:
     """Headers and cells; ``mark`` dresses a column's best value, ``other`` the rest of that column."""
     best = _best(rows)
     headers = ["mode", "status", "ranks"] + [h for h, *_ in COLUMNS]
@@ -95,10 +98,12 @@ def cells(rows: Sequence[Row], mark: Callable[[str], str], other: Callable[[str]
 def compare_table(comparison: Comparison) -> str:
     headers, rows = cells(comparison.rows, lambda text: text + "*", lambda text: text + " ")
     lines = [table(headers, rows, right=tuple(range(2, len(headers))))]
-    lines.append("* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
-                 "TFLOP/s from the model's training FLOPs (MLP: 3 x forward; GPT: 6N + 12 L d s a token).  "
-                 "state/rank: parameters, gradients and optimizer state the planner predicts for the fullest "
-                 "rank; = every rank measured exactly that.")  # fmt: skip
+    lines.append(
+        "* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
+        "TFLOP/s from the model's training FLOPs (MLP: 3 x forward; GPT: 6N + 12 L d s a token).  "
+        "state/rank: parameters, gradients and optimizer state the planner predicts for the fullest "
+        "rank; = every rank measured exactly that."
+    )
     for r in comparison.rows:
         if r.root_cause:
             lines.append(plain(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
@@ -124,12 +129,18 @@ def _loss_header(comparison: Comparison) -> str:
 
 # The scale table: (header, point key, format).
 SCALE_COLUMNS: list[tuple[str, str, Callable]] = [
-    ("ranks", "nproc", str), ("status", "status", str), ("global batch", "batch_size", str),
-    ("lr", "lr", _fmt_lr), ("samples/s", "samples_per_s", fmt_rate), ("speedup", "speedup", _fmt_speedup),
-    ("efficiency", "efficiency", _fmt_pct), ("step (median)", "step_time_s_median", fmt_seconds),
-    ("peak mem", "peak_mem_bytes", fmt_bytes), ("loss @", "loss_after_common_samples", fmt_loss),
+    ("ranks", "nproc", str),
+    ("status", "status", str),
+    ("global batch", "batch_size", str),
+    ("lr", "lr", _fmt_lr),
+    ("samples/s", "samples_per_s", fmt_rate),
+    ("speedup", "speedup", _fmt_speedup),
+    ("efficiency", "efficiency", _fmt_pct),
+    ("step (median)", "step_time_s_median", fmt_seconds),
+    ("peak mem", "peak_mem_bytes", fmt_bytes),
+    ("loss @", "loss_after_common_samples", fmt_loss),
     ("final loss", "final_loss", fmt_loss),
-]  # fmt: skip
+]
 SWEEP_NOTES = {
     "strong": "strong scaling: the global batch stays; each rank takes a smaller share.",
     "weak": "weak scaling: the batch per rank stays; the global batch grows with the ranks.",
@@ -148,13 +159,17 @@ def scale_notes(comparison: Comparison) -> list[str]:
     notes = [SWEEP_NOTES[settings["sweep"]]]
     if settings["sweep"] != "strong":
         warmup = settings["warmup_steps"]
-        notes.append(f"lr follows the global batch by the {settings['lr_rule']} rule, from {settings['lr']:g} at "
-                     f"the first point's batch; " + (f"every point warms up over {warmup} steps." if warmup
-                                               else "no warm-up."))  # fmt: skip
+        notes.append(
+            f"lr follows the global batch by the {settings['lr_rule']} rule, from {settings['lr']:g} at "
+            f"the first point's batch; "
+            + (f"every point warms up over {warmup} steps." if warmup else "no warm-up.")
+        )
     if settings["sweep"] != "batch":
         notes.append("efficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran.")
-    notes.append(f"{_loss_header(comparison)}: each point's global-batch loss once it has seen as many samples "
-                 "as the first point's whole run.")  # fmt: skip
+    notes.append(
+        f"{_loss_header(comparison)}: each point's global-batch loss once it has seen as many samples "
+        "as the first point's whole run."
+    )
     return notes
 
 
@@ -195,19 +210,30 @@ def curves(rows: Sequence[Row], which: str) -> str:
     lo, hi = min(every), max(every)
     pad = max(len(m) for m in series)
     fmt = fmt_loss if which == "loss_curve" else fmt_rate
-    return "\n".join(f"{mode:<{pad}}  {sparkline(vs, lo, hi)}  {fmt(vs[0])} -> {fmt(vs[-1])}"
-                     for mode, vs in series.items())  # fmt: skip
+    return "\n".join(
+        f"{mode:<{pad}}  {sparkline(vs, lo, hi)}  {fmt(vs[0])} -> {fmt(vs[-1])}"
+        for mode, vs in series.items()
+    )
 
 
 def compare_charts(comparison: Comparison) -> str:
     rows = comparison.rows
     labels = [r.mode for r in rows]
-    return "\n".join([
-        "samples/s", bars(labels, [r.samples_per_s for r in rows], fmt_rate),
-        "", "peak memory (largest rank)", bars(labels, [r.peak_mem_bytes for r in rows], fmt_bytes),
-        "", "loss over steps (one scale for all)", curves(rows, "loss_curve"),
-        "", "samples/s over steps (one scale for all)", curves(rows, "throughput_curve"),
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            "samples/s",
+            bars(labels, [r.samples_per_s for r in rows], fmt_rate),
+            "",
+            "peak memory (largest rank)",
+            bars(labels, [r.peak_mem_bytes for r in rows], fmt_bytes),
+            "",
+            "loss over steps (one scale for all)",
+            curves(rows, "loss_curve"),
+            "",
+            "samples/s over steps (one scale for all)",
+            curves(rows, "throughput_curve"),
+        ]
+    )
 
 
 def _point_label(comparison: Comparison, p: dict) -> str:
@@ -236,34 +262,72 @@ def json_text(comparison: Comparison) -> str:
 def markdown_text(comparison: Comparison) -> str:
     if comparison.kind == "scale":
         headers, rows = scale_cells(comparison)
-        lines = [f"# mgpu-tui scale {comparison.settings['mode']}", "",
-                 "| " + " | ".join(headers) + " |",
-                 "|" + "|".join("---" if h == "status" else "---:" for h in headers) + "|"]  # fmt: skip
+        lines = [
+            f"# mgpu-tui scale {comparison.settings['mode']}",
+            "",
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join("---" if h == "status" else "---:" for h in headers) + "|",
+        ]
         lines += ["| " + " | ".join(cells) + " |" for cells in rows]
         return "\n".join([*lines, "", *scale_notes(comparison)]) + "\n"
     headers, rows = cells(comparison.rows, lambda text: f"**{text}**")
-    lines = ["# mgpu-tui compare", "",
-             "| " + " | ".join(headers) + " |",
-             "|" + "|".join(["---"] * 2 + ["---:"] * (len(headers) - 2)) + "|"]  # fmt: skip
+    lines = [
+        "# mgpu-tui compare",
+        "",
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(["---"] * 2 + ["---:"] * (len(headers) - 2)) + "|",
+    ]
     lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    lines += ["", "Bold: best in its column. Settings: " + ", ".join(
-        f"{k} {v}" for k, v in comparison.settings.items() if k != "modes") + "."]
+    lines += [
+        "",
+        "Bold: best in its column. Settings: "
+        + ", ".join(f"{k} {v}" for k, v in comparison.settings.items() if k != "modes")
+        + ".",
+    ]
     if comparison.parallel:
         lines.append("The modes ran at the same time and shared this host: not a fair race.")
     return "\n".join(lines) + "\n"
 
 
-CSV_FIELDS = ["mode", "status", "world_size", "devices", "samples_per_s", "samples_per_s_per_device",
-              "tokens_per_s", "tokens_per_s_per_device", "step_time_s_median", "tflops_per_device", "mfu", "peak_mem_bytes",
-              "final_loss", "duration_s", "run_dir", "root_cause"]  # fmt: skip
+CSV_FIELDS = [
+    "mode",
+    "status",
+    "world_size",
+    "devices",
+    "samples_per_s",
+    "samples_per_s_per_device",
+    "tokens_per_s",
+    "tokens_per_s_per_device",
+    "step_time_s_median",
+    "tflops_per_device",
+    "mfu",
+    "peak_mem_bytes",
+    "final_loss",
+    "duration_s",
+    "run_dir",
+    "root_cause",
+]
 
 
 def csv_text(comparison: Comparison) -> str:
     out = io.StringIO()
     if comparison.kind == "scale":
-        fields = ["nproc", "status", "batch_size", "lr", "samples_per_s", "tokens_per_s", "speedup",
-                  "efficiency", "step_time_s_median", "peak_mem_bytes", "loss_step", "loss_after_common_samples",
-                  "final_loss", "run_dir"]  # fmt: skip
+        fields = [
+            "nproc",
+            "status",
+            "batch_size",
+            "lr",
+            "samples_per_s",
+            "tokens_per_s",
+            "speedup",
+            "efficiency",
+            "step_time_s_median",
+            "peak_mem_bytes",
+            "loss_step",
+            "loss_after_common_samples",
+            "final_loss",
+            "run_dir",
+        ]
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
         for p in comparison.points():
@@ -303,8 +367,11 @@ def png_bytes(comparison: Comparison) -> bytes | None:
         ax.legend()
         for r in comparison.rows:  # the loss against samples seen: comparable across batches
             if r.loss_curve and r.batch_size:
-                loss.plot([s * r.batch_size for s, _ in r.loss_curve], [v for _, v in r.loss_curve],
-                          label=f"{r.world_size} rank(s), batch {r.batch_size}")  # fmt: skip
+                loss.plot(
+                    [s * r.batch_size for s, _ in r.loss_curve],
+                    [v for _, v in r.loss_curve],
+                    label=f"{r.world_size} rank(s), batch {r.batch_size}",
+                )
         loss.set_xlabel("samples")
         loss.set_title("loss (global batch)")
         loss.legend(fontsize="small")

@@ -32,8 +32,14 @@ def parse_ranks_filter(text: str | None) -> frozenset[int] | None:
 
 
 class RankOutput:
-    def __init__(self, *, ranks: Collection[int] | None, rank_offset: int = 0, json_stdout: bool = False,
-                 clear_progress: Callable[[], None] = lambda: None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        ranks: Collection[int] | None,
+        rank_offset: int = 0,
+        json_stdout: bool = False,
+        clear_progress: Callable[[], None] = lambda: None,
+    ) -> None:
         self.ranks = ranks  # None: every rank
         self.rank_offset = rank_offset  # a local rank + this = the global rank (several nodes)
         self.out = sys.stderr if json_stdout else sys.stdout
@@ -41,14 +47,20 @@ class RankOutput:
 
     def show(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
         """Print what the ranks wrote since the last call (local rank, stream, text)."""
-        shown = [(local + self.rank_offset, stream, text) for local, stream, text in lines
-                 if self.ranks is None or local + self.rank_offset in self.ranks]  # fmt: skip
+        shown = [
+            (local + self.rank_offset, stream, text)
+            for local, stream, text in lines
+            if self.ranks is None or local + self.rank_offset in self.ranks
+        ]
         if not shown and not dropped:
             return
         self.clear_progress()
         if dropped:
-            print(f"mgpu-tui: … {dropped:,} lines of the ranks' output not shown (all are in the run "
-                  "directory's logs)", file=sys.stderr)  # fmt: skip
+            print(
+                f"mgpu-tui: … {dropped:,} lines of the ranks' output not shown (all are in the run "
+                "directory's logs)",
+                file=sys.stderr,
+            )
         for rank, stream, text in shown:
             prefix = f"[rank {rank}] "
             line = plain(text if text.startswith(prefix) else prefix + text)

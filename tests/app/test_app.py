@@ -54,8 +54,9 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
 
         assert await wait_for(pilot, both_ranks_on_screen), "no log lines from both ranks"
         status = app.query_one("#run-status", StatusLine)
-        assert await wait_for(pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in
-                              str(status.render()))
+        assert await wait_for(
+            pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in str(status.render())
+        )
         view = app.query_one(RunView)
         assert [row[0] for row in view.rank_rows] == ["rank 0", "rank 1"]
         # The app's runs give way to its screen: every thread of the launcher and of each
@@ -243,8 +244,14 @@ async def test_a_failed_rank_shows_the_root_cause_with_its_traceback(tmp_path):
 
     from mgpu_tui.engine.launch.spec import LaunchSpec
 
-    spec = LaunchSpec("ddp", nproc=2, steps=50, device="cpu", run_root=tmp_path,
-                      demo_args=("--fail-at-step", "3", "--fail-rank", "1"))  # fmt: skip
+    spec = LaunchSpec(
+        "ddp",
+        nproc=2,
+        steps=50,
+        device="cpu",
+        run_root=tmp_path,
+        demo_args=("--fail-at-step", "3", "--fail-rank", "1"),
+    )
     app = create_app(start=spec, telemetry=[], topology=None)  # as `run ... --tui` opens it
     async with app.run_test(size=(160, 50)) as pilot:
         view = app.query_one(RunView)
@@ -269,8 +276,10 @@ async def test_a_ranks_escapes_and_markup_in_paths_are_shown_as_plain_text(tmp_p
     from mgpu_tui.engine.launch.spec import LaunchSpec
 
     job = tmp_path / "job.py"
-    job.write_text('import os\nif os.environ["RANK"] == "1":\n'
-                   '    raise RuntimeError("\\x1b]0;pwned\\x07\\x1b[2J[bold]boom[/]")\n')
+    job.write_text(
+        'import os\nif os.environ["RANK"] == "1":\n'
+        '    raise RuntimeError("\\x1b]0;pwned\\x07\\x1b[2J[bold]boom[/]")\n'
+    )
     root = tmp_path / "runs [/] [bold]"
     spec = LaunchSpec(None, script=str(job), nproc=2, device="cpu", run_root=root)
     app = create_app(start=spec, telemetry=[], topology=None)
@@ -299,8 +308,9 @@ async def test_the_runs_view_lists_past_runs_and_enter_opens_one(tmp_path):
     from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 
     runs = tmp_path / "runs"
-    done = run_cli("run", "mp", "--steps", "20", "--device", "cpu", "--run-dir", str(runs),
-                   "--sample-interval", "0.2")  # fmt: skip
+    done = run_cli(
+        "run", "mp", "--steps", "20", "--device", "cpu", "--run-dir", str(runs), "--sample-interval", "0.2"
+    )
     assert done.returncode == 0, done.stderr
     (runs / "00-not-a-run").mkdir()
     summary = read_summary(next(p for p in runs.iterdir() if p.name != "00-not-a-run") / "summary.json")
@@ -386,8 +396,14 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
 async def test_a_straggler_is_marked_in_the_rank_table_with_where_its_time_goes(tmp_path):
     from mgpu_tui.engine.launch.spec import LaunchSpec
 
-    spec = LaunchSpec(mode="ddp", nproc=2, steps=40, device="cpu", run_root=tmp_path,
-                      demo_args=("--fail-kind", "slow", "--fail-rank", "1"))  # fmt: skip
+    spec = LaunchSpec(
+        mode="ddp",
+        nproc=2,
+        steps=40,
+        device="cpu",
+        run_root=tmp_path,
+        demo_args=("--fail-kind", "slow", "--fail-rank", "1"),
+    )
     app = create_app(start=spec, telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
         view = app.query_one(RunView)
@@ -433,9 +449,15 @@ async def test_the_compare_view_plans_the_memory_before_running_and_greys_out_wh
         await pilot.pause(0.2)
         assert {r[1] for r in rows().values()} == {"yes"} and not any(o.disabled for o in modes.options)
         ddp = plan_run("ddp", model_shape("gpt-tiny"), 2, Training(batch_size=64))
-        assert rows()["ddp"][1:] == ["yes", fmt_bytes(needed(ddp, shared=True)), "2", "rank 0",
-                                     fmt_bytes(ddp.devices[0].state), fmt_bytes(ddp.devices[0].activations),
-                                     fmt_bytes(ddp.devices[0].buffers)]  # fmt: skip
+        assert rows()["ddp"][1:] == [
+            "yes",
+            fmt_bytes(needed(ddp, shared=True)),
+            "2",
+            "rank 0",
+            fmt_bytes(ddp.devices[0].state),
+            fmt_bytes(ddp.devices[0].activations),
+            fmt_bytes(ddp.devices[0].buffers),
+        ]
         assert view.host_mem == psutil.virtual_memory().total
         said = str(view.query_one("#compare-charts").render())
         assert "which CPU ranks share" in said and "greyed out" in said

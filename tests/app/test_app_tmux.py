@@ -32,8 +32,10 @@ def start(args: str, tmp_path) -> tuple[str, object]:
     """
     session = f"mgpu-test-{time.monotonic_ns()}"
     marker = tmp_path / "exit"
-    command = (f"cd {tmp_path} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state {CLI[0]} {args} ; "
-               f"echo $? > {marker}")  # fmt: skip
+    command = (
+        f"cd {tmp_path} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state {CLI[0]} {args} ; "
+        f"echo $? > {marker}"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "160", "-y", "50", command], check=True)
     return session, marker
 
@@ -108,14 +110,16 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left_and_exits_130
 def test_run_tui_of_a_run_that_failed_exits_1_and_the_terminal_keeps_its_title(tmp_path):
     """`run --tui` ends as its run did (1 here, as headless); the rank's escapes, which would
     retitle the terminal and clear it, are drawn as text."""
-    (tmp_path / "job.py").write_text('import os\nif os.environ["RANK"] == "1":\n'
-                                     '    raise RuntimeError("\\x1b]2;pwned\\x07\\x1b[2Jboom")\n')
+    (tmp_path / "job.py").write_text(
+        'import os\nif os.environ["RANK"] == "1":\n    raise RuntimeError("\\x1b]2;pwned\\x07\\x1b[2Jboom")\n'
+    )
     session, marker = start(f"run --script job.py --nproc 2 --tui --run-dir {tmp_path}/runs", tmp_path)
     try:
         assert wait_screen(session, r"Root cause: rank 1 failed first", timeout=90), screen(session)
         assert "RuntimeError: ^[]2;pwned^G^[[2Jboom" in screen(session)
-        title = subprocess.run(["tmux", "display-message", "-p", "-t", session, "#{pane_title}"],
-                               capture_output=True, text=True).stdout
+        title = subprocess.run(
+            ["tmux", "display-message", "-p", "-t", session, "#{pane_title}"], capture_output=True, text=True
+        ).stdout
         assert "pwned" not in title
         subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
         assert wait_exit(marker, 10) == "1"
@@ -137,12 +141,37 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
     live_runs = tmp_path / "live-runs"
     other = f"other-{time.monotonic_ns()}"
     command = f"{CLI[0]} run ddp --nproc 2 --steps 100000 --device cpu --run-dir {live_runs}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", other, "-x", "120", "-y", "20",
-                    f"cd {tmp_path} && {command}; echo $? > {tmp_path}/other-exit"], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "tmux",
+            "new-session",
+            "-d",
+            "-s",
+            other,
+            "-x",
+            "120",
+            "-y",
+            "20",
+            f"cd {tmp_path} && {command}; echo $? > {tmp_path}/other-exit",
+        ],
+        check=True,
+    )
     try:
         runs = tmp_path / "runs"
-        done = run_cli("run", "ddp", "--nproc", "2", "--steps", "60", "--device", "cpu",
-                       "--run-dir", str(runs), "--sample-interval", "0.2")  # fmt: skip
+        done = run_cli(
+            "run",
+            "ddp",
+            "--nproc",
+            "2",
+            "--steps",
+            "60",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs),
+            "--sample-interval",
+            "0.2",
+        )
         assert done.returncode == 0, done.stderr
         session, marker = start(f"open latest --run-dir {runs}", tmp_path)
         try:
@@ -150,9 +179,13 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
             text = screen(session)
             for row in (r"rank 0 +done +60 ", r"rank 1 +done +60 "):
                 assert re.search(row, text), text
-            for chart in (r"throughput \(samples/s\), whole run", r"loss \(global batch\), whole run",
-                          r"(?m)step 1 +60\s*$", r"host CPU, whole run · now \d+%",
-                          r"host memory, whole run"):  # fmt: skip
+            for chart in (
+                r"throughput \(samples/s\), whole run",
+                r"loss \(global batch\), whole run",
+                r"(?m)step 1 +60\s*$",
+                r"host CPU, whole run · now \d+%",
+                r"host memory, whole run",
+            ):
                 assert re.search(chart, text), text
             assert wait_screen(session, r"rank 1 .*step 60 +loss"), screen(session)  # the logs, from files
             keys(session, "q")
@@ -202,8 +235,10 @@ def test_make_run_at_80x24_guides_a_first_user_and_enter_starts_a_run(tmp_path):
     runs = tmp_path / "runs"
     session = f"mgpu-make-{time.monotonic_ns()}"
     marker = tmp_path / "exit"
-    command = (f"cd {TESTS.parent} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state "
-               f"make --no-print-directory run ARGS='--run-dir {runs}'; echo $? > {marker}")  # fmt: skip
+    command = (
+        f"cd {TESTS.parent} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state "
+        f"make --no-print-directory run ARGS='--run-dir {runs}'; echo $? > {marker}"
+    )
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "24", command], check=True)
     try:
         assert wait_screen(session, r"What you can do here", timeout=60), screen(session)

@@ -1,5 +1,6 @@
 """The Dashboard when NVML answers, then fails every call: each GPU's card says so and the app goes on."""
 
+
 async def test_the_dashboard_shows_an_nvml_error_on_the_gpus_card(broken_nvml):
     from mgpu_tui.app import create_app
     from mgpu_tui.app.widgets.gpu_card import GpuCard

@@ -87,11 +87,17 @@ async def test_rank_filter_search_and_the_note_of_lines_not_shown():
     app = LogApp()
     async with app.run_test(size=(80, 16)) as pilot:
         view, pane = app.query_one(LogView), app.query_one(LogPane)
-        view.add([(0, "stdout", "loss 0.5"), (1, "stdout", "loss 0.6"), (1, "stderr", "warning: slow")],
-                 dropped=1200)  # fmt: skip
+        view.add(
+            [(0, "stdout", "loss 0.5"), (1, "stdout", "loss 0.6"), (1, "stderr", "warning: slow")],
+            dropped=1200,
+        )
         await pilot.pause()
-        assert rows(pane)[:4] == ["… 1,200 lines not shown here (every line is in the run's log files)",
-                                  "rank 0 loss 0.5", "rank 1 loss 0.6", "rank 1 warning: slow"]  # fmt: skip
+        assert rows(pane)[:4] == [
+            "… 1,200 lines not shown here (every line is in the run's log files)",
+            "rank 0 loss 0.5",
+            "rank 1 loss 0.6",
+            "rank 1 warning: slow",
+        ]
         view.query_one("#log-rank", Select).value = 1
         await pilot.pause()
         assert [r for r in rows(pane) if r][1:] == ["rank 1 loss 0.6", "rank 1 warning: slow"]
@@ -122,7 +128,6 @@ def test_a_line_reads_as_a_terminal_would_leave_it():
     assert printable("done\r") == "done"  # CRLF
     assert printable("a\tb") == "a       b"
     assert printable("bell\x07 and \x1b[31mred\x1b[0m") == "bell and [31mred[0m"
-
 
 
 def test_a_chart_is_rows_of_blocks_from_the_series_minimum_to_its_maximum():
@@ -167,16 +172,37 @@ ONE_GPU = Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=T
 
 def failed_summary(cause) -> RunSummary:
     return RunSummary(
-        mode="ddp", program=None, status="failed", exit_code=1, device="cuda", backend="gloo",
-        shared_gpus=True, world_size=2, nnodes=1, node_rank=0, steps=3, steps_requested=100, batch_size=64,
+        mode="ddp",
+        program=None,
+        status="failed",
+        exit_code=1,
+        device="cuda",
+        backend="gloo",
+        shared_gpus=True,
+        world_size=2,
+        nnodes=1,
+        node_rank=0,
+        steps=3,
+        steps_requested=100,
+        batch_size=64,
         samples_per_s=None,
-        step_time_s_median=None, step_time_s_p10_p90=None, final_loss=None, peak_mem_bytes=(None, None),
-        ranks=(), launch_to_first_step_s=None, duration_s=1.0, malformed_events=0, run_dir="/runs/x",
-        root_cause=cause, note=SHARED_GPUS_NOTE, verify=None, stall=None)
+        step_time_s_median=None,
+        step_time_s_p10_p90=None,
+        final_loss=None,
+        peak_mem_bytes=(None, None),
+        ranks=(),
+        launch_to_first_step_s=None,
+        duration_s=1.0,
+        malformed_events=0,
+        run_dir="/runs/x",
+        root_cause=cause,
+        note=SHARED_GPUS_NOTE,
+        verify=None,
+        stall=None,
+    )
 
 
 class RunViewApp(App):
-
     def compose(self) -> ComposeResult:
         from mgpu_tui.app.views.run import RunView
 
@@ -218,8 +244,9 @@ async def test_a_text_panel_shows_gloo_messages_and_paths_as_text_never_as_marku
     app = PanelApp()
     async with app.run_test(size=(100, 5)) as pilot:
         panel = app.query_one(TextPanel)
-        message = ("ddp failed: [/__w/pytorch/third_party/gloo/pair.cc:553] Connection closed by peer "
-                   "[bold]\x1b[2J")
+        message = (
+            "ddp failed: [/__w/pytorch/third_party/gloo/pair.cc:553] Connection closed by peer [bold]\x1b[2J"
+        )
         panel.update(message)
         await pilot.pause()
         assert str(panel.render()) == message.replace("\x1b", "^[")

@@ -26,16 +26,28 @@ from nvml_standin import FakeGpu, FakeMachine, machine_from_topology, standin
 
 SIZES = {"80x24": (80, 24), "160x50": (160, 50)}
 VIEWS = {"dashboard": [], "topology": ["t"], "run": ["r"], "compare": ["c"], "runs": ["h"]}
-LAYOUT = HostLayout(logical_cpus=64, physical_cores=32, sockets=2, nodes=(
-    NumaNode(0, "0-15,32-47", 32, 256 << 30), NumaNode(1, "16-31,48-63", 32, 256 << 30)))
+LAYOUT = HostLayout(
+    logical_cpus=64,
+    physical_cores=32,
+    sockets=2,
+    nodes=(NumaNode(0, "0-15,32-47", 32, 256 << 30), NumaNode(1, "16-31,48-63", 32, 256 << 30)),
+)
 
 
 def sixteen_gpu_box() -> FakeMachine:
     """16 GPUs on NVSwitch (an HGX-2 class box), two sockets: the biggest single node sold."""
-    gpus = [FakeGpu(name="Tesla V100-SXM3-32GB", uuid=f"GPU-{i:08x}-1616-1616-1616-161616161616",
-                    bus_id=f"00000000:{0x10 + 0x8 * i:02X}:00.0", memory_total=32 << 30,
-                    cpus=list(range(0, 24)) if i < 8 else list(range(24, 48)), numa_node=i // 8,
-                    switch_links=6) for i in range(16)]  # fmt: skip
+    gpus = [
+        FakeGpu(
+            name="Tesla V100-SXM3-32GB",
+            uuid=f"GPU-{i:08x}-1616-1616-1616-161616161616",
+            bus_id=f"00000000:{0x10 + 0x8 * i:02X}:00.0",
+            memory_total=32 << 30,
+            cpus=list(range(0, 24)) if i < 8 else list(range(24, 48)),
+            numa_node=i // 8,
+            switch_links=6,
+        )
+        for i in range(16)
+    ]
     return FakeMachine(gpus, {(i, j): "SYS" for i in range(16) for j in range(i + 1, 16)})
 
 
@@ -68,17 +80,32 @@ def recorded(gpus: int):
         topology = from_nvml() if gpus else None
     finally:
         nvml.use_library(None)
-    host = HostSample(cpu_percent=(35.0,) * 64, memory_used=96 << 30, memory_total=512 << 30,
-                      load_avg=(8.0, 7.5, 7.0))  # fmt: skip
-    ranks = tuple(RankProcess(r, 2000 + r, True, 99.0, 3 << 30, 12, box.gpus[r].uuid)
-                  for r in range(min(gpus, 8)))  # fmt: skip
-    pinned = [dataclasses.replace(
-        snap, t=0.0, host=host, ranks=ranks,
-        gpus=tuple(dataclasses.replace(g, nvlink_tx_bps=float(20 << 30), nvlink_rx_bps=float(19 << 30),
-                                       readings=dataclasses.replace(g.readings, sm_clock_mhz=1980,
-                                                                    temperature_c=45, power_w=300.0))
-                   for g in snap.gpus))
-        for snap in snapshots]  # fmt: skip
+    host = HostSample(
+        cpu_percent=(35.0,) * 64, memory_used=96 << 30, memory_total=512 << 30, load_avg=(8.0, 7.5, 7.0)
+    )
+    ranks = tuple(
+        RankProcess(r, 2000 + r, True, 99.0, 3 << 30, 12, box.gpus[r].uuid) for r in range(min(gpus, 8))
+    )
+    pinned = [
+        dataclasses.replace(
+            snap,
+            t=0.0,
+            host=host,
+            ranks=ranks,
+            gpus=tuple(
+                dataclasses.replace(
+                    g,
+                    nvlink_tx_bps=float(20 << 30),
+                    nvlink_rx_bps=float(19 << 30),
+                    readings=dataclasses.replace(
+                        g.readings, sm_clock_mhz=1980, temperature_c=45, power_w=300.0
+                    ),
+                )
+                for g in snap.gpus
+            ),
+        )
+        for snap in snapshots
+    ]
     note = f"{gpus} GPU(s), driver 550.54.15" if gpus else "no NVIDIA GPU (no NVIDIA driver library)"
     return pinned, topology, Host(cpu_count=64, gpu_count=gpus, gpu_note=note, torch_available=True)
 
@@ -88,14 +115,16 @@ def recorded(gpus: int):
 @pytest.mark.parametrize("view", list(VIEWS))
 def test_every_view_at_both_sizes_with_0_1_8_and_16_gpus(snap_compare, view, size, gpus):
     snapshots, topology, host = recorded(gpus)
-    app = create_app(telemetry=snapshots, topology=topology, host=host, host_layout=LAYOUT,
-                     run_root=Path("no-runs-here"))  # fmt: skip
+    app = create_app(
+        telemetry=snapshots, topology=topology, host=host, host_layout=LAYOUT, run_root=Path("no-runs-here")
+    )
 
     async def settle(pilot):
         await pilot.pause(0.3)  # the Runs view lists in a worker; the others draw at once
 
-    assert snap_compare(app, press=VIEWS[view], terminal_size=SIZES[size],
-                        run_before=settle if view == "runs" else None)  # fmt: skip
+    assert snap_compare(
+        app, press=VIEWS[view], terminal_size=SIZES[size], run_before=settle if view == "runs" else None
+    )
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 8, 16])

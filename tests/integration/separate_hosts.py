@@ -34,8 +34,20 @@ class Host:
 
     def argv(self, *command: str) -> list[str]:
         """``command`` run on this host: its network, its hostname (a UTS namespace), its hosts file."""
-        return ["ip", "netns", "exec", self.netns, "unshare", "--uts", "--",
-                "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname, *command]  # fmt: skip
+        return [
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            "unshare",
+            "--uts",
+            "--",
+            "sh",
+            "-c",
+            'hostname "$0" && exec "$@"',
+            self.hostname,
+            *command,
+        ]
 
 
 def _ip(*args: str) -> None:
@@ -62,8 +74,10 @@ class SeparateHosts:
         self.subnet_tag = int(self.tag, 16) % 200 + 20
         self.switch = f"mgpu-{self.tag}-sw"
         address = SUBNET.format
-        self.hosts = [Host(f"mgpu-{self.tag}-h{n}", f"bn-host{n}", address(tag=self.subnet_tag, n=n + 1), n)
-                      for n in range(count)]  # fmt: skip
+        self.hosts = [
+            Host(f"mgpu-{self.tag}-h{n}", f"bn-host{n}", address(tag=self.subnet_tag, n=n + 1), n)
+            for n in range(count)
+        ]
 
     def __enter__(self) -> SeparateHosts:
         reason = why_unavailable()
@@ -90,8 +104,20 @@ class SeparateHosts:
             etc.mkdir(parents=True, exist_ok=True)
             (etc / "hosts").write_text(hosts_file)
             port = f"p{self.tag}{host.node}"
-            _ip("-n", self.switch, "link", "add", port, "type", "veth",
-                "peer", "name", "eth0", "netns", host.netns)  # fmt: skip
+            _ip(
+                "-n",
+                self.switch,
+                "link",
+                "add",
+                port,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "eth0",
+                "netns",
+                host.netns,
+            )
             _ip("-n", self.switch, "link", "set", port, "master", "br0")
             _ip("-n", self.switch, "link", "set", port, "up")
             _ip("-n", host.netns, "addr", "add", f"{host.address}/24", "dev", "eth0")
@@ -103,8 +129,9 @@ class SeparateHosts:
         _ip("-n", self.switch, "link", "set", f"p{self.tag}{host.node}", "down")
 
     def pids_in(self, host: Host) -> list[int]:
-        result = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True, text=True,
-                                timeout=10)  # fmt: skip
+        result = subprocess.run(
+            ["ip", "netns", "pids", host.netns], capture_output=True, text=True, timeout=10
+        )
         return [int(p) for p in result.stdout.split()]
 
     def close(self) -> None:

@@ -21,8 +21,22 @@ from conftest import CLI, REPO, TOPOLOGIES, live_processes_of, run_cli
 
 SCHEMA = json.loads((REPO / "docs" / "check-schema.json").read_text())
 FIXTURES = TOPOLOGIES
-LEVEL_ONE = ["python", "torch", "cuda", "nccl", "backends", "nvml", "gpu_count", "pynvml_package", "topology",
-             "p2p", "shm", "open_files", "env_vars", "omp_num_threads"]
+LEVEL_ONE = [
+    "python",
+    "torch",
+    "cuda",
+    "nccl",
+    "backends",
+    "nvml",
+    "gpu_count",
+    "pynvml_package",
+    "topology",
+    "p2p",
+    "shm",
+    "open_files",
+    "env_vars",
+    "omp_num_threads",
+]
 MODES = ["single", "dp", "mp", "hybrid", "ddp", "ddp_mp", "pipeline", "fsdp", "tp", "rpc"]
 
 
@@ -64,9 +78,19 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
     # Level 3 holds every check of level 2; .ci/run runs level 2 after the tests, where it must
     # pass (exit 0) on a healthy machine.
     # The smoke and verify runs train the GPT (--model): .ci/run's own --check trains the MLP.
-    result = check("--level", "3", "--model", "gpt-tiny", "--json", str(tmp_path / "r.json"), "--junit",
-                   str(tmp_path / "r.xml"), "--run-dir", str(tmp_path / "runs"),
-                   env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"})  # fmt: skip
+    result = check(
+        "--level",
+        "3",
+        "--model",
+        "gpt-tiny",
+        "--json",
+        str(tmp_path / "r.json"),
+        "--junit",
+        str(tmp_path / "r.xml"),
+        "--run-dir",
+        str(tmp_path / "runs"),
+        env={"MGPU_CHECK_INJECT": "all_reduce,smoke:fsdp"},
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     jsonschema.validate(report, SCHEMA)
@@ -101,12 +125,14 @@ def test_level_three_verifies_every_mode_and_survives_a_wrong_collective_and_a_c
     assert bandwidth["busbw_GBps"] == pytest.approx(bandwidth["algbw_GBps"])
     assert bandwidth["expected_busbw_GBps"] is None  # CPU ranks: shown, never graded
     assert checks["bandwidth:all_reduce"]["detail"].endswith(
-        "not graded: CPU ranks: no GPU link to grade it against")
+        "not graded: CPU ranks: no GPU link to grade it against"
+    )
     assert checks["smoke:ddp"]["metrics"]["final_loss"] < checks["smoke:ddp"]["metrics"]["first_loss"]
     assert report["nproc"] == 2 and report["device"] == "cpu" and not report["passed"]
     assert report["model"] == "gpt-tiny" and "the smoke runs train gpt-tiny" in result.stdout
-    hello = json.loads((Path(report["run_dir"]) / "smoke" / "ddp" / "events" / "rank0.jsonl")
-                       .read_text().splitlines()[0])  # fmt: skip
+    hello = json.loads(
+        (Path(report["run_dir"]) / "smoke" / "ddp" / "events" / "rank0.jsonl").read_text().splitlines()[0]
+    )
     assert hello["config"]["model"] == "gpt-tiny"
     # The table: one row per check, then the counts.
     assert "PASS  collective:all_gather" in result.stdout and "FAIL  smoke:fsdp" in result.stdout
@@ -150,8 +176,12 @@ def test_torch_that_cannot_be_imported(tmp_path):
 
 def test_ctrl_c_stops_every_rank_exits_130_and_keeps_what_ran(tmp_path):
     runs = tmp_path / "runs"
-    proc = subprocess.Popen([*CLI, "--check", "--json", str(tmp_path / "r.json"), "--run-dir", str(runs)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*CLI, "--check", "--json", str(tmp_path / "r.json"), "--run-dir", str(runs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not list(runs.glob("*-check/*-ranks/checks/rank0.jsonl")) and time.monotonic() < deadline:
         time.sleep(0.1)  # until the ranks are at work

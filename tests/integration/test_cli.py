@@ -25,8 +25,11 @@ from conftest import run_cli
     ],
 )
 def test_usage_errors_are_one_sentence_and_exit_2(args, words, tmp_path):
-    result = run_cli(*args, "--run-dir", str(tmp_path)) if args[:1] == ["run"] and len(args) > 1 \
+    result = (
+        run_cli(*args, "--run-dir", str(tmp_path))
+        if args[:1] == ["run"] and len(args) > 1
         else run_cli(*args)
+    )
     assert result.returncode == 2
     assert words in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr

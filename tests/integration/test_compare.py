@@ -28,8 +28,22 @@ def nothing_left(rows: list[dict]) -> None:
 def compared(tmp_path_factory) -> tuple[dict, Path, str]:
     out = tmp_path_factory.mktemp("compare") / "r.json"
     # Two modes whose ranks count samples differently (every rank; the first stage only).
-    result = run_cli("compare", "ddp", "pipeline", "--nproc", "2", "--steps", "12", "--device", "cpu",
-                     "--out", str(out), "--run-dir", str(out.parent / "runs"), timeout=240)
+    result = run_cli(
+        "compare",
+        "ddp",
+        "pipeline",
+        "--nproc",
+        "2",
+        "--steps",
+        "12",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--run-dir",
+        str(out.parent / "runs"),
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(out.read_text()), out, result.stdout
 
@@ -71,9 +85,24 @@ def test_the_markdown_and_csv_reports_parse(compared):
 
 def test_weak_scaling_doubles_the_global_batch_and_the_lr_and_gives_the_loss_after_the_same_samples(tmp_path):
     out = tmp_path / "s.json"
-    result = run_cli("scale", "ddp", "--nproc", "1,2", "--weak", "--steps", "20", "--device", "cpu",
-                     "--batch-size", "32", "--out", str(out), "--run-dir", str(tmp_path / "runs"),
-                     timeout=180)
+    result = run_cli(
+        "scale",
+        "ddp",
+        "--nproc",
+        "1,2",
+        "--weak",
+        "--steps",
+        "20",
+        "--device",
+        "cpu",
+        "--batch-size",
+        "32",
+        "--out",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "runs"),
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(out.read_text())
     one, two = report["points"]
@@ -102,9 +131,26 @@ def test_weak_scaling_doubles_the_global_batch_and_the_lr_and_gives_the_loss_aft
 
 def test_a_batch_sweep_at_one_rank_count_reports_throughput_and_loss_by_batch(tmp_path):
     out = tmp_path / "b.md"
-    result = run_cli("scale", "ddp", "--nproc", "1", "--batch-size", "32,16", "--steps", "10", "--lr-rule",
-                     "sqrt", "--device", "cpu", "--out", str(out), "--run-dir", str(tmp_path / "runs"),
-                     "--json", timeout=180)  # fmt: skip
+    result = run_cli(
+        "scale",
+        "ddp",
+        "--nproc",
+        "1",
+        "--batch-size",
+        "32,16",
+        "--steps",
+        "10",
+        "--lr-rule",
+        "sqrt",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "runs"),
+        "--json",
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     small, big = report["points"]
@@ -149,8 +195,11 @@ def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):
     # In the words the CLI and the app use. The exit is as it happened: 1, or a signal while the rank
     # tears down after its exception (gloo's teardown race: test_failures.py).
     expected = rows["tp"].root_cause
-    assert re.fullmatch(r"rank 1 failed first \((exit code 1|SIGTERM|SIGSEGV|SIGABRT)\): "
-                        r"RuntimeError: injected failure at step 3 on rank 1", expected), expected
+    assert re.fullmatch(
+        r"rank 1 failed first \((exit code 1|SIGTERM|SIGSEGV|SIGABRT)\): "
+        r"RuntimeError: injected failure at step 3 on rank 1",
+        expected,
+    ), expected
     assert comparison.failed and comparison.to_json()["note"] == compare.PARALLEL_NOTE
     assert f"tp failed: {expected}" in compare_output.compare_table(comparison)
     nothing_left([r.to_json() for r in comparison.rows])
@@ -169,8 +218,12 @@ def test_parallel_gives_each_mode_its_own_gpus_on_an_8_gpu_box():
     host = host_module.Host(cpu_count=64, gpu_count=8, gpu_note="8 GPU(s)", torch_available=True)
     template = LaunchSpec(mode="ddp", nproc=2, device="cuda")
     specs = compare.compare_specs(["ddp", "ddp_mp", "single"], template)
-    runner = compare.Runner(specs, compare.new_comparison(["ddp", "ddp_mp", "single"], template, True),
-                            host=host, environ={"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"})
+    runner = compare.Runner(
+        specs,
+        compare.new_comparison(["ddp", "ddp_mp", "single"], template, True),
+        host=host,
+        environ={"CUDA_VISIBLE_DEVICES": "7,6,5,4,3,2,1,0"},
+    )
     sets = runner._gpu_sets()
     assert sets == [[0, 1], [2, 3, 4, 5], [6]]  # ddp: 2 ranks; ddp_mp: 2 ranks x 2 GPUs; single: 1
     assert [runner._environ_for(s)["CUDA_VISIBLE_DEVICES"] for s in sets] == ["7,6", "5,4,3,2", "1"]
@@ -183,8 +236,14 @@ def test_parallel_gives_each_mode_its_own_gpus_on_an_8_gpu_box():
 
 @pytest.mark.parametrize(
     "mode, world, nproc, gpus, expected",
-    [("ddp", 8, 8, 8, 8), ("ddp", 2, 2, 1, 1), ("ddp_mp", 2, 2, 1, 1), ("ddp_mp", 2, 2, 8, 4),
-     ("mp", 1, 1, 1, 1), ("dp", 1, 1, 4, 4)],
+    [
+        ("ddp", 8, 8, 8, 8),
+        ("ddp", 2, 2, 1, 1),
+        ("ddp_mp", 2, 2, 1, 1),
+        ("ddp_mp", 2, 2, 8, 4),
+        ("mp", 1, 1, 1, 1),
+        ("dp", 1, 1, 4, 4),
+    ],
 )
 def test_per_gpu_figures_count_the_gpus_a_run_occupies(mode, world, nproc, gpus, expected):
     # Ranks sharing one GPU (--share-gpus) occupy that GPU once: per-GPU rates and MFU divide by 1.

@@ -33,8 +33,12 @@ def listening(procs: list[psutil.Process]) -> set[tuple[str, str, int]]:
 def test_two_runs_at_once_never_collide_and_their_ranks_listen_on_loopback(tmp_path):
     roots = [tmp_path / "a", tmp_path / "b"]
     argv = [*CLI, "run", "ddp", "--nproc", "2", "--steps", "60", "--device", "cpu", "--json"]
-    procs = [subprocess.Popen([*argv, "--run-dir", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for root in roots]  # fmt: skip
+    procs = [
+        subprocess.Popen(
+            [*argv, "--run-dir", str(root)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for root in roots
+    ]
     sockets: list[set] = [set(), set()]
     deadline = time.monotonic() + 120
     while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
@@ -64,8 +68,9 @@ def test_two_runs_at_once_never_collide_and_their_ranks_listen_on_loopback(tmp_p
 def test_a_rank_flooding_20000_lines_a_second_loses_nothing(tmp_path):
     """5 s of 20,000 lines a second: every line in the log file, the tail drained is current,
     and what the engine keeps for a display stays bounded."""
-    spec = LaunchSpec("single", steps=10_000_000, device="cpu", run_root=tmp_path,
-                      demo_args=("--log-rate", "20000"))
+    spec = LaunchSpec(
+        "single", steps=10_000_000, device="cpu", run_root=tmp_path, demo_args=("--log-rate", "20000")
+    )
     run = Run.prepare(spec)
     rss_before = psutil.Process().memory_info().rss
     lags = []

@@ -7,9 +7,12 @@ from conftest import CLI, live_processes_of, read_summary
 
 def test_an_event_file_deleted_mid_run_is_still_followed(tmp_path):
     # Also the one-process launch path end to end: its table, its logs, --verify.
-    proc = subprocess.Popen([*CLI, "run", "single", "--steps", "60", "--device", "cpu", "--verify",
-                             "--run-dir", str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, "run", "single", "--steps", "60", "--device", "cpu", "--verify", "--run-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen = []
     for line in proc.stderr:  # the progress lines: the engine has read the file by now
         seen.append(line)

@@ -13,9 +13,24 @@ from conftest import CLI, live_processes_of, only_run_dir, run_cli, summary_from
 
 def test_a_rank_that_raises_is_the_root_cause(runs_root):
     started = time.monotonic()
-    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "200", "--device", "cpu",
-                     "--run-dir", str(runs_root), "--json", "--", "--fail-at-step", "5",
-                     "--fail-rank", "1")
+    result = run_cli(
+        "run",
+        "ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "200",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+        "--",
+        "--fail-at-step",
+        "5",
+        "--fail-rank",
+        "1",
+    )
     ended = time.time()
     assert result.returncode == 1
     assert time.monotonic() - started < 15  # the issue's bound, launch included
@@ -50,9 +65,25 @@ def test_a_rank_that_raises_is_the_root_cause(runs_root):
 )
 def test_every_kind_of_crash_is_named(mode, kind, expect, runs_root):
     nproc = ["--nproc", "2"] if mode == "ddp" else []
-    result = run_cli("run", mode, *nproc, "--steps", "50", "--device", "cpu", "--run-dir", str(runs_root),
-                     "--json", "--", "--fail-at-step", "3", "--fail-rank", str(expect["rank"]),
-                     "--fail-kind", kind)
+    result = run_cli(
+        "run",
+        mode,
+        *nproc,
+        "--steps",
+        "50",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+        "--",
+        "--fail-at-step",
+        "3",
+        "--fail-rank",
+        str(expect["rank"]),
+        "--fail-kind",
+        kind,
+    )
     assert result.returncode == 1, result.stderr
     cause = summary_from(result.stdout).root_cause
     assert {k: getattr(cause, k) for k in expect} == expect, cause
@@ -63,9 +94,25 @@ def test_every_kind_of_crash_is_named(mode, kind, expect, runs_root):
 
 
 def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
-    proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
-                             "--run-dir", str(runs_root), "--json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "ddp",
+            "--nproc",
+            "2",
+            "--steps",
+            "100000",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs_root),
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # Wait until both ranks are training, so there is something to stop.
     deadline = time.monotonic() + 60
     events = None
@@ -85,9 +132,28 @@ def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
 
 def test_a_hung_rank_stalls_the_run_which_stops_with_every_ranks_stacks(runs_root):
     started = time.monotonic()
-    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "1000", "--device", "cpu",
-                     "--stall-timeout", "5", "--run-dir", str(runs_root), "--json",
-                     "--", "--fail-at-step", "5", "--fail-rank", "1", "--fail-kind", "hang")
+    result = run_cli(
+        "run",
+        "ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "1000",
+        "--device",
+        "cpu",
+        "--stall-timeout",
+        "5",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+        "--",
+        "--fail-at-step",
+        "5",
+        "--fail-rank",
+        "1",
+        "--fail-kind",
+        "hang",
+    )
     assert result.returncode == 1, result.stderr
     assert time.monotonic() - started < 30
     summary = summary_from(result.stdout)
@@ -97,8 +163,11 @@ def test_a_hung_rank_stalls_the_run_which_stops_with_every_ranks_stacks(runs_roo
     cause = summary.root_cause
     # The flight recorder's verdict: who never entered which collective, and where it is instead.
     verdict = summary.stall.verdict
-    assert re.fullmatch(r"rank 1 never entered all_reduce\(float32\[\d+\]\) #\d+ \(default group\); rank 0 "
-                        r"has waited in it for \d+ s; rank 1 is in maybe_fail at faults\.py:\d+", verdict)
+    assert re.fullmatch(
+        r"rank 1 never entered all_reduce\(float32\[\d+\]\) #\d+ \(default group\); rank 0 "
+        r"has waited in it for \d+ s; rank 1 is in maybe_fail at faults\.py:\d+",
+        verdict,
+    )
     assert cause.rank == 1 and cause.message == f"stalled for 5 s: {verdict}"
     run_dir = only_run_dir(runs_root)
     hung = (run_dir / "stacks" / "rank1.txt").read_text()
@@ -109,11 +178,36 @@ def test_a_hung_rank_stalls_the_run_which_stops_with_every_ranks_stacks(runs_roo
 
 
 def test_on_stall_report_keeps_the_run_going(runs_root):
-    proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "1000", "--device", "cpu",
-                             "--stall-timeout", "3", "--on-stall", "report", "--run-dir", str(runs_root),
-                             "--json", "--", "--fail-at-step", "3", "--fail-rank", "0",
-                             "--fail-kind", "hang"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "ddp",
+            "--nproc",
+            "2",
+            "--steps",
+            "1000",
+            "--device",
+            "cpu",
+            "--stall-timeout",
+            "3",
+            "--on-stall",
+            "report",
+            "--run-dir",
+            str(runs_root),
+            "--json",
+            "--",
+            "--fail-at-step",
+            "3",
+            "--fail-rank",
+            "0",
+            "--fail-kind",
+            "hang",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 40
     stacks = None
     while time.monotonic() < deadline:
@@ -133,9 +227,23 @@ def test_on_stall_report_keeps_the_run_going(runs_root):
 
 
 def test_sigkill_of_mgpu_tui_leaves_no_rank_behind(runs_root):
-    proc = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
-                             "--run-dir", str(runs_root)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "ddp",
+            "--nproc",
+            "2",
+            "--steps",
+            "100000",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs_root),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not list(runs_root.glob("*/events/rank1.jsonl")):
         time.sleep(0.2)
@@ -153,8 +261,24 @@ def test_a_slow_rank_is_named_a_straggler_with_where_its_time_goes(runs_root):
     """--fail-kind slow: rank 1 takes 50 ms longer over each batch. Every step of the job then takes
     as long (the others wait in the all-reduce), so step times cannot tell; when each rank is ready
     can. Named while the run goes and in the summary."""
-    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "30", "--device", "cpu", "--run-dir",
-                     str(runs_root), "--json", "--", "--fail-kind", "slow", "--fail-rank", "1")  # fmt: skip
+    result = run_cli(
+        "run",
+        "ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "30",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+        "--",
+        "--fail-kind",
+        "slow",
+        "--fail-rank",
+        "1",
+    )
     assert result.returncode == 0, result.stderr
     (straggler,) = summary_from(result.stdout).stragglers
     assert straggler.rank == 1 and straggler.steps >= 0.8 * straggler.of_steps >= 20

@@ -18,8 +18,13 @@ SCRIPT = REPO / "scripts" / "gpu_check.py"
 
 def gpu_check(tmp_path: Path, *args: str, path: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PATH": path}
-    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *args],
-                          capture_output=True, text=True, timeout=60, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--out", str(tmp_path / "out"), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
 
 
 def one_sentence(text: str) -> str:

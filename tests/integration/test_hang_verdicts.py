@@ -67,18 +67,33 @@ def test_a_hang_is_explained_by_who_never_entered_which_collective_and_where_it_
     launches = {}
     for name, body in SCRIPTS.items():  # at once: each is start-up and a 5 s stall timeout
         (tmp_path / name).write_text(textwrap.dedent(body))
-        command = [*CLI, "run", "--script", name, "--nproc", "2", "--stall-timeout", "5", "--run-dir", "runs",
-                   "--json", "--quiet"]  # fmt: skip
-        launches[name] = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+        command = [
+            *CLI,
+            "run",
+            "--script",
+            name,
+            "--nproc",
+            "2",
+            "--stall-timeout",
+            "5",
+            "--run-dir",
+            "runs",
+            "--json",
+            "--quiet",
+        ]
+        launches[name] = subprocess.Popen(
+            command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     results = {name: (proc.communicate(timeout=120), proc.returncode) for name, proc in launches.items()}
 
     (out, err), code = results["stuck_in_python.py"]
     assert code == 1, err
     summary = summary_from(out)
-    assert re.fullmatch(r"rank 1 never entered all_reduce\(float32\[4\]\) #5 \(default group\); rank 0 has "
-                        r"waited in it for \d+ s; rank 1 is in load_batch at stuck_in_python\.py:9",
-                        summary.stall.verdict), summary.stall.verdict  # fmt: skip
+    assert re.fullmatch(
+        r"rank 1 never entered all_reduce\(float32\[4\]\) #5 \(default group\); rank 0 has "
+        r"waited in it for \d+ s; rank 1 is in load_batch at stuck_in_python\.py:9",
+        summary.stall.verdict,
+    ), summary.stall.verdict
     assert summary.root_cause.rank == 1 and summary.root_cause.message.endswith(summary.stall.verdict)
 
     (out, err), code = results["mismatched.py"]

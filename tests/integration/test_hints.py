@@ -76,7 +76,11 @@ def test_each_failure_is_named_with_what_it_means(tmp_path):
         (tmp_path / name).write_text(textwrap.dedent(body))
         launches[name] = subprocess.Popen(
             [*CLI, "run", "--script", name, "--nproc", "2", "--run-dir", "runs", "--json"],
-            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     causes = {}
     for name, proc in launches.items():
         out, err = proc.communicate(timeout=120)

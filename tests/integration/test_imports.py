@@ -28,8 +28,10 @@ CLI_PATHS = [
 
 @pytest.mark.parametrize("code", CLI_PATHS)
 def test_cli_never_imports_torch_or_textual(code):
-    loaded = modules_after("import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    "
-                           + code.replace("; ", "\n    "))
+    loaded = modules_after(
+        "import contextlib, io\nwith contextlib.redirect_stdout(io.StringIO()):\n    "
+        + code.replace("; ", "\n    ")
+    )
     assert "torch" not in loaded
     assert "textual" not in loaded and "rich" not in loaded
 
@@ -70,8 +72,11 @@ def imports_of(path) -> set[str]:
 
 def test_only_the_rank_folder_imports_torch():
     """The boundary is a folder: what runs in the parent process never names torch, even lazily."""
-    parent_side = [p for p in [*ENGINE.rglob("*.py"), *PACKAGE.rglob("*.py")]
-                   if p.relative_to(REPO).parts[:2] != ("engine", "rank")]  # fmt: skip
+    parent_side = [
+        p
+        for p in [*ENGINE.rglob("*.py"), *PACKAGE.rglob("*.py")]
+        if p.relative_to(REPO).parts[:2] != ("engine", "rank")
+    ]
     offenders = [str(p.relative_to(REPO)) for p in parent_side if "torch" in imports_of(p)]
     assert offenders == []
     assert "torch" in imports_of(ENGINE / "rank" / "check_tasks.py")  # the scan sees imports at all

@@ -17,10 +17,15 @@ def test_a_torch_inside_a_virtual_environment_is_kept(tmp_path):
     # is such an environment (the project's .venv).
     assert sys.prefix != sys.base_prefix
     venv = tmp_path / "venv"
-    done = subprocess.run(["bash", str(SCRIPT), sys.executable, str(venv)], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(SCRIPT), sys.executable, str(venv)], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert "keeping torch" in done.stdout
-    seen = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    seen = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import torch; print(torch.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert seen.stdout.strip() == torch.__version__

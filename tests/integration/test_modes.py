@@ -23,8 +23,19 @@ DEGENERATE_ON_CPU = {"dp", "mp", "hybrid", "ddp_mp"}
 
 
 def run_verified(args, runs_root):
-    result = run_cli("run", *args, "--steps", "8", "--device", "cpu", "--verify", "--json",
-                     "--run-dir", str(runs_root), timeout=180)
+    result = run_cli(
+        "run",
+        *args,
+        "--steps",
+        "8",
+        "--device",
+        "cpu",
+        "--verify",
+        "--json",
+        "--run-dir",
+        str(runs_root),
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)
     assert summary.status == "ok" and summary.steps == 8
@@ -92,6 +103,7 @@ def test_tp_steps_with_the_fused_optimizer_and_grad_scaler_that_cuda_uses():
     # On CUDA the optimizer is fused (foreach) and fp16 brings a GradScaler: both refused the
     # classifier head as a plain tensor beside the DTensors (seen on an H100, one rank). Forced
     # on here, in one process with a group of one.
-    done = subprocess.run([sys.executable, "-c", TP_ON_CUDA_DEFAULTS], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", TP_ON_CUDA_DEFAULTS], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "stepped" in done.stdout, done.stderr[-2000:]

@@ -42,14 +42,13 @@ def write(tmp_path, name, body):
     return path
 
 
-
-
 @pytest.mark.parametrize("style", ["--script", "--module"])
 def test_a_script_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp_path, runs_root, style):
     script = write(tmp_path, "plain_job.py", PLAIN)
     target = str(script) if style == "--script" else "plain_job"
-    result = run_cli("run", style, target, "--nproc", "2", "--run-dir", str(runs_root), "--json",
-                     cwd=tmp_path)
+    result = run_cli(
+        "run", style, target, "--nproc", "2", "--run-dir", str(runs_root), "--json", cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)
     assert summary.status == "ok" and summary.world_size == 2 and summary.program == target
@@ -89,12 +88,35 @@ def free_port() -> int:
 def test_two_nodes_on_this_machine_form_one_job(tmp_path):
     port, runs = free_port(), tmp_path / "shared-runs"
     nodes = [
-        subprocess.Popen([*CLI, "run", "ddp", "--nnodes", "2", "--node-rank", str(rank), "--nproc", "1",
-                          "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "job7", "--steps", "20",
-                          "--device", "cpu", "--run-dir", str(runs), "--json"],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [
+                *CLI,
+                "run",
+                "ddp",
+                "--nnodes",
+                "2",
+                "--node-rank",
+                str(rank),
+                "--nproc",
+                "1",
+                "--rdzv-endpoint",
+                f"127.0.0.1:{port}",
+                "--rdzv-id",
+                "job7",
+                "--steps",
+                "20",
+                "--device",
+                "cpu",
+                "--run-dir",
+                str(runs),
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for rank in (0, 1)
-    ]  # fmt: skip
+    ]
     outputs = [node.communicate(timeout=120) for node in nodes]
     for node, (out, err) in zip(nodes, outputs):
         assert node.returncode == 0, err
@@ -112,8 +134,10 @@ def test_two_nodes_on_this_machine_form_one_job(tmp_path):
         (["--script", "/nonexistent.py"], "no such script: /nonexistent.py"),
         (["ddp", "--script", "x.py"], "exactly one of them"),
         ([], "exactly one of them"),
-        (["ddp", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"],
-         "--node-rank must be between 0 and 1"),
+        (
+            ["ddp", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:1"],
+            "--node-rank must be between 0 and 1",
+        ),
         (["ddp", "--nnodes", "2"], "several nodes need --rdzv-endpoint"),
         (["ddp", "--nnodes", "2", "--rdzv-endpoint", "nohost"], "--rdzv-endpoint must be HOST:PORT"),
         (["single", "--nnodes", "2", "--rdzv-endpoint", "h:1"], "runs as one process"),
@@ -145,9 +169,12 @@ def test_a_scripts_output_shows_on_the_console_by_rank_as_torchrun_tees_it(tmp_p
     write(tmp_path, "chatty.py", CHATTY)
     variants = {"every rank": [], "rank 1, json": ["--ranks-filter", "1", "--json"], "quiet": ["--quiet"]}
     command = [*CLI, "run", "--script", "chatty.py", "--nproc", "2", "--run-dir", "runs"]
-    launches = {name: subprocess.Popen([*command, *extra], cwd=tmp_path, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, text=True)
-                for name, extra in variants.items()}  # fmt: skip
+    launches = {
+        name: subprocess.Popen(
+            [*command, *extra], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name, extra in variants.items()
+    }
     results = {name: (proc.communicate(timeout=120), proc.returncode) for name, proc in launches.items()}
 
     (out, err), code = results["every rank"]

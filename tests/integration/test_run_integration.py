@@ -12,8 +12,9 @@ from conftest import live_processes_of, only_run_dir, read_summary, run_cli, sum
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "30", "--device", "cpu",
-                     "--run-dir", str(root), "--json")
+    result = run_cli(
+        "run", "ddp", "--nproc", "2", "--steps", "30", "--device", "cpu", "--run-dir", str(root), "--json"
+    )
     return result, only_run_dir(root)
 
 
@@ -72,9 +73,24 @@ def test_nothing_of_the_run_is_left_running(ddp_run):
 def test_demo_runs_alone_without_the_engine(tmp_path):
     """Under bare torchrun, without MGPU_RUN_DIR, the demo trains and prints from rank 0 only."""
     result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "mgpu_tui.demos.ddp", "--steps", "20", "--device", "cpu"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "mgpu_tui.demos.ddp",
+            "--steps",
+            "20",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
     assert "[rank 0] step 20" in result.stdout and "[rank 1]" not in result.stdout

@@ -15,8 +15,19 @@ from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 
 
 def test_a_run_keeps_the_host_and_ranks_every_second_and_the_summary_says_what_they_used(runs_root):
-    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "300", "--device", "cpu",
-                     "--run-dir", str(runs_root), "--json")
+    result = run_cli(
+        "run",
+        "ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "300",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)
     telemetry = (only_run_dir(runs_root) / "telemetry.jsonl").read_text()
@@ -37,8 +48,19 @@ def test_a_run_keeps_the_host_and_ranks_every_second_and_the_summary_says_what_t
 
 
 def test_sample_interval_0_keeps_no_telemetry(runs_root):
-    result = run_cli("run", "single", "--steps", "5", "--device", "cpu", "--sample-interval", "0",
-                     "--run-dir", str(runs_root), "--json")
+    result = run_cli(
+        "run",
+        "single",
+        "--steps",
+        "5",
+        "--device",
+        "cpu",
+        "--sample-interval",
+        "0",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+    )
     assert result.returncode == 0, result.stderr
     assert summary_from(result.stdout).telemetry is None
     assert not (only_run_dir(runs_root) / "telemetry.jsonl").exists()
@@ -105,8 +127,18 @@ def test_gpu_figures_come_from_nvml_and_energy_from_its_counter(tmp_path):
 
 def test_runs_lists_past_runs_newest_first_and_the_broken_ones_as_broken(runs_root):
     for mode in ("single", "mp"):
-        done = run_cli("run", mode, "--steps", "5", "--device", "cpu", "--run-dir", str(runs_root),
-                       "--sample-interval", "0")
+        done = run_cli(
+            "run",
+            mode,
+            "--steps",
+            "5",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs_root),
+            "--sample-interval",
+            "0",
+        )
         assert done.returncode in (0, 1), done.stderr
     (runs_root / "not-a-run").mkdir()
     half = runs_root / "20200101T000000Z-ddp"
@@ -140,8 +172,20 @@ def summary_from_file(path: Path):
 
 def test_compare_runs_from_their_records_gives_their_own_figures_in_under_2_s(runs_root, tmp_path):
     for mode in ("ddp", "fsdp"):
-        done = run_cli("run", mode, "--nproc", "2", "--steps", "40", "--device", "cpu", "--run-dir",
-                       str(runs_root), "--sample-interval", "0")
+        done = run_cli(
+            "run",
+            mode,
+            "--nproc",
+            "2",
+            "--steps",
+            "40",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs_root),
+            "--sample-interval",
+            "0",
+        )
         assert done.returncode == 0, done.stderr
     ddp, fsdp = sorted(runs_root.iterdir())
     out = tmp_path / "r.json"
@@ -155,8 +199,11 @@ def test_compare_runs_from_their_records_gives_their_own_figures_in_under_2_s(ru
     assert report["settings"]["comparable"] and report["settings"]["differences"] == []
     for row, path in zip(report["rows"], (ddp, fsdp)):
         own = summary_from_file(path)
-        assert (row["mode"], row["samples_per_s"], row["final_loss"]) == (own.mode, own.samples_per_s,
-                                                                          own.final_loss)
+        assert (row["mode"], row["samples_per_s"], row["final_loss"]) == (
+            own.mode,
+            own.samples_per_s,
+            own.final_loss,
+        )
         assert row["loss_curve"][-1] == [own.steps, own.final_loss]
 
     # Another global batch: the fsdp run's record, as a run with batch 32 would have written it.
@@ -177,15 +224,29 @@ def test_compare_runs_refuses_a_run_without_a_result_in_one_sentence(runs_root):
     (going / "spec.json").write_text('{"spec": {"mode": "fsdp", "world_size": 4}, "created_at": 2}')
     result = run_cli("compare", "--runs", str(going), str(going) + "/")
     assert result.returncode == 2
-    assert result.stderr.strip().endswith("has no result yet (no summary.json): it is still going, "
-                                          "or was cut off.")
+    assert result.stderr.strip().endswith(
+        "has no result yet (no summary.json): it is still going, or was cut off."
+    )
 
 
 def test_a_finished_run_replays_from_its_files_as_its_summary_says(runs_root):
     from mgpu_tui.engine.records.follow import FollowedRun, FollowState
 
-    done = run_cli("run", "ddp", "--nproc", "2", "--steps", "40", "--device", "cpu",
-                   "--run-dir", str(runs_root), "--sample-interval", "0.2", "--json")  # fmt: skip
+    done = run_cli(
+        "run",
+        "ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "40",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(runs_root),
+        "--sample-interval",
+        "0.2",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     summary = summary_from(done.stdout)
     run = FollowedRun(Path(summary.run_dir))
@@ -209,8 +270,22 @@ def test_a_finished_run_replays_from_its_files_as_its_summary_says(runs_root):
 def test_a_live_run_is_known_by_its_monitors_lock_and_a_killed_monitor_leaves_it_cut_off(runs_root):
     from mgpu_tui.engine.records.follow import FollowedRun, FollowState
 
-    monitor = subprocess.Popen([*CLI, "run", "ddp", "--nproc", "2", "--steps", "100000", "--device", "cpu",
-                                "--run-dir", str(runs_root)], stdout=subprocess.DEVNULL)  # fmt: skip
+    monitor = subprocess.Popen(
+        [
+            *CLI,
+            "run",
+            "ddp",
+            "--nproc",
+            "2",
+            "--steps",
+            "100000",
+            "--device",
+            "cpu",
+            "--run-dir",
+            str(runs_root),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     try:
         run_dir = wait_for_a_step(runs_root)
         run = FollowedRun(run_dir)
@@ -248,11 +323,18 @@ def test_a_lock_held_by_a_process_of_a_run_is_never_sent_a_signal(runs_root):
     spec = {"spec": {"mode": "ddp", "world_size": 2}, "created_at": 1}
     (run_dir / "spec.json").write_text(json.dumps(spec))
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-         "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
-         str(run_dir / "monitor.lock"), "mgpu_tui"],
-        env={**os.environ, "MGPU_RUN_ID": "someone-elses-run"}, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+            "fcntl.flock(f, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+            str(run_dir / "monitor.lock"),
+            "mgpu_tui",
+        ],
+        env={**os.environ, "MGPU_RUN_ID": "someone-elses-run"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         run = FollowedRun(run_dir)

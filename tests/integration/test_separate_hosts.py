@@ -36,15 +36,45 @@ def hosts():
         pytest.skip(f"separate hosts cannot be made here: {exc}")
 
 
-def start(host: Host, runs: Path, *args: str, mode: str = "ddp", job: str = "job", endpoint: str = ENDPOINT,
-          steps: int = 8, run_dir: Path | None = None) -> subprocess.Popen:  # fmt: skip
+def start(
+    host: Host,
+    runs: Path,
+    *args: str,
+    mode: str = "ddp",
+    job: str = "job",
+    endpoint: str = ENDPOINT,
+    steps: int = 8,
+    run_dir: Path | None = None,
+) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
-    argv = [*CLI, "run", mode, "--nnodes", "2", "--node-rank", str(host.node), "--nproc", "2",
-            "--rdzv-endpoint", endpoint, "--rdzv-id", job, "--steps", str(steps), "--device", "cpu",
-            "--run-dir", str(run_dir or runs / host.hostname), "--sample-interval", "0", "--json",
-            *args]  # fmt: skip
-    return subprocess.Popen(host.argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env)  # fmt: skip
+    argv = [
+        *CLI,
+        "run",
+        mode,
+        "--nnodes",
+        "2",
+        "--node-rank",
+        str(host.node),
+        "--nproc",
+        "2",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        job,
+        "--steps",
+        str(steps),
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(run_dir or runs / host.hostname),
+        "--sample-interval",
+        "0",
+        "--json",
+        *args,
+    ]
+    return subprocess.Popen(
+        host.argv(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
 
 
 def finish(node: subprocess.Popen, timeout: float = 90) -> tuple[int, dict | None, str]:
@@ -59,8 +89,11 @@ def first_step_seen(runs: Path, host: Host, step: int, timeout: float = 60) -> N
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for events in (runs / host.hostname).glob("*/events/rank*.jsonl"):
-            if any(json.loads(line).get("step", 0) >= step for line in events.read_text().splitlines()[-3:]
-                   if line.endswith("}")):  # fmt: skip
+            if any(
+                json.loads(line).get("step", 0) >= step
+                for line in events.read_text().splitlines()[-3:]
+                if line.endswith("}")
+            ):
                 return
         time.sleep(0.2)
     raise AssertionError(f"{host.hostname} reported no step {step} in {timeout} s")
@@ -77,7 +110,9 @@ async def test_two_hosts_of_two_ranks_train_one_job_of_world_size_four(hosts, tm
         assert code == 0, err
         assert summary["status"] == "ok" and summary["world_size"] == 4 and summary["steps"] == 8
         assert [(n["host"], n["ranks"], n["state"]) for n in summary["nodes"]] == [
-            ("bn-host0", "0-1", "ok"), ("bn-host1", "2-3", "ok")]
+            ("bn-host0", "0-1", "ok"),
+            ("bn-host1", "2-3", "ok"),
+        ]
         assert f"node {host.node} of 2 (bn-host{host.node}, ranks" in err
     # Each host's ranks ran there: their hello names the host they ran on.
     for host, ranks in zip(hosts.hosts, ((0, 1), (2, 3))):
@@ -100,8 +135,13 @@ async def shows_ranks_by_node(folder: Path) -> None:
         while not view.finished and time.monotonic() < deadline:
             await pilot.pause(0.2)
         assert [row[:3] for row in view.rank_rows] == [
-            ("node 0 · bn-host0 · ranks 0-1",), ("rank 0", "done", "8"), ("rank 1", "done", "8"),
-            ("node 1 · bn-host1 · ranks 2-3",), ("rank 2", "done", "8"), ("rank 3", "done", "8")]
+            ("node 0 · bn-host0 · ranks 0-1",),
+            ("rank 0", "done", "8"),
+            ("rank 1", "done", "8"),
+            ("node 1 · bn-host1 · ranks 2-3",),
+            ("rank 2", "done", "8"),
+            ("rank 3", "done", "8"),
+        ]
 
 
 def test_a_rank_failing_on_one_host_is_named_with_its_host_on_both(hosts, tmp_path):
@@ -151,8 +191,10 @@ def test_a_host_that_never_comes_and_an_endpoint_nobody_hosts_each_fail_in_one_s
     started = time.monotonic()
     code, summary, err = finish(alone, timeout=60)
     assert code == 1 and time.monotonic() - started < 5 + 10
-    assert ("node 0 waited 5 s for node 1 of 2 to join the rendezvous at bn-host0:29400 (id alone): start "
-            "`mgpu-tui run` on every node with the same --rdzv-endpoint, --rdzv-id and --nnodes") in err
+    assert (
+        "node 0 waited 5 s for node 1 of 2 to join the rendezvous at bn-host0:29400 (id alone): start "
+        "`mgpu-tui run` on every node with the same --rdzv-endpoint, --rdzv-id and --nnodes"
+    ) in err
     assert "Traceback" not in err and summary["nodes"][1]["state"] == "missing"
     code, summary, err = finish(stray, timeout=60)
     assert code == 1

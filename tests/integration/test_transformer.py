@@ -24,9 +24,26 @@ def test_the_demos_gpt_has_the_planners_parameters_tensor_by_tensor():
 
 def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_predicted_memory(tmp_path):
     out = tmp_path / "r.json"
-    result = run_cli("compare", "ddp", "fsdp", "tp", "pipeline", "--model", "gpt-tiny", "--nproc", "2",
-                     "--steps", "10", "--device", "cpu", "--out", str(out),
-                     "--run-dir", str(tmp_path / "runs"), timeout=240)  # fmt: skip
+    result = run_cli(
+        "compare",
+        "ddp",
+        "fsdp",
+        "tp",
+        "pipeline",
+        "--model",
+        "gpt-tiny",
+        "--nproc",
+        "2",
+        "--steps",
+        "10",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "runs"),
+        timeout=240,
+    )
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())["rows"]
     assert [r["mode"] for r in rows] == ["ddp", "fsdp", "tp", "pipeline"]
@@ -49,18 +66,47 @@ def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_p
 
 
 def test_tensor_parallel_gpt_in_the_megatron_pattern_equals_the_single_device_baseline(tmp_path):
-    result = run_cli("run", "tp", "--model", "gpt-tiny", "--nproc", "2", "--steps", "8", "--device", "cpu",
-                     "--verify", "--run-dir", str(tmp_path), "--json", timeout=180)  # fmt: skip
+    result = run_cli(
+        "run",
+        "tp",
+        "--model",
+        "gpt-tiny",
+        "--nproc",
+        "2",
+        "--steps",
+        "8",
+        "--device",
+        "cpu",
+        "--verify",
+        "--run-dir",
+        str(tmp_path),
+        "--json",
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)
     assert summary.verify.ok and summary.verify.max_abs_diff <= 1e-5
-    assert summary.tokens_per_s and summary.memory[0]["measured_state_bytes"] == summary.memory[0][
-        "predicted_state_bytes"]
+    assert (
+        summary.tokens_per_s
+        and summary.memory[0]["measured_state_bytes"] == summary.memory[0]["predicted_state_bytes"]
+    )
 
 
 def test_a_gpt_shape_that_cannot_be_is_one_sentence(tmp_path):
-    result = run_cli("run", "tp", "--model", "gpt-tiny", "--nproc", "3", "--batch-size", "63",
-                     "--device", "cpu", "--run-dir", str(tmp_path))  # fmt: skip
+    result = run_cli(
+        "run",
+        "tp",
+        "--model",
+        "gpt-tiny",
+        "--nproc",
+        "3",
+        "--batch-size",
+        "63",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(tmp_path),
+    )
     assert result.returncode == 2
     assert result.stderr.strip().endswith("the model's 4 heads must be a multiple of --nproc.")
     result = run_cli("run", "ddp", "--heads", "8", "--device", "cpu", "--run-dir", str(tmp_path))

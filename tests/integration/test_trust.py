@@ -47,8 +47,19 @@ def script(tmp_path: Path, body: str, *, emit: bool = False) -> Path:
 
 
 def run_script(path: Path, runs_root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return run_cli("run", "--script", str(path), "--nproc", "2", "--run-dir", str(runs_root), "--json", *args,
-                   cwd=path.parent, timeout=timeout)
+    return run_cli(
+        "run",
+        "--script",
+        str(path),
+        "--nproc",
+        "2",
+        "--run-dir",
+        str(runs_root),
+        "--json",
+        *args,
+        cwd=path.parent,
+        timeout=timeout,
+    )
 
 
 def alive(pid: int) -> bool:
@@ -67,7 +78,9 @@ def test_a_rank_naming_another_process_and_phantom_ranks_changes_nothing(tmp_pat
     and stops the run, the bystander lives, and the summary holds the job's two ranks only."""
     bystander = subprocess.Popen(["sleep", "300"])
     try:
-        job = script(tmp_path, f"""
+        job = script(
+            tmp_path,
+            f"""
             hello(pid={bystander.pid})
             hello(pid=1)                                  # a second hello: pid 1 as rank 0
             for n in range(1, 4):
@@ -78,7 +91,9 @@ def test_a_rank_naming_another_process_and_phantom_ranks_changes_nothing(tmp_pat
             emit(9, "hello", rank=9, local_rank=0, world_size=10, pid=1, host="h", device="cpu",
                  device_uuid=None, mode="x", config={{}}, stacks=True)
             time.sleep(120)                               # then silence: a stall
-        """, emit=True)
+        """,
+            emit=True,
+        )
         result = run_script(job, runs_root, "--stall-timeout", "3", "--on-stall", "stop")
         assert alive(bystander.pid), "a process named by a rank was signalled"
     finally:
@@ -94,8 +109,10 @@ def test_a_rank_naming_another_process_and_phantom_ranks_changes_nothing(tmp_pat
     # Per rank: its second hello, the step of rank 10**12, the step written as the other rank.
     # The files of ranks 7 and 9 are no rank's of this job: never read.
     assert summary.malformed_events == 2 * 3
-    assert "not read: event files of 2 rank(s) outside the job's 0..1 (rank7, rank9)" in (
-        only_run_dir(runs_root) / "mgpu-tui.log").read_text()
+    assert (
+        "not read: event files of 2 rank(s) outside the job's 0..1 (rank7, rank9)"
+        in (only_run_dir(runs_root) / "mgpu-tui.log").read_text()
+    )
     assert live_processes_of(only_run_dir(runs_root)) == []
 
 
@@ -105,7 +122,9 @@ def test_a_rank_naming_another_process_and_phantom_ranks_changes_nothing(tmp_pat
 def test_a_slow_run_with_on_stall_report_is_not_killed_and_a_finished_rank_survives_it(tmp_path, runs_root):
     """Rank 0 finishes, closes its reporter and waits (a final barrier); rank 1 goes silent
     past the stall timeout, then finishes. Only rank 1 is asked for its stacks; both succeed."""
-    job = script(tmp_path, """
+    job = script(
+        tmp_path,
+        """
         import os, time
         from mgpu_tui.engine.rank.reporter import Reporter
         rank = int(os.environ["RANK"])
@@ -121,7 +140,8 @@ def test_a_slow_run_with_on_stall_report_is_not_killed_and_a_finished_rank_survi
         reporter.close()
         time.sleep(8 if rank == 0 else 0)       # rank 0 in its "final barrier", no handler left
         print(f"rank {rank} finished", flush=True)
-    """)
+    """,
+    )
     result = run_script(job, runs_root, "--stall-timeout", "2", "--on-stall", "report")
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir = only_run_dir(runs_root)
@@ -137,14 +157,18 @@ def test_a_slow_run_with_on_stall_report_is_not_killed_and_a_finished_rank_survi
 
 
 def test_a_step_of_2_to_the_63_is_a_malformed_line_not_the_end_of_the_run(tmp_path, runs_root):
-    job = script(tmp_path, """
+    job = script(
+        tmp_path,
+        """
         hello(pid=os.getpid())
         step(1)
         step(2**63)                   # json writes it; no 64-bit counter takes it
         emit(RANK, "step", rank=RANK, step=3, samples=1e400, tokens=0, loss=None, step_s=0.1)
         step(2)
         emit(RANK, "done", rank=RANK, steps=2)
-    """, emit=True)
+    """,
+        emit=True,
+    )
     result = run_script(job, runs_root)
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)
@@ -157,11 +181,14 @@ def test_a_step_of_2_to_the_63_is_a_malformed_line_not_the_end_of_the_run(tmp_pa
 
 
 def test_terminal_escapes_in_a_ranks_exception_never_reach_the_terminal(tmp_path, runs_root):
-    job = script(tmp_path, """
+    job = script(
+        tmp_path,
+        """
         import os
         if os.environ["RANK"] == "1":
             raise RuntimeError("\\x1b]0;pwned\\x07\\x1b[2J\\x1b[31mboom")
-    """)
+    """,
+    )
     result = run_script(job, runs_root)
     assert result.returncode == 1
     assert "\x1b" not in result.stderr + result.stdout and "\x07" not in result.stderr
@@ -171,7 +198,9 @@ def test_terminal_escapes_in_a_ranks_exception_never_reach_the_terminal(tmp_path
 
 def test_a_stopped_rank_is_named_as_the_stall_and_its_missing_stacks_explained(tmp_path, runs_root):
     """Rank 1 is SIGSTOPped after step 3; rank 0 waits for it in the next all_reduce."""
-    job = script(tmp_path, """
+    job = script(
+        tmp_path,
+        """
         import os, signal, torch, torch.distributed as dist
         from mgpu_tui.engine.rank.reporter import Reporter
         dist.init_process_group("gloo")
@@ -183,7 +212,8 @@ def test_a_stopped_rank_is_named_as_the_stall_and_its_missing_stacks_explained(t
                 os.kill(os.getpid(), signal.SIGSTOP)
             dist.all_reduce(torch.ones(4))
             reporter.step(step, samples=4, loss=1.0)
-    """)
+    """,
+    )
     started = time.monotonic()
     result = run_script(job, runs_root, "--stall-timeout", "3", "--on-stall", "stop")
     assert result.returncode == 1, result.stderr
@@ -203,8 +233,21 @@ def test_a_port_already_in_use_is_named(runs_root):
     holder.listen()
     port = holder.getsockname()[1]
     try:
-        result = run_cli("run", "ddp", "--nproc", "2", "--steps", "5", "--device", "cpu",
-                         "--master-port", str(port), "--run-dir", str(runs_root), "--json")
+        result = run_cli(
+            "run",
+            "ddp",
+            "--nproc",
+            "2",
+            "--steps",
+            "5",
+            "--device",
+            "cpu",
+            "--master-port",
+            str(port),
+            "--run-dir",
+            str(runs_root),
+            "--json",
+        )
     finally:
         holder.close()
     assert result.returncode == 1, result.stderr
@@ -220,8 +263,9 @@ def small_disk(tmp_path):
     """A tmpfs of 24 MiB, mounted for this test (root can; CI runs as root)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)],
-                          capture_output=True)  # fmt: skip
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
     yield mount
@@ -238,8 +282,9 @@ def fill(path: Path, leave_bytes: int) -> None:
 
 def test_a_disk_too_full_to_start_is_one_sentence_and_exit_2(small_disk):
     fill(small_disk, 1 << 20)
-    result = run_cli("run", "ddp", "--nproc", "2", "--steps", "5", "--device", "cpu",
-                     "--run-dir", str(small_disk / "runs"))
+    result = run_cli(
+        "run", "ddp", "--nproc", "2", "--steps", "5", "--device", "cpu", "--run-dir", str(small_disk / "runs")
+    )
     assert result.returncode == 2, result.stderr
     assert "KiB free; a run needs at least 8 MiB for its logs." in result.stderr
     assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -247,7 +292,9 @@ def test_a_disk_too_full_to_start_is_one_sentence_and_exit_2(small_disk):
 
 
 def test_a_disk_that_fills_during_the_run_stops_it_cleanly(small_disk, tmp_path):
-    job = script(tmp_path, f"""
+    job = script(
+        tmp_path,
+        f"""
         import os, time
         from mgpu_tui.engine.rank.reporter import Reporter
         reporter = Reporter()
@@ -259,7 +306,8 @@ def test_a_disk_that_fills_during_the_run_stops_it_cleanly(small_disk, tmp_path)
                 with open("{small_disk}/checkpoint.bin", "wb") as f:   # a checkpoint too big
                     f.write(b"\\0" * (st.f_bavail * st.f_frsize - (2 << 20)))
             time.sleep(0.01)
-    """)
+    """,
+    )
     result = run_script(job, small_disk / "runs")
     assert result.returncode == 1, result.stderr
     summary = summary_from(result.stdout)
@@ -274,8 +322,16 @@ def test_a_disk_that_fills_during_the_run_stops_it_cleanly(small_disk, tmp_path)
 
 def test_a_check_report_that_cannot_be_written_fails_the_check(small_disk, runs_root):
     fill(small_disk, 0)
-    result = run_cli("--check", "--level", "1", "--json", str(small_disk / "report.json"),
-                     "--run-dir", str(runs_root), timeout=300)
+    result = run_cli(
+        "--check",
+        "--level",
+        "1",
+        "--json",
+        str(small_disk / "report.json"),
+        "--run-dir",
+        str(runs_root),
+        timeout=300,
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"cannot write {small_disk / 'report.json'}: No space left on device." in result.stderr
     assert not list(small_disk.glob("*.tmp")) and not list(small_disk.glob(".report*"))
@@ -285,7 +341,9 @@ def test_a_check_report_that_cannot_be_written_fails_the_check(small_disk, runs_
 
 
 def test_a_rank_that_ignores_sigterm_is_gone_within_seconds_of_a_failure(tmp_path, runs_root):
-    job = script(tmp_path, """
+    job = script(
+        tmp_path,
+        """
         import os, signal, time
         from mgpu_tui.engine.rank.reporter import Reporter
         reporter = Reporter()
@@ -296,7 +354,8 @@ def test_a_rank_that_ignores_sigterm_is_gone_within_seconds_of_a_failure(tmp_pat
                 time.sleep(1)
         time.sleep(1)
         raise SystemExit("rank 0 gives up")
-    """)
+    """,
+    )
     started = time.monotonic()
     result = run_script(job, runs_root)
     took = time.monotonic() - started
@@ -336,9 +395,12 @@ def test_a_grandchild_in_its_own_session_without_the_runs_environment_ends_with_
 
 def test_killing_mgpu_tui_itself_leaves_nothing_of_the_run(tmp_path, runs_root):
     job = script(tmp_path, GRANDCHILD)
-    proc = subprocess.Popen([*CLI, "run", "--script", str(job), "--nproc", "2", "--run-dir", str(runs_root),
-                             "--", "forever"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.Popen(
+        [*CLI, "run", "--script", str(job), "--nproc", "2", "--run-dir", str(runs_root), "--", "forever"],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     marker = tmp_path / "grandchild.pid"
     deadline = time.monotonic() + 90
     while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
@@ -346,22 +408,28 @@ def test_killing_mgpu_tui_itself_leaves_nothing_of_the_run(tmp_path, runs_root):
     assert marker.exists(), "the run never started"
     time.sleep(1)
     run_dir = only_run_dir(runs_root)
-    ranks = [json.loads(line)["pid"] for p in (run_dir / "events").glob("rank*.jsonl")
-             for line in p.read_text().splitlines()[:1]]
+    ranks = [
+        json.loads(line)["pid"]
+        for p in (run_dir / "events").glob("rank*.jsonl")
+        for line in p.read_text().splitlines()[:1]
+    ]
     assert len(ranks) == 2 and all(alive(pid) for pid in ranks)
     proc.kill()  # SIGKILL: no handler of ours runs
     proc.wait()
     grandchild = int(marker.read_text())
     deadline = time.monotonic() + 10
-    while (any(alive(pid) for pid in [*ranks, grandchild]) or live_processes_of(run_dir)) \
-            and time.monotonic() < deadline:  # the keeper's grace for the launcher is 5 s
+    while (
+        any(alive(pid) for pid in [*ranks, grandchild]) or live_processes_of(run_dir)
+    ) and time.monotonic() < deadline:  # the keeper's grace for the launcher is 5 s
         time.sleep(0.2)
     assert not any(alive(pid) for pid in [*ranks, grandchild])
     assert live_processes_of(run_dir) == []
 
 
 def test_ctrl_c_stops_a_rank_that_ignores_sigterm_and_sigint_within_seconds(tmp_path, runs_root):
-    job = script(tmp_path, """
+    job = script(
+        tmp_path,
+        """
         import signal, time
         from mgpu_tui.engine.rank.reporter import Reporter
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -371,9 +439,15 @@ def test_ctrl_c_stops_a_rank_that_ignores_sigterm_and_sigint_within_seconds(tmp_
         for step in range(1, 100000):
             reporter.step(step, samples=4, loss=1.0)
             time.sleep(0.05)
-    """)
-    proc = subprocess.Popen([*CLI, "run", "--script", str(job), "--nproc", "2", "--run-dir", str(runs_root)],
-                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """,
+    )
+    proc = subprocess.Popen(
+        [*CLI, "run", "--script", str(job), "--nproc", "2", "--run-dir", str(runs_root)],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         files = list(runs_root.glob("*/events/rank*.jsonl"))

@@ -19,10 +19,28 @@ def test_the_wheel_holds_every_module_of_the_tree(tmp_path):
     source.mkdir()
     for name in ("setup.py", "pyproject.toml", "README.md", *ROOTS):
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy
-        copy(REPO / name, source / name, **({"ignore": shutil.ignore_patterns("__pycache__")}
-                                             if (REPO / name).is_dir() else {}))  # fmt: skip
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", str(source), "--no-deps", "--no-build-isolation",
-                            "-q", "-w", str(tmp_path)], capture_output=True, text=True, timeout=120)  # fmt: skip
+        copy(
+            REPO / name,
+            source / name,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if (REPO / name).is_dir() else {}),
+        )
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            str(source),
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert built.returncode == 0, built.stderr
     (wheel,) = tmp_path.glob("mgpu_tui-*.whl")
     inside = {name for name in zipfile.ZipFile(wheel).namelist() if name.endswith(".py")}
@@ -30,8 +48,9 @@ def test_the_wheel_holds_every_module_of_the_tree(tmp_path):
     for folder, installed in ROOTS.items():
         for path in (REPO / folder).rglob("*.py"):
             relative = path.relative_to(REPO / folder)
-            if "__pycache__" not in relative.parts and not (folder == "mgpu_tui" and relative.parts[0] in
-                                                              ("engine", "demos")):  # fmt: skip
+            if "__pycache__" not in relative.parts and not (
+                folder == "mgpu_tui" and relative.parts[0] in ("engine", "demos")
+            ):
                 tree.add(f"{installed}/{relative.as_posix()}")
     assert tree - inside == set()
     assert "mgpu_tui/engine/planning/memory.py" in inside and "mgpu_tui/engine/records/follow.py" in inside

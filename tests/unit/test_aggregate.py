@@ -68,8 +68,20 @@ def test_no_events_gives_no_numbers_rather_than_zeros():
 
 def steps_with_data(agg: Aggregator, rank: int, data_s, step_s: float = 0.06) -> None:
     for step, data in enumerate(data_s, start=1):
-        agg.add(Step(rank=rank, t=float(step), step=step, samples=8, tokens=0, loss=1.0, step_s=step_s,
-                     mem_bytes=None, mem_peak_bytes=None, data_s=data))  # fmt: skip
+        agg.add(
+            Step(
+                rank=rank,
+                t=float(step),
+                step=step,
+                samples=8,
+                tokens=0,
+                loss=1.0,
+                step_s=step_s,
+                mem_bytes=None,
+                mem_peak_bytes=None,
+                data_s=data,
+            )
+        )
 
 
 def test_the_rank_that_is_ready_last_step_after_step_is_named_a_straggler():

@@ -43,8 +43,10 @@ CASES = [
     (["run", "ddp", "--lr", "0"], "--lr: must be more than 0, got 0"),
     (["run", "ddp", "--seed", str(2**40)], "--seed: must be at most 4294967295"),
     (["run", "ddp", "--device", "cpu", "--nproc", "100000"], "would start 100000 processes on"),
-    (["run", "ddp", "--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400"],
-     "--rdzv-endpoint: the host 'no-such-host.invalid' cannot be resolved"),
+    (
+        ["run", "ddp", "--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400"],
+        "--rdzv-endpoint: the host 'no-such-host.invalid' cannot be resolved",
+    ),
     (["run", "ddp", "--master-port", "70000"], "--master-port must be between 1 and 65535"),
     (["run", "ddp", "--nice", "20"], "--nice must be between 0 and 19, got 20"),
     (["run", "ddp", "--nice", "-5"], "--nice: must be at least 0, got -5"),
@@ -64,8 +66,10 @@ CASES = [
     (["run", "ddp", "--json", "--tui"], "--json and --tui do not go together"),
     # run: several nodes
     (["run", "ddp", "--nnodes", "2"], "several nodes need --rdzv-endpoint HOST:PORT"),
-    (["run", "ddp", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:29400"],
-     "--node-rank must be"),
+    (
+        ["run", "ddp", "--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "h:29400"],
+        "--node-rank must be",
+    ),
     (["run", "ddp", "--nnodes", "2", "--rdzv-endpoint", "nohost"], "--rdzv-endpoint must be HOST:PORT"),
     # run: scripts and paths
     (["run", "--script", "/nonexistent.py"], "no such script: /nonexistent.py"),
@@ -75,10 +79,14 @@ CASES = [
     (["run", "--script", "{dir}/train.py", "--verify"], "--verify are for the modes"),
     (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/a-file/runs"], "cannot create a run directory"),
     (["run", "ddp", "--device", "cpu", "--run-dir", "/proc/mgpu-runs"], "cannot create a run directory"),
-    (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/dangling"],
-     "dangling is a symbolic link to /nonexistent-runs-target, which does not exist."),
-    (["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/a-file"],
-     "a-file is a file, not a folder for runs."),
+    (
+        ["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/dangling"],
+        "dangling is a symbolic link to /nonexistent-runs-target, which does not exist.",
+    ),
+    (
+        ["run", "ddp", "--device", "cpu", "--run-dir", "{dir}/a-file"],
+        "a-file is a file, not a folder for runs.",
+    ),
     # other commands
     (["nosuchcommand"], "invalid choice: 'nosuchcommand'"),
     (["list", "--json", "--", "x"], "arguments after -- are only for `mgpu-tui run`"),
@@ -93,8 +101,10 @@ CASES = [
     (["compare", "ddp", "nosuchmode"], "unknown mode 'nosuchmode'"),
     (["compare"], "give the MODEs to compare, or --runs with the folders of finished runs."),
     (["compare", "ddp", "--runs", "{dir}/a-folder"], "give MODEs to run, or --runs"),
-    (["compare", "--runs", "{dir}/a-folder"],
-     "a-folder cannot be compared: no spec.json: not a run directory."),
+    (
+        ["compare", "--runs", "{dir}/a-folder"],
+        "a-folder cannot be compared: no spec.json: not a run directory.",
+    ),
     (["compare", "ddp", "ddp"], "a mode is named twice"),
     (["nccl", "{dir}/no-such-log"], "cannot read"),
     (["run", "--script", "{dir}/train.py", "--ranks-filter", "one"], "--ranks-filter: give rank numbers"),
@@ -153,16 +163,15 @@ EVENT_LINES = [
 ]
 
 
-@pytest.mark.parametrize("line, reason", EVENT_LINES, ids=["truncated", "binary", "array", "version",
-                                                            "wrong type", "huge"])
+@pytest.mark.parametrize(
+    "line, reason", EVENT_LINES, ids=["truncated", "binary", "array", "version", "wrong type", "huge"]
+)
 def test_event_lines_that_are_not_events_are_refused_by_name(line, reason):
     with pytest.raises(MalformedEvent, match=reason):
         parse_line(line)
 
 
 # ---- NVML raising on every call --------------------------------------------------------------
-
-
 
 
 @pytest.mark.parametrize("argv", [["topo"], ["topo", "--json"], ["list"]])
@@ -182,5 +191,3 @@ def test_the_sampler_goes_on_when_nvml_raises_on_every_call(broken_nvml):
     assert snapshot.host is not None  # the host is still shown
     assert len(snapshot.gpus) == 2 and all("failed: Unknown Error" in g.error for g in snapshot.gpus)
     assert not any(g.lost for g in snapshot.gpus)
-
-

@@ -15,17 +15,43 @@ RUN = RunDir(Path("/runs/r1"))
 
 
 def build(spec, host=CPU_HOST, env=None, cpus=8):
-    return build_command(resolve(spec, host), RUN, "abc", python="/py", cpu_count=cpus,
-                         base_env=env if env is not None else {"PATH": "/bin"})
+    return build_command(
+        resolve(spec, host),
+        RUN,
+        "abc",
+        python="/py",
+        cpu_count=cpus,
+        base_env=env if env is not None else {"PATH": "/bin"},
+    )
 
 
 def test_multi_process_mode_goes_through_torchrun_with_per_rank_files():
     launch = build(LaunchSpec("ddp", nproc=2, steps=30, batch_size=64, device="cpu"))
     assert launch.argv == (
-        "/py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-        "--log-dir", "/runs/r1/logs", "--redirects", "3", "-m", "mgpu_tui.demos.ddp",
-        "--steps", "30", "--batch-size", "64", "--device", "cpu", "--width", "256", "--depth", "4",
-        "--accum", "1",
+        "/py",
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--log-dir",
+        "/runs/r1/logs",
+        "--redirects",
+        "3",
+        "-m",
+        "mgpu_tui.demos.ddp",
+        "--steps",
+        "30",
+        "--batch-size",
+        "64",
+        "--device",
+        "cpu",
+        "--width",
+        "256",
+        "--depth",
+        "4",
+        "--accum",
+        "1",
     )
 
 
@@ -101,7 +127,8 @@ def test_a_run_on_nccl_keeps_nccls_own_account_in_its_run_directory():
     assert launch.env["NCCL_DEBUG"] == "INFO" and launch.env["NCCL_DEBUG_SUBSYS"] == "INIT,GRAPH,ENV"
     assert launch.env["NCCL_DEBUG_FILE"] == "/runs/r1/nccl-%h.%p.log"  # NCCL puts in host and pid
     # The user's own choice wins, and gloo runs get nothing of it.
-    mine = build(LaunchSpec("ddp", nproc=2, device="cuda"), host=GPU_HOST,
-                 env={"PATH": "/bin", "NCCL_DEBUG": "WARN"})  # fmt: skip
+    mine = build(
+        LaunchSpec("ddp", nproc=2, device="cuda"), host=GPU_HOST, env={"PATH": "/bin", "NCCL_DEBUG": "WARN"}
+    )
     assert mine.env["NCCL_DEBUG"] == "WARN" and "NCCL_DEBUG_FILE" not in mine.env
     assert "NCCL_DEBUG" not in build(LaunchSpec("ddp", nproc=2, device="cpu")).env

@@ -17,8 +17,16 @@ from mgpu_tui.engine.machine.topology import parse_topo_text
 from nvml_standin import machine_from_topology, standin
 
 FIXTURES = TOPOLOGIES
-CPU_TORCH = {"torch": "2.13.0+cpu", "cuda": None, "cuda_available": False, "device_count": 0, "nccl": None,
-             "distributed": True, "backends": {"gloo": True, "nccl": False, "mpi": False}, "python": "3.11.7"}
+CPU_TORCH = {
+    "torch": "2.13.0+cpu",
+    "cuda": None,
+    "cuda_available": False,
+    "device_count": 0,
+    "nccl": None,
+    "distributed": True,
+    "backends": {"gloo": True, "nccl": False, "mpi": False},
+    "python": "3.11.7",
+}
 
 
 @pytest.fixture
@@ -54,8 +62,9 @@ def test_variables_set_wrong(here, environ, name, status, words):
 
 
 def test_small_shm_low_file_limit_and_the_deprecated_pynvml_warn(here):
-    results = statuses(replace(here, shm_bytes=64 * 2**20, open_files=(1024, 4096),
-                               pynvml_distribution="11.5.0"))
+    results = statuses(
+        replace(here, shm_bytes=64 * 2**20, open_files=(1024, 4096), pynvml_distribution="11.5.0")
+    )
     assert results["shm"].status is Status.WARN and "64 MiB" in results["shm"].detail
     assert results["open_files"].status is Status.WARN and "ulimit -n 4096" in results["open_files"].detail
     package = results["pynvml_package"]
@@ -91,8 +100,6 @@ def test_an_8_gpu_nvswitch_box_with_a_cpu_torch(here):
     limited = statuses(replace(env, environ={"CUDA_VISIBLE_DEVICES": "0,1"}, visible_gpus=2), require_gpus=4)
     count = limited["gpu_count"]
     assert count.status is Status.FAIL and "CUDA_VISIBLE_DEVICES 0,1" in count.detail
-
-
 
 
 def test_the_environment_check_fails_the_topology_by_name(broken_nvml):

@@ -10,16 +10,35 @@ from mgpu_tui.engine.protocol.events import MalformedEvent, Step, parse_line
 
 
 def step_line(**over) -> bytes:
-    fields = {"step": 3, "samples": 32, "tokens": 0, "loss": 1.5, "step_s": 0.01,
-              "mem_bytes": 10, "mem_peak_bytes": 20}
+    fields = {
+        "step": 3,
+        "samples": 32,
+        "tokens": 0,
+        "loss": 1.5,
+        "step_s": 0.01,
+        "mem_bytes": 10,
+        "mem_peak_bytes": 20,
+    }
     fields.update(over)
     return events.encode("step", 1, 1000.0, fields).encode()
 
 
 def test_round_trip_of_every_kind():
-    hello = events.encode("hello", 0, 1.0, {"local_rank": 0, "world_size": 2, "pid": 42, "host": "h",
-                                            "device": "cpu", "device_uuid": None, "mode": "ddp",
-                                            "config": {"steps": 5}})
+    hello = events.encode(
+        "hello",
+        0,
+        1.0,
+        {
+            "local_rank": 0,
+            "world_size": 2,
+            "pid": 42,
+            "host": "h",
+            "device": "cpu",
+            "device_uuid": None,
+            "mode": "ddp",
+            "config": {"steps": 5},
+        },
+    )
     parsed = parse_line(hello)
     assert parsed.world_size == 2 and parsed.config == {"steps": 5} and parsed.pid == 42
     assert parse_line(step_line()) == Step(1, 1000.0, 3, 32, 0, 1.5, 0.01, 10, 20)

@@ -13,8 +13,12 @@ from nvml_standin import machine_from_topology, standin
 
 
 def measured(busbw: float) -> CheckResult:
-    return CheckResult("bandwidth:all_reduce", Status.PASS, f"busbw {busbw:.2f} GB/s",
-                       {"busbw_GBps": busbw, "algbw_GBps": busbw / 1.75})  # fmt: skip
+    return CheckResult(
+        "bandwidth:all_reduce",
+        Status.PASS,
+        f"busbw {busbw:.2f} GB/s",
+        {"busbw_GBps": busbw, "algbw_GBps": busbw / 1.75},
+    )
 
 
 @pytest.fixture

@@ -6,9 +6,15 @@ NOW = 100 * 10**9
 
 
 def entry(seq, op="gloo:all_reduce", sizes=((4,),), dtypes=("Float",), created_s=88):
-    return {"collective_seq_id": seq, "profiling_name": op, "process_group": ["0", "default_pg"],
-            "input_sizes": [list(s) for s in sizes], "input_dtypes": list(dtypes), "state": "scheduled",
-            "time_created_ns": created_s * 10**9}  # fmt: skip
+    return {
+        "collective_seq_id": seq,
+        "profiling_name": op,
+        "process_group": ["0", "default_pg"],
+        "input_sizes": [list(s) for s in sizes],
+        "input_dtypes": list(dtypes),
+        "state": "scheduled",
+        "time_created_ns": created_s * 10**9,
+    }
 
 
 STACKS = """Thread 0x00007f (most recent call first):
@@ -24,14 +30,18 @@ def test_the_rank_that_never_entered_the_collective_is_named_with_where_it_is():
     traces = {0: [entry(4), entry(5)], 1: [entry(3), entry(4)], 2: [entry(4), entry(5)]}
     text, culprit = hang_verdict(traces, {1: STACKS}, NOW)
     assert culprit == 1
-    assert text == ("rank 1 never entered all_reduce(float32[4]) #5 (default group); ranks 0, 2 have waited "
-                    "in it for 12 s; rank 1 is in load_batch at train.py:44")  # fmt: skip
+    assert text == (
+        "rank 1 never entered all_reduce(float32[4]) #5 (default group); ranks 0, 2 have waited "
+        "in it for 12 s; rank 1 is in load_batch at train.py:44"
+    )
 
 
 def test_ranks_at_one_collective_that_called_different_things_is_a_mismatch():
     traces = {0: [entry(5)], 1: [entry(5, op="gloo:broadcast", sizes=((8,),))]}
     assert hang_verdict(traces, {}, NOW) == (
-        "at collective #5 rank 0 called all_reduce(float32[4]) and rank 1 broadcast(float32[8])", 1)
+        "at collective #5 rank 0 called all_reduce(float32[4]) and rank 1 broadcast(float32[8])",
+        1,
+    )
 
 
 def test_no_verdict_when_every_rank_is_in_the_same_collective_or_traces_are_missing():
@@ -42,13 +52,19 @@ def test_no_verdict_when_every_rank_is_in_the_same_collective_or_traces_are_miss
 
 def test_a_ranks_trace_file_is_read_as_untrusted(tmp_path):
     path = tmp_path / "rank0.json"
-    path.write_text('{"entries": [{"collective_seq_id": true}, {"collective_seq_id": "7"}, 5, '
-                    '{"collective_seq_id": 3, "profiling_name": "gloo:all_reduce"}]}')  # fmt: skip
+    path.write_text(
+        '{"entries": [{"collective_seq_id": true}, {"collective_seq_id": "7"}, 5, '
+        '{"collective_seq_id": 3, "profiling_name": "gloo:all_reduce"}]}'
+    )
     assert [e["collective_seq_id"] for e in read_trace(path)] == [3]
     path.write_text("not json")
     assert read_trace(path) == [] and read_trace(tmp_path / "missing.json") == []
-    odd = {"collective_seq_id": 1, "profiling_name": "x" * 500, "input_sizes": [[1, "a"], "b"],
-           "input_dtypes": ["\x1b[31m" * 10]}  # fmt: skip
+    odd = {
+        "collective_seq_id": 1,
+        "profiling_name": "x" * 500,
+        "input_sizes": [[1, "a"], "b"],
+        "input_dtypes": ["\x1b[31m" * 10],
+    }
     assert len(call(odd)) < 120
 
 

@@ -27,8 +27,16 @@ from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.rundir import RunDir
 
 HOST = Host(cpu_count=8, gpu_count=0, gpu_note="no NVIDIA GPU", torch_available=True)
-SPEC = LaunchSpec("ddp", nproc=2, nnodes=2, node_rank=0, rdzv_endpoint="127.0.0.1:29400", rdzv_id="job",
-                  device="cpu", join_timeout=20)  # fmt: skip
+SPEC = LaunchSpec(
+    "ddp",
+    nproc=2,
+    nnodes=2,
+    node_rank=0,
+    rdzv_endpoint="127.0.0.1:29400",
+    rdzv_id="job",
+    device="cpu",
+    join_timeout=20,
+)
 
 
 def test_endpoint_parts_and_this_machine():
@@ -50,16 +58,29 @@ def test_a_public_endpoint_is_warned_about_and_a_private_one_is_not():
 
 
 def test_every_torchrun_joins_the_store_as_a_client_and_names_its_route_address():
-    launch = build_command(resolve(SPEC, HOST), RunDir(Path("/runs/r1"), node=0), "abc", python="/py",
-                           cpu_count=8, base_env={}, local_addr="10.77.0.1")  # fmt: skip
+    launch = build_command(
+        resolve(SPEC, HOST),
+        RunDir(Path("/runs/r1"), node=0),
+        "abc",
+        python="/py",
+        cpu_count=8,
+        base_env={},
+        local_addr="10.77.0.1",
+    )
     argv = list(launch.argv)
     assert argv[argv.index("--rdzv-conf") + 1] == "is_host=false,join_timeout=80"  # after mgpu-tui's own 20 s
     assert argv[argv.index("--local-addr") + 1] == "10.77.0.1"
 
 
 def record(**changes) -> dict:
-    base = {"node": 1, "host": "bn-host1", "ranks": [2, 3], "state": "running", "steps": {"2": 7, "3": 8},
-            "failure": None}  # fmt: skip
+    base = {
+        "node": 1,
+        "host": "bn-host1",
+        "ranks": [2, 3],
+        "state": "running",
+        "steps": {"2": 7, "3": 8},
+        "failure": None,
+    }
     return {**base, **changes}
 
 
@@ -69,8 +90,14 @@ def test_a_peer_record_is_read_with_bounds_and_as_plain_text():
     strange = record(host="evil\x1b[31mhost" + "x" * 100)
     _, peer = parse_peer(json.dumps({"beat": 1, "record": strange}), node=1, nnodes=2, world_size=4)
     assert peer.host == ("evil [31mhost" + "x" * 100)[:64] and "\x1b" not in peer.host
-    for bad in (record(node=0), record(ranks=[2, 9]), record(state="pwned"), record(steps={"0": 1}),
-                record(steps={"2": -1}), record(failure={"headline": 5})):  # fmt: skip
+    for bad in (
+        record(node=0),
+        record(ranks=[2, 9]),
+        record(state="pwned"),
+        record(steps={"0": 1}),
+        record(steps={"2": -1}),
+        record(failure={"headline": 5}),
+    ):
         assert parse_peer(json.dumps({"beat": 1, "record": bad}), node=1, nnodes=2, world_size=4) is None
     assert parse_peer("not json", node=1, nnodes=2, world_size=4) is None
     assert parse_peer('{"beat": 1}', node=1, nnodes=2, world_size=4) is None
@@ -109,7 +136,8 @@ def test_a_peer_silent_past_the_heartbeat_timeout_is_a_lost_host(watch):
     watch.clock.now += 1.5
     cause = watch.check()
     assert cause.verdict and cause.headline() == (
-        "host bn-host1 (node 1, ranks 2-3) stopped answering 6 s ago; last seen at step 7")
+        "host bn-host1 (node 1, ranks 2-3) stopped answering 6 s ago; last seen at step 7"
+    )
     assert [v.state for v in watch.view()] == ["joining", "lost"]
 
 
@@ -117,13 +145,22 @@ def test_a_peer_that_never_joins_fails_the_node_after_the_join_timeout(watch):
     watch.clock.now += 19
     assert watch.check() is None
     watch.clock.now += 2
-    assert watch.check().headline().startswith(
-        "node 0 waited 21 s for node 1 of 2 to join the rendezvous at 127.0.0.1:29400 (id job): start")
+    assert (
+        watch.check()
+        .headline()
+        .startswith(
+            "node 0 waited 21 s for node 1 of 2 to join the rendezvous at 127.0.0.1:29400 (id job): start"
+        )
+    )
 
 
 def test_a_failed_peer_ends_this_node_after_a_grace_and_is_adopted_as_the_cause(watch):
-    failure = {"rank": 3, "headline": "rank 3 on bn-host1 failed first (exit code 1): ValueError: x",
-               "hint": None, "secondary": False}  # fmt: skip
+    failure = {
+        "rank": 3,
+        "headline": "rank 3 on bn-host1 failed first (exit code 1): ValueError: x",
+        "hint": None,
+        "secondary": False,
+    }
     hear(watch, 1, state="failed", failure=failure)
     assert watch.check() is None
     watch.clock.now += PEER_FAILED_GRACE_S
@@ -137,11 +174,21 @@ def test_an_echo_of_a_lost_peer_gives_way_to_the_node_that_failed_first(watch, m
         watch.clock.now += seconds
 
     monkeypatch.setattr(watch_module.time, "sleep", sleep)
-    failure = {"rank": 2, "headline": "rank 2 on bn-host1 failed first (SIGSEGV): Segmentation fault",
-               "hint": None, "secondary": False}  # fmt: skip
+    failure = {
+        "rank": 2,
+        "headline": "rank 2 on bn-host1 failed first (SIGSEGV): Segmentation fault",
+        "hint": None,
+        "secondary": False,
+    }
     hear(watch, 1, state="failed", failure=failure)
-    echo = RootCause(rank=0, exit_code=1, signal=None, message="RuntimeError: Connection closed by peer",
-                     traceback="", host="bn-host0")  # fmt: skip
+    echo = RootCause(
+        rank=0,
+        exit_code=1,
+        signal=None,
+        message="RuntimeError: Connection closed by peer",
+        traceback="",
+        host="bn-host0",
+    )
     cause = watch.settle("failed", {0: 5, 1: 5}, echo)
     assert cause.headline() == failure["headline"] and "Connection closed by peer" in cause.traceback
     mine = RootCause(rank=1, exit_code=1, signal=None, message="ValueError: mine", traceback="")
@@ -154,12 +201,20 @@ def test_an_echo_of_a_peer_that_was_stopped_by_its_user_says_so(watch, monkeypat
 
     monkeypatch.setattr(watch_module.time, "sleep", sleep)
     hear(watch, 1, state="interrupted")  # Ctrl-C on host 1: not a failure of its own
-    echo = RootCause(rank=0, exit_code=1, signal=None, message="RuntimeError: Connection reset by peer",
-                     traceback="", host="bn-host0")  # fmt: skip
+    echo = RootCause(
+        rank=0,
+        exit_code=1,
+        signal=None,
+        message="RuntimeError: Connection reset by peer",
+        traceback="",
+        host="bn-host0",
+    )
     cause = watch.settle("failed", {0: 5, 1: 5}, echo)
     assert cause.verdict
-    assert cause.headline() == ("host bn-host1 (node 1, ranks 2-3) was stopped (interrupted) while the job "
-                                "ran, which ended the ranks here")  # fmt: skip
+    assert cause.headline() == (
+        "host bn-host1 (node 1, ranks 2-3) was stopped (interrupted) while the job "
+        "ran, which ended the ranks here"
+    )
 
 
 def test_a_node_failure_record_says_whether_it_only_echoes_another():

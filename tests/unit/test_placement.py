@@ -40,8 +40,16 @@ def test_mp_puts_stage_s_on_gpu_s(gpus, stages):
 
 @pytest.mark.parametrize(
     "mode, gpus, nproc, stages",
-    [("ddp", 1, 2, 2), ("ddp", 4, 8, 2), ("ddp_mp", 3, 2, 2), ("ddp_mp", 1, 1, 2), ("mp", 2, 1, 4),
-     ("dp", 0, 1, 2), ("hybrid", 0, 1, 2), ("tp", 2, 4, 2)],
+    [
+        ("ddp", 1, 2, 2),
+        ("ddp", 4, 8, 2),
+        ("ddp_mp", 3, 2, 2),
+        ("ddp_mp", 1, 1, 2),
+        ("mp", 2, 1, 4),
+        ("dp", 0, 1, 2),
+        ("hybrid", 0, 1, 2),
+        ("tp", 2, 4, 2),
+    ],
 )
 def test_too_few_gpus_is_one_clear_sentence(mode, gpus, nproc, stages):
     with pytest.raises(PlacementError) as info:
@@ -70,12 +78,14 @@ def test_more_stages_than_layers_is_refused():
 
 @pytest.mark.parametrize(
     "mode, gpus, nproc, expected",
-    [("ddp", 1, 2, [["cuda:0"], ["cuda:0"]]),
-     ("ddp", 2, 4, [["cuda:0"], ["cuda:1"], ["cuda:0"], ["cuda:1"]]),
-     ("ddp_mp", 1, 2, [["cuda:0", "cuda:0"], ["cuda:0", "cuda:0"]]),
-     ("ddp_mp", 2, 2, [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]),
-     ("rpc", 1, 3, [["cuda:0"]] * 3),
-     ("ddp", 4, 2, [["cuda:0"], ["cuda:1"]])],  # enough GPUs: sharing changes nothing
+    [
+        ("ddp", 1, 2, [["cuda:0"], ["cuda:0"]]),
+        ("ddp", 2, 4, [["cuda:0"], ["cuda:1"], ["cuda:0"], ["cuda:1"]]),
+        ("ddp_mp", 1, 2, [["cuda:0", "cuda:0"], ["cuda:0", "cuda:0"]]),
+        ("ddp_mp", 2, 2, [["cuda:0", "cuda:1"], ["cuda:0", "cuda:1"]]),
+        ("rpc", 1, 3, [["cuda:0"]] * 3),
+        ("ddp", 4, 2, [["cuda:0"], ["cuda:1"]]),
+    ],  # enough GPUs: sharing changes nothing
 )
 def test_shared_gpus_are_taken_round_robin(mode, gpus, nproc, expected):
     maps = [devices(mode, r, gpus, nproc=nproc, share=True) for r in range(nproc)]

@@ -85,8 +85,9 @@ def test_pipeline_one_f_one_b_holds_fewer_activations_than_gpipe_and_stages_spli
 
 
 def test_plan_on_the_command_line(capsys):
-    code, out, _ = cli_in_process(capsys, "plan", "--model", "gpt-7b", "--gpus", "8", "--gpu-mem", "80",
-                                  "--optimizer", "adam", "--json")  # fmt: skip
+    code, out, _ = cli_in_process(
+        capsys, "plan", "--model", "gpt-7b", "--gpus", "8", "--gpu-mem", "80", "--optimizer", "adam", "--json"
+    )
     assert code == 0
     document = json.loads(out)
     fits = {m["mode"]: m["fits"] for m in document["modes"]}

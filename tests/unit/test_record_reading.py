@@ -22,8 +22,11 @@ def test_telemetry_lines_become_series_with_none_where_a_field_is_missing_or_not
     assert series.t == [1.0, 2.0, 3.0, 4.0]
     assert series.host_cpu == [50.0, None, None, None]
     assert list(series.gpus) == [0]
-    assert series.gpus[0] == {"mem": [5.0, None, None, None], "util": [90.0, None, None, None],
-                              "power": [300.5, None, None, None]}  # fmt: skip
+    assert series.gpus[0] == {
+        "mem": [5.0, None, None, None],
+        "util": [90.0, None, None, None],
+        "power": [300.5, None, None, None],
+    }
     assert series.ended == "recording stopped at 33554432 bytes"
 
 

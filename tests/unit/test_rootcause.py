@@ -8,8 +8,10 @@ from mgpu_tui.engine.run.rundir import RunDir
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/torchrun/segv-reported-after-its-casualty.txt"
 REPORT = "".join(line for line in FIXTURE.read_text().splitlines(keepends=True) if not line.startswith("#"))
-GLOO_RESET = ("RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read "
-              "error [127.0.0.1]:4838: Connection reset by peer.")
+GLOO_RESET = (
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read "
+    "error [127.0.0.1]:4838: Connection reset by peer."
+)
 
 
 def run_dir_with(tmp_path, report: str, errors: dict[int, str]) -> RunDir:
@@ -20,8 +22,16 @@ def run_dir_with(tmp_path, report: str, errors: dict[int, str]) -> RunDir:
         (rank_dir / "stdout.log").write_text("")
         (rank_dir / "stderr.log").write_text("injecting a failure (segv) at step 3\n" if local == 1 else "")
         if local in errors:
-            (rank_dir / "error.json").write_text(json.dumps({"message": {
-                "message": errors[local], "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"}}}))
+            (rank_dir / "error.json").write_text(
+                json.dumps(
+                    {
+                        "message": {
+                            "message": errors[local],
+                            "extraInfo": {"py_callstack": "Traceback ...", "timestamp": "1"},
+                        }
+                    }
+                )
+            )
     error_file = run.logs_dir / "job_1" / "attempt_0" / "0" / "error.json"
     run.launcher_log.write_text(report.replace("{ERROR_FILE}", str(error_file)))
     return run
@@ -49,13 +59,17 @@ def test_a_rank_that_timed_out_waiting_for_a_hung_peer_is_a_casualty_too(tmp_pat
     # and the hint. A watchdog timeout is the waiting rank's consequence of its peer's hang.
     from mgpu_tui.engine.run.rootcause import RootCause, is_consequence
 
-    timeout = ("[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) "
-               "ran for 600000 milliseconds before timing out.")
+    timeout = (
+        "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) "
+        "ran for 600000 milliseconds before timing out."
+    )
     run = run_dir_with(tmp_path, REPORT, {0: timeout})
     cause = find_root_cause(run, launcher_exit_code=1, single_process=False)
     assert (cause.rank, cause.signal) == (1, "SIGSEGV")
-    aborted = RootCause(rank=2, exit_code=1, signal=None, message="RuntimeError: ProcessGroupGloo is aborted",
-                        traceback="")  # fmt: skip
+    aborted = RootCause(
+        rank=2, exit_code=1, signal=None, message="RuntimeError: ProcessGroupGloo is aborted", traceback=""
+    )
     assert is_consequence(aborted)
-    assert not is_consequence(RootCause(rank=2, exit_code=1, signal=None, message="ValueError: bad batch",
-                                        traceback=""))  # fmt: skip
+    assert not is_consequence(
+        RootCause(rank=2, exit_code=1, signal=None, message="ValueError: bad batch", traceback="")
+    )

@@ -34,13 +34,16 @@ def test_a_batch_sweep_at_one_rank_count_follows_the_rule_chosen():
     assert scaled_lr(0.1, 2, "sqrt") == pytest.approx(0.1 * math.sqrt(2))
 
 
-@pytest.mark.parametrize("nprocs, batches, weak, message", [
-    ([1, 2], [32, 64], False, "not both"),
-    ([2], [32, 64], True, "--weak grows the batch"),
-    ([1, 1], [32], False, "rank count twice"),
-    ([2], [32, 32], False, "batch size twice"),
-    ([1, 2], [32], True, "tp gives every rank the whole batch"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "nprocs, batches, weak, message",
+    [
+        ([1, 2], [32, 64], False, "not both"),
+        ([2], [32, 64], True, "--weak grows the batch"),
+        ([1, 1], [32], False, "rank count twice"),
+        ([2], [32, 32], False, "batch size twice"),
+        ([1, 2], [32], True, "tp gives every rank the whole batch"),
+    ],
+)
 def test_sweeps_that_cannot_be_are_refused_in_one_sentence(nprocs, batches, weak, message):
     with pytest.raises(SpecError, match=message):
         scale_specs("tp" if "tp" in message else "ddp", nprocs, batches, TEMPLATE, weak=weak)
@@ -52,12 +55,30 @@ def test_rpc_is_scaled_without_a_warm_up_unless_one_is_asked_for():
 
 
 def _row(world_size: int, batch: int, rate: float, losses: list[float]) -> Row:
-    return Row(mode="ddp", status="ok", world_size=world_size, devices=world_size, samples_per_s=rate,
-               samples_per_s_per_device=rate / world_size, tokens_per_s=None, step_time_s_median=batch / rate,
-               step_time_s_p10_p90=None, tflops_per_device=None, mfu=None, peak_mem_bytes=None,
-               peak_mem_bytes_per_rank=[], final_loss=losses[-1],
-               loss_curve=[[i + 1, v] for i, v in enumerate(losses)], throughput_curve=[], duration_s=1.0,
-               run_dir="r", root_cause=None, note=None, batch_size=batch, lr=0.02)  # fmt: skip
+    return Row(
+        mode="ddp",
+        status="ok",
+        world_size=world_size,
+        devices=world_size,
+        samples_per_s=rate,
+        samples_per_s_per_device=rate / world_size,
+        tokens_per_s=None,
+        step_time_s_median=batch / rate,
+        step_time_s_p10_p90=None,
+        tflops_per_device=None,
+        mfu=None,
+        peak_mem_bytes=None,
+        peak_mem_bytes_per_rank=[],
+        final_loss=losses[-1],
+        loss_curve=[[i + 1, v] for i, v in enumerate(losses)],
+        throughput_curve=[],
+        duration_s=1.0,
+        run_dir="r",
+        root_cause=None,
+        note=None,
+        batch_size=batch,
+        lr=0.02,
+    )
 
 
 def test_each_point_reports_its_loss_once_it_has_seen_the_samples_of_the_first_points_whole_run():

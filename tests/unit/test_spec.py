@@ -29,8 +29,11 @@ TWO_GPUS = Host(cpu_count=16, gpu_count=2, gpu_note="2 GPU(s)", torch_available=
         (LaunchSpec("pipeline", nproc=6, depth=4), CPU, "6 stages is more than the model's 5 layers"),
         (LaunchSpec("ddp", accum=0), CPU, "--accum must be at least 1"),
         (LaunchSpec("ddp", nproc=2, share_gpus=True), CPU, "--share-gpus is for CUDA ranks"),
-        (LaunchSpec("script", script=__file__, device="cuda", share_gpus=True), TWO_GPUS,
-         "--share-gpus is for the modes"),
+        (
+            LaunchSpec("script", script=__file__, device="cuda", share_gpus=True),
+            TWO_GPUS,
+            "--share-gpus is for the modes",
+        ),
     ],
 )
 def test_bad_requests_are_usage_errors_with_one_sentence(spec, host, words):
@@ -54,8 +57,17 @@ def test_cuda_with_enough_gpus_resolves():
 
 @pytest.mark.parametrize(
     "physical, visible, expected",
-    [(8, None, 8), (8, "", 0), (8, "-1", 0), (8, "0,1", 2), (8, "0,-1,1", 1), (2, "0,1,2,3", 2),
-     (4, "GPU-1a2b,GPU-3c4d", 2), (4, "3,9", 1), (0, "0", 0)],
+    [
+        (8, None, 8),
+        (8, "", 0),
+        (8, "-1", 0),
+        (8, "0,1", 2),
+        (8, "0,-1,1", 1),
+        (2, "0,1,2,3", 2),
+        (4, "GPU-1a2b,GPU-3c4d", 2),
+        (4, "3,9", 1),
+        (0, "0", 0),
+    ],
 )
 def test_visible_gpus_follow_cuda_visible_devices(physical, visible, expected):
     assert visible_gpu_count(physical, visible) == expected

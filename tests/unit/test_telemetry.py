@@ -17,8 +17,9 @@ H100 = TOPOLOGIES / "h100-sxm-8x-nvswitch.txt"
 
 @pytest.fixture
 def h100_box():
-    machine = machine_from_topology(parse_topo_text(H100.read_text()), "NVIDIA H100 80GB HBM3", 80,
-                                    nvlink_rate=100 << 30)
+    machine = machine_from_topology(
+        parse_topo_text(H100.read_text()), "NVIDIA H100 80GB HBM3", 80, nvlink_rate=100 << 30
+    )
     nvml.use_library(standin(machine))
     yield machine
     nvml.use_library(None)

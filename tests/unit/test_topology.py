@@ -51,21 +51,26 @@ def variant(name, edit):
 def test_format_variations_give_the_same_topology():
     base = parse_topo_text((FIXTURES / "rtx4090-8x-pcie-2nic.txt").read_text())
     # NICs named after the device, with the legend dropped.
-    named = variant("rtx4090-8x-pcie-2nic.txt",
-                    lambda t: t.replace("NIC0", "mlx5_0").replace("NIC1", "mlx5_1").split("\n\n")[0])
+    named = variant(
+        "rtx4090-8x-pcie-2nic.txt",
+        lambda t: t.replace("NIC0", "mlx5_0").replace("NIC1", "mlx5_1").split("\n\n")[0],
+    )
     assert named.matrix == base.matrix and named.nics == ("mlx5_0", "mlx5_1")
     assert named.nic_links["mlx5_0"] == base.nic_links["NIC0"]
     # Spaces instead of tabs, and no GPU NUMA ID column.
     spaced = variant("a100-sxm4-8x-nvswitch.txt", lambda t: t)
+
     def drop_numa_id(text):
-        return "\n".join(line.replace("   GPU NUMA ID", "").replace("               N/A", "")
-                         for line in text.splitlines())
+        return "\n".join(
+            line.replace("   GPU NUMA ID", "").replace("               N/A", "") for line in text.splitlines()
+        )
 
     no_numa_id = variant("a100-sxm4-8x-nvswitch.txt", drop_numa_id)
     assert no_numa_id.matrix == spaced.matrix and no_numa_id.gpus[3].cpu_affinity == "0-23,48-71"
     assert no_numa_id.gpus[0].gpu_numa_id is None
-    tabbed = variant("l40s-4x-pcie.txt",
-                     lambda t: "\n".join("\t".join(line.split("    ")) for line in t.splitlines()))
+    tabbed = variant(
+        "l40s-4x-pcie.txt", lambda t: "\n".join("\t".join(line.split("    ")) for line in t.splitlines())
+    )
     assert tabbed.matrix == parse_topo_text((FIXTURES / "l40s-4x-pcie.txt").read_text()).matrix
 
 

@@ -24,18 +24,41 @@ CPU = Host(cpu_count=2, gpu_count=0, gpu_note="no NVIDIA GPU", torch_available=T
 
 
 def line(kind, rank, **fields) -> bytes:
-    return (json.dumps({"v": 1, "kind": kind, "rank": rank, "t": 1000.0 + fields.pop("dt", 0), **fields})
-            + "\n").encode()
+    return (
+        json.dumps({"v": 1, "kind": kind, "rank": rank, "t": 1000.0 + fields.pop("dt", 0), **fields}) + "\n"
+    ).encode()
 
 
 def hello(rank, pid=1234, world_size=WORLD, **over):
-    return line("hello", rank, local_rank=rank, world_size=world_size, pid=pid, host="h", device="cpu",
-                device_uuid=None, mode="ddp", config={}, stacks=True, **over)
+    return line(
+        "hello",
+        rank,
+        local_rank=rank,
+        world_size=world_size,
+        pid=pid,
+        host="h",
+        device="cpu",
+        device_uuid=None,
+        mode="ddp",
+        config={},
+        stacks=True,
+        **over,
+    )
 
 
 def step(rank, n, samples=8, loss=1.0):
-    return line("step", rank, step=n, samples=samples, tokens=0, loss=loss, step_s=0.1, mem_bytes=1,
-                mem_peak_bytes=1, dt=n)
+    return line(
+        "step",
+        rank,
+        step=n,
+        samples=samples,
+        tokens=0,
+        loss=loss,
+        step_s=0.1,
+        mem_bytes=1,
+        mem_peak_bytes=1,
+        dt=n,
+    )
 
 
 @pytest.fixture
@@ -99,10 +122,19 @@ def test_nonfinite_and_unencodable_values_in_a_scripts_fields_never_make_the_rep
     assert done["best"] == "-inf"
 
 
-@pytest.mark.parametrize("name, value", [
-    ("step", 2**63), ("step", -1), ("samples", 1e400), ("step_s", float("inf")), ("mem_bytes", 2**80),
-    ("step", True), ("rank", 10**12), ("t", float("nan")),
-])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("step", 2**63),
+        ("step", -1),
+        ("samples", 1e400),
+        ("step_s", float("inf")),
+        ("mem_bytes", 2**80),
+        ("step", True),
+        ("rank", 10**12),
+        ("t", float("nan")),
+    ],
+)
 def test_numbers_out_of_range_are_malformed(name, value):
     record = json.loads(step(0, 1))
     record[name] = value
@@ -113,13 +145,50 @@ def test_numbers_out_of_range_are_malformed(name, value):
 # ---- the fuzz test ----------------------------------------------------------------------------
 
 HOSTILE_VALUES = [
-    None, True, -1, 0, 2**31, 2**63, 2**64 + 1, 10**400, 1e308, -1e308, "x" * 5000, "\x1b[2J", [], {}, [1, 2],
-    {"a": {"b": [None]}}, 0.5, -0.0,
+    None,
+    True,
+    -1,
+    0,
+    2**31,
+    2**63,
+    2**64 + 1,
+    10**400,
+    1e308,
+    -1e308,
+    "x" * 5000,
+    "\x1b[2J",
+    [],
+    {},
+    [1, 2],
+    {"a": {"b": [None]}},
+    0.5,
+    -0.0,
 ]
 KINDS = ["hello", "step", "done", "error", "nope", None, 7]
-FIELDS = ["rank", "t", "step", "samples", "tokens", "loss", "step_s", "mem_bytes", "mem_peak_bytes", "pid",
-          "world_size", "local_rank", "host", "device", "mode", "config", "stacks", "steps", "message",
-          "traceback", "v", "kind"]
+FIELDS = [
+    "rank",
+    "t",
+    "step",
+    "samples",
+    "tokens",
+    "loss",
+    "step_s",
+    "mem_bytes",
+    "mem_peak_bytes",
+    "pid",
+    "world_size",
+    "local_rank",
+    "host",
+    "device",
+    "mode",
+    "config",
+    "stacks",
+    "steps",
+    "message",
+    "traceback",
+    "v",
+    "kind",
+]
 
 
 def hostile_line(rng: random.Random) -> bytes:
@@ -130,8 +199,12 @@ def hostile_line(rng: random.Random) -> bytes:
         if kind == "hello":
             return hello(rank, pid=rng.randint(1, 1 << 22), world_size=rng.choice([WORLD, WORLD, 1, 64]))
         if kind == "step":
-            return step(rank, rng.randint(0, 1 << 40), samples=rng.randint(0, 1 << 30),
-                        loss=rng.choice([1.0, None, -3.5, 1e300]))
+            return step(
+                rank,
+                rng.randint(0, 1 << 40),
+                samples=rng.randint(0, 1 << 30),
+                loss=rng.choice([1.0, None, -3.5, 1e300]),
+            )
         if kind == "done":
             return line("done", rank, steps=rng.randint(0, 100), extra={"x": rng.choice(HOSTILE_VALUES[:12])})
         return line("error", rank, message="\x1b]0;t\x07boom", traceback="tb")
@@ -143,16 +216,25 @@ def hostile_line(rng: random.Random) -> bytes:
             record["kind"] = rng.choice(KINDS)
         return (json.dumps(record) + "\n").encode()
     if choice < 0.80:  # numbers JSON allows and Python reads: NaN, Infinity, huge
-        return rng.choice([b'{"v":1,"kind":"step","rank":0,"t":NaN,"step":1}\n',
-                           b'{"v":1,"kind":"step","rank":0,"t":1,"step":1e999,"samples":1,"step_s":1}\n',
-                           b'{"v":1,"kind":"hello","rank":1,"t":Infinity}\n',
-                           b'{"v":1,"kind":"step","rank":0,"t":1,"step":' + b"9" * 5000 + b"}\n"])
+        return rng.choice(
+            [
+                b'{"v":1,"kind":"step","rank":0,"t":NaN,"step":1}\n',
+                b'{"v":1,"kind":"step","rank":0,"t":1,"step":1e999,"samples":1,"step_s":1}\n',
+                b'{"v":1,"kind":"hello","rank":1,"t":Infinity}\n',
+                b'{"v":1,"kind":"step","rank":0,"t":1,"step":' + b"9" * 5000 + b"}\n",
+            ]
+        )
     if choice < 0.90:  # bytes
         return bytes(rng.randrange(256) for _ in range(rng.randint(0, 300))) + b"\n"
     if choice < 0.95:  # deep nesting, a long line, no newline
-        return rng.choice([b"[" * 100000 + b"\n", b"{" + b'"a":' * 50 + b"\n",
-                           b'{"v":1,"kind":"step"' + b" " * (events.MAX_LINE_BYTES + 10) + b"}\n",
-                           b'{"v":1,"kind":"step","rank":0'])
+        return rng.choice(
+            [
+                b"[" * 100000 + b"\n",
+                b"{" + b'"a":' * 50 + b"\n",
+                b'{"v":1,"kind":"step"' + b" " * (events.MAX_LINE_BYTES + 10) + b"}\n",
+                b'{"v":1,"kind":"step","rank":0',
+            ]
+        )
     return b"\n" * rng.randint(1, 5)
 
 
@@ -178,9 +260,20 @@ def test_fuzz_the_ingest_never_raises_and_the_summary_holds_only_the_jobs_ranks(
         assert 0 <= stats.steps <= events.MAX_COUNT
     assert stats.samples_per_s is None or 0 <= stats.samples_per_s < float("inf")
     resolved = resolve(LaunchSpec("ddp", device="cpu", nproc=WORLD, batch_size=96), CPU)
-    summary = RunSummary.build(resolved, str(run_dir.path), stats, status="ok", exit_code=0, root_cause=None,
-                               started_at=1000.0, ended_at=1100.0, malformed_events=ingest.malformed_events,
-                               verify=None, stall=None, pid_ok=lambda rank, pid: False)  # fmt: skip
+    summary = RunSummary.build(
+        resolved,
+        str(run_dir.path),
+        stats,
+        status="ok",
+        exit_code=0,
+        root_cause=None,
+        started_at=1000.0,
+        ended_at=1100.0,
+        malformed_events=ingest.malformed_events,
+        verify=None,
+        stall=None,
+        pid_ok=lambda rank, pid: False,
+    )
     assert [r.rank for r in summary.ranks] == sorted(r.rank for r in stats.ranks)
     assert summary.world_size == WORLD and len(summary.peak_mem_bytes) == WORLD
     assert all(r.pid is None for r in summary.ranks)

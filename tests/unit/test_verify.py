@@ -1,6 +1,5 @@
 """The verifier itself: it must catch parameters that differ from the baseline."""
 
-
 import torch
 
 from mgpu_tui.demos.verify import compare
@@ -22,5 +21,3 @@ def test_missing_or_misshapen_parameters_fail():
     assert compare({"0.fc1.weight": BASE["0.fc1.weight"]}, BASE, 1.0)["missing"] == ["1.weight"]
     odd = {"0.fc1.weight": torch.ones(4, 2), "1.weight": BASE["1.weight"]}
     assert not compare(odd, BASE, 1.0)["ok"]
-
-

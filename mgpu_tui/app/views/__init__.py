@@ -1,2 +1,1 @@
-"""The app's screens and views: Dashboard, Topology, Run (with its form), Compare, help, quit.
-"""
+"""The app's screens and views: Dashboard, Topology, Run (with its form), Compare, help, quit."""

@@ -105,6 +105,7 @@ class CompareView(Widget):
         padding: 0 1;
     }
     """
+
     def __init__(self, host: Host, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
@@ -124,8 +125,9 @@ class CompareView(Widget):
                 here = availability(mode, self.host)
                 where = "" if here.runnable else "(cannot run here) "
                 self.prompts[mode.name] = f"{mode.name}  {where}{mode.title}"
-                choices.append((self.prompts[mode.name], mode.name,
-                                here.runnable and mode.name in DEFAULT_MODES))  # fmt: skip
+                choices.append(
+                    (self.prompts[mode.name], mode.name, here.runnable and mode.name in DEFAULT_MODES)
+                )
             yield TickList(*choices, id="compare-modes")
             with Vertical(id="compare-settings"):
                 with Horizontal(classes="compare-field"):
@@ -134,20 +136,34 @@ class CompareView(Widget):
                     yield Label("steps")
                     yield Input(str(COMPARED_STEPS), id="compare-steps", restrict=r"[0-9]*", max_length=7)
                     yield Label("batch")
-                    yield Input(str(DEFAULTS.batch_size), id="compare-batch", restrict=r"[0-9]*",
-                                max_length=7)
+                    yield Input(
+                        str(DEFAULTS.batch_size), id="compare-batch", restrict=r"[0-9]*", max_length=7
+                    )
                 with Horizontal(classes="compare-field"):
-                    yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="compare-device",
-                                 type_to_search=False)
+                    yield Select(
+                        DEVICE_OPTIONS,
+                        value="auto",
+                        allow_blank=False,
+                        id="compare-device",
+                        type_to_search=False,
+                    )
                     yield TickBox("AMP", id="compare-amp")
-                    yield Select(MODEL_OPTIONS, value="mlp", allow_blank=False, id="compare-model",
-                                 type_to_search=False)
+                    yield Select(
+                        MODEL_OPTIONS,
+                        value="mlp",
+                        allow_blank=False,
+                        id="compare-model",
+                        type_to_search=False,
+                    )
                 with Horizontal(classes="compare-field"):
                     yield Button("Compare", id="compare-start", variant="success")
                     yield Button("Stop", id="compare-stop", variant="error", disabled=True)
                     yield ProgressBar(total=1, id="compare-progress", show_eta=False)
-                yield TextPanel("Choose modes (space), then Compare: one after another, on the same model, "
-                                "data and batch. Below: the memory each needs.", id="compare-status")
+                yield TextPanel(
+                    "Choose modes (space), then Compare: one after another, on the same model, "
+                    "data and batch. Below: the memory each needs.",
+                    id="compare-status",
+                )
         with Horizontal(id="compare-results"):
             yield DataTable(id="compare-table", cursor_type="none")
             with VerticalScroll(id="compare-charts-box"):
@@ -196,8 +212,21 @@ class CompareView(Widget):
         else:
             what = f"the host's {fmt_bytes(limit)}, which CPU ranks share"
         training = Training(amp=template.amp, batch_size=template.batch_size)
-        plans = [fit(plan_run(name, model, template.nproc, training, stages=DEFAULTS.stages,
-                              gpu_count=self.host.gpu_count), limit, shared=shared) for name in MODES]
+        plans = [
+            fit(
+                plan_run(
+                    name,
+                    model,
+                    template.nproc,
+                    training,
+                    stages=DEFAULTS.stages,
+                    gpu_count=self.host.gpu_count,
+                ),
+                limit,
+                shared=shared,
+            )
+            for name in MODES
+        ]
         return template, plans, shared, what
 
     def show_plan(self) -> None:
@@ -210,8 +239,16 @@ class CompareView(Widget):
         template, plans, shared, what = found
         # On the CPU every rank (and each stage of mp) lives in the host's memory: they add up.
         # The verdict first: a narrow terminal shows the first columns.
-        headers = ["mode", "fits", "all ranks" if shared else "total", "ranks" if shared else "GPUs",
-                   "fullest", "state", "activations", "buffers"]  # fmt: skip
+        headers = [
+            "mode",
+            "fits",
+            "all ranks" if shared else "total",
+            "ranks" if shared else "GPUs",
+            "fullest",
+            "state",
+            "activations",
+            "buffers",
+        ]
         rows = []
         modes = self.query_one("#compare-modes", SelectionList)
         for index, p in enumerate(plans):
@@ -226,13 +263,24 @@ class CompareView(Widget):
                 where = d.device.replace("GPU", "stage" if p.mode in ("mp", "ddp_mp") else "rank")
             else:
                 where = d.device
-            rows.append([p.mode, fits, fmt_bytes(needed(p, shared=shared)), count, where, fmt_bytes(d.state),
-                         fmt_bytes(d.activations), fmt_bytes(d.buffers)])  # fmt: skip
+            rows.append(
+                [
+                    p.mode,
+                    fits,
+                    fmt_bytes(needed(p, shared=shared)),
+                    count,
+                    where,
+                    fmt_bytes(d.state),
+                    fmt_bytes(d.activations),
+                    fmt_bytes(d.buffers),
+                ]
+            )
             if p.fits is False:
                 modes.deselect(p.mode)
                 # Short enough for the list at 80 columns.
-                modes.replace_option_prompt_at_index(index, Text(
-                    f"{p.mode}  too big: {fmt_bytes(needed(p, shared=shared))}", style="dim"))
+                modes.replace_option_prompt_at_index(
+                    index, Text(f"{p.mode}  too big: {fmt_bytes(needed(p, shared=shared))}", style="dim")
+                )
                 modes.disable_option_at_index(index)
                 self.greyed.add(p.mode)
             elif p.mode in self.greyed:  # fits again
@@ -247,11 +295,14 @@ class CompareView(Widget):
             table.add_column(header, width=max(len(header), *(len(str(r[i])) for r in rows)))
         for row in rows:
             table.add_row(*row)
-        self.query_one("#compare-charts", Static).update(Text(
-            f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch and "
-            f"precision (state = parameters, gradients, optimizer; activations are an estimate: "
-            f"docs/compare.md). Checked against {what}; a mode that cannot fit is greyed out.\n",
-            style="dim"))
+        self.query_one("#compare-charts", Static).update(
+            Text(
+                f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch "
+                f"and precision (state = parameters, gradients, optimizer; activations are an estimate: "
+                f"docs/compare.md). Checked against {what}; a mode that cannot fit is greyed out.\n",
+                style="dim",
+            )
+        )
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120, "narrow")
@@ -263,7 +314,8 @@ class CompareView(Widget):
         if name in MODES:
             mode = MODES[name]
             self.query_one("#compare-guide", Static).update(
-                explanation(mode, self.host).append("   v: its demo's code", style="dim"))
+                explanation(mode, self.host).append("   v: its demo's code", style="dim")
+            )
             self.query_one("#compare-code", Static).update(demo_code(mode))
 
     def toggle_source(self) -> None:
@@ -293,14 +345,19 @@ class CompareView(Widget):
 
     def template(self) -> LaunchSpec:
         """The spec every compared mode starts from; UsageError with one sentence when wrong."""
-        numbers = whole_numbers(self, {"compare-nproc": "ranks", "compare-steps": "steps",
-                                       "compare-batch": "batch"})  # fmt: skip
-        return LaunchSpec(mode="single", nproc=numbers["compare-nproc"], steps=numbers["compare-steps"],
-                          batch_size=numbers["compare-batch"],
-                          device=self.query_one("#compare-device", Select).value,
-                          amp=self.query_one("#compare-amp", TickBox).value,
-                          model=self.query_one("#compare-model", Select).value,
-                          run_root=self.app.run_root)  # fmt: skip
+        numbers = whole_numbers(
+            self, {"compare-nproc": "ranks", "compare-steps": "steps", "compare-batch": "batch"}
+        )
+        return LaunchSpec(
+            mode="single",
+            nproc=numbers["compare-nproc"],
+            steps=numbers["compare-steps"],
+            batch_size=numbers["compare-batch"],
+            device=self.query_one("#compare-device", Select).value,
+            amp=self.query_one("#compare-amp", TickBox).value,
+            model=self.query_one("#compare-model", Select).value,
+            run_root=self.app.run_root,
+        )
 
     def started(self, comparison: Comparison) -> None:
         modes = self.modes = comparison.settings["modes"]
@@ -319,7 +376,8 @@ class CompareView(Widget):
         if progress:
             mode, step, steps = progress[0]
             self.query_one("#compare-status", TextPanel).update(
-                f"{len(rows) + 1} of {len(self.modes)}: {mode} step {step}/{steps}")
+                f"{len(rows) + 1} of {len(self.modes)}: {mode} step {step}/{steps}"
+            )
         self.show_rows(rows)
 
     def show_rows(self, rows: list[Row]) -> None:
@@ -338,8 +396,9 @@ class CompareView(Widget):
         failed = [r for r in comparison.rows if r.status != "ok"]
         verdict = "stopped" if comparison.interrupted else f"{len(comparison.rows)} run(s) done"
         if failed:
-            verdict += "; " + "; ".join(f"{r.mode} {r.status}: {r.root_cause or 'no cause found'}"
-                                        for r in failed)  # fmt: skip
+            verdict += "; " + "; ".join(
+                f"{r.mode} {r.status}: {r.root_cause or 'no cause found'}" for r in failed
+            )
         self.query_one("#compare-status", TextPanel).update(verdict + "   * best in its column")
         charts = compare_output.compare_charts(comparison) if comparison.rows else ""
         self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup

@@ -23,8 +23,12 @@ class Confirm(ModalScreen[bool]):
         background: $surface;
     }
     """
-    BINDINGS = [("y", "answer(True)", "Yes"), ("enter", "answer(True)", "Yes"),
-                ("n", "answer(False)", "No"), ("escape", "answer(False)", "No")]  # fmt: skip
+    BINDINGS = [
+        ("y", "answer(True)", "Yes"),
+        ("enter", "answer(True)", "Yes"),
+        ("n", "answer(False)", "No"),
+        ("escape", "answer(False)", "No"),
+    ]
 
     def __init__(self, question: str) -> None:
         super().__init__()
@@ -33,8 +37,11 @@ class Confirm(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
             # The question may hold a path: plain text, never markup.
-            yield Static(Text.assemble(self.question, "\n\n", ("y", "bold"), " / Enter: yes    ",
-                                       ("n", "bold"), " / Escape: no"))  # fmt: skip
+            yield Static(
+                Text.assemble(
+                    self.question, "\n\n", ("y", "bold"), " / Enter: yes    ", ("n", "bold"), " / Escape: no"
+                )
+            )
 
     def action_answer(self, yes: bool) -> None:
         self.dismiss(yes)

@@ -35,11 +35,20 @@ GUIDE = (
 
 def layout_lines(layout: HostLayout) -> list[str]:
     """The host's layout for a person: the whole, then each NUMA node."""
+
     def some(n: int | None, what: str) -> str:
         return f"{n} {what}{'s' if n != 1 else ''}" if n else f"{what}s n/a"
 
-    lines = [", ".join((some(layout.sockets, "socket"), some(layout.physical_cores, "core"),
-                        some(layout.logical_cpus, "logical CPU"), some(len(layout.nodes), "NUMA node")))]
+    lines = [
+        ", ".join(
+            (
+                some(layout.sockets, "socket"),
+                some(layout.physical_cores, "core"),
+                some(layout.logical_cpus, "logical CPU"),
+                some(len(layout.nodes), "NUMA node"),
+            )
+        )
+    ]
     for n in layout.nodes:
         lines.append(f"NUMA node {n.node}: CPUs {n.cpus} ({n.cpu_count}), memory {fmt_bytes(n.memory_bytes)}")
     return lines
@@ -54,6 +63,7 @@ def first_steps(layout: HostLayout) -> Text:
     text.append("\nThis host: ", style="bold")
     text.append("\n  ".join(layout_lines(layout)))
     return text
+
 
 HISTORY = 60
 
@@ -91,6 +101,7 @@ class Dashboard(Widget):
         max-height: 12;
     }
     """
+
     def __init__(self, host_layout: HostLayout | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host_layout = host_layout  # the host's layout: read on the first sample without a GPU
@@ -126,12 +137,18 @@ class Dashboard(Widget):
             cpu = sum(host.cpu_percent) / max(1, n)
             cpu_text = Text.assemble(bar(cpu / 100), f" {cpu:3.0f}%   ")
             cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
-        self.query_one("#host", TextPanel).update(Text.assemble(
-            ("Host  ", "bold"), f"CPU {n} cores ", cpu_text,
-            "memory ", bar(host.memory_used / host.memory_total), f" {fmt_bytes(host.memory_used)} / "
-            f"{fmt_bytes(host.memory_total)}   load {host.load_avg[0]:.2f} {host.load_avg[1]:.2f} "
-            f"{host.load_avg[2]:.2f}\n      cores {cores}",
-        ))  # fmt: skip
+        self.query_one("#host", TextPanel).update(
+            Text.assemble(
+                ("Host  ", "bold"),
+                f"CPU {n} cores ",
+                cpu_text,
+                "memory ",
+                bar(host.memory_used / host.memory_total),
+                f" {fmt_bytes(host.memory_used)} / "
+                f"{fmt_bytes(host.memory_total)}   load {host.load_avg[0]:.2f} {host.load_avg[1]:.2f} "
+                f"{host.load_avg[2]:.2f}\n      cores {cores}",
+            )
+        )
         self._show_gpus(snap)
         self._show_ranks(snap)
 
@@ -165,12 +182,16 @@ class Dashboard(Widget):
         rows = []
         for r in snap.ranks:
             gpu = next((f"GPU{g.index}" for g in snap.gpus if g.uuid == r.gpu_uuid), "CPU")
-            rows.append((
-                f"rank {r.rank}", str(r.pid),
-                "-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}",
-                fmt_bytes(r.rss_bytes), "-" if r.threads is None else str(r.threads),
-                gpu if r.alive else f"{gpu} (exited)",
-            ))  # fmt: skip
+            rows.append(
+                (
+                    f"rank {r.rank}",
+                    str(r.pid),
+                    "-" if r.cpu_percent is None else f"{r.cpu_percent:.0f}",
+                    fmt_bytes(r.rss_bytes),
+                    "-" if r.threads is None else str(r.threads),
+                    gpu if r.alive else f"{gpu} (exited)",
+                )
+            )
         if rows == self._rank_rows:
             return  # an unchanged table is not redrawn: each redraw re-lays out the screen
         self._rank_rows = rows

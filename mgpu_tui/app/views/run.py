@@ -36,12 +36,27 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.records.follow import FollowedRun, TelemetrySeries
     from mgpu_tui.engine.run.summary import RunSummary
 
-STATE_STYLE = {"starting": "dim", "running": "green", "done": "bold green", "failed": "bold red",
-               "stalled": "bold yellow", "stopped": "yellow", "slow": "bold magenta", "lost": "bold red",
-               "missing": "bold yellow"}  # fmt: skip
+STATE_STYLE = {
+    "starting": "dim",
+    "running": "green",
+    "done": "bold green",
+    "failed": "bold red",
+    "stalled": "bold yellow",
+    "stopped": "yellow",
+    "slow": "bold magenta",
+    "lost": "bold red",
+    "missing": "bold yellow",
+}
 # A rank of another node, by what its node last said (engine/nodes/watch.py's states).
-NODE_RANK_STATE = {"joining": "starting", "running": "running", "ok": "done", "failed": "failed",
-                   "interrupted": "stopped", "lost": "lost", "missing": "missing"}  # fmt: skip
+NODE_RANK_STATE = {
+    "joining": "starting",
+    "running": "running",
+    "ok": "done",
+    "failed": "failed",
+    "interrupted": "stopped",
+    "lost": "lost",
+    "missing": "missing",
+}
 WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
 RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
@@ -64,8 +79,15 @@ def rank_table(rows: list[tuple[str, ...]]) -> Text:
     return text
 
 
-def rank_state(rank: RankStats | None, now: float, stall_after: float, failed_rank: int | None,
-               finished: bool, ok: bool = False, number: int | None = None) -> str:  # fmt: skip
+def rank_state(
+    rank: RankStats | None,
+    now: float,
+    stall_after: float,
+    failed_rank: int | None,
+    finished: bool,
+    ok: bool = False,
+    number: int | None = None,
+) -> str:
     """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped.
 
     ``ok``: the run ended ok, so a rank that reported nothing (a script without the
@@ -103,11 +125,13 @@ def node_heading(node: NodeView) -> str:
 def result_panel(summary: RunSummary) -> Text:
     """A finished run's figures in two lines, and where its files are."""
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
-    figures = [f"{summary.steps:,}/{summary.steps_requested:,} steps in {fmt_seconds(summary.duration_s)}",
-               f"{fmt_rate(summary.samples_per_s)} samples/s",
-               f"step {fmt_seconds(summary.step_time_s_median)}",
-               f"loss {fmt_loss(summary.final_loss)}",
-               f"peak {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank"]  # fmt: skip
+    figures = [
+        f"{summary.steps:,}/{summary.steps_requested:,} steps in {fmt_seconds(summary.duration_s)}",
+        f"{fmt_rate(summary.samples_per_s)} samples/s",
+        f"step {fmt_seconds(summary.step_time_s_median)}",
+        f"loss {fmt_loss(summary.final_loss)}",
+        f"peak {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank",
+    ]
     if summary.verify is not None:
         figures.append(f"verify {summary.verify.describe()}")
     energy = [g.energy_j for g in summary.telemetry.gpus] if summary.telemetry else []
@@ -115,8 +139,14 @@ def result_panel(summary: RunSummary) -> Text:
         figures.append(f"GPU energy {sum(energy):,.0f} J")
     title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
-    return Text.assemble((f"{title}: ", "bold"), " · ".join(figures), (slow, "magenta"), "\n",
-                         ("Run directory: ", "bold"), plain(summary.run_dir))
+    return Text.assemble(
+        (f"{title}: ", "bold"),
+        " · ".join(figures),
+        (slow, "magenta"),
+        "\n",
+        ("Run directory: ", "bold"),
+        plain(summary.run_dir),
+    )
 
 
 class RunView(Widget):
@@ -165,6 +195,7 @@ class RunView(Widget):
         height: 1fr;
     }
     """
+
     def __init__(self, host: Host, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
@@ -222,8 +253,9 @@ class RunView(Widget):
     def form(self) -> RunForm:
         return self.query_one(RunForm)
 
-    def started(self, spec: LaunchSpec, resolved: ResolvedSpec, run_dir: str,
-                note: str | None = None) -> None:  # fmt: skip
+    def started(
+        self, spec: LaunchSpec, resolved: ResolvedSpec, run_dir: str, note: str | None = None
+    ) -> None:
         """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
         show (ranks sharing GPUs, say)."""
         self.form.fill(spec, resolved.spec.nproc)
@@ -234,17 +266,33 @@ class RunView(Widget):
 
     def opened(self, run: FollowedRun) -> None:
         """A run from its folder: a finished one replayed, a live one followed."""
-        how = ("started elsewhere, followed live (q leaves it running; s asks before stopping it)"
-               if run.live_at_open else "opened from its record")  # fmt: skip
-        self._begin(run.label, run.world_size, run.steps_requested, f"{how}   {run.path}", None,
-                    hint="(followed: q leaves it running)")
+        how = (
+            "started elsewhere, followed live (q leaves it running; s asks before stopping it)"
+            if run.live_at_open
+            else "opened from its record"
+        )
+        self._begin(
+            run.label,
+            run.world_size,
+            run.steps_requested,
+            f"{how}   {run.path}",
+            None,
+            hint="(followed: q leaves it running)",
+        )
         again = run.launch_spec()
         if again is not None:  # Start runs it again, as it was
             self.form.fill(*again)
         self.form.running(run.live_at_open)
 
-    def _begin(self, label: str, world_size: int, steps: int, status: str, note: str | None,
-               hint: str = "(s stops it)") -> None:  # fmt: skip
+    def _begin(
+        self,
+        label: str,
+        world_size: int,
+        steps: int,
+        status: str,
+        note: str | None,
+        hint: str = "(s stops it)",
+    ) -> None:
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.nodes: tuple[NodeView, ...] = ()
         self.ended_ok = False
@@ -292,8 +340,10 @@ class RunView(Widget):
         self.stall_after = stall_after
         self.nodes = nodes
         self._series, self._whole = series, whole or series
-        status = (f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
-                  f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}")  # fmt: skip
+        status = (
+            f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
+            f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}"
+        )
         self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
         self._draw_charts()
         self._fill_table(stats)
@@ -328,18 +378,35 @@ class RunView(Widget):
                 r = by_rank.get(rank)
                 if r is None and node is not None and not node.here:  # only its node's word for it
                     step = dict(node.steps).get(rank)
-                    rows.append((f"rank {rank}", NODE_RANK_STATE.get(node.state, "starting"),
-                                 "n/a" if step is None else str(step), "n/a", "n/a", "n/a"))  # fmt: skip
+                    rows.append(
+                        (
+                            f"rank {rank}",
+                            NODE_RANK_STATE.get(node.state, "starting"),
+                            "n/a" if step is None else str(step),
+                            "n/a",
+                            "n/a",
+                            "n/a",
+                        )
+                    )
                     continue
-                state = rank_state(r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok,
-                                   number=rank)  # fmt: skip
+                state = rank_state(
+                    r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok, number=rank
+                )
                 if state == "running" and rank in slow:
                     state = "slow"  # a straggler: the others wait for it at every collective
                 if r is None:
                     rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
                     continue
-                rows.append((f"rank {rank}", state, str(r.last_step), fmt_rate(r.samples_per_s),
-                             fmt_loss(r.loss), fmt_bytes(r.mem_peak_bytes)))  # fmt: skip
+                rows.append(
+                    (
+                        f"rank {rank}",
+                        state,
+                        str(r.last_step),
+                        fmt_rate(r.samples_per_s),
+                        fmt_loss(r.loss),
+                        fmt_bytes(r.mem_peak_bytes),
+                    )
+                )
         # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
         relayout = len(rows) != len(self.rank_rows)
         self.rank_rows = rows
@@ -351,8 +418,12 @@ class RunView(Widget):
         if summary is None:
             steps = stats.steps if stats else 0
             self.query_one("#run-status", StatusLine).update(
-                plain(f"{self.label} cut off at step {steps:,}: nothing follows it and it has no summary "
-                      "(its monitor was killed, or the machine restarted)"), done=steps / max(self.steps, 1))
+                plain(
+                    f"{self.label} cut off at step {steps:,}: nothing follows it and it has no summary "
+                    "(its monitor was killed, or the machine restarted)"
+                ),
+                done=steps / max(self.steps, 1),
+            )
             self.query_one(RunForm).running(False)
             self._fill_table(stats)
             return
@@ -360,8 +431,10 @@ class RunView(Widget):
         if summary.nodes:  # each node as this one last heard it
             try:
                 here = {n.node for n in self.nodes if n.here}  # a run opened from its folder has none
-                self.nodes = tuple(dataclasses.replace(v, here=v.node in here)
-                                   for v in map(NodeView.from_json, summary.nodes))  # fmt: skip
+                self.nodes = tuple(
+                    dataclasses.replace(v, here=v.node in here)
+                    for v in map(NodeView.from_json, summary.nodes)
+                )
             except (ValueError, KeyError, TypeError, AttributeError):
                 pass
         cause = summary.root_cause
@@ -370,16 +443,23 @@ class RunView(Widget):
         if summary.verify is not None:
             verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
         self.query_one("#run-status", StatusLine).update(
-            plain(f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
-                  f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"),
+            plain(
+                f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
+                f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"
+            ),
             done=summary.steps / max(self.steps, 1),
         )
         if cause:
             panel = self.query_one("#root-cause", Static)
             # A rank's own words: plain text, no escape reaches the terminal.
             hint = [("What it means: ", "bold yellow"), (f"{cause.hint}\n", "yellow")] if cause.hint else []
-            panel.update(Text.assemble((plain(f"Root cause: {cause.headline()}\n"), "bold red"), *hint,
-                                       plain(cause.traceback[-3000:])))  # fmt: skip
+            panel.update(
+                Text.assemble(
+                    (plain(f"Root cause: {cause.headline()}\n"), "bold red"),
+                    *hint,
+                    plain(cause.traceback[-3000:]),
+                )
+            )
             panel.remove_class("note")
             panel.display = True
         else:  # what the run came to, kept on screen with where its files are

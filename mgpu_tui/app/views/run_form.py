@@ -88,6 +88,7 @@ class RunForm(Horizontal):
         width: 12;
     }
     """
+
     def __init__(self, host: Host, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host

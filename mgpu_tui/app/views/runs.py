@@ -19,8 +19,15 @@ from mgpu_tui.app.messages import OpenRequested, RunsListed
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain
 
 REFRESH_S = 3.0
-STATUS_STYLE = {"ok": "green", "failed": "bold red", "interrupted": "yellow", "running": "bold cyan",
-                "cut off": "red", "unfinished": "dim", "broken": "dim red"}  # fmt: skip
+STATUS_STYLE = {
+    "ok": "green",
+    "failed": "bold red",
+    "interrupted": "yellow",
+    "running": "bold cyan",
+    "cut off": "red",
+    "unfinished": "dim",
+    "broken": "dim red",
+}
 COLUMNS = ("started", "what", "ranks", "status", "duration", "samples/s", "loss", "root cause or reason")
 
 
@@ -81,8 +88,10 @@ class RunsView(Widget):
             table.move_cursor(row=self.paths.index(current))
         count = len(records)
         if count:
-            title = (f"Runs in {self.root}: {count}, newest first. Enter opens one; a run still going "
-                     "is followed live, and keeps going when you leave.")  # fmt: skip
+            title = (
+                f"Runs in {self.root}: {count}, newest first. Enter opens one; a run still going "
+                "is followed live, and keeps going when you leave."
+            )
         else:
             title = f"No runs in {self.root} yet: start one in the Run view (r), or with `mgpu-tui run`."
         self.query_one("#runs-title", Static).update(plain(title))
@@ -99,8 +108,15 @@ def _cells(record) -> tuple:
     started = dt.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M") if when else "?"
     what = record.what if record.status != "broken" else Path(record.path).name
     cause = (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
-    figures = (fmt_seconds(s.duration_s) if s.duration_s is not None else "", fmt_rate(s.samples_per_s),
-               fmt_loss(s.final_loss)) if s else ("", "", "")  # fmt: skip
+    figures = (
+        (
+            fmt_seconds(s.duration_s) if s.duration_s is not None else "",
+            fmt_rate(s.samples_per_s),
+            fmt_loss(s.final_loss),
+        )
+        if s
+        else ("", "", "")
+    )
     return (
         Text(started),
         Text(plain(what)[:40]),

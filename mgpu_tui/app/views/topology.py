@@ -34,8 +34,9 @@ class TopologyView(Static):
             from mgpu_tui.engine.machine.host_layout import read_layout
 
             text = Text(describe(topology, reason), style="bold")
-            text.append("\n\nThis host's own layout (ranks on the CPU run best within one NUMA node):\n",
-                        style="bold")  # fmt: skip
+            text.append(
+                "\n\nThis host's own layout (ranks on the CPU run best within one NUMA node):\n", style="bold"
+            )
             text.append("\n".join(f"  {line}" for line in layout_lines(self.host_layout or read_layout())))
             self.update(text)
             return
@@ -48,8 +49,12 @@ class TopologyView(Static):
         table.add_column("NUMA")
         for g in topology.gpus:
             links = list(topology.matrix[g.index]) + [topology.nic_links[n][g.index] for n in topology.nics]
-            table.add_row(f"GPU{g.index}", *(Text(x, style=_style(x)) for x in links),
-                          g.cpu_affinity or "n/a", g.numa_affinity or "n/a")  # fmt: skip
+            table.add_row(
+                f"GPU{g.index}",
+                *(Text(x, style=_style(x)) for x in links),
+                g.cpu_affinity or "n/a",
+                g.numa_affinity or "n/a",
+            )
         legend = Text("Legend\n", style="bold")
         legend.append_text(Text.assemble(("  NV#", "bold green"), "  a bonded set of # NVLinks"))
         for label, path in PATH.items():

@@ -1,2 +1,1 @@
-"""Widgets the views are made of: bars and charts as text, the log pane, a GPU card, a status line.
-"""
+"""Widgets the views are made of: bars and charts as text, the log pane, a GPU card, a status line."""

@@ -30,13 +30,20 @@ def progress(fraction: float, width: int = 40) -> Text:
 
 def spark(values: Sequence[float], width: int = 20, top: float = 100.0) -> Text:
     values = list(values)[-width:]
-    chars = "".join(_SPARKS[min(len(_SPARKS) - 1, int(v / top * len(_SPARKS)))] if top else _SPARKS[0]
-                    for v in values)  # fmt: skip
+    chars = "".join(
+        _SPARKS[min(len(_SPARKS) - 1, int(v / top * len(_SPARKS)))] if top else _SPARKS[0] for v in values
+    )
     return Text(chars.rjust(width), style="cyan")
 
 
-def spark_rows(values: Sequence[float], width: int, height: int, style: str = "cyan",
-               line: Sequence[float] | None = None, line_style: str = "bold yellow") -> Text:  # fmt: skip
+def spark_rows(
+    values: Sequence[float],
+    width: int,
+    height: int,
+    style: str = "cyan",
+    line: Sequence[float] | None = None,
+    line_style: str = "bold yellow",
+) -> Text:
     """The last ``width`` values as a bar chart ``height`` rows high, scaled from their minimum
     to their maximum (so a steady series shows its wobble); every value keeps at least a sliver.
 
@@ -46,7 +53,7 @@ def spark_rows(values: Sequence[float], width: int, height: int, style: str = "c
     values = list(values)[-width:]
     if not values or width <= 0 or height <= 0:
         return Text("\n".join(" " * max(width, 0) for _ in range(max(height, 1))))
-    line = list(line)[-len(values):] if line is not None else None
+    line = list(line)[-len(values) :] if line is not None else None
     low, high = min(values), max(values)
     span = high - low
     levels = height * len(_SPARKS)  # eighths of a row

@@ -19,8 +19,14 @@ from textual.widget import Widget
 from mgpu_tui.app.widgets.bars import fit, smooth, spark_rows
 
 
-def chart_title(title: str, values: Sequence[float], fmt: Callable[[float], str], *,
-                span: str | None = None, width: int | None = None) -> Text:  # fmt: skip
+def chart_title(
+    title: str,
+    values: Sequence[float],
+    fmt: Callable[[float], str],
+    *,
+    span: str | None = None,
+    width: int | None = None,
+) -> Text:
     """``title, last N steps · now X · range LOW to HIGH``: the figures behind the bars below.
     ``span`` replaces "last N steps" (a whole series says how much it covers). Within ``width``,
     the range goes first, then the latest value: the title stays on its one row."""
@@ -57,8 +63,15 @@ class Chart(Widget):
     }
     """
 
-    def __init__(self, title: str, fmt: Callable[[float], str] = str, *, whole: str | None = None,
-                 smoothed: bool = False, **kwargs) -> None:  # fmt: skip
+    def __init__(
+        self,
+        title: str,
+        fmt: Callable[[float], str] = str,
+        *,
+        whole: str | None = None,
+        smoothed: bool = False,
+        **kwargs,
+    ) -> None:
         """``whole``: draw the whole series (fitted to the width), and say so with this text
         ("the whole run"); else the latest values that fit. ``smoothed``: a moving average drawn
         over the bars. Steps given to :meth:`update` label an x axis under the bars."""

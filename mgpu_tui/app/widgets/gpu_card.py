@@ -64,29 +64,47 @@ def card_text(gpu: GpuSample, util_history: list[float], ranks: list[int], width
     head = Text.assemble((f"GPU{gpu.index}:", "bold"), " ", (gpu.name, "bold cyan"))
     if gpu.lost or gpu.error:
         why = "lost: the GPU stopped answering" if gpu.lost else f"NVML error: {gpu.error}"
-        return Text.assemble(fields_line([head, Text(why, style="bold red")], width), "\n  ",
-                             (gpu.uuid, "dim"))  # fmt: skip
+        return Text.assemble(
+            fields_line([head, Text(why, style="bold red")], width), "\n  ", (gpu.uuid, "dim")
+        )
     r = gpu.readings
     mem_fraction = r.memory_used / r.memory_total if r.memory_used is not None and r.memory_total else None
     power = _na(r.power_w, "{:.0f}") + "/" + _na(r.power_limit_w, "{:.0f} W")
     ranks_text = ", ".join(f"rank {k}" for k in ranks) or "no rank"
     processes = len(r.processes)
-    first = fields_line([head, Text(_na(r.temperature_c, "{}°C")), Text(power),
-                         Text(ranks_text, style="magenta"),
-                         Text(f"{processes} process{'es' if processes != 1 else ''}"),
-                         Text(f"SM {_na(r.sm_clock_mhz, '{} MHz')}")], width)  # fmt: skip
+    first = fields_line(
+        [
+            head,
+            Text(_na(r.temperature_c, "{}°C")),
+            Text(power),
+            Text(ranks_text, style="magenta"),
+            Text(f"{processes} process{'es' if processes != 1 else ''}"),
+            Text(f"SM {_na(r.sm_clock_mhz, '{} MHz')}"),
+        ],
+        width,
+    )
     gauge = 20 if width >= 110 else 10
     util = None if r.util_gpu is None else r.util_gpu / 100
-    second = fields_line([
-        Text.assemble("mem ", bar(mem_fraction, gauge),
-                      f" {fmt_bytes(r.memory_used)} / {fmt_bytes(r.memory_total)}"),
-        Text.assemble("util ", bar(util, gauge), f" {_na(r.util_gpu, '{}%')}"),
-        spark(util_history, gauge),
-    ], width - 2)  # fmt: skip
+    second = fields_line(
+        [
+            Text.assemble(
+                "mem ", bar(mem_fraction, gauge), f" {fmt_bytes(r.memory_used)} / {fmt_bytes(r.memory_total)}"
+            ),
+            Text.assemble("util ", bar(util, gauge), f" {_na(r.util_gpu, '{}%')}"),
+            spark(util_history, gauge),
+        ],
+        width - 2,
+    )
     # PCIe is read one GPU per sample in turn: until this one's turn, it is being measured.
     pcie = "PCIe measuring"
     if gpu.pcie_age_s is not None:
         pcie = f"PCIe ↑{rate(r.pcie_tx_bps)} ↓{rate(r.pcie_rx_bps)}"
-    third = fields_line([Text(pcie), Text(f"NVLink ↑{rate(gpu.nvlink_tx_bps)} ↓{rate(gpu.nvlink_rx_bps)}"),
-                         Text(gpu.uuid, style="dim")], width - 2)  # fmt: skip
+    third = fields_line(
+        [
+            Text(pcie),
+            Text(f"NVLink ↑{rate(gpu.nvlink_tx_bps)} ↓{rate(gpu.nvlink_rx_bps)}"),
+            Text(gpu.uuid, style="dim"),
+        ],
+        width - 2,
+    )
     return Text.assemble(first, "\n  ", second, "\n  ", third)

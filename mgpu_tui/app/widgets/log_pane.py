@@ -51,7 +51,7 @@ def own_words(rank: int, text: str) -> str:
     """The line without the reporter's ``[rank N] `` when it names the same rank the row shows:
     the rank is said once, in colour, at the start of the row."""
     prefix = f"[rank {rank}] "
-    return text[len(prefix):] if text.startswith(prefix) else text
+    return text[len(prefix) :] if text.startswith(prefix) else text
 
 
 def entry_segments(entry: Entry) -> list[Segment]:

@@ -36,6 +36,7 @@ class LogView(Vertical):
         border: round $primary-background;
     }
     """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self._lines: collections.deque[Entry] = collections.deque(maxlen=KEPT)
@@ -43,8 +44,9 @@ class LogView(Vertical):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="log-controls"):
-            yield Select([("all ranks", -1)], value=-1, allow_blank=False, id="log-rank",
-                         type_to_search=False)  # fmt: skip
+            yield Select(
+                [("all ranks", -1)], value=-1, allow_blank=False, id="log-rank", type_to_search=False
+            )
             yield Input(placeholder="search the logs", id="log-search")
         yield LogPane(SHOWN, id="log")
 

@@ -36,8 +36,14 @@ def demo_source(demo: str) -> str:
 
 def demo_code(mode: Mode) -> Syntax:
     """The demo's source, highlighted, with line numbers: the training loop it runs."""
-    return Syntax(demo_source(mode.demo), "python", line_numbers=True, word_wrap=False,
-                  theme="ansi_dark", background_color="default")  # fmt: skip
+    return Syntax(
+        demo_source(mode.demo),
+        "python",
+        line_numbers=True,
+        word_wrap=False,
+        theme="ansi_dark",
+        background_color="default",
+    )
 
 
 def explanation(mode: Mode, host: Host) -> Text:
@@ -45,8 +51,11 @@ def explanation(mode: Mode, host: Host) -> Text:
     here = availability(mode, host)
     text = Text()
     text.append(f"{mode.title}\n", style="bold")
-    for heading, body in (("What it does", mode.teaches), ("Choose it when", mode.choose),
-                          ("What it costs", mode.costs)):  # fmt: skip
+    for heading, body in (
+        ("What it does", mode.teaches),
+        ("Choose it when", mode.choose),
+        ("What it costs", mode.costs),
+    ):
         text.append(f"\n{heading}: ", style="bold")
         text.append(body)
     text.append("\n\nOn this machine: ", style="bold")
@@ -96,7 +105,8 @@ class ModeGuide(Horizontal):
             return
         self.mode = mode
         self.query_one("#guide-explanation", Static).update(
-            explanation(mode, self.host).append("   v: the logs instead", style="dim"))
+            explanation(mode, self.host).append("   v: the logs instead", style="dim")
+        )
         source = self.query_one("#guide-source", ScrollableContainer)
         source.border_title = f"demos/{mode.demo}.py: the training loop it runs"
         self.query_one("#guide-code", Static).update(demo_code(mode))

@@ -42,6 +42,7 @@ class TelemetryCharts(Horizontal):
         margin-right: 2;
     }
     """
+
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.gpu = 0  # the GPU shown, by its index in the run's telemetry
@@ -68,8 +69,11 @@ class TelemetryCharts(Horizontal):
             self.gpu = gpus[0]
         track = series.gpus[self.gpu]
         label = f"GPU {self.gpu}" + (f" of {len(gpus)} (g: next)" if len(gpus) > 1 else "")
-        for chart_id, key, name in (("#tm-gpu-mem", "mem", "memory"), ("#tm-gpu-util", "util", "util"),
-                                    ("#tm-gpu-power", "power", "power")):  # fmt: skip
+        for chart_id, key, name in (
+            ("#tm-gpu-mem", "mem", "memory"),
+            ("#tm-gpu-util", "util", "util"),
+            ("#tm-gpu-power", "power", "power"),
+        ):
             chart = self.query_one(chart_id, Chart)
             chart.title = f"{label} {name}"
             chart.update(known(track[key]))
