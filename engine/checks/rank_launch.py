@@ -92,6 +92,7 @@ class RankLaunch:
         spec = LaunchSpec(
             mode="check",
             module=RANK_MODULE,
+            instrument=False,  # mgpu-tui's own tasks, which report themselves
             nproc=nproc,
             device=device,
             run_root=self.check_dir.path,

@@ -16,6 +16,7 @@ from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
 from mgpu_tui.engine.run.rundir import RunDir
 
 RUN_ID_ENV = "MGPU_RUN_ID"
+BOOTSTRAP = "mgpu_tui.engine.rank.bootstrap"
 SHUTDOWN_TIMEOUT_S = 5
 
 
@@ -146,12 +147,15 @@ def build_command(
         ]
         if spec.max_restarts:
             argv += ["--max-restarts", str(spec.max_restarts)]
+        argv += spec.launcher_args
     else:
         argv = [python]
-    if spec.script:
-        argv += [spec.script, *spec.demo_args]  # the user's own arguments, untouched
-    elif spec.module:
-        argv += ["-m", spec.module, *spec.demo_args]
+    program = ["-m", spec.module] if spec.module else [spec.script] if spec.script else None
+    if program and spec.instrument:
+        # The script still runs as __main__ with its own argv (engine/rank/bootstrap.py says how).
+        argv += ["-m", BOOTSTRAP, *program, *spec.demo_args]
+    elif program:
+        argv += [*program, *spec.demo_args]  # the user's own arguments, untouched
     else:
         argv += ["-m", mode.module, *demo_argv(resolved, run_dir)]
 
@@ -185,6 +189,10 @@ def build_command(
             changes["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,ENV"
         if "NCCL_DEBUG_FILE" not in base_env:
             changes["NCCL_DEBUG_FILE"] = str(run_dir.path / NCCL_LOG_PATTERN)  # NCCL fills in host and pid
+    if resolved.backend == "nccl" and "TORCH_NCCL_ENABLE_TIMING" not in base_env:
+        # Each collective's GPU duration in the flight records: on NCCL the CPU runs ahead of the
+        # GPU, so these, not the enqueue times, say who arrives late (records/flight_records.py).
+        changes["TORCH_NCCL_ENABLE_TIMING"] = "1"
     if not mode.multi_process:
         # torchrun sets this for its ranks; a one-process mode gets the same, so
         # @record writes its error file where the engine looks for it.

@@ -56,6 +56,9 @@ class LaunchSpec:
     # A user's own program instead of a mode: a script path or a module name (`-m`).
     script: str | None = None
     module: str | None = None
+    # Run the program under the bootstrap (engine/rank/bootstrap.py), which reports its steps,
+    # samples, loss and memory with no line added; False runs it bare, as torchrun alone would.
+    instrument: bool = True
     # torchrun's own options, with its names and meanings.
     nnodes: int = 1
     node_rank: int = 0
@@ -67,7 +70,9 @@ class LaunchSpec:
     master_port: int | None = None
     # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
     stall_timeout: float | None = None
-    on_stall: Literal["stop", "report"] = "stop"
+    # What a stall does: "stop" the run or "report" it and go on. None: stop a mode's demo; report
+    # for a user's own program, whose long silences (evaluation, checkpoints) mgpu-tui cannot know.
+    on_stall: Literal["stop", "report"] | None = None
     # Lower the ranks' CPU priority by this much (0-19); the app uses priority.UI_RANK_NICE.
     nice: int = 0
     # Seconds between two samples of the machine kept with the run (telemetry.jsonl); 0: none.
@@ -78,6 +83,9 @@ class LaunchSpec:
     force: bool = False  # start more CPU ranks than DEFAULTS.cpu_ranks_per_core per core anyway
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
+    # torchrun's own settings that mgpu-tui does not model (--monitor-interval 1, --role trainer),
+    # passed to torchrun as given (mgpu-tui torchrun: commands/torchrun.py).
+    launcher_args: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,19 @@ class ResolvedSpec:
         object.__setattr__(self, "world_size", world)
 
     @property
+    def on_stall(self) -> Literal["stop", "report"]:
+        """What a stall does (LaunchSpec.on_stall, its default decided by what runs)."""
+        if self.spec.on_stall is not None:
+            return self.spec.on_stall
+        return "report" if self.mode is SCRIPT else "stop"
+
+    @property
+    def stall_evidence(self) -> bool:
+        """Whether a stall needs evidence (engine/run/watchdog.py): a user's program, whose silences
+        mgpu-tui did not write, must show that nothing moves; a demo's silence is enough."""
+        return self.mode is SCRIPT and self.spec.instrument
+
+    @property
     def workload(self) -> ModelShape | MlpShape:
         """The model the demos train (resolve() has checked that it can be)."""
         return workload_of(self.spec)
@@ -110,6 +131,7 @@ class ResolvedSpec:
         spec = dataclasses.asdict(self.spec)
         spec["run_root"] = str(self.spec.run_root)
         spec["demo_args"] = list(self.spec.demo_args)
+        spec["launcher_args"] = list(self.spec.launcher_args)
         return {
             **spec,
             "device": self.device,
@@ -200,7 +222,7 @@ def _check_nodes(spec: LaunchSpec, mode: Mode) -> None:
         )
     if spec.stall_timeout is not None and spec.stall_timeout <= 0:
         raise SpecError(f"--stall-timeout must be more than 0 seconds, got {spec.stall_timeout}.")
-    if spec.on_stall not in ("stop", "report"):
+    if spec.on_stall not in (None, "stop", "report"):
         raise SpecError(f"--on-stall must be stop or report, got {spec.on_stall!r}.")
     if spec.max_restarts < 0:
         raise SpecError(f"--max-restarts must be 0 or more, got {spec.max_restarts}.")

@@ -14,7 +14,14 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   optionally data_s (the seconds before its compute) and state_bytes (its parameters,
   gradients and optimizer state, measured once after the first optimizer step).
 - ``done``: steps, and any summary fields the rank wants to add.
-- ``error``: message, traceback.
+- ``error``: message, traceback; optionally type (the exception's qualified name) and
+  whole_message (every line of it, where ``message`` is its first).
+- ``about``: what a script really used, learnt once it ran (engine/rank/script_watch.py): device
+  (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
+  batch_source (the samples a step and where they were counted).
+- ``beat``: the rank's main thread moved since its last event, though no step ended (an
+  evaluation, a checkpoint, a compile): where (``function at file.py:12``, or null). A rank that
+  neither steps nor beats has not moved; that is the stall watch's evidence (watchdog.py).
 
 Readers accept any line of the same major version and ignore fields they do not
 know, so a newer writer can add fields without breaking an older reader.
@@ -100,9 +107,29 @@ class Error:
     t: float
     message: str
     traceback: str
+    type: str | None = None  # the exception's qualified name, when the rank's own bootstrap caught it
+    whole_message: str | None = None  # all of its message, where ``message`` is the first line
 
 
-Event = Hello | Step | Done | Error
+@dataclass(frozen=True, slots=True)
+class About:
+    rank: int
+    t: float
+    device: str
+    device_uuid: str | None
+    backend: str | None  # the process group's ("gloo", "nccl"); None when the script made none
+    batch: int | None = None  # samples a step, as they entered the root DDP or FSDP module
+    batch_source: str | None = None  # where they were counted
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    rank: int
+    t: float
+    where: str | None
+
+
+Event = Hello | Step | Done | Error | About | Beat
 
 
 # ---- writing (the reporter's side) ------------------------------------------------
@@ -228,10 +255,35 @@ def _parse_error(r: dict, rank: int, t: float) -> Error:
         t=t,
         message=_str(r, "message", limit=MAX_TEXT),
         traceback=_str(r, "traceback", optional=True, limit=MAX_TEXT) or "",
+        type=_str(r, "type", optional=True),
+        whole_message=_str(r, "whole_message", optional=True, limit=MAX_TEXT),
     )
 
 
-_PARSERS = {"hello": _parse_hello, "step": _parse_step, "done": _parse_done, "error": _parse_error}
+def _parse_about(r: dict, rank: int, t: float) -> About:
+    return About(
+        rank=rank,
+        t=t,
+        device=_str(r, "device"),
+        device_uuid=_str(r, "device_uuid", optional=True),
+        backend=_str(r, "backend", optional=True),
+        batch=_get(r, "batch", _INT, optional=True, minimum=1, maximum=MAX_COUNT),
+        batch_source=_str(r, "batch_source", optional=True),
+    )
+
+
+def _parse_beat(r: dict, rank: int, t: float) -> Beat:
+    return Beat(rank=rank, t=t, where=_str(r, "where", optional=True))
+
+
+_PARSERS = {
+    "hello": _parse_hello,
+    "step": _parse_step,
+    "done": _parse_done,
+    "error": _parse_error,
+    "about": _parse_about,
+    "beat": _parse_beat,
+}
 KINDS = tuple(_PARSERS)
 
 

@@ -1,8 +1,9 @@
 """The reporter: how a rank tells mgpu-tui what it is doing.
 
-Two lines in any training script::
+Two lines in any training script (an unchanged script gets its steps, samples, loss and memory
+from the bootstrap instead: bootstrap.py)::
 
-    from mgpu_tui.engine.rank.reporter import Reporter
+    from mgpu_tui import Reporter
     reporter = Reporter()                                   # once, after init
     reporter.step(step, samples=len(batch), loss=loss)      # once per step
 
@@ -55,9 +56,16 @@ FR_FIELDS = (
     "output_sizes",
     "state",
     "time_created_ns",
+    "duration_ms",  # NCCL with TORCH_NCCL_ENABLE_TIMING: how long the collective ran on the GPU
 )
 FR_POLL_S = 0.5
 FR_PERIOD_S = 5.0  # unasked, a dump this often: when ranks enter their collectives names stragglers
+# Asked for (a stall), torch's own dump is kept too, as torch writes it, for torch's own analyser:
+# python -m torch.distributed.flight_recorder.fr_trace RUN/fr/torch (docs/your-script.md).
+FR_TORCH_DIR = "torch"
+# gloo's dumps name their groups "" in pg_config, which fr_trace cannot match to the entries (a
+# KeyError, torch 2.13): the rank writes a copy whose pg_config it rebuilds from its own groups.
+FR_READABLE_DIR = "torch-readable"
 
 
 class _FlightRecorderDump:
@@ -72,12 +80,20 @@ class _FlightRecorderDump:
     def __init__(self, run_dir: Path, rank: int) -> None:
         self.request = run_dir / "requests" / "fr"
         self.out = run_dir / "fr" / f"rank{rank}.json"
+        self.torch_out = run_dir / "fr" / FR_TORCH_DIR / f"rank{rank}"
+        self.readable_out = run_dir / "fr" / FR_READABLE_DIR / f"rank{rank}"
         self._answered: float | None = None
         self._stopped = threading.Event()
-        threading.Thread(target=self._loop, name="mgpu-fr", daemon=True).start()
+        self._dumping = threading.Lock()  # the thread's dumps and the bootstrap's, one at a time
+        self._thread = threading.Thread(target=self._loop, name="mgpu-fr", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
+        """Stop the thread, and wait for a dump in flight: one still inside torch while the
+        interpreter shuts down (a daemon thread goes on in C++ code) aborts the process."""
         self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def _loop(self) -> None:
         last = time.monotonic()
@@ -90,7 +106,14 @@ class _FlightRecorderDump:
             if requested or time.monotonic() - last >= FR_PERIOD_S:
                 self._answered = asked
                 last = time.monotonic()
-                self._dump(keep_older=not requested)
+                with self._dumping:
+                    self._dump(keep_older=not requested)
+                    if requested:
+                        self._dump_as_torch_does()
+
+    def dump_now(self) -> None:
+        with self._dumping:
+            self._dump(keep_older=True)
 
     def _dump(self, keep_older: bool = False) -> None:
         """``keep_older``: an unasked dump with no entries (the process group already gone, at the
@@ -106,13 +129,64 @@ class _FlightRecorderDump:
             document = {"entries": [], "error": f"{type(exc).__name__}: {exc}"[:300]}
         if keep_older and not document["entries"] and self.out.exists():
             return
-        try:
-            self.out.parent.mkdir(exist_ok=True)
-            tmp = self.out.with_suffix(".tmp")
-            tmp.write_text(json.dumps({**document, "t_ns": time.time_ns()}))
-            tmp.replace(self.out)
-        except OSError:  # a full disk: the engine's watchdog says that one
+        _write_whole(self.out, json.dumps({**document, "t_ns": time.time_ns()}).encode())
+
+    def _dump_as_torch_does(self) -> None:
+        """torch's own pickle, its bytes unchanged (stack traces off: they cost, and fr_trace needs
+        none), for ``fr_trace``; mgpu-tui itself never unpickles it."""
+        c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
+        dump = getattr(c10d, "_dump_fr_trace", None)
+        if dump is None:
             return
+        try:
+            data = dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
+        except Exception:  # noqa: BLE001 (the JSON dump beside it says why, if anything does)
+            return
+        _write_whole(self.torch_out, data)
+        readable = _with_named_groups(data)
+        if readable is not None:
+            _write_whole(self.readable_out, readable)
+
+
+def _with_named_groups(data: bytes) -> bytes | None:
+    """torch's dump with its pg_config rebuilt from this rank's own process groups (name, description,
+    global ranks), where torch left a group unnamed (gloo); None when it needs no help or cannot get it.
+    The bytes are this process's own, just made by torch: unpickling them here trusts no one else."""
+    try:
+        import pickle
+
+        document = pickle.loads(data)
+        if "" not in document.get("pg_config", {}):
+            return None
+        world = sys.modules["torch.distributed.distributed_c10d"]._world
+        config = {}
+        for group, name in world.pg_names.items():
+            ranks = sorted(world.pg_group_ranks.get(group, {}))
+            desc = getattr(group, "group_desc", "") or name
+            config[name] = {"name": name, "desc": desc, "ranks": str(ranks)}
+        if not config:
+            return None
+        document["pg_config"] = config
+        return pickle.dumps(document)
+    except Exception:  # noqa: BLE001 (a torch whose internals differ: the unchanged dump stays)
+        return None
+
+
+def _write_whole(path: Path, data: bytes) -> None:
+    """Write a file whole (a temporary file, then a rename): a reader never sees half of it."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError:  # a full disk: the engine's watchdog says that one
+        return
+
+
+# In a script run's rank, the bootstrap's own reporter (engine/rank/script_watch.py): a Reporter the
+# script makes itself then speaks through it (one hello, one file, one stack handler) and its steps
+# replace the ones the bootstrap counts.
+_bootstrap: Reporter | None = None
 
 
 class Reporter:
@@ -139,7 +213,12 @@ class Reporter:
         self._stacks = None
         self._flight_recorder: _FlightRecorderDump | None = None
         self._said_hello = False
-        if self.run_dir is not None:
+        self._lock = threading.Lock()  # one line at a time: a thread of the bootstrap writes too
+        self._host = _bootstrap if _bootstrap is not None and self.run_dir == _bootstrap.run_dir else None
+        if self._host is not None:
+            self._said_hello = True  # the bootstrap said it, with this process's pid
+            self._host.adopt(self)
+        elif self.run_dir is not None:
             events_dir = self.run_dir / "events"
             events_dir.mkdir(parents=True, exist_ok=True)
             # Line buffered, so every event reaches the file as soon as it is written.
@@ -169,12 +248,28 @@ class Reporter:
     @property
     def recording(self) -> bool:
         """True when events go to a run directory."""
-        return self._file is not None
+        return self._file is not None or (self._host is not None and self._host.recording)
+
+    def dump_flight_records(self) -> None:
+        """Dump the flight recorder now (the bootstrap does, before a script ends its process group)."""
+        if self._flight_recorder is not None:
+            self._flight_recorder.dump_now()
+
+    def adopt(self, reporter: Reporter) -> None:
+        """A Reporter of the script's own now speaks for this rank (the bootstrap's reporter hears it)."""
 
     def _write(self, kind: str, fields: dict[str, Any], now: float | None = None) -> None:
-        if self._file is not None:
+        if self._host is not None:
+            self._host._write(kind, fields, now)
+            return
+        if self._file is None:
+            return
+        line = events.encode(kind, self.rank, now or time.time(), fields)
+        with self._lock:
+            if self._file is None:
+                return
             try:
-                self._file.write(events.encode(kind, self.rank, now or time.time(), fields))
+                self._file.write(line)
             except OSError as exc:  # a full disk: the training goes on, unrecorded, and says so once
                 self._file = None
                 print(
@@ -195,6 +290,9 @@ class Reporter:
         config = dict(config or {})
         if self.print_every is None:
             self.print_every = max(1, int(config.get("steps", 100)) // 10)
+        if self._host is not None:  # the bootstrap said hello: what this one adds is what it runs on
+            self._write("about", {"device": device, "device_uuid": device_uuid, "backend": None})
+            return
         self._write(
             "hello",
             {
@@ -245,20 +343,23 @@ class Reporter:
         mem_peak_bytes: int | None = None,
         data_s: float | None = None,
         state_bytes: int | None = None,
+        at: float | None = None,
     ) -> None:
         """Record the end of a training step.
 
         ``samples`` counts only samples that are new to the job on this rank.
-        ``loss`` may be a float, a 0-d tensor or None. ``data_s``: of this step, the seconds
-        spent before its compute (loading the batch): with it, a rank that arrives late at the
-        step's collectives is named, and why (a straggler).
+        ``loss`` may be a float, a 0-d tensor or None (a tensor is detached first: no autograd
+        warning, no graph kept). ``data_s``: of this step, the seconds spent before its compute
+        (loading the batch): with it, a rank that arrives late at the step's collectives is named,
+        and why (a straggler). ``at``: when the step ended (``time.time()``), if not now.
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
-        now = time.time()
-        step_s = now - self._last
+        now = time.time() if at is None else at
+        step_s = max(0.0, now - self._last)
         self._last = now
-        loss_value = None if loss is None else float(loss)
+        detach = getattr(loss, "detach", None)
+        loss_value = None if loss is None else float(detach() if detach is not None else loss)
         self._write(
             "step",
             {
@@ -305,17 +406,19 @@ class Reporter:
         """Record that this rank finished all its steps."""
         self._write("done", {"steps": steps, **summary})
 
-    def error(self, message: str, traceback: str = "") -> None:
-        """Record why this rank is about to fail."""
-        self._write("error", {"message": message, "traceback": traceback})
+    def error(self, message: str, traceback: str = "", **exception: str | None) -> None:
+        """Record why this rank is about to fail (``exception``: the bootstrap's type and
+        whole_message, events.py)."""
+        self._write("error", {"message": message, "traceback": traceback, **exception})
 
     def close(self) -> None:
         if self._flight_recorder is not None:
             self._flight_recorder.stop()
             self._flight_recorder = None
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
         if self._stacks is not None:
             faulthandler.unregister(signal.SIGUSR2)  # the script's own handler, if it had one
             try:

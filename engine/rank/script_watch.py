@@ -1,0 +1,555 @@
+"""What an unchanged script's rank reports, learnt from torch itself.
+
+The bootstrap (bootstrap.py) installs a :class:`ScriptWatch` in every rank of a script run. It
+imports no torch: its hooks go in when the script imports torch (after_import.py). Each figure,
+and how it is taken (docs/your-script.md says the same to users):
+
+- **a step** is a step of the lead optimizer (the first to step; torch's global optimizer
+  post-hook) after at least one ``backward()`` since the last step. Several optimizers (a GAN's two,
+  each after its own backward), or a ZeroRedundancyOptimizer and the optimizer inside it, count
+  once an iteration; the micro-batches of gradient accumulation are not steps; a step that
+  GradScaler skips (inf or NaN gradients, so the optimizer does not step) still is one. Should
+  another optimizer step twice while the lead does not, it leads from then on.
+- **samples and tokens**: the batch entering the root DistributedDataParallel or FSDP module while
+  it trains (a forward pre-hook on that module alone, kept out of torch.compile's graphs; with
+  several models, the first one wrapped): its first tensor's first dimension, and for a 2-D integer
+  batch (token ids) all its elements as tokens.
+- **data_s**: from the end of the previous step to the first such forward, the time the rank spent
+  on its batch (a straggler's evidence, aggregate.py).
+- **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
+  it), summed over the step's micro-batches (scripts divide each by the accumulation count). On a
+  GPU it is read without draining the stream: a non-blocking copy into pinned memory, read once its
+  CUDA event has completed (a step's event is written when its loss is known, in order).
+- **memory**: on CUDA, once the script has initialised it (the watch never does: it would open a
+  context on GPU 0 in every rank), the allocator's current and peak bytes on the loss's device;
+  otherwise the process's RSS and its peak.
+- **about**: the backend of the default process group, the device the loss is on, and the batch.
+- **beats**: a thread looks at the main thread's stack every BEAT_S; when it moved (another call,
+  another line of an outer frame) and no event was written meanwhile, it writes a ``beat``. A rank
+  that neither steps nor beats has not moved: the stall watch's evidence (watchdog.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib
+import os
+import resource
+import sys
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from types import FrameType, ModuleType
+from typing import Any
+
+from mgpu_tui.engine.rank import reporter as reporter_module
+from mgpu_tui.engine.rank.after_import import after_import
+from mgpu_tui.engine.rank.reporter import Reporter
+
+BEAT_S = 1.0
+SIGNATURE_FRAMES = 64  # the innermost frames of a stack: its signature
+MAX_FRAMES = 512  # looked through for the script's own innermost frame (an import can be deep)
+MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once
+BATCH_SOURCE = {"ddp": "the batches entering DistributedDataParallel", "fsdp": "the batches entering FSDP"}
+
+
+def _quiet(hook: Any) -> Any:
+    """A hook that fails says so once (ScriptWatch._failed) and returns: the script goes on."""
+
+    @functools.wraps(hook)
+    def quiet(self: ScriptWatch, *args: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            self._failed(hook.__name__.strip("_").replace("_", " "), exc)
+
+    return quiet
+
+
+class ScriptReporter(Reporter):
+    """The reporter of a script that does not know mgpu-tui: it prints nothing (the script's own
+    output stays its own) and says what the script used (``about``) and that it moves (``beat``).
+    Made, it is the rank's one reporter: a Reporter the script makes speaks through it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        reporter_module._bootstrap = self
+
+    def _print(self, message: str) -> None:
+        return
+
+    def about(self, **fields: Any) -> None:
+        self._write("about", fields)
+
+    def beat(self, where: str | None) -> None:
+        self._write("beat", {"where": where})
+
+    def adopt(self, reporter: Reporter) -> None:
+        self.script_reports_steps = True
+
+    script_reports_steps = False  # the script made a Reporter: its steps are the rank's, not ours
+
+
+@dataclass
+class _Step:
+    step: int
+    at: float
+    samples: int
+    tokens: int
+    data_s: float | None
+    mem: tuple[int | None, int | None]
+    loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
+
+
+class ScriptWatch:
+    """Counts one rank's steps, samples, loss and memory from torch's own hooks."""
+
+    def __init__(self, reporter: ScriptReporter, program: str) -> None:
+        self.reporter = reporter
+        self.program = os.path.abspath(program) if os.path.exists(program) else program
+        self.steps = 0
+        self.torch: ModuleType | None = None
+        self._backwards = 0  # backward() calls since the last step: its micro-batches
+        self._in_backward = False  # a backward inside a backward (reentrant checkpointing) is not one
+        self._losses: list[Any] = []
+        self._scaled: dict[int, tuple[Any, Any]] = {}  # id(scaled loss) -> (it, the loss unscaled)
+        self._samples = self._tokens = 0
+        self._first_forward_at: float | None = None
+        self._last_step_at = time.time()
+        self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
+        self._root_kind: str | None = None
+        self._pending: collections.deque[_Step] = collections.deque()
+        self._device: Any = None  # where the loss is: the rank's device
+        self._about_said = False
+        self._backend: str | None = None  # the default process group's, once seen
+        self._last_event_at = time.monotonic()
+        self._stopped = threading.Event()
+        self._failures: set[str] = set()  # hooks that failed once, and said so
+        self._lead: int | None = None  # id() of the optimizer whose steps are the steps
+        self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
+
+    # ---- installing --------------------------------------------------------------------
+
+    def start(self) -> None:
+        after_import("torch", _guarded(self._install))
+        after_import("torch.distributed.fsdp", _guarded(self._install_fsdp))
+        after_import("torch._dynamo", _guarded(self._after_dynamo))
+        self._beats = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
+        self._beats.start()
+
+    def _install(self, torch: ModuleType) -> None:
+        self.torch = torch
+        optimizers = importlib.import_module("torch.optim.optimizer")
+        optimizers.register_optimizer_step_post_hook(self._after_optimizer_step)
+        backward = torch.autograd.backward
+
+        @functools.wraps(backward)
+        def watched_backward(tensors, *args, **kwargs):
+            outer = not self._in_backward
+            if outer:
+                self._on_backward(tensors)
+                self._in_backward = True
+            try:
+                return backward(tensors, *args, **kwargs)
+            finally:
+                if outer:
+                    self._in_backward = False
+
+        torch.autograd.backward = watched_backward
+        scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
+        scale, scaler_step = scaler.scale, scaler.step
+
+        @functools.wraps(scale)
+        def watched_scale(scaler_self, outputs):
+            result = scale(scaler_self, outputs)
+            self._remember_scaled(outputs, result)
+            return result
+
+        @functools.wraps(scaler_step)
+        def watched_scaler_step(scaler_self, optimizer, *args, **kwargs):
+            out = scaler_step(scaler_self, optimizer, *args, **kwargs)
+            self._after_scaler_step(optimizer)
+            return out
+
+        scaler.scale, scaler.step = watched_scale, watched_scaler_step
+        ddp = torch.nn.parallel.DistributedDataParallel
+        ddp_init = ddp.__init__
+
+        @functools.wraps(ddp_init)
+        def watched_ddp_init(module, *args, **kwargs):
+            ddp_init(module, *args, **kwargs)
+            self._hook_root(module, "ddp")
+
+        ddp.__init__ = watched_ddp_init
+        dist = torch.distributed
+        if dist.is_available():
+            init, destroy = dist.init_process_group, dist.destroy_process_group
+
+            @functools.wraps(init)
+            def watched_init(*args, **kwargs):
+                out = init(*args, **kwargs)
+                self._see_group()
+                return out
+
+            @functools.wraps(destroy)
+            def watched_destroy(*args, **kwargs):
+                self._see_group()  # a group made some other way is named before it goes
+                self.reporter.dump_flight_records()  # its last collectives, while they are there
+                return destroy(*args, **kwargs)
+
+            dist.init_process_group, dist.destroy_process_group = watched_init, watched_destroy
+
+    def _install_fsdp(self, fsdp: ModuleType) -> None:
+        """FSDP2's fully_shard (wherever a script imports it from) and FSDP1's class."""
+        shard = getattr(fsdp, "fully_shard", None)
+        if shard is not None:
+
+            @functools.wraps(shard)
+            def watched_fully_shard(module, *args, **kwargs):
+                out = shard(module, *args, **kwargs)
+                self._hook_root(out if out is not None else module, "fsdp")
+                return out
+
+            for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+                if getattr(sys.modules.get(name), "fully_shard", None) is shard:
+                    sys.modules[name].fully_shard = watched_fully_shard
+        fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
+        if fsdp1 is not None:
+            fsdp1_init = fsdp1.__init__
+
+            @functools.wraps(fsdp1_init)
+            def watched_fsdp1_init(module, *args, **kwargs):
+                fsdp1_init(module, *args, **kwargs)
+                self._hook_root(module, "fsdp")
+
+            fsdp1.__init__ = watched_fsdp1_init
+
+    def _hook_root(self, module: Any, kind: str) -> None:
+        """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied
+        to the layers first, then to the root); another model wrapped later is left alone."""
+        inside = {id(m) for m in module.modules()}
+        kept = []
+        for ref, handles in self._roots:
+            hooked = ref()
+            if hooked is None:
+                continue
+            if id(hooked) in inside and hooked is not module:
+                for handle in handles:
+                    handle.remove()
+                continue
+            return  # a root is hooked already, and this module does not hold it
+        handle = module.register_forward_pre_hook(self._untraced(self._before_forward), with_kwargs=True)
+        self._roots = [*kept, (weakref.ref(module), [handle])]
+        self._root_kind = kind
+
+    def _untraced(self, hook: Any) -> Any:
+        """``hook`` kept out of torch.compile's graphs (torch._dynamo.disable), if dynamo is loaded:
+        importing it costs a second, which a script that never compiles must not pay. A script that
+        loads it later (torch.compile after DDP) gets the hooks wrapped then (_after_dynamo)."""
+        dynamo = sys.modules.get("torch._dynamo")
+        return dynamo.disable(hook) if dynamo is not None and hasattr(dynamo, "disable") else hook
+
+    def _after_dynamo(self, dynamo: ModuleType) -> None:
+        for ref, handles in self._roots:
+            module = ref()
+            for handle in handles:
+                hooks = getattr(module, "_forward_pre_hooks", {})
+                if module is not None and handle.id in hooks:
+                    hooks[handle.id] = dynamo.disable(hooks[handle.id])
+        compiled = importlib.import_module("torch._dynamo.eval_frame").OptimizedModule
+        compiled_init = compiled.__init__
+
+        @functools.wraps(compiled_init)
+        def watched_compiled_init(module, *args, **kwargs):
+            compiled_init(module, *args, **kwargs)
+            self._move_root(getattr(module, "_orig_mod", None), module)
+
+        compiled.__init__ = watched_compiled_init
+
+    @_quiet
+    def _move_root(self, inner: Any, outer: Any) -> None:
+        """torch.compile wrapped the hooked root: the hook goes to the wrapper, whose own call runs
+        eagerly before the compiled forward, so nothing of mgpu-tui is in (or breaks) the graph."""
+        for ref, handles in self._roots:
+            if inner is not None and ref() is inner:
+                for handle in handles:
+                    handle.remove()
+                handle = outer.register_forward_pre_hook(self._before_forward, with_kwargs=True)
+                self._roots = [(weakref.ref(outer), [handle])]
+                return
+
+    # ---- the hooks (the main thread; each one @_quiet: a figure lost, never the script's step) ----
+
+    def _failed(self, what: str, exc: Exception) -> None:
+        if what not in self._failures:
+            self._failures.add(what)
+            print(
+                f"mgpu-tui: some figures of this rank will be missing: {what} failed "
+                f"({type(exc).__name__}: {exc})",
+                file=sys.stderr,
+            )
+
+    @_quiet
+    def _before_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
+        torch = self.torch
+        if not module.training or not torch.is_grad_enabled():
+            return  # an evaluation: its samples are not trained on
+        batch = _first_tensor(args)
+        if batch is None:
+            batch = _first_tensor(tuple(kwargs.values()))
+        if batch is None or batch.dim() == 0:
+            return
+        self._samples += int(batch.shape[0])
+        if batch.dim() == 2 and not batch.is_floating_point() and not batch.is_complex():
+            self._tokens += int(batch.numel())
+        if self._first_forward_at is None:
+            self._first_forward_at = time.time()
+
+    @_quiet
+    def _on_backward(self, tensors: Any) -> None:
+        self._backwards += 1
+        torch = self.torch
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+            scaled = self._scaled.pop(id(tensors), None)
+            loss = scaled[1] if scaled is not None and scaled[0] is tensors else tensors.detach()
+            self._losses.append(loss)
+            if self._device is None:
+                self._device = loss.device
+
+    def _leads(self, optimizer: Any) -> bool:
+        """Whether ``optimizer``'s step is the iteration's (the lead's; the first to step leads)."""
+        key = id(optimizer)
+        if self._lead is None or key == self._lead:
+            self._lead = key
+            self._others.clear()
+            return True
+        self._others[key] = self._others.get(key, 0) + 1
+        if self._others[key] >= 2:  # the lead stopped stepping: this one leads now
+            self._lead = key
+            self._others.clear()
+            return True
+        return False
+
+    @_quiet
+    def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        if self._leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
+            self._count_step()
+
+    @_quiet
+    def _remember_scaled(self, outputs: Any, result: Any) -> None:
+        torch = self.torch
+        if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and outputs.numel() == 1:
+            self._scaled[id(result)] = (result, outputs.detach())
+
+    @_quiet
+    def _after_scaler_step(self, optimizer: Any) -> None:
+        # The optimizer did not step (inf or NaN gradients), so its hook did not count: still a step.
+        if self._backwards and self._leads(optimizer):
+            self._count_step()
+
+    def _count_step(self) -> None:
+        now = time.time()
+        self.steps += 1
+        self._backwards = 0
+        self._scaled.clear()
+        losses, self._losses = self._losses, []
+        data_s = (
+            None if self._first_forward_at is None else max(0.0, self._first_forward_at - self._last_step_at)
+        )
+        step = _Step(
+            self.steps, now, self._samples, self._tokens, data_s, self._memory(), self._loss_of(losses)
+        )
+        self._samples = self._tokens = 0
+        self._first_forward_at = None
+        self._last_step_at = now
+        self._pending.append(step)
+        self._write_ready(wait=len(self._pending) > MAX_PENDING)
+        if not self._about_said:
+            self._say_about(step.samples)
+
+    # ---- figures ------------------------------------------------------------------------
+
+    def _loss_of(self, losses: list[Any]) -> Any:
+        if not losses:
+            return None
+        torch = self.torch
+        try:
+            total = losses[0].float() if len(losses) == 1 else torch.stack([x.float() for x in losses]).sum()
+            if total.device.type != "cuda":
+                return float(total)
+            copy = torch.empty((), dtype=torch.float32, pin_memory=True)
+            copy.copy_(total, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+            return copy, done
+        except Exception:  # noqa: BLE001 (an odd loss, a device gone: the step is still counted)
+            return None
+
+    def _memory(self) -> tuple[int | None, int | None]:
+        torch = self.torch
+        device = self._device
+        if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+            return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+        try:
+            with open("/proc/self/statm", "rb") as f:
+                rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            rss = None
+        return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _write_ready(self, wait: bool = False) -> None:
+        """Write the steps whose loss is known, in order (``wait``: the oldest, whatever it takes)."""
+        while self._pending:
+            step = self._pending[0]
+            if isinstance(step.loss, tuple):
+                copy, done = step.loss
+                if not (wait or done.query()):
+                    return
+                done.synchronize()
+                step.loss = float(copy)
+            self._pending.popleft()
+            wait = False
+            mem, peak = step.mem
+            if mem is not None and peak is not None:
+                peak = max(peak, mem)  # the kernel's peak RSS lags its current one a little
+            if self.reporter.script_reports_steps:
+                continue
+            self.reporter.step(
+                step.step,
+                samples=step.samples,
+                tokens=step.tokens,
+                loss=step.loss,
+                mem_bytes=mem,
+                mem_peak_bytes=peak,
+                data_s=step.data_s,
+                at=step.at,
+            )
+            self._last_event_at = time.monotonic()
+
+    def _say_about(self, batch: int) -> None:
+        self._about_said = True
+        torch = self.torch
+        device, uuid = "cpu", None
+        if self._device is not None and self._device.type == "cuda" and torch.cuda.is_initialized():
+            index = self._device.index if self._device.index is not None else torch.cuda.current_device()
+            device, uuid = f"cuda:{index}", f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+        elif self._device is not None:
+            device = str(self._device)
+        self._see_group()
+        fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": self._backend}
+        if batch and self._root_kind:
+            fields.update(batch=batch, batch_source=BATCH_SOURCE[self._root_kind])
+        self.reporter.about(**fields)
+
+    # ---- the end ---------------------------------------------------------------------------
+
+    def finish(self) -> dict[str, Any]:
+        """Write what is still pending; the facts of the end for the ``done`` event. The beat thread is
+        joined first: nothing of mgpu-tui may still call into torch while the interpreter shuts down."""
+        self._stopped.set()
+        beats = getattr(self, "_beats", None)
+        if beats is not None and beats is not threading.current_thread():
+            beats.join(timeout=5)
+        if self.torch is None:
+            return {"process_group": "none"}
+        try:
+            while self._pending:
+                self._write_ready(wait=True)
+        except Exception:  # noqa: BLE001 (a GPU that failed cannot give the last losses: the end is still told)
+            self._pending.clear()
+        alive = self._see_group()
+        if alive:
+            self.reporter.dump_flight_records()
+        if not self._about_said:
+            self._say_about(0)
+        _, peak = self._memory()
+        group = "alive" if alive else ("destroyed" if self._backend else "none")
+        return {"process_group": group, "mem_peak_bytes": peak}
+
+    def _see_group(self) -> bool:
+        """Whether the default process group is there now; its backend kept once seen."""
+        dist = getattr(self.torch, "distributed", None)
+        try:
+            alive = dist is not None and dist.is_available() and dist.is_initialized()
+            if alive and self._backend is None:
+                self._backend = str(dist.get_backend())
+        except Exception:  # noqa: BLE001 (a group torn down between the two calls)
+            return False
+        return alive
+
+    # ---- beats ------------------------------------------------------------------------------
+
+    def _watch_stack(self) -> None:
+        main = threading.main_thread().ident
+        last = None
+        while not self._stopped.wait(BEAT_S):
+            frame = sys._current_frames().get(main)
+            signature, where = _signature(frame, self.program)
+            moved = last is not None and signature != last
+            last = signature
+            if moved and time.monotonic() - self._last_event_at >= BEAT_S:
+                self.reporter.beat(where)
+                self._last_event_at = time.monotonic()
+            if self._backend is None and self.torch is not None:
+                self._see_group()  # a script that destroys its group before it ends still named it
+
+
+def _guarded(install: Any) -> Any:
+    """An install that fails says so in one line and leaves the script alone: a monitor must never
+    be why a script's ``import torch`` fails (a torch too old or too new for a hook, say)."""
+
+    @functools.wraps(install)
+    def guarded(module: ModuleType) -> None:
+        try:
+            install(module)
+        except Exception as exc:  # noqa: BLE001
+            print(
+                f"mgpu-tui: some figures of this rank will be missing: {install.__name__} failed "
+                f"({type(exc).__name__}: {exc})",
+                file=sys.stderr,
+            )
+
+    return guarded
+
+
+def _first_tensor(values: tuple, depth: int = 0) -> Any:
+    """The first tensor among ``values`` (looking into lists, tuples and dicts, not deeply)."""
+    for value in values:
+        if hasattr(value, "dim") and hasattr(value, "shape") and hasattr(value, "is_floating_point"):
+            return value
+        if depth < 2 and isinstance(value, (list, tuple)):
+            found = _first_tensor(tuple(value), depth + 1)
+        elif depth < 2 and isinstance(value, dict):
+            found = _first_tensor(tuple(value.values()), depth + 1)
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _signature(frame: FrameType | None, program: str) -> tuple[tuple, str | None]:
+    """(what the stack is doing, the innermost frame of the script's own code in words).
+
+    The innermost frame counts by its function only: a loop inside one function (polling, a sleep
+    in a retry loop that never gets anywhere) is not movement; a call returning, another starting,
+    or an outer frame at another line is."""
+    frames = []
+    while frame is not None and len(frames) < MAX_FRAMES:
+        frames.append(frame)
+        frame = frame.f_back
+    signature = tuple(
+        (f.f_code.co_filename, f.f_code.co_name, None if i == 0 else f.f_lineno)
+        for i, f in enumerate(frames[:SIGNATURE_FRAMES])
+    )
+    own = next((f for f in frames if f.f_code.co_filename == program), None)
+    shown = own or next((f for f in frames if not f.f_code.co_filename.startswith(_HERE)), None)
+    where = None
+    if shown is not None:
+        where = f"{shown.f_code.co_name} at {os.path.basename(shown.f_code.co_filename)}:{shown.f_lineno}"
+    return signature, where
