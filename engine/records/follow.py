@@ -126,7 +126,9 @@ class FollowedRun(IngestReadings):
         spec, _, node = read_spec(path)
         try:
             self.world_size = int(spec["world_size"])
-            self.steps_requested = int(spec.get("steps") or 0)
+            # A script says no total: its steps are counted, not requested.
+            program = spec.get("script") or spec.get("module")
+            self.steps_requested: int | None = None if program else int(spec.get("steps") or 0)
             self.requested_stall_timeout = _number(spec.get("stall_timeout"))
             restarts = int(spec.get("max_restarts") or 0) > 0
         except (ValueError, KeyError, TypeError) as exc:
@@ -220,6 +222,13 @@ class FollowedRun(IngestReadings):
         """Nothing: another process owns this run's ranks, and pids read from its files are not ours
         to trust (the Dashboard samples the ranks of the app's own runs only)."""
         return {}
+
+    def stalled_ranks(self) -> frozenset[int] | None:
+        """As Run.stalled_ranks: a script's run, followed, has no stall found until its summary says;
+        its quiet ranks are silent (the monitor that runs it is the judge)."""
+        spec = self.recorded_spec
+        script = bool(spec.get("script") or spec.get("module")) and spec.get("instrument", True) is not False
+        return frozenset() if script else None
 
     def stall_timeout(self) -> float:
         return stall_timeout(self.requested_stall_timeout, self._ingest.recent_step_time())

@@ -23,7 +23,7 @@ import stat
 import threading
 from pathlib import Path
 
-from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Hello, MalformedEvent, parse_line
+from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, parse_line
 from mgpu_tui.engine.records.flight_records import late_arrivals, read_trace
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.rundir import RunDir
@@ -155,6 +155,7 @@ class Ingest:
         self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
         self._new_lines_seen = 0
         self._late_arrivals: tuple = ()  # stragglers from the flight recorder (read_flight_records)
+        self._collectives: dict[int, int] = {}  # rank -> the collectives it entered, as its records say
 
     def read(self) -> bool:
         """Take in what every file gained since the last call (a chunk of each at most);
@@ -215,7 +216,12 @@ class Ingest:
     def stats(self) -> RunStats:
         with self._lock:
             stats = self.aggregator.stats()
-            late = self._late_arrivals
+            late, collectives = self._late_arrivals, self._collectives
+        if (
+            collectives
+        ):  # each rank's collectives, from its flight records: a script without steps moves by them
+            ranks = tuple(dataclasses.replace(r, collectives=collectives.get(r.rank)) for r in stats.ranks)
+            stats = dataclasses.replace(stats, ranks=ranks)
         # The demos' own timing says where a straggler's time goes; the flight recorder only who.
         return stats if stats.stragglers or not late else dataclasses.replace(stats, stragglers=late)
 
@@ -224,9 +230,13 @@ class Ingest:
         (records/flight_records.py); for one host's ranks only: the times are each host's clock's."""
         fr = self.run_dir.path / "fr"
         traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks}
-        late = late_arrivals({r: t for r, t in traces.items() if t}) if all(traces.values()) else ()
+        step_s = self.recent_step_time()
+        late = late_arrivals({r: t for r, t in traces.items() if t}, step_s) if all(traces.values()) else ()
+        counts = {r: max(e["collective_seq_id"] for e in t) for r, t in traces.items() if t}
         with self._lock:
             self._late_arrivals = late
+            for rank, count in counts.items():  # a later dump (of a group gone) may hold fewer: keep the most
+                self._collectives[rank] = max(count, self._collectives.get(rank, 0))
 
     def series(self) -> tuple[list[int], list[float], list[float | None]]:
         with self._lock:
@@ -251,6 +261,10 @@ class Ingest:
     def stack_answering(self) -> dict[int, int]:
         with self._lock:
             return self.aggregator.stack_answering()
+
+    def errors(self) -> dict[int, Error]:
+        with self._lock:
+            return self.aggregator.errors()
 
     def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
         """(rank, stream, line) read since the last drain, and how many were dropped unshown.

@@ -38,12 +38,12 @@ from mgpu_tui.engine.records.nccl_record import nccl_figures
 from mgpu_tui.engine.records.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.processes import ProcessTree
-from mgpu_tui.engine.run.rootcause import RootCause, find_root_cause, hint_for
+from mgpu_tui.engine.run.rootcause import RootCause, after_finishing, find_root_cause, hint_for
 from mgpu_tui.engine.run.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.verify import Verification, Verify
-from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, Watchdog
+from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
 
 # Once every rank has said hello, the process tree is rescanned this rarely: each
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
@@ -345,6 +345,18 @@ class Run(IngestReadings):
         """The stall, once some rank stopped reporting."""
         return self._watchdog.stall
 
+    @property
+    def silent(self) -> tuple[StalledRank, ...]:
+        """Ranks silent past the stall timeout whose silence is not (yet) a stall: shown, not acted on."""
+        return () if self._watchdog.stall is not None else self._watchdog.silent
+
+    def stalled_ranks(self) -> frozenset[int] | None:
+        """The ranks of the stall found, where silence needs evidence to be one (a user's script);
+        None where silence is a stall (a mode's run): the app's rank table reads it."""
+        if not self.resolved.stall_evidence:
+            return None
+        return frozenset(r.rank for r in self.stall.ranks) if self.stall is not None else frozenset()
+
     def stall_timeout(self) -> float:
         """Seconds of silence after which a rank counts as stalled now (watchdog.py's rule)."""
         return self._watchdog.stall_timeout()
@@ -405,6 +417,17 @@ class Run(IngestReadings):
             return
         self._finish(None)
 
+    def _ran_to_its_end(self, rank: int | None) -> tuple[int, str | None] | None:
+        """(its steps, its process group at the end) for a script's rank that ran its script to the
+        end (its bootstrap said done) before it died; None otherwise."""
+        spec = self.resolved.spec
+        stats = next((r for r in self._ingest.stats().ranks if r.rank == rank), None)
+        # process_group: said by the bootstrap's own done, at the script's end (a Reporter's done,
+        # said by the script itself, may come before it ends).
+        if not (spec.script or spec.module) or stats is None or stats.process_group is None or stats.error:
+            return None
+        return stats.last_step, stats.process_group
+
     def _work_finished(self, rank: int) -> bool:
         """Whether a rank had done all its work: it said so, or it reached the last step of a mode."""
         stats = next((r for r in self._ingest.stats().ranks if r.rank == rank), None)
@@ -429,8 +452,13 @@ class Run(IngestReadings):
                 launcher_exit_code=returncode,
                 single_process=not self.resolved.mode.multi_process,
                 rank_offset=spec.node_rank * (spec.nproc or 1),
+                errors=self._ingest.errors(),
+                program=bool(spec.script or spec.module),
             )
-            if root_cause.rank is not None and self._work_finished(root_cause.rank):
+            finished = self._ran_to_its_end(root_cause.rank)
+            if finished is not None:  # a script's rank that said done: its training had finished
+                root_cause = after_finishing(root_cause, *finished)
+            elif root_cause.rank is not None and self._work_finished(root_cause.rank):
                 root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
             if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
                 root_cause = dataclasses.replace(root_cause, host=socket.gethostname())

@@ -4,14 +4,19 @@
 (a stable contract; new keys may be added):
 
 - ``mode``, ``program`` (with --script / --module), ``status`` ("ok", "failed" or
-  "interrupted"), ``exit_code`` (the launcher's), ``device``, ``backend``, ``shared_gpus``,
-  ``world_size``, ``nnodes``, ``node_rank``, ``steps`` (the last step every rank reached),
-  ``steps_requested``, ``batch_size``,
+  "interrupted"), ``exit_code`` (the launcher's), ``device``, ``backend`` (a script's: what its
+  ranks used, null until known), ``shared_gpus``, ``world_size``, ``nnodes``, ``node_rank``,
+  ``steps`` (the last step every rank reached), ``steps_requested`` (null for a script: it says
+  none), ``batch_size`` (the global batch; for a script, counted where its batches entered DDP or
+  FSDP, else null) and ``batch_size_source`` (where a script's was counted),
+- ``finished_training``: a script's, whether every rank of this node ran it to its end (said
+  ``done``), also when one crashed at exit afterwards; null for the modes,
 - ``samples_per_s`` (global, steady state), ``step_time_s_median``, ``step_time_s_p10_p90``,
   ``final_loss`` (the full global batch at the last step),
 - ``peak_mem_bytes``: a list indexed by rank (allocator peak on CUDA, peak RSS on the CPU),
 - ``ranks``: per-rank figures (rank, last_step, samples_per_s, loss, peak_mem_bytes, device,
-  pid, done), ``launch_to_first_step_s``, ``duration_s``, ``malformed_events``, ``run_dir``,
+  pid, done, backend, tokens_per_s, collectives), ``launch_to_first_step_s``, ``duration_s``,
+  ``malformed_events``, ``run_dir``,
 - ``root_cause``: null, or rank, exit_code, signal, message, traceback, hint (what it means and what
   to try, for the known signatures; null otherwise) (rootcause.py),
 - ``note``: one sentence on what the figures do not show (a degenerate CPU path, ranks sharing
@@ -25,7 +30,8 @@
   transports, ring_channels, warnings, errors, files (records/nccl_record.py),
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks), stacks_dir, verdict (why, from the flight
-  recorder and the stacks: records/flight_records.py; null when they cannot tell) and culprit (watchdog.py).
+  recorder and the stacks: records/flight_records.py; null when they cannot tell), culprit and
+  found_at (when the stall watch declared it) (watchdog.py).
 - ``tokens_per_s``: global tokens/s, where the ranks count tokens (a GPT), else null;
 - ``memory``: per rank, ``predicted_state_bytes`` (parameters, gradients and optimizer state, as
   engine/planning/memory.py predicts them), ``measured_state_bytes`` (what the rank summed over its
@@ -65,6 +71,42 @@ def run_note(resolved: ResolvedSpec) -> str | None:
     if resolved.device == "cpu" and resolved.mode.cpu_note:
         return f"on the CPU {resolved.mode.cpu_note}"
     return None
+
+
+def script_facts(resolved: ResolvedSpec, stats: RunStats) -> dict:
+    """What a script's ranks said they used (its bootstrap's ``about``), for the summary's fields:
+    the device and backend (null until a rank said), the global batch and where it was counted."""
+    devices = {r.device.split(":")[0] for r in stats.ranks if r.device and r.device != "unknown"}
+    backends = {r.backend for r in stats.ranks if r.backend}
+    batches = [r.batch for r in stats.ranks]
+    counted = len(batches) == resolved.world_size and None not in batches
+    return {
+        "device": devices.pop() if len(devices) == 1 else ",".join(sorted(devices)) or "unknown",
+        "backend": backends.pop() if len(backends) == 1 else ",".join(sorted(backends)) or None,
+        "steps_requested": None,
+        "batch_size": sum(batches) if counted else None,
+        "batch_size_source": next(r.batch_source for r in stats.ranks) if counted else None,
+        "finished_training": bool(stats.ranks)
+        and all(r.done for r in stats.ranks if r.rank in resolved.ranks_here),
+    }
+
+
+def shared_device_note(stats: RunStats) -> str | None:
+    """Ranks of one host training on one GPU, which a script does when it never gives each rank its
+    own (torch.cuda.set_device): said, since it halves what each gets and NCCL refuses it."""
+    by_gpu: dict[tuple[str, str | None], list[int]] = {}
+    for r in stats.ranks:
+        if r.device and r.device.startswith("cuda"):
+            by_gpu.setdefault((r.device, r.device_uuid), []).append(r.rank)
+    shared = [(device, ranks) for (device, _), ranks in by_gpu.items() if len(ranks) > 1]
+    if not shared:
+        return None
+    device, ranks = shared[0]
+    every = "every rank" if len(ranks) == len(stats.ranks) else "ranks " + ", ".join(map(str, ranks))
+    return (
+        f"{every} trained on {device}: the script never gives each rank its own GPU; call "
+        'torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) before it builds its model.'
+    )
 
 
 def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
@@ -115,6 +157,11 @@ class RankSummary:
     device: str | None
     pid: int | None
     done: bool
+    backend: str | None = None  # a script's rank: its default process group's
+    tokens_per_s: float | None = None
+    collectives: int | None = (
+        None  # the collectives it entered (its flight records): a script's progress without steps
+    )
 
 
 @dataclass(frozen=True)
@@ -124,14 +171,14 @@ class RunSummary:
     status: str  # "ok", "failed" or "interrupted"
     exit_code: int | None
     device: str
-    backend: str
+    backend: str | None
     shared_gpus: bool
     world_size: int
     nnodes: int
     node_rank: int
     steps: int
-    steps_requested: int
-    batch_size: int
+    steps_requested: int | None  # None: a script, which says none
+    batch_size: int | None  # the global batch; a script's only where it was counted
     samples_per_s: float | None
     step_time_s_median: float | None
     step_time_s_p10_p90: tuple[float, float] | None
@@ -153,6 +200,8 @@ class RunSummary:
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
     memory: tuple[dict, ...] = ()  # per rank: the planner's prediction next to what the rank measured
     mgpu_tui_version: str | None = None  # the release that ran it (None: read from an older summary)
+    batch_size_source: str | None = None  # a script's: where its batch was counted
+    finished_training: bool | None = None  # a script's: every rank here ran it to its end
 
     @property
     def ok(self) -> bool:
@@ -184,20 +233,25 @@ class RunSummary:
         world = resolved.world_size  # the job's, never what a rank claims
         peaks = stats.peak_mem_bytes()
         spec = resolved.spec
+        program = spec.script or spec.module
+        facts = script_facts(resolved, stats) if program else {}
+        note = run_note(resolved) or (shared_device_note(stats) if program else None)
         return cls(
             mode=resolved.mode.name,
-            program=spec.script or spec.module,
+            program=program,
             status=status,
             exit_code=exit_code,
-            device=resolved.device,
-            backend=resolved.backend,
+            device=facts.get("device", resolved.device),
+            backend=facts.get("backend", resolved.backend),
             shared_gpus=resolved.shared_gpus,
             world_size=world,
             nnodes=spec.nnodes,
             node_rank=spec.node_rank,
             steps=stats.steps,
-            steps_requested=spec.steps,
-            batch_size=spec.batch_size,
+            steps_requested=facts.get("steps_requested", spec.steps),
+            batch_size=facts.get("batch_size", spec.batch_size),
+            batch_size_source=facts.get("batch_size_source"),
+            finished_training=facts.get("finished_training"),
             samples_per_s=stats.samples_per_s,
             step_time_s_median=stats.step_time_s_median,
             step_time_s_p10_p90=stats.step_time_s_spread,
@@ -213,6 +267,9 @@ class RunSummary:
                     r.device,
                     r.pid if r.pid is not None and pid_ok(r.rank, r.pid) else None,
                     r.done,
+                    r.backend,
+                    r.tokens_per_s,
+                    r.collectives,
                 )
                 for r in stats.ranks
             ),
@@ -223,7 +280,7 @@ class RunSummary:
             malformed_events=malformed_events,
             run_dir=run_dir,
             root_cause=root_cause,
-            note=run_note(resolved),
+            note=note,
             verify=verify,
             stall=stall,
             telemetry=telemetry,

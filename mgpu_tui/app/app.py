@@ -194,7 +194,9 @@ class MgpuApp(App):
         view = self._view("run")
         if view is None:
             return
-        view.show(message.stats, message.series, message.stall_after, message.whole, message.nodes)
+        view.show(
+            message.stats, message.series, message.stall_after, message.whole, message.nodes, message.stalled
+        )
         if message.telemetry is not None:
             view.show_telemetry(message.telemetry)
         # Log lines are drained here, on the UI thread, not carried by the message: a newer

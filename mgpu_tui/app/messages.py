@@ -58,9 +58,13 @@ class RunUpdated(LatestOnly):
         telemetry: TelemetrySeries | None = None,
         whole: tuple[list[int], list[float], list[float | None]] | None = None,
         nodes: tuple[NodeView, ...] = (),
+        stalled: frozenset[int] | None = None,
     ) -> None:
         super().__init__()
         self.stats = stats
+        # A script's run: the ranks of the stall found (its other quiet ranks are only silent);
+        # None: the run's silence is a stall (a mode's).
+        self.stalled = stalled
         self.nodes = nodes  # several nodes: each node as this one hears it (engine/nodes/watch.py)
         self.series = series  # the latest steps
         self.whole = whole  # the whole run, thinned

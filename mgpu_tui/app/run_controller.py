@@ -127,6 +127,7 @@ class RunController:
                 telemetry,
                 whole=run.whole_series(),
                 nodes=run.nodes(),
+                stalled=run.stalled_ranks(),
             )
         )
 

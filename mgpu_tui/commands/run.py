@@ -31,18 +31,25 @@ _EXIT = {
 class Progress:
     """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
 
-    def __init__(self, steps: int, stream=None) -> None:
-        self.steps = steps
+    def __init__(self, steps: int | None, stream=None) -> None:
+        self.steps = steps  # None: a script, which says none; its progress line shows no total
         self.stream = stream or sys.stderr  # the one of now, not of when this module loaded
         self.live = self.stream.isatty()
-        self._next_milestone = max(1, steps // 10)
+        self._every = max(1, steps // 10) if steps else 10
+        self._next_milestone = self._every
         self._last_draw = 0.0
         self.said_verifying = False
 
-    def line(self, stats: RunStats) -> str:
-        ranks = "  ".join(f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}" for r in stats.ranks)
+    def line(self, stats: RunStats, silent: dict[int, float] | None = None) -> str:
+        silent = silent or {}
+        ranks = "  ".join(
+            f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}"
+            + (f" silent {silent[r.rank]:.0f} s" if r.rank in silent else "")
+            for r in stats.ranks
+        )
+        total = f"/{self.steps}" if self.steps else ""
         return (
-            f"step {stats.steps}/{self.steps}  {fmt_rate(stats.samples_per_s)} samples/s  "
+            f"step {stats.steps}{total}  {fmt_rate(stats.samples_per_s)} samples/s  "
             f"loss {fmt_loss(stats.final_loss)}  |  {ranks}"
         )
 
@@ -50,7 +57,8 @@ class Progress:
         now = time.monotonic()
         if self.live:
             if now - self._last_draw >= 0.2 or run.state.finished:
-                self.stream.write("\r\x1b[K" + self.line(run.stats()))
+                silent = {r.rank: r.silent_s for r in run.silent}
+                self.stream.write("\r\x1b[K" + self.line(run.stats(), silent))
                 self.stream.flush()
                 self._last_draw = now
             return
@@ -58,7 +66,7 @@ class Progress:
         if stats.steps >= self._next_milestone:
             print(self.line(stats), file=self.stream, flush=True)
             while self._next_milestone <= stats.steps:
-                self._next_milestone += max(1, self.steps // 10)
+                self._next_milestone += self._every
 
     def end(self) -> None:
         if self.live:
@@ -105,30 +113,43 @@ def _watts(x: float | None) -> str:
 
 
 def summary_text(summary: RunSummary) -> str:
+    backend = summary.backend or "no process group"
     head = (
         f"mode {summary.mode}  status {summary.status}  world size {summary.world_size}  "
-        f"device {summary.device} ({summary.backend})  steps {summary.steps}"
+        f"device {summary.device} ({backend})  steps {summary.steps}"
     )
+    tokens = any(r.tokens_per_s for r in summary.ranks)
     rows = [
         [
             f"rank {r.rank}",
             str(r.last_step),
             fmt_rate(r.samples_per_s),
+            *([fmt_rate(r.tokens_per_s)] if tokens else []),
             fmt_loss(r.loss),
             fmt_bytes(r.peak_mem_bytes),
         ]
         for r in summary.ranks
     ]
     rows.append(
-        ["all", str(summary.steps), fmt_rate(summary.samples_per_s), fmt_loss(summary.final_loss), ""]
+        [
+            "all",
+            str(summary.steps),
+            fmt_rate(summary.samples_per_s),
+            *([fmt_rate(summary.tokens_per_s)] if tokens else []),
+            fmt_loss(summary.final_loss),
+            "",
+        ]
     )
-    body = table(["", "steps", "samples/s", "loss", "peak mem"], rows, right=(1, 2, 3, 4))
+    headers = ["", "steps", "samples/s", *(["tokens/s"] if tokens else []), "loss", "peak mem"]
+    body = table(headers, rows, right=tuple(range(1, len(headers))))
     spread = summary.step_time_s_p10_p90
     timing = f"step time (median) {fmt_seconds(summary.step_time_s_median)}"
     if spread:
         timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
     timing += f"  launch to first step {fmt_seconds(summary.launch_to_first_step_s)}"
     notes = [*machine_lines(summary), f"run directory {summary.run_dir}"]
+    if summary.program is not None:
+        notes.insert(0, script_line(summary))
     if summary.note:
         notes.insert(0, f"note: {summary.note}")
     if summary.verify:
@@ -142,6 +163,20 @@ def summary_text(summary: RunSummary) -> str:
         each = [f"node {n['node']} {n['host'] or '?'} ranks {n['ranks']} {n['state']}" for n in summary.nodes]
         notes.insert(0, "nodes: " + "; ".join(each))
     return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
+
+
+def script_line(summary: RunSummary) -> str:
+    """A script's batch as counted (or why it is not known) and whether its training finished."""
+    if summary.batch_size is not None:
+        batch = f"global batch {summary.batch_size} ({summary.batch_size_source})"
+    else:
+        batch = "global batch n/a (no batch entered a DistributedDataParallel or FSDP module)"
+    if summary.steps == 0 and any(r.collectives for r in summary.ranks):
+        counts = ", ".join(f"rank {r.rank} {r.collectives or 0:,}" for r in summary.ranks)
+        batch = f"no optimizer step; collectives entered: {counts}"
+    if summary.finished_training:
+        return f"{batch}; the script ran to its end on every rank"
+    return batch
 
 
 # Options that belong to one mode: (option, attribute, the mode it applies to).
@@ -196,7 +231,7 @@ def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
 
 def _ranks_filter(args: argparse.Namespace) -> frozenset[int] | None:
     try:
-        return parse_ranks_filter(args.ranks_filter)
+        return parse_ranks_filter(getattr(args, "ranks_filter", None))
     except ValueError:
         got = args.ranks_filter
         raise UsageError(f"--ranks-filter: give rank numbers separated by commas, got {got!r}.") from None
@@ -251,8 +286,16 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         microbatches=args.microbatches,
         verify=args.verify,
         demo_args=tuple(program_args),
+        instrument=not getattr(args, "no_instrument", False),
         **model_fields(args),
     )
+    return follow(spec, args)
+
+
+def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
+    """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
+    summary, the exit code. ``args``: the watch options (cli.add_watch_options); ``said``: lines
+    to print once the run has its folder (what came from where)."""
     if args.tui:
         from mgpu_tui.commands.tui import tui_command
 
@@ -263,7 +306,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
 
     interrupt_on_term_and_hup()
-    progress = Progress(spec.steps)
+    progress = Progress(None if spec.script or spec.module else spec.steps)
     output = _rank_output(args, spec, ranks, progress)
     resolved = run.resolved
     program = spec.script or spec.module
@@ -272,12 +315,16 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
         file=sys.stderr,
     )
+    for line in said:
+        print(plain(f"mgpu-tui: {line}"), file=sys.stderr)
     if role := run.node_role():
         print(plain(f"mgpu-tui: {role}"), file=sys.stderr)
         if warning := exposure_warning(resolve_endpoint(spec.rdzv_endpoint)):
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
     named: set[int] = set()  # stragglers already said, while the run goes
+    said_stall = False
+    said_silent: set[int] = set()  # ranks whose silence was said (said again once they moved)
     heard: set[int] = set()  # other nodes already said to have joined
 
     def on_poll(run: Run) -> None:
@@ -292,6 +339,26 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
                 named.add(straggler.rank)
                 progress.clear()
                 print(plain(f"mgpu-tui: straggler: {straggler.describe()}"), file=sys.stderr)
+        nonlocal said_stall, said_silent
+        quiet = {r.rank for r in run.silent}
+        if quiet - said_silent and not run.stall:
+            progress.clear()
+            who = ", ".join(f"rank {r.rank} ({r.silent_s:.0f} s)" for r in run.silent)
+            print(
+                plain(
+                    f"mgpu-tui: silent: {who}; no evidence of a hang yet (another rank moves, or "
+                    "the flight records show none): shown, not acted on"
+                ),
+                file=sys.stderr,
+            )
+        said_silent = quiet
+        if run.stall is not None and not said_stall and run.resolved.on_stall == "report":
+            said_stall = True  # a stall that does not stop the run is said the moment it is found
+            progress.clear()
+            cause = run.stall.root_cause()
+            print(
+                plain(f"mgpu-tui: {cause.headline()} (the run goes on: --on-stall report)"), file=sys.stderr
+            )
         lines, dropped = run.drain_log_lines()
         if output is not None:
             output.show(lines, dropped)

@@ -42,6 +42,7 @@ STATE_STYLE = {
     "done": "bold green",
     "failed": "bold red",
     "stalled": "bold yellow",
+    "silent": "yellow",  # a script's rank past the stall timeout, with no evidence it hangs
     "stopped": "yellow",
     "slow": "bold magenta",
     "lost": "bold red",
@@ -87,13 +88,17 @@ def rank_state(
     finished: bool,
     ok: bool = False,
     number: int | None = None,
+    stalled: frozenset[int] | None = None,
 ) -> str:
-    """starting, running, done, failed, stalled (no event for ``stall_after`` s), stopped.
+    """starting, running, done, failed, stalled (no event for ``stall_after`` s), silent, stopped.
 
     ``ok``: the run ended ok, so a rank that reported nothing (a script without the
     reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
+    ``stalled``: a script's run (whose silence is a stall only on evidence: watchdog.py), the ranks
+    of the stall found; its other quiet ranks are silent. None: silence is a stall (a mode's run).
     """
-    if rank is None or (rank.last_step == 0 and not rank.done):
+    moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
+    if rank is None or (rank.last_step == 0 and not rank.done and not moving):
         if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
             return "failed"  # a script without the reporter says nothing, but torchrun named it
         if finished:
@@ -106,7 +111,7 @@ def rank_state(
     if finished:
         return "stopped"
     if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
-        return "stalled"
+        return "stalled" if stalled is None or rank.rank in stalled else "silent"
     return "running"
 
 
@@ -122,11 +127,16 @@ def node_heading(node: NodeView) -> str:
     return plain(heading)  # another machine's words: text only
 
 
+def of_steps(requested: int | None) -> str:
+    """The total after a step count ("/300"), or nothing for a script, which says none."""
+    return "" if requested is None else f"/{requested:,}"
+
+
 def result_panel(summary: RunSummary) -> Text:
     """A finished run's figures in two lines, and where its files are."""
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     figures = [
-        f"{summary.steps:,}/{summary.steps_requested:,} steps in {fmt_seconds(summary.duration_s)}",
+        f"{summary.steps:,}{of_steps(summary.steps_requested)} steps in {fmt_seconds(summary.duration_s)}",
         f"{fmt_rate(summary.samples_per_s)} samples/s",
         f"step {fmt_seconds(summary.step_time_s_median)}",
         f"loss {fmt_loss(summary.final_loss)}",
@@ -261,7 +271,8 @@ class RunView(Widget):
         self.form.fill(spec, resolved.spec.nproc)
         mode = spec.script or spec.module or spec.mode
         label = f"{mode} on {resolved.world_size} rank{'s' if resolved.world_size != 1 else ''}"
-        self._begin(label, resolved.world_size, spec.steps, f"starting…  {run_dir}   (s stops it)", note)
+        steps = None if spec.script or spec.module else spec.steps
+        self._begin(label, resolved.world_size, steps, f"starting…  {run_dir}   (s stops it)", note)
         self.query_one(RunForm).running(True)
 
     def opened(self, run: FollowedRun) -> None:
@@ -288,12 +299,14 @@ class RunView(Widget):
         self,
         label: str,
         world_size: int,
-        steps: int,
+        steps: int | None,
         status: str,
         note: str | None,
         hint: str = "(s stops it)",
     ) -> None:
+        """``steps``: the run's total; None for a script, which says none."""
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
+        self.stalled: frozenset[int] | None = None  # a script's run: the ranks of its stall (rank_state)
         self.nodes: tuple[NodeView, ...] = ()
         self.ended_ok = False
         self.label, self.hint = label, hint
@@ -333,22 +346,34 @@ class RunView(Widget):
         if lines or dropped:
             self.query_one(LogView).add(lines, dropped)
 
-    def show(self, stats: RunStats, series, stall_after: float, whole=None, nodes: tuple = ()) -> None:
+    def show(
+        self,
+        stats: RunStats,
+        series,
+        stall_after: float,
+        whole=None,
+        nodes: tuple = (),
+        stalled: frozenset[int] | None = None,
+    ) -> None:
         """The run's figures now; ``series``: the latest steps, ``whole``: the whole run (thinned);
         ``stall_after``: the engine's stall timeout (watchdog.py's rule); ``nodes``: several nodes,
-        each as heard from here (its ranks are grouped under it)."""
-        self.stall_after = stall_after
+        each as heard from here (its ranks are grouped under it); ``stalled``: rank_state's."""
+        self.stall_after, self.stalled = stall_after, stalled
         self.nodes = nodes
         self._series, self._whole = series, whole or series
         status = (
-            f"{self.label}   step {stats.steps:,}/{self.steps:,}   {fmt_rate(stats.samples_per_s)} "
+            f"{self.label}   step {stats.steps:,}{of_steps(self.steps)}   {fmt_rate(stats.samples_per_s)} "
             f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}"
         )
-        self.query_one("#run-status", StatusLine).update(status, done=stats.steps / max(self.steps, 1))
+        self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
         self._draw_charts()
         self._fill_table(stats)
         if stats.stragglers and not self.finished:
             self._note(" ".join(f"Straggler: {s.describe()}." for s in stats.stragglers))
+
+    def _done(self, steps: int) -> float | None:
+        """The share of the run done, for the status line's bar; None (no bar) for a script."""
+        return None if self.steps is None else steps / max(self.steps, 1)
 
     def _draw_charts(self) -> None:
         throughput, loss = self.query_one("#throughput", Chart), self.query_one("#loss", Chart)
@@ -390,7 +415,14 @@ class RunView(Widget):
                     )
                     continue
                 state = rank_state(
-                    r, now, self.stall_after, self.failed_rank, self.finished, self.ended_ok, number=rank
+                    r,
+                    now,
+                    self.stall_after,
+                    self.failed_rank,
+                    self.finished,
+                    self.ended_ok,
+                    number=rank,
+                    stalled=self.stalled,
                 )
                 if state == "running" and rank in slow:
                     state = "slow"  # a straggler: the others wait for it at every collective
@@ -422,7 +454,7 @@ class RunView(Widget):
                     f"{self.label} cut off at step {steps:,}: nothing follows it and it has no summary "
                     "(its monitor was killed, or the machine restarted)"
                 ),
-                done=steps / max(self.steps, 1),
+                done=self._done(steps),
             )
             self.query_one(RunForm).running(False)
             self._fill_table(stats)
@@ -447,7 +479,7 @@ class RunView(Widget):
                 f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
                 f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"
             ),
-            done=summary.steps / max(self.steps, 1),
+            done=self._done(summary.steps),
         )
         if cause:
             panel = self.query_one("#root-cause", Static)
