@@ -1,11 +1,15 @@
 """The watchdog: what ends a run early, besides its own end.
 
-- **A stall.** A rank that reported before and has been silent too long stalls the run. The
-  rule lives here and only here (the engine and the app's rank table both ask
-  :func:`stall_timeout`): a rank is stalled when its last event is older than
-  ``--stall-timeout``, or by default max(30 s, 10 x the job's recent median step time). Ranks
-  that have not said hello are starting, not stalled; ranks that said done are not watched.
-  The ranks that answer are asked for their Python stacks (SIGUSR2; the reporter writes them to
+- **A stall.** A rank that reported before and has been silent too long is silent. The rule lives
+  here and only here (the engine and the app's rank table both ask :func:`stall_timeout`): a rank
+  is silent when its last event is older than ``--stall-timeout``, or by default max(30 s, 10 x
+  the job's recent median step time). Ranks that have not said hello are starting; ranks that said
+  done are not watched. For a demo, silence is a stall. For a user's own program (whose bootstrap
+  beats while its main thread moves: engine/rank/script_watch.py), silence alone is only shown
+  (:attr:`Watchdog.silent`): evaluations, checkpoints and compiles are long and quiet. It is a
+  stall on evidence: every watched rank silent (no stack moved for the whole window), or the
+  flight records showing ranks waiting in a collective that a silent rank never entered. Then the
+  ranks that answer are asked for their Python stacks (SIGUSR2; the reporter writes them to
   ``stacks/rank<N>.txt``), and the stall is described as a root cause that carries them, since
   steps alone cannot tell the rank that hung from the ranks waiting for it in a collective.
 - **A full disk.** Under MIN_FREE_BYTES free, the ranks' logs and events start to fail, and
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import signal
 import time
 from collections.abc import Callable
@@ -38,7 +43,7 @@ DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
 STACKS_WAIT_S = 3.0  # how long ranks get to write their stacks after the request
 MAX_STACKS_BYTES = 256 * 1024  # a rank's stacks, as it wrote them
-CHECK_EVERY_S = 2.0  # the stall rule is checked this often
+CHECK_EVERY_S = 1.0  # the stall rule is checked this often
 MIN_FREE_BYTES = 8 << 20  # below this much room for the run directory, the run is stopped
 
 
@@ -67,6 +72,7 @@ class Stall:
     stacks_dir: str
     verdict: str | None = None  # why, from the flight recorder and stacks (records/flight_records.py)
     culprit: int | None = None  # the rank the verdict blames
+    found_at: float | None = None  # when the stall watch declared it (Unix time)
 
     def to_json(self) -> dict:
         return {
@@ -75,6 +81,7 @@ class Stall:
             "stacks_dir": self.stacks_dir,
             "verdict": self.verdict,
             "culprit": self.culprit,
+            "found_at": self.found_at,
         }
 
     @classmethod
@@ -86,6 +93,7 @@ class Stall:
             document["stacks_dir"],
             document.get("verdict"),
             document.get("culprit"),
+            document.get("found_at"),
         )
 
     def root_cause(self) -> RootCause:
@@ -100,7 +108,9 @@ class Stall:
         parts = []
         for r in stuck:
             try:
-                text = read_capped(Path(self.stacks_dir) / f"rank{r.rank}.txt", MAX_STACKS_BYTES).strip()
+                text = readable_stacks(
+                    read_capped(Path(self.stacks_dir) / f"rank{r.rank}.txt", MAX_STACKS_BYTES)
+                )
             except OSError:
                 text = ""
             parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
@@ -116,6 +126,24 @@ class Stall:
                 "debugger) and cannot run until continued (SIGCONT)"
             )
         return RootCause(stuck[0].rank, None, None, message, "\n".join(parts))
+
+
+# Frames of mgpu-tui's own code in a rank: the reporter's and the bootstrap's threads, and the
+# bootstrap's frames under the script's own. Left out of the stacks shown (stacks/rank<N>.txt keeps them).
+_OWN_THREAD = re.compile(
+    r'engine/rank/(reporter\.py", line \d+ in _loop|script_watch\.py", line \d+ in _watch_stack)'
+)
+_OWN_FRAME = re.compile(r'^\s*File "(?:[^"]*engine/rank/bootstrap\.py|<frozen runpy>)"', re.M)
+
+
+def readable_stacks(text: str) -> str:
+    """A rank's stack dump as a user reads it: the threads of the script, the one that was running
+    first, without mgpu-tui's own threads and frames."""
+    blocks = [b.strip() for b in re.split(r"\n\s*\n", text.strip()) if b.strip()]
+    kept = [b for b in blocks if not _OWN_THREAD.search(b)]
+    kept.sort(key=lambda b: not b.startswith("Current thread"))
+    lines = [line for b in kept for line in [*b.splitlines(), ""] if not _OWN_FRAME.match(line)]
+    return "\n".join(lines).strip()
 
 
 def _why_no_stacks(rank: StalledRank) -> str:
@@ -182,6 +210,9 @@ class Watchdog:
         self.resolved, self.run_dir, self.ingest, self.tree = resolved, run_dir, ingest, tree
         self.local_ranks, self.stop, self.log = local_ranks, stop, log
         self.stall: Stall | None = None  # once some rank stopped reporting
+        # Ranks silent past the timeout, shown while no evidence makes their silence a stall.
+        self.silent: tuple[StalledRank, ...] = ()
+        self._probed_at = 0.0  # when the flight records were last asked whether a silence is a hang
         self.disk_full: str | None = None  # why the run was stopped for want of disk
         self._stall_checked_at = 0.0
         self._failed_at: float | None = None  # when torchrun began to stop the ranks after a failure
@@ -212,7 +243,7 @@ class Watchdog:
             )
             return True, RootCause(None, returncode, None, why, "")
         if self.stall is not None:
-            return self.resolved.spec.on_stall == "stop", self.stall.root_cause()
+            return self.resolved.on_stall == "stop", self.stall.root_cause()
         return False, None
 
     def close(self) -> None:
@@ -223,8 +254,12 @@ class Watchdog:
         if self.stall is not None:
             return
         timeout = self.stall_timeout()
-        stalled = find_stalled(self.ingest.liveness(), timeout, time.time())
+        liveness = self.ingest.liveness()
+        stalled = find_stalled(liveness, timeout, time.time())
+        self.silent = stalled
         if not stalled:
+            return
+        if self.resolved.stall_evidence and not self._evidence(liveness, stalled, timeout):
             return
         stacks_dir = self.run_dir.path / "stacks"
         # Only ranks that answer (their reporter says so, and has not closed): to any other
@@ -247,9 +282,31 @@ class Watchdog:
         verdict, culprit = self._verdict(stalled, stacks_dir, asked) or (None, None)
         if verdict:
             self.log.warning("hang verdict: %s", verdict)
-        self.stall = Stall(timeout, stalled, str(stacks_dir), verdict, culprit)
-        if self.resolved.spec.on_stall == "stop":
+        self.stall = Stall(timeout, stalled, str(stacks_dir), verdict, culprit, found_at=time.time())
+        if self.resolved.on_stall == "stop":
             self.stop()
+
+    def _evidence(self, liveness: Liveness, silent: tuple[StalledRank, ...], timeout: float) -> bool:
+        """Whether a program's silence is a hang: every watched rank of this node is silent (none
+        moved for the whole window), or (asked at most once a window) the flight records show a
+        silent rank that never entered a collective the others wait in."""
+        quiet = {r.rank for r in silent}
+        watched = {rank for rank, t, _, done in liveness if not done and t is not None}
+        watched &= set(self.resolved.ranks_here)
+        if watched and watched <= quiet:
+            return True
+        if time.monotonic() - self._probed_at < timeout:
+            return False
+        self._probed_at = time.monotonic()
+        found = self._verdict((), Path(), request_flight_records(self.run_dir.path))
+        if found is not None and found[1] in quiet:
+            return True
+        moving = ", ".join(map(str, sorted(watched - quiet))) or "none"
+        who = ", ".join(f"rank {r.rank}" for r in silent)
+        self.log.info(
+            "silent for over %.0f s: %s; rank(s) %s still move: shown, not acted on", timeout, who, moving
+        )
+        return False
 
     def _verdict(
         self, stalled: tuple[StalledRank, ...], stacks_dir: Path, asked: float
