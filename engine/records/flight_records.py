@@ -25,6 +25,7 @@ from mgpu_tui.engine.run.aggregate import Straggler, stragglers_among
 from mgpu_tui.engine.run.rundir import read_capped
 
 MAX_TRACE_BYTES = 1 << 20
+MAX_TIME_NS = 10**20  # beyond the year 5000: no clock gives it
 DTYPES = {
     "Float": "float32",
     "Double": "float64",
@@ -127,16 +128,25 @@ def hang_verdict(
     return text, behind[0]
 
 
-def late_arrivals(traces: dict[int, list[dict]]) -> tuple[Straggler, ...]:
-    """Stragglers from the flight recorder, for any script: when each rank of this host (one clock)
-    entered each collective they all entered, under aggregate.py's straggler rule."""
+def late_arrivals(traces: dict[int, list[dict]], step_s: float | None = None) -> tuple[Straggler, ...]:
+    """Stragglers from the flight recorder, for any script, under aggregate.py's straggler rule over
+    the collectives every rank of this host entered. Where every such entry has its GPU duration
+    (NCCL with TORCH_NCCL_ENABLE_TIMING), the durations are the evidence, since on NCCL the CPU runs
+    ahead of the GPU: the straggler is the rank that waits least, its collective the shortest.
+    Otherwise, when each rank entered them (one host: one clock)."""
     entered: dict[int, dict[int, float]] = {}  # collective number -> rank -> when it entered (s)
+    waited: dict[int, dict[int, float]] = {}  # collective number -> rank -> minus its duration (s)
     for rank, entries in traces.items():
         for e in entries:
             if "send" in str(e.get("profiling_name")) or "recv" in str(e.get("profiling_name")):
                 continue  # point-to-point (a pipeline): one side is late by design
-            created = e.get("time_created_ns")
-            if isinstance(created, int) and not isinstance(created, bool) and created > 0:
+            created, duration = e.get("time_created_ns"), e.get("duration_ms")
+            if isinstance(created, int) and not isinstance(created, bool) and 0 < created < MAX_TIME_NS:
                 entered.setdefault(e["collective_seq_id"], {})[rank] = created / 1e9
+            if isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 <= duration < 1e9:
+                waited.setdefault(e["collective_seq_id"], {})[rank] = -duration / 1000
+    timed = [times for times in waited.values() if len(times) == len(traces)]
     full = [times for times in entered.values() if len(times) == len(traces)]
-    return stragglers_among(full, counted="collectives")
+    if timed and len(timed) >= len(full):
+        return stragglers_among(timed, counted="collectives", step_s=step_s)
+    return stragglers_among(full, counted="collectives", step_s=step_s)
