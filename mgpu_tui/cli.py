@@ -26,6 +26,69 @@ DEVICES = ("auto", "cpu", "cuda")
 MAX_SEED = 2**32 - 1  # the demos derive each step's data seed from it: it must stay in 64 bits
 
 
+def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
+    """The options of how mgpu-tui follows a run (`run` and `torchrun` alike); the group of the
+    console's rank output, to which `run` adds --ranks-filter."""
+    command.add_argument(
+        "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
+    )
+    command.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
+    output = command.add_mutually_exclusive_group()
+    output.add_argument("--quiet", action="store_true", help="show none of the ranks' own output")
+    command.add_argument(
+        "--tui", action="store_true", help="open the app on the Run view with this run started"
+    )
+    command.add_argument(
+        "--stall-timeout",
+        type=positive_float,
+        metavar="S",
+        help="a rank silent this long is silent (default max(30 s, 10 x the median step)); a silent "
+        "mode is stalled; your own script's silence is a stall once nothing moves (docs/your-script.md)",
+    )
+    command.add_argument(
+        "--on-stall",
+        choices=("stop", "report"),
+        default=None,
+        help="stop the run with exit 1, or report the stall and go on (default: stop a mode; report for "
+        "your own script, whose long quiet spells mgpu-tui cannot know)",
+    )
+    command.add_argument(
+        "--sample-interval",
+        type=seconds_or_off,
+        metavar="S",
+        default=1.0,
+        help="sample the GPUs, the host and the ranks every S seconds into the run's "
+        "telemetry.jsonl (default 1; 0: none)",
+    )
+    command.add_argument(
+        "--nice",
+        type=whole_number(0),
+        metavar="N",
+        help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
+        "screen answers keys on a machine whose cores the ranks fill)",
+    )
+    command.add_argument(
+        "--join-timeout",
+        type=positive_float,
+        metavar="S",
+        default=D.join_timeout,
+        help=f"several nodes: seconds they wait for each other to join (default {D.join_timeout:.0f})",
+    )
+    return output
+
+
+def build_torchrun_parser() -> Parser:
+    """`mgpu-tui torchrun`'s own options: torchrun's are read by torchrun's parser (commands/torchrun.py)."""
+    parser = Parser(prog="mgpu-tui torchrun", add_help=False)
+    add_watch_options(parser)
+    parser.add_argument(
+        "--no-instrument",
+        action="store_true",
+        help="run the script bare, as torchrun alone would (no steps, loss or memory from the bootstrap)",
+    )
+    return parser
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="mgpu-tui",
@@ -84,19 +147,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="let ranks share GPUs round-robin when the mode needs more than there are "
         "(they talk over gloo; timings then say nothing about a real multi-GPU box)",
     )
-    run.add_argument(
-        "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
-    )
-    run.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
-    output = run.add_mutually_exclusive_group()
+    output = add_watch_options(run)
     output.add_argument(
         "--ranks-filter",
         metavar="R,R,...",
         help="show these ranks' own output on the console while it runs (like torchrun's "
         "--local-ranks-filter); your own script shows every rank's by default",
     )
-    output.add_argument("--quiet", action="store_true", help="show none of the ranks' own output")
-    run.add_argument("--tui", action="store_true", help="open the app on the Run view with this run started")
+    run.add_argument(
+        "--no-instrument",
+        action="store_true",
+        help="run your script bare, as torchrun alone would: no steps, loss or memory from mgpu-tui's "
+        "bootstrap (its logs, processes and root cause stay)",
+    )
     run.add_argument(
         "--verify",
         action="store_true",
@@ -130,45 +193,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway",
     )
-    run.add_argument(
-        "--stall-timeout",
-        type=positive_float,
-        metavar="S",
-        help="a rank silent this long is stalled (default max(30 s, 10 x the median step))",
-    )
-    run.add_argument(
-        "--on-stall",
-        choices=("stop", "report"),
-        default="stop",
-        help="stop the run with exit 1 (default), or report the stall and go on",
-    )
-    run.add_argument(
-        "--sample-interval",
-        type=seconds_or_off,
-        metavar="S",
-        default=1.0,
-        help="sample the GPUs, the host and the ranks every S seconds into the run's "
-        "telemetry.jsonl (default 1; 0: none)",
-    )
-    run.add_argument(
-        "--nice",
-        type=whole_number(0),
-        metavar="N",
-        help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
-        "screen answers keys on a machine whose cores the ranks fill)",
-    )
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
     nodes.add_argument("--nnodes", type=whole_number(1), default=1, help="nodes in the job (default 1)")
     nodes.add_argument("--node-rank", type=whole_number(0), default=0, help="this node's rank")
     nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
     nodes.add_argument("--rdzv-id", metavar="ID", help="the job's id, the same on every node")
-    nodes.add_argument(
-        "--join-timeout",
-        type=positive_float,
-        metavar="S",
-        default=D.join_timeout,
-        help=f"seconds the nodes wait for each other to join (default {D.join_timeout:.0f})",
-    )
     nodes.add_argument("--max-restarts", type=whole_number(0), default=0, help="restarts on failure")
     nodes.add_argument("--master-port", type=whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
@@ -319,6 +348,16 @@ def build_parser() -> argparse.ArgumentParser:
         "rank; several (32,64,128) sweep the batch at one --nproc",
     )
 
+    commands.add_parser(
+        "torchrun",
+        help="torchrun's own command line, watched: mgpu-tui torchrun --nproc-per-node 2 train.py ...",
+        description="Exactly torchrun's arguments (read by torchrun's own parser, PET_* variables too), "
+        "and the job runs as `mgpu-tui run --script` runs it: your script unchanged, every rank watched. "
+        "mgpu-tui's own options (--json, --run-dir, --no-instrument, ...) may stand before the script; "
+        "`mgpu-tui torchrun --help` lists both.",
+        add_help=False,
+    )
+
     topo = commands.add_parser(
         "topo", help="the GPU interconnect (NVLink, PCIe, NUMA), like nvidia-smi topo -m, and its reading"
     )
@@ -457,8 +496,29 @@ def _split_demo_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _dispatch_torchrun(argv: list[str]) -> int:
+    try:
+        from mgpu_tui.commands.torchrun import torchrun_command
+
+        return torchrun_command(argv)
+    except (Exception, KeyboardInterrupt) as exc:
+        return _report(exc)
+
+
+def _report(exc: BaseException) -> int:
+    """An error as its sentence on stderr and its exit code (a bug, with no code, is raised)."""
+    code = exit_code_for(exc)
+    if code is None:
+        raise exc  # a bug: its traceback is the useful report
+    if code is not ExitCode.INTERRUPTED:
+        print(f"mgpu-tui: {plain(str(exc))}", file=sys.stderr)  # it may quote a path or a rank
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["torchrun"]:  # torchrun's own line, whole: its script's arguments may hold "--"
+        return _dispatch_torchrun(argv[1:])
     ours, demo_args = _split_demo_args(argv)
     parser = build_parser()
     try:
@@ -507,9 +567,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return list_command(args)
     except (Exception, KeyboardInterrupt) as exc:
-        code = exit_code_for(exc)
-        if code is None:
-            raise  # a bug: its traceback is the useful report
-        if code is not ExitCode.INTERRUPTED:
-            print(f"mgpu-tui: {plain(str(exc))}", file=sys.stderr)  # it may quote a path or a rank
-        return code
+        return _report(exc)

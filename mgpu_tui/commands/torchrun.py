@@ -1,0 +1,124 @@
+"""``mgpu-tui torchrun ARGS...``: torchrun's own command line, run and watched as `run --script` runs it.
+
+torchrun's arguments are read by torchrun's own parser in a child process (the command line never
+imports torch: engine/rank/torchrun_args.py), so a batch script or a manifest changes one word:
+``torchrun`` becomes ``mgpu-tui torchrun``. mgpu-tui's own watch options (cli.add_watch_options)
+may stand among torchrun's, before the script. What torchrun would do that mgpu-tui does its own
+way is said in a line: a free port instead of 29500, every rank's output kept (--log-dir, --tee),
+a static rendezvous of several nodes held by mgpu-tui's c10d one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from mgpu_tui.commands.run import follow
+from mgpu_tui.engine.launch.priority import UI_RANK_NICE
+from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
+from mgpu_tui.errors import UsageError
+
+PARSE_TIMEOUT_S = 120  # torch's import, on a slow file system
+
+
+def _our_options() -> list[tuple[str, int, str]]:
+    """mgpu-tui's options for the child's parser: each long name, how many values it takes, its help."""
+    from mgpu_tui.cli import build_torchrun_parser
+
+    return [
+        (a.option_strings[0], 0 if a.nargs == 0 else 1, a.help or "")
+        for a in build_torchrun_parser()._actions
+        if a.option_strings
+    ]
+
+
+def read_torchrun_line(argv: list[str]) -> dict:
+    """torchrun's arguments read by torchrun's parser (the child's JSON); UsageError for bad input."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "mgpu_tui.engine.rank.torchrun_args", json.dumps(_our_options()), *argv],
+            capture_output=True,
+            text=True,
+            timeout=PARSE_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        raise EnvironmentUnusable(f"reading torchrun's arguments took over {PARSE_TIMEOUT_S} s.") from None
+    if done.returncode == 0 and not done.stdout.lstrip().startswith("{"):  # --help
+        print(done.stdout.rstrip("\n"))
+        raise SystemExit(0)
+    try:
+        answer = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        if "No module named 'torch'" in done.stderr:
+            raise EnvironmentUnusable(
+                "torch is not installed in this Python environment (see the README)."
+            ) from None
+        raise EnvironmentUnusable(f"torchrun's parser could not run: {last}") from None
+    if "error" in answer:
+        text = str(answer["error"]).replace("unrecognized arguments:", "torchrun does not know")
+        raise UsageError(f"{text} (see mgpu-tui torchrun --help)")
+    return answer
+
+
+def torchrun_command(argv: list[str]) -> int:
+    from mgpu_tui.cli import build_torchrun_parser
+
+    answer = read_torchrun_line(argv)
+    args = build_torchrun_parser().parse_args(answer["ours"])
+    t = answer["torchrun"]
+    said = []
+    if answer["ignored"]:
+        said.append(f"{', '.join(answer['ignored'])}: every rank's output is kept in the run folder instead")
+    launcher_args = list(answer["passthrough"])
+    instrument = not args.no_instrument
+    if t["no_python"]:
+        launcher_args.append("--no-python")
+        instrument = False
+        said.append("--no-python: the program runs bare (the bootstrap needs Python)")
+    endpoint = t["rdzv_endpoint"]
+    if t["nnodes"] > 1 and not endpoint and t["master_port"]:
+        endpoint = f"{t['master_addr']}:{t['master_port']}"
+        said.append(
+            f"the nodes meet at {endpoint} through c10d (torchrun's static rendezvous, mgpu-tui's way)"
+        )
+    if t["nnodes"] == 1 and not t["standalone"] and not t["master_port"]:
+        said.append("one node: a free port for the rendezvous (torchrun alone would take 29500)")
+    join_timeout = args.join_timeout
+    for item in filter(None, t["rdzv_conf"].split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() == "join_timeout":
+            join_timeout = float(value)
+        elif key.strip() != "is_host":
+            raise UsageError(
+                f"--rdzv-conf {key.strip()}: mgpu-tui sets the rendezvous itself; only "
+                "join_timeout is taken (see docs/multi-node.md)."
+            )
+    filter_ranks = t["local_ranks_filter"]
+    if filter_ranks and not args.quiet:
+        args.ranks_filter = filter_ranks
+    program = t["program"]
+    spec = LaunchSpec(
+        mode="script",
+        script=None if t["module"] else program,
+        module=program if t["module"] else None,
+        nproc=t["nproc"],
+        nnodes=t["nnodes"],
+        node_rank=t["node_rank"],
+        rdzv_endpoint=endpoint if t["nnodes"] > 1 or t["rdzv_backend"] == "c10d" and endpoint else None,
+        rdzv_id=t["rdzv_id"],
+        join_timeout=join_timeout,
+        max_restarts=t["max_restarts"],
+        master_port=t["master_port"] if t["nnodes"] == 1 else None,
+        stall_timeout=args.stall_timeout,
+        on_stall=args.on_stall,
+        sample_interval=args.sample_interval,
+        nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
+        run_root=Path(args.run_dir),
+        instrument=instrument,
+        demo_args=tuple(t["args"]),
+        launcher_args=tuple(launcher_args),
+    )
+    return follow(spec, args, said=tuple(said))
