@@ -1,5 +1,6 @@
 """Your own training script under mgpu-tui: unchanged scripts, the reporter, real failures, two nodes."""
 
+import json
 import socket
 import subprocess
 import textwrap
@@ -20,13 +21,17 @@ PLAIN = """
 """
 WITH_REPORTER = """
     import torch, torch.distributed as dist
-    from mgpu_tui.engine.rank.reporter import Reporter
+    from mgpu_tui import Reporter
     dist.init_process_group("gloo")
     reporter = Reporter()
+    w = torch.randn(256, 256, requires_grad=True)
+    optimizer = torch.optim.SGD([w], lr=1e-3)
     for step in range(1, 31):
-        x = torch.randn(256, 256)
-        loss = (x @ x).mean()
-        reporter.step(step, samples=32, loss=loss)
+        loss = (torch.randn(32, 256) @ w).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        reporter.step(step, samples=32, loss=loss)  # a tensor that requires grad: detached, no warning
     dist.destroy_process_group()
 """
 GPU_ONLY = """
@@ -58,12 +63,22 @@ def test_a_script_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp
     assert live_processes_of(run_dir) == []
 
 
-def test_the_reporters_two_lines_add_throughput(tmp_path, runs_root):
+def test_the_reporters_two_lines_speak_for_the_rank_through_the_bootstrap(tmp_path, runs_root):
+    """A script with the reporter's two lines, under the bootstrap: one hello, its own 30 steps (not
+    the bootstrap's count beside them), its samples; a loss tensor taken without torch's warning."""
     script = write(tmp_path, "job.py", WITH_REPORTER)
     result = run_cli("run", "--script", str(script), "--nproc", "2", "--run-dir", str(runs_root), "--json")
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)
     assert summary.steps == 30 and summary.samples_per_s > 0 and summary.final_loss is not None
+    assert summary.malformed_events == 0 and all(r.pid for r in summary.ranks)
+    run_dir = only_run_dir(runs_root)
+    events = [json.loads(line) for line in (run_dir / "events" / "rank0.jsonl").read_text().splitlines()]
+    assert [e["kind"] for e in events].count("hello") == 1
+    assert [e["step"] for e in events if e["kind"] == "step"] == list(range(1, 31))
+    assert all(e["samples"] == 32 for e in events if e["kind"] == "step")
+    stderr = "".join(p.read_text() for p in run_dir.glob("logs/*/attempt_0/*/stderr.log"))
+    assert "requires_grad" not in stderr
 
 
 def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
@@ -74,7 +89,9 @@ def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
     cause = summary_from(result.stdout).root_cause
     assert cause.rank in (0, 1) and "cuda" in (cause.message + cause.traceback).lower()
     assert "Traceback" in cause.traceback  # the script's own, from its stderr
-    assert "CPU build" in cause.hint and "--device cpu" in cause.hint  # what it means, and what to do
+    # What it means, and what to change in the script: a flag of mgpu-tui would change nothing in it.
+    assert "CPU build" in cause.hint and "--device" not in cause.hint
+    assert "torch.cuda.is_available()" in cause.hint
     assert time.monotonic() - started < 30
     assert live_processes_of(only_run_dir(runs_root)) == []
 

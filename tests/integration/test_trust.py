@@ -47,8 +47,11 @@ def script(tmp_path: Path, body: str, *, emit: bool = False) -> Path:
 
 
 def run_script(path: Path, runs_root: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The job bare (--no-instrument): its hand-written events are all the engine hears of it, as a
+    hostile rank's would be; the bootstrap's own hello would come first and take the rank's pid."""
     return run_cli(
         "run",
+        "--no-instrument",
         "--script",
         str(path),
         "--nproc",
