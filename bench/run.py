@@ -15,6 +15,14 @@ Entries:
 - ``transformer``: the same comparison on the transformer workload (``--model gpt-tiny``:
   a 2-block GPT, sequences of 32 tokens), its throughput also in tokens/s. Same goals.
 - ``reporter``: the cost of one step event written by the reporter. Goal: < 20 us.
+- ``bootstrap``: what the bootstrap's hooks (engine/rank/script_watch.py) add to a training step of
+  an unchanged script, in microseconds, on the CPU: the same small DDP loop (one rank, gloo; 4
+  micro-batches a step, AdamW) timed bare, then with the hooks in (they cannot be taken out again),
+  the step's event written included. Goal: < 200 us a step (a GPU's throughput ratio is the GPU
+  issue's to measure).
+- ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
+  with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
+  its first step ended. Goal: the bootstrap adds <= 0.3 s.
 - ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
 - ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
   the tests, an HGX H100 box), the host and 16 real processes; and the share of
@@ -204,6 +212,160 @@ def bench_reporter(events: int) -> str:
 
 
 # ---- help --------------------------------------------------------------------------
+
+
+BOOTSTRAP_HOOKS = """
+import statistics, sys, tempfile, time, timeit
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
+reporter = ScriptReporter(rank=0, world_size=1, run_dir=tempfile.mkdtemp(), print_every=10**9)
+reporter.hello(mode="script", device="unknown")
+watch = ScriptWatch(reporter, "bench")
+watch.start()  # torch is imported: the hooks go in now
+model = DDP(torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Flatten(), torch.nn.Linear(32 * 8, 64)))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x, y = torch.randint(0, 64, (4, 8)), torch.randint(0, 64, (4,))
+for _ in range(50):  # a few real steps: the watch is in the state it has mid-training
+    for _ in range(4):
+        (torch.nn.functional.cross_entropy(model(x), y) / 4).backward()
+    optimizer.step(); optimizer.zero_grad()
+loss = torch.tensor(0.5)
+
+def us(fn, n=5000):
+    return min(timeit.repeat(fn, number=n, repeat=5)) / n * 1e6
+
+def one_step():  # what the hooks do for a step of 4 micro-batches, without the training itself
+    for _ in range(4):
+        watch._before_forward(model, (x,), {})
+        watch._on_backward(loss)
+    watch._after_optimizer_step(optimizer, (), {})
+
+def counted():
+    watch._on_backward(loss)
+    watch._after_optimizer_step(optimizer, (), {})
+
+parts = {"forward pre-hook (x4)": 4 * us(lambda: watch._before_forward(model, (x,), {})),
+         "backward hook (x4)": 4 * us(lambda: watch._on_backward(loss)),
+         "a step counted (loss, memory, event)": us(counted, 2000)}
+print(repr({"parts": parts, "step": us(one_step, 2000), "counted": watch.steps}))
+watch.finish(); reporter.close()
+"""
+
+BOOTSTRAP_LOOP = """
+import statistics, sys, tempfile, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+if sys.argv[1] == "hooked":
+    from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
+    reporter = ScriptReporter(rank=0, world_size=1, run_dir=tempfile.mkdtemp(), print_every=10**9)
+    reporter.hello(mode="script", device="unknown")
+    ScriptWatch(reporter, "bench").start()
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Embedding(64, 32), torch.nn.Flatten(), torch.nn.Linear(32 * 8, 64)))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+x, y = torch.randint(0, 64, (4, 8)), torch.randint(0, 64, (4,))
+
+def round_(steps):
+    start = time.perf_counter()
+    for _ in range(steps):
+        for _ in range(4):
+            (torch.nn.functional.cross_entropy(model(x), y) / 4).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    return (time.perf_counter() - start) / steps * 1e6
+
+round_(200)
+print(statistics.median(round_(STEPS) for _ in range(3)))
+"""
+
+
+def bench_bootstrap(steps: int, pairs: int = 5) -> str:
+    """The hooks' own cost a step (each hook timed on the real objects, times its calls a step), and
+    beside it the whole loop bare and hooked in alternated processes, whose difference this machine's
+    noise (a few percent of a 2 ms step) can hide."""
+    env = {**_clean_env(), "OMP_NUM_THREADS": "1"}
+    run = [sys.executable, "-c"]
+    hooks = eval(
+        subprocess.run([*run, BOOTSTRAP_HOOKS], capture_output=True, text=True, env=env, check=True).stdout
+    )
+    loops: dict[str, list[float]] = {"bare": [], "hooked": []}
+    code = BOOTSTRAP_LOOP.replace("STEPS", str(steps))
+    for _ in range(pairs):
+        for how in loops:
+            done = subprocess.run([*run, code, how], capture_output=True, text=True, env=env, check=True)
+            loops[how].append(float(done.stdout))
+    rows = [[part, f"{cost:.1f}"] for part, cost in hooks["parts"].items()]
+    rows.append(["the hooks, a whole step", f"{hooks['step']:.1f}"])
+    bare, hooked = statistics.median(loops["bare"]), statistics.median(loops["hooked"])
+    rows += [
+        [f"the loop bare ({pairs} processes, median)", f"{bare:.0f}"],
+        [f"the loop hooked ({pairs} processes, median)", f"{hooked:.0f}"],
+    ]
+    title = "bootstrap hooks, 4 micro-batches a step, 1 CPU rank, DDP + AdamW (goal < 200 us a step)"
+    return title + "\n" + table(["", "us"], rows)
+
+
+FIRST_STEP_SCRIPT = """
+import os, sys, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(64, 8))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(5):
+    model(torch.randn(16, 64)).pow(2).mean().backward()
+    optimizer.step()
+    optimizer.zero_grad()
+    if step == 0:
+        print(f"first step ended {time.time():.6f}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+def bench_first_step(pairs: int) -> str:
+    """Seconds from the command's start to the end of the script's first step, as the script's own
+    rank 0 printed it: with the bootstrap and bare, alternated."""
+    times: dict[str, list[float]] = {"bootstrap": [], "--no-instrument": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        script = Path(tmp, "job.py")
+        script.write_text(FIRST_STEP_SCRIPT)
+        for _ in range(pairs):
+            for how in times:
+                extra = ["--no-instrument"] if how == "--no-instrument" else []
+                started = time.time()
+                subprocess.run(
+                    [
+                        CLI,
+                        "run",
+                        "--script",
+                        str(script),
+                        "--nproc",
+                        "2",
+                        "--run-dir",
+                        f"{tmp}/runs",
+                        "--quiet",
+                        *extra,
+                    ],
+                    cwd=tmp,
+                    capture_output=True,
+                    env=_clean_env(),
+                    check=True,
+                )
+                run = max(Path(tmp, "runs").iterdir(), key=lambda p: p.stat().st_mtime)
+                log = next(run.glob("logs/*/attempt_0/0/stdout.log")).read_text()
+                ended = float(log.split("first step ended ")[1].split()[0])
+                times[how].append(ended - started)
+                subprocess.run(["rm", "-rf", str(run)], check=True)
+    base = statistics.median(times["--no-instrument"])
+    rows = [
+        [how, pairs, f"{statistics.median(t):.2f}", f"{statistics.median(t) - base:+.2f}"]
+        for how, t in times.items()
+    ]
+    return "an unchanged script's first step, from launch (goal: the bootstrap adds <= 0.3 s)\n" + table(
+        ["", "runs", "median s", "vs bare"], rows
+    )
 
 
 def bench_help(repeats: int) -> str:
@@ -590,16 +752,32 @@ def main() -> None:
     parser.add_argument(
         "entries",
         nargs="*",
-        choices=("overhead", "transformer", "reporter", "help", "telemetry", "app", "check", "compare", []),
+        choices=(
+            "overhead",
+            "transformer",
+            "reporter",
+            "bootstrap",
+            "first-step",
+            "help",
+            "telemetry",
+            "app",
+            "check",
+            "compare",
+            [],
+        ),
         default=[],
     )
-    parser.add_argument("--pairs", type=int, default=3, help="overhead: bare/engine pairs (default 3)")
+    parser.add_argument(
+        "--pairs", type=int, help="overhead: bare/engine pairs (default 3); first-step: pairs (default 8)"
+    )
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
     args = parser.parse_args()
     entries = args.entries or [
         "help",
         "reporter",
+        "bootstrap",
+        "first-step",
         "telemetry",
         "app",
         "check",
@@ -610,11 +788,15 @@ def main() -> None:
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in entries:
         if entry == "overhead":
-            print(bench_overhead(args.pairs, args.steps, args.nproc), flush=True)
+            print(bench_overhead(args.pairs or 3, args.steps, args.nproc), flush=True)
         elif entry == "transformer":
-            print(bench_overhead(args.pairs, args.steps, args.nproc, model="gpt-tiny"), flush=True)
+            print(bench_overhead(args.pairs or 3, args.steps, args.nproc, model="gpt-tiny"), flush=True)
         elif entry == "reporter":
             print(bench_reporter(20_000), flush=True)
+        elif entry == "bootstrap":
+            print(bench_bootstrap(300), flush=True)
+        elif entry == "first-step":
+            print(bench_first_step(args.pairs or 8), flush=True)
         elif entry == "telemetry":
             print(bench_telemetry(200, 10.0), flush=True)
         elif entry == "app":
