@@ -23,9 +23,13 @@ test-fast: install
 install: $(VENV)/.installed
 
 # Reinstall when the dependencies change: the app's first, then the dev tools.
+# The tree is byte-compiled, as pip compiles a wheel: where PYTHONDONTWRITEBYTECODE is set (this
+# kind of machine sets it), every process would compile mgpu-tui's modules again (0.1 s each, and
+# a run starts several); Python still reads the .pyc files it finds, and ignores stale ones.
 $(VENV)/.installed-app: pyproject.toml scripts/install-torch.sh
 	bash scripts/install-torch.sh "$(PYTHON)" "$(VENV)"
 	$(BIN)/python -m pip install --quiet -e .
+	$(BIN)/python -m compileall -q mgpu_tui engine demos
 	touch $@
 
 $(VENV)/.installed: $(VENV)/.installed-app

@@ -47,12 +47,12 @@ def write(tmp_path, name, body):
     return path
 
 
-@pytest.mark.parametrize("style", ["--script", "--module"])
-def test_a_script_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp_path, runs_root, style):
-    script = write(tmp_path, "plain_job.py", PLAIN)
-    target = str(script) if style == "--script" else "plain_job"
+def test_a_module_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp_path, runs_root):
+    """`--module`, as `python -m` runs it (scripts through --script: test_unchanged_scripts.py)."""
+    write(tmp_path, "plain_job.py", PLAIN)
+    target = "plain_job"
     result = run_cli(
-        "run", style, target, "--nproc", "2", "--run-dir", str(runs_root), "--json", cwd=tmp_path
+        "run", "--module", target, "--nproc", "2", "--run-dir", str(runs_root), "--json", cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     summary = summary_from(result.stdout)

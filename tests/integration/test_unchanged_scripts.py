@@ -128,7 +128,7 @@ def test_a_rank_stuck_in_its_data_loading_is_named_in_time_and_the_run_goes_on(t
     """The GPT script's rank 1 blocks in get_batch: within --stall-timeout + 5 s the verdict names the
     rank, the collective it never entered and the function it is in; by default a script's run is not
     stopped for it (report), and Ctrl-C then ends it. torch's fr_trace reads the ranks' dumps."""
-    timeout = 5
+    timeout = 3
     runs = tmp_path / "runs"
     args = ["--max-iters", "200", "--eval-interval", "1000", "--hang-rank", "1", "--hang-at", "6"]
     proc = subprocess.Popen(
@@ -289,10 +289,9 @@ def test_the_torchrun_drop_in_reads_torchruns_own_flags_and_environment(tmp_path
     assert summary.status == "ok" and summary.world_size == 2, done.stderr
     assert all(r.pid is None for r in summary.ranks)  # bare: no bootstrap said hello
     assert "--log-dir: every rank's output is kept in the run folder instead" in done.stderr
-    for args, words in (
-        (["--nnodes", "1:2", "x.py"], "an elastic range is not supported"),
-        (["--bogus", "x.py"], "torchrun does not know --bogus"),
-    ):
-        refused = subprocess.run([*CLI, "torchrun", *args], capture_output=True, text=True, timeout=60)
-        assert refused.returncode == 2 and words in refused.stderr
-        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    # What torchrun's parser refuses (tests/unit/test_torchrun_args.py has each) is one sentence, exit 2.
+    refused = subprocess.run(
+        [*CLI, "torchrun", "--bogus", "x.py"], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2 and "torchrun does not know --bogus" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr

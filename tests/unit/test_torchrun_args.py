@@ -1,0 +1,69 @@
+"""torchrun's command line read by torchrun's own parser (engine/rank/torchrun_args.py): what is
+read out for the launch, what passes to torchrun as given, what mgpu-tui does its own way, and
+what is refused in a sentence."""
+
+import pytest
+
+from mgpu_tui.engine.rank import torchrun_args
+
+OURS = [("--json", 0, ""), ("--run-dir", 1, ""), ("--no-instrument", 0, "")]
+
+
+def read(*argv: str) -> dict:
+    return torchrun_args.read(list(argv), OURS)
+
+
+def test_the_launch_is_read_out_and_the_scripts_own_arguments_are_left_alone():
+    got = read("--nproc-per-node", "2", "--json", "--run-dir", "r", "train.py", "--lr", "3", "--json")
+    t = got["torchrun"]
+    assert (t["program"], t["args"], t["nproc"], t["nnodes"], t["module"]) == (
+        "train.py",
+        ["--lr", "3", "--json"],
+        2,
+        1,
+        False,
+    )
+    assert got["ours"] == ["--json", "--run-dir", "r"]  # only the ones before the script
+    assert t["master_port"] is None and t["rdzv_id"] is None and t["standalone"] is False
+
+
+def test_both_spellings_and_pet_variables_mean_what_they_mean_to_torchrun(monkeypatch):
+    assert read("--nproc_per_node", "3", "x.py")["torchrun"]["nproc"] == 3
+    monkeypatch.setenv("PET_NPROC_PER_NODE", "2")
+    monkeypatch.setenv("PET_MAX_RESTARTS", "1")
+    t = read("-m", "pkg.train")["torchrun"]
+    assert (t["nproc"], t["max_restarts"], t["module"], t["program"]) == (2, 1, True, "pkg.train")
+
+
+def test_what_mgpu_tui_does_its_own_way_and_what_it_passes_on():
+    got = read(
+        "--tee",
+        "3",
+        "--log-dir",
+        "l",
+        "--monitor-interval",
+        "1",
+        "--role",
+        "t",
+        "--master-port",
+        "29511",
+        "x.py",
+    )
+    assert set(got["ignored"]) == {"--log-dir", "--tee"}
+    assert got["passthrough"] == ["--monitor-interval", "1.0", "--role", "t"]
+    assert got["torchrun"]["master_port"] == 29511
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--nnodes", "1:2", "x.py"], "an elastic range is not supported; give one count (--nnodes 2)"),
+        (["--nnodes", "two", "x.py"], "--nnodes must be a number or MIN:MAX"),
+        (["--bogus", "x.py"], "unrecognized arguments: --bogus"),
+        (["--nproc-per-node", "many", "x.py"], "--nproc-per-node many:"),
+    ],
+)
+def test_what_torchrun_would_refuse_is_one_sentence(argv, words):
+    with pytest.raises(torchrun_args._Refused) as refused:
+        read(*argv)
+    assert words in str(refused.value)
