@@ -44,9 +44,9 @@ from mgpu_tui.demos.model import (  # noqa: F401
     loss,
     n_layers,
 )
-from mgpu_tui.engine.launch.defaults import DEFAULTS
-from mgpu_tui.engine.launch.modes import MODES
-from mgpu_tui.engine.launch.placement import PlacementError, rank_devices, shares_gpus
+from mgpu_tui.engine.planning.defaults import DEFAULTS
+from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.placement import PlacementError, rank_devices, shares_gpus
 from mgpu_tui.engine.planning.shapes import MODELS as SHAPES
 from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS, ModelShape, ShapeError, model_shape
 

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mgpu_tui.demos import faults
-from mgpu_tui.engine.launch.placement import split_layers
+from mgpu_tui.engine.planning.placement import split_layers
 
 CLASSES = 10
 

@@ -17,7 +17,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 
 from mgpu_tui.demos import harness
 from mgpu_tui.demos.reporting import Reporting
-from mgpu_tui.engine.launch.placement import split_layers
+from mgpu_tui.engine.planning.placement import split_layers
 
 
 @record

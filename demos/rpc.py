@@ -20,8 +20,8 @@ from torch.distributed.optim import DistributedOptimizer
 
 from mgpu_tui.demos import harness
 from mgpu_tui.demos.reporting import Reporting
-from mgpu_tui.engine.launch.modes import MODES
-from mgpu_tui.engine.launch.placement import rank_devices, split_layers
+from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.placement import rank_devices, split_layers
 
 
 def rank_device(args, rank: int, world: int, device: torch.device) -> str:

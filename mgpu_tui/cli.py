@@ -16,8 +16,8 @@ from mgpu_tui import __version__
 from mgpu_tui.arguments import Parser, positive_float, seconds_or_off, whole_number, whole_numbers
 from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain
-from mgpu_tui.engine.launch.defaults import DEFAULTS as D
-from mgpu_tui.engine.launch.defaults import LR_RULES
+from mgpu_tui.engine.planning.defaults import DEFAULTS as D
+from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
 DEVICES = ("auto", "cpu", "cuda")

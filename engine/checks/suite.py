@@ -26,7 +26,6 @@ from mgpu_tui.engine.checks.environment import Environment, gather, level_one
 from mgpu_tui.engine.checks.expected_bandwidth import Expectation, expectation_for_gpus, graded
 from mgpu_tui.engine.checks.rank_launch import COLLECTIVES, RankLaunch, check_name
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
-from mgpu_tui.engine.launch.modes import MODES, SCRIPT, availability
 from mgpu_tui.engine.launch.spec import (
     EnvironmentUnusable,
     LaunchSpec,
@@ -38,8 +37,9 @@ from mgpu_tui.engine.launch.spec import (
     workload_problem,
 )
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.aggregate import read_events
-from mgpu_tui.engine.run.rundir import RunDir
 
 LEVELS = (1, 2, 3)
 MAX_LAUNCHES = 4  # one, and up to three more after crashes

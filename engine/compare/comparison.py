@@ -30,11 +30,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from mgpu_tui.engine.compare import scaling
-from mgpu_tui.engine.launch.modes import MODES
-from mgpu_tui.engine.launch.placement import gpus_needed
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve, workload_of
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
 

@@ -23,9 +23,9 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mgpu_tui.engine.launch.defaults import LR_RULES
-from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.planning.defaults import LR_RULES
+from mgpu_tui.engine.planning.modes import MODES
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.compare.comparison import Row

@@ -10,12 +10,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mgpu_tui.engine.launch.defaults import DEFAULTS
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.planning.defaults import DEFAULTS
+from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV, RUN_ID_ENV
+from mgpu_tui.engine.protocol.rundir import RunDir
 
-RUN_ID_ENV = "MGPU_RUN_ID"
 BOOTSTRAP = "mgpu_tui.engine.rank.bootstrap"
 SHUTDOWN_TIMEOUT_S = 5
 
@@ -182,7 +181,7 @@ def build_command(
         # Share the cores out, so ranks do not fight over them.
         changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.world_size))
     if resolved.backend == "nccl" and "NCCL_DEBUG" not in base_env:
-        # NCCL's own account of how the ranks talk, kept with the run (engine/records/nccl_record.py
+        # NCCL's own account of how the ranks talk, kept with the run (engine/run/nccl_record.py
         # reads it back): into files of the run directory, not the ranks' logs.
         changes["NCCL_DEBUG"] = "INFO"
         if "NCCL_DEBUG_SUBSYS" not in base_env:
@@ -191,7 +190,7 @@ def build_command(
             changes["NCCL_DEBUG_FILE"] = str(run_dir.path / NCCL_LOG_PATTERN)  # NCCL fills in host and pid
     if resolved.backend == "nccl" and "TORCH_NCCL_ENABLE_TIMING" not in base_env:
         # Each collective's GPU duration in the flight records: on NCCL the CPU runs ahead of the
-        # GPU, so these, not the enqueue times, say who arrives late (records/flight_records.py).
+        # GPU, so these, not the enqueue times, say who arrives late (run/flight_records.py).
         changes["TORCH_NCCL_ENABLE_TIMING"] = "1"
     if not mode.multi_process:
         # torchrun sets this for its ranks; a one-process mode gets the same, so

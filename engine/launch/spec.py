@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from mgpu_tui.engine.launch.defaults import DEFAULTS
-from mgpu_tui.engine.launch.modes import MODES, SCRIPT, Mode
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.defaults import DEFAULTS
+from mgpu_tui.engine.planning.modes import MODES, SCRIPT, Mode
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape, ShapeError, model_shape
 
 Device = Literal["auto", "cpu", "cuda"]

@@ -29,13 +29,13 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mgpu_tui.engine.launch.command import RUN_ID_ENV
+from mgpu_tui.engine.launch.processes import term_when_parent_dies
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.endpoint import hosts_here, resolve_endpoint, route_address
+from mgpu_tui.engine.protocol.causes import RootCause, is_consequence
+from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
 from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, parse_peer
-from mgpu_tui.engine.run.processes import term_when_parent_dies
-from mgpu_tui.engine.run.rootcause import RootCause, is_consequence
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir import RunDir
 
 LINK_MODULE = "mgpu_tui.engine.rank.node_link"
 BEAT_S = 1.0

@@ -26,8 +26,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from mgpu_tui.engine.launch.modes import MODES
-from mgpu_tui.engine.launch.placement import PlacementError, split_layers
+from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.placement import PlacementError, split_layers
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 
 FLOAT32 = 4

@@ -30,7 +30,7 @@ import traceback
 import types
 from types import TracebackType
 
-from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
+from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
 from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
 
 USAGE = "usage: python -m mgpu_tui.engine.rank.bootstrap (SCRIPT | -m MODULE) [ARG...]"

@@ -40,11 +40,11 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from mgpu_tui.engine.launch.defaults import DEFAULTS
-from mgpu_tui.engine.launch.modes import MODES
+from mgpu_tui.engine.planning.defaults import DEFAULTS
+from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS
+from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
 from mgpu_tui.engine.rank.bandwidth import check_bandwidth, check_copy_matrix, check_sweep, sync
-from mgpu_tui.engine.rank.reporter import RUN_DIR_ENV
 
 INJECT_ENV = "MGPU_CHECK_INJECT"
 COUNT = 4096  # elements in a correctness check: small, but several chunks per rank

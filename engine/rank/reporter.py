@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mgpu_tui.engine.protocol import events
+from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
 
-RUN_DIR_ENV = "MGPU_RUN_DIR"
 # A progress line every tenth of the run, and at least this often: a long run's log is never silent.
 PRINT_AT_LEAST_EVERY_S = 10.0
 

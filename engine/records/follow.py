@@ -3,7 +3,7 @@
 :class:`FollowedRun` offers the reading side of run/lifecycle.py's ``Run`` (poll, stats, series,
 log lines, the summary) from the files only, so the app shows either the same way. It never owns
 the run: closing it leaves the run going. It can only *ask* the process that follows the run to
-stop it (records/monitor.py), and only when that process is an mgpu-tui of this user.
+stop it (run/monitor.py), and only when that process is an mgpu-tui of this user.
 
 Its states: ``running`` while a process follows the run (its lock is held); then ``ok``, ``failed``
 or ``interrupted`` from ``summary.json``; or ``cut off`` when nobody follows the run and it has no
@@ -23,10 +23,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
 
-from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, plain
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 from mgpu_tui.engine.records.history import (
     MAX_SPEC_BYTES,
     MAX_SUMMARY_BYTES,
@@ -34,9 +35,8 @@ from mgpu_tui.engine.records.history import (
     read_run,
     read_spec,
 )
-from mgpu_tui.engine.records.monitor import Monitor, is_followed, monitor_of
 from mgpu_tui.engine.run.ingest import FileTail, Ingest, IngestReadings
-from mgpu_tui.engine.run.rundir import RunDir, read_capped
+from mgpu_tui.engine.run.monitor import Monitor, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.watchdog import stall_timeout
 

@@ -1,10 +1,10 @@
 """The past runs of a folder, read back from their files: newest first, the broken ones said as such.
 
 A run directory holds ``spec.json`` from the start and ``summary.json`` once it ended (the
-run/rundir.py layout). Each is read with a bound and trusted for nothing but what it says;
+protocol/rundir.py layout). Each is read with a bound and trusted for nothing but what it says;
 a folder that is not a run, or a run whose files are half-written or foreign, is listed as
 broken with the reason, never fatal. A run with a spec and no summary is *running* while the
-process that follows it holds its lock (records/monitor.py), *cut off* once that process is gone
+process that follows it holds its lock (run/monitor.py), *cut off* once that process is gone
 without writing one (killed, the machine restarted), and *unfinished* when it has no lock to tell
 by (made by an mgpu-tui from before the lock).
 """
@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgpu_tui.engine.records.monitor import is_followed
-from mgpu_tui.engine.run.rundir import read_capped
+from mgpu_tui.engine.protocol.rundir import read_capped
+from mgpu_tui.engine.run.monitor import is_followed
 from mgpu_tui.engine.run.summary import RunSummary
 
 MAX_SPEC_BYTES = 1 << 20

@@ -24,9 +24,9 @@ import threading
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, parse_line
-from mgpu_tui.engine.records.flight_records import late_arrivals, read_trace
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.run.flight_records import late_arrivals, read_trace
 
 # How much one call reads at most, so that one poll of a file that grew by
 # gigabytes cannot stall the caller or hold it all in memory at once.
@@ -227,7 +227,7 @@ class Ingest:
 
     def read_flight_records(self, ranks: range) -> None:
         """Who arrives late at the collectives, from the ranks' flight-recorder dumps
-        (records/flight_records.py); for one host's ranks only: the times are each host's clock's."""
+        (run/flight_records.py); for one host's ranks only: the times are each host's clock's."""
         fr = self.run_dir.path / "fr"
         traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks}
         step_s = self.recent_step_time()

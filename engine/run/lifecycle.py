@@ -30,18 +30,18 @@ from enum import Enum
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.command import Launch, build_command
+from mgpu_tui.engine.launch.processes import ProcessTree
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
-from mgpu_tui.engine.records.monitor import MonitorLock
-from mgpu_tui.engine.records.nccl_record import nccl_figures
-from mgpu_tui.engine.records.telemetry_log import TelemetryLog
+from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
-from mgpu_tui.engine.run.processes import ProcessTree
+from mgpu_tui.engine.run.monitor import MonitorLock
+from mgpu_tui.engine.run.nccl_record import nccl_figures
 from mgpu_tui.engine.run.rootcause import RootCause, after_finishing, find_root_cause, hint_for
-from mgpu_tui.engine.run.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.verify import Verification, Verify
 from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
 
@@ -202,7 +202,7 @@ class Run(IngestReadings):
         else:
             self._start_launcher()
         interval = self.resolved.spec.sample_interval
-        if interval:  # the machine during the run, kept with it (engine/records/telemetry_log.py)
+        if interval:  # the machine during the run, kept with it (engine/run/telemetry_log.py)
             self._telemetry = TelemetryLog(
                 self.run_dir.telemetry_path, interval=interval, ranks=self.rank_processes
             )

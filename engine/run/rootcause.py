@@ -23,11 +23,12 @@ import json
 import re
 import signal as signal_module
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.causes import PEER_LOST, RootCause, is_consequence  # noqa: F401 (told here too)
 from mgpu_tui.engine.protocol.events import Error
-from mgpu_tui.engine.run.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
 STDERR_TAIL_LINES = 30
 # Ranks write these files (torchrun's error files hold a rank's exception): they are read
@@ -36,45 +37,6 @@ MAX_ERROR_FILE_BYTES = 4 << 20
 MAX_LAUNCHER_LOG_BYTES = 1 << 20  # its end: torchrun's report is the last thing it writes
 
 
-@dataclass(frozen=True)
-class RootCause:
-    rank: int | None
-    exit_code: int | None  # as Python reports it: negative for a signal
-    signal: str | None  # "SIGSEGV", when a signal ended the rank
-    message: str
-    traceback: str
-    hint: str | None = None  # what the error means and what to try (HINTS), when it is a known one
-    host: str | None = None  # the rank's host, in a job over several nodes
-    # The message is the whole verdict (a lost host, a rendezvous that never completed): no "who" before it.
-    verdict: bool = False
-
-    def headline(self) -> str:
-        """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
-        if self.verdict:
-            return self.message
-        who = "the launcher" if self.rank is None else f"rank {self.rank}"
-        who += f" on {self.host}" if self.host else ""
-        how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
-        return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
-
-    def describe(self) -> str:
-        """The headline, the hint, and below them the traceback (or the stacks, for a stall)."""
-        text = self.headline() + (f"\nhint: {self.hint}" if self.hint else "")
-        return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
-
-    def to_json(self) -> dict:
-        return asdict(self)
-
-
-# What a rank says when it is the casualty of another rank's failure, not its cause: its peer went
-# away, its process group was aborted under it, or it timed out waiting for a peer that hung. One
-# pattern for torchrun's order of failures (_first_cause), the nodes' (is_consequence) and the hint.
-PEER_LOST = re.compile(
-    r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
-    r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted|"
-    r"Watchdog caught collective operation timeout|NCCL watchdog",
-    re.I,
-)
 # The common signatures of distributed training's failures, and what each means for the user:
 # (a pattern searched in the message and the traceback, the hint for a mode, the hint for the
 # user's own program where it differs: what to change in the script). The first that matches wins;
@@ -263,12 +225,6 @@ def hint_for(cause: RootCause, *, work_finished: bool = False, program: bool = F
             chosen = for_program if program and for_program else hint
             return chosen(text, program) if callable(chosen) else chosen
     return None
-
-
-def is_consequence(cause: RootCause) -> bool:
-    """Whether this failure only echoes another's: the rank lost a peer (on several nodes, the
-    first failure is then on another node, and that node's own cause is the one to tell)."""
-    return bool(PEER_LOST.search(f"{cause.message}\n{cause.traceback[-20_000:]}"))
 
 
 def signal_name(exit_code: int | None) -> str | None:

@@ -27,10 +27,10 @@
   earliest rank it was ready, on average), steps and of_steps (how often it was the last), data_s
   and others_data_s (its time on its batch, and the others' median) (aggregate.py),
 - ``nccl``: null, or what NCCL's own log of a CUDA run says: summary (one line), versions,
-  transports, ring_channels, warnings, errors, files (records/nccl_record.py),
+  transports, ring_channels, warnings, errors, files (run/nccl_record.py),
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks), stacks_dir, verdict (why, from the flight
-  recorder and the stacks: records/flight_records.py; null when they cannot tell), culprit and
+  recorder and the stacks: run/flight_records.py; null when they cannot tell), culprit and
   found_at (when the stall watch declared it) (watchdog.py).
 - ``tokens_per_s``: global tokens/s, where the ranks count tokens (a GPT), else null;
 - ``memory``: per rank, ``predicted_state_bytes`` (parameters, gradients and optimizer state, as
@@ -52,9 +52,9 @@ from dataclasses import asdict, dataclass
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
-from mgpu_tui.engine.records.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.rootcause import RootCause
+from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.verify import Verify
 from mgpu_tui.engine.run.watchdog import Stall
 
@@ -193,9 +193,9 @@ class RunSummary:
     note: str | None
     verify: Verify | None
     stall: Stall | None
-    telemetry: TelemetryFigures | None = None  # the machine during the run (records/telemetry_log.py)
+    telemetry: TelemetryFigures | None = None  # the machine during the run (run/telemetry_log.py)
     stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
-    nccl: dict | None = None  # NCCL's own account of a CUDA run (records/nccl_record.py)
+    nccl: dict | None = None  # NCCL's own account of a CUDA run (run/nccl_record.py)
     nodes: tuple[dict, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
     memory: tuple[dict, ...] = ()  # per rank: the planner's prediction next to what the rank measured

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.command import demo_argv
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.run.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
 VERIFY_MODULE = "mgpu_tui.demos.verify"
 TIMEOUT_S = 600.0

@@ -32,12 +32,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.records.flight_records import hang_verdict, read_trace
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.run.flight_records import hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
-from mgpu_tui.engine.run.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.run.rootcause import RootCause
-from mgpu_tui.engine.run.rundir import RunDir, read_capped
 
 DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
@@ -70,7 +70,7 @@ class Stall:
     timeout_s: float
     ranks: tuple[StalledRank, ...]
     stacks_dir: str
-    verdict: str | None = None  # why, from the flight recorder and stacks (records/flight_records.py)
+    verdict: str | None = None  # why, from the flight recorder and stacks (run/flight_records.py)
     culprit: int | None = None  # the rank the verdict blames
     found_at: float | None = None  # when the stall watch declared it (Unix time)
 

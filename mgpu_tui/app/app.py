@@ -42,7 +42,7 @@ from mgpu_tui.app.views.switcher import TABS, ViewSwitcher, new_view
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.run.rundir import RunDirError
+from mgpu_tui.engine.protocol.rundir import RunDirError
 from mgpu_tui.errors import UsageError
 
 if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sampler and the topology

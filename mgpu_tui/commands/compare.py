@@ -16,9 +16,9 @@ from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.compare import scaling
-from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
 from mgpu_tui.reports import compare as compare_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic

@@ -6,8 +6,8 @@ import argparse
 import json
 
 from mgpu_tui.console import table
-from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.planning.modes import MODES, availability
 from mgpu_tui.errors import ExitCode
 
 

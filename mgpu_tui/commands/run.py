@@ -11,10 +11,10 @@ from pathlib import Path
 
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
-from mgpu_tui.engine.launch.defaults import DEFAULTS as D
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
+from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Collection
 
 from mgpu_tui.console import plain
-from mgpu_tui.engine.run.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
 LAST_LINES = 8
 MAX_TAIL_BYTES = 64 * 1024

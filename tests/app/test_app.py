@@ -340,7 +340,7 @@ async def test_each_mode_chosen_in_the_run_view_shows_its_explanation_and_its_de
     from rich.syntax import Syntax
 
     from mgpu_tui.app.widgets.mode_guide import ModeGuide, demo_source
-    from mgpu_tui.engine.launch.modes import MODES
+    from mgpu_tui.engine.planning.modes import MODES
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -467,7 +467,7 @@ async def test_the_compare_view_explains_the_mode_under_the_cursor_with_its_demo
     from textual.widgets import SelectionList
 
     from mgpu_tui.app.widgets.mode_guide import demo_source
-    from mgpu_tui.engine.launch.modes import MODES
+    from mgpu_tui.engine.planning.modes import MODES
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:

@@ -4,7 +4,7 @@ so every mode has its heading there, with the catalogue's own words on what it h
 from pathlib import Path
 
 from mgpu_tui.app.views.help import HELP
-from mgpu_tui.engine.launch.modes import MODES
+from mgpu_tui.engine.planning.modes import MODES
 
 DOCS = Path(__file__).parents[2] / "docs" / "modes.md"
 

@@ -7,7 +7,7 @@ import pytest
 from mgpu_tui.engine.launch.command import build_command
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine.host import Host
-from mgpu_tui.engine.run.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir import RunDir
 
 CPU_HOST = Host(cpu_count=8, gpu_count=0, gpu_note="no NVIDIA GPU", torch_available=True)
 GPU_HOST = Host(cpu_count=64, gpu_count=8, gpu_note="8 GPU(s)", torch_available=True)

@@ -72,7 +72,7 @@ def test_truncated_file_is_read_again(tmp_path):
 
 
 def test_a_run_directory_is_readable_by_its_owner_only(tmp_path):
-    from mgpu_tui.engine.run.rundir import RunDir
+    from mgpu_tui.engine.protocol.rundir import RunDir
 
     run = RunDir.create(tmp_path / "runs", "ddp")
     assert run.path.stat().st_mode & 0o777 == 0o700

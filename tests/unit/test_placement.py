@@ -2,8 +2,8 @@
 
 import pytest
 
-from mgpu_tui.engine.launch.modes import MODES
-from mgpu_tui.engine.launch.placement import PlacementError, rank_devices, shares_gpus, split_layers
+from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.placement import PlacementError, rank_devices, shares_gpus, split_layers
 
 
 def devices(mode: str, *args, **kwargs) -> list[str]:

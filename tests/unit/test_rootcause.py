@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.rootcause import find_root_cause
-from mgpu_tui.engine.run.rundir import RunDir
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/torchrun/segv-reported-after-its-casualty.txt"
 REPORT = "".join(line for line in FIXTURE.read_text().splitlines(keepends=True) if not line.startswith("#"))

@@ -36,11 +36,11 @@ from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import fmt_bytes, plain
 from mgpu_tui.engine.compare.comparison import Comparison, Row
-from mgpu_tui.engine.launch.defaults import DEFAULTS
-from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.memory import ModePlan, Training, fit, needed, plan_run
+from mgpu_tui.engine.planning.modes import MODES, availability
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
 

@@ -25,9 +25,9 @@ from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
-from mgpu_tui.engine.launch.modes import MODES
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 

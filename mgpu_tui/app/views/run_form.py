@@ -10,11 +10,11 @@ from textual.widgets import Button, Checkbox, Input, Label, Select
 from mgpu_tui.app.messages import StartRequested
 from mgpu_tui.app.widgets.tick_box import TickBox
 from mgpu_tui.console import plain
-from mgpu_tui.engine.launch.defaults import DEFAULTS
-from mgpu_tui.engine.launch.modes import MODES, availability
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.defaults import DEFAULTS
+from mgpu_tui.engine.planning.modes import MODES, availability
 from mgpu_tui.engine.planning.shapes import MODELS
 from mgpu_tui.errors import UsageError
 

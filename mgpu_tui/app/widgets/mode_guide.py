@@ -1,7 +1,7 @@
 """One mode explained where it is chosen: what it does, when to choose it, what it costs, what is
 real on this machine, and its demo's source beside it, to read while it runs.
 
-Every text comes from the catalogue (engine/launch/modes.py), which `mgpu-tui list` shows too;
+Every text comes from the catalogue (engine/planning/modes.py), which `mgpu-tui list` shows too;
 the source is the demo file itself, read from the installed package (never imported: that
 would load torch into the app).
 """
@@ -17,8 +17,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
 from textual.widgets import Static
 
-from mgpu_tui.engine.launch.modes import Mode, availability
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.modes import Mode, availability
 
 DOCS = "docs/modes.md"
 MAX_SOURCE_BYTES = 256 * 1024

@@ -10,8 +10,8 @@ Layout::
                               modes use the same shape with <id> = "python"
         events/rank<N>.jsonl  the rank event stream (see events.py)
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
-        telemetry.jsonl       the machine during the run (records/telemetry_log.py)
-        monitor.lock          locked while a process follows the run (records/monitor.py)
+        telemetry.jsonl       the machine during the run (run/telemetry_log.py)
+        monitor.lock          locked while a process follows the run (run/monitor.py)
         summary.json          written when the run ends
 """
 
@@ -115,12 +115,12 @@ class RunDir:
 
     @property
     def telemetry_path(self) -> Path:
-        """The machine during the run, a JSON line a sample (records/telemetry_log.py)."""
+        """The machine during the run, a JSON line a sample (run/telemetry_log.py)."""
         return self.path / f"telemetry{self._suffix}.jsonl"
 
     @property
     def monitor_lock_path(self) -> Path:
-        """Locked by the process following the run while it does (records/monitor.py)."""
+        """Locked by the process following the run while it does (run/monitor.py)."""
         return self.path / f"monitor{self._suffix}.lock"
 
     @property

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from mgpu_tui.engine.launch.placement import Layout, gpus_needed
 from mgpu_tui.engine.machine.host import Host
+from mgpu_tui.engine.planning.placement import Layout, gpus_needed
 
 Launcher = Literal["torchrun", "python"]
 

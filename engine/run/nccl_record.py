@@ -9,7 +9,7 @@ summary says of them: the transports NCCL chose, its version, and its warnings a
 from __future__ import annotations
 
 from mgpu_tui.engine.machine.nccl_log import read_nccl_log
-from mgpu_tui.engine.run.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
 MAX_FILE_BYTES = 8 << 20  # start-up lines are a few hundred a rank: the head of a file says it all
 MAX_FILES = 1024

@@ -21,8 +21,8 @@ import json
 import re
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.rundir import read_capped
 from mgpu_tui.engine.run.aggregate import Straggler, stragglers_among
-from mgpu_tui.engine.run.rundir import read_capped
 
 MAX_TRACE_BYTES = 1 << 20
 MAX_TIME_NS = 10**20  # beyond the year 5000: no clock gives it

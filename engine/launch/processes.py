@@ -26,7 +26,8 @@ from collections.abc import Iterable
 import psutil
 
 from mgpu_tui.engine.launch import priority
-from mgpu_tui.engine.launch.command import RUN_ID_ENV, Launch
+from mgpu_tui.engine.launch.command import Launch
+from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
 
 _PR_SET_PDEATHSIG = 1
 KEEPER_MODULE = "mgpu_tui.engine.launch.keeper"

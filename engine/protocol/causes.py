@@ -1,0 +1,57 @@
+"""How a failure is told: the one shape every part uses for it (a run's summary, the CLI's and the
+app's root cause, a node's record of how it failed, a comparison's row), and which failures only
+echo another's. Standard library only: it sits at the bottom of the engine's layers, where the
+nodes' watch and a run's root cause both reach it (engine/run/rootcause.py finds the cause itself).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class RootCause:
+    rank: int | None
+    exit_code: int | None  # as Python reports it: negative for a signal
+    signal: str | None  # "SIGSEGV", when a signal ended the rank
+    message: str
+    traceback: str
+    hint: str | None = None  # what the error means and what to try (HINTS), when it is a known one
+    host: str | None = None  # the rank's host, in a job over several nodes
+    # The message is the whole verdict (a lost host, a rendezvous that never completed): no "who" before it.
+    verdict: bool = False
+
+    def headline(self) -> str:
+        """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
+        if self.verdict:
+            return self.message
+        who = "the launcher" if self.rank is None else f"rank {self.rank}"
+        who += f" on {self.host}" if self.host else ""
+        how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
+        return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
+
+    def describe(self) -> str:
+        """The headline, the hint, and below them the traceback (or the stacks, for a stall)."""
+        text = self.headline() + (f"\nhint: {self.hint}" if self.hint else "")
+        return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+# What a rank says when it is the casualty of another rank's failure, not its cause: its peer went
+# away, its process group was aborted under it, or it timed out waiting for a peer that hung. One
+# pattern for torchrun's order of failures (_first_cause), the nodes' (is_consequence) and the hint.
+PEER_LOST = re.compile(
+    r"Connection (closed|reset) by peer|remote process exited|Broken pipe|"
+    r"ProcessGroup\w* (is )?(aborted|shut ?down)|NCCL communicator was aborted|"
+    r"Watchdog caught collective operation timeout|NCCL watchdog",
+    re.I,
+)
+
+
+def is_consequence(cause: RootCause) -> bool:
+    """Whether this failure only echoes another's: the rank lost a peer (on several nodes, the
+    first failure is then on another node, and that node's own cause is the one to tell)."""
+    return bool(PEER_LOST.search(f"{cause.message}\n{cause.traceback[-20_000:]}"))

@@ -1,0 +1,9 @@
+"""The environment variables through which the engine tells a rank where its run is.
+
+A rank's reporter (or bootstrap) writes its events under ``MGPU_RUN_DIR``; every process of a
+run carries ``MGPU_RUN_ID``, by which the engine finds what is left of a run it stopped. Standard
+library only: rank code and the engine both read these names.
+"""
+
+RUN_DIR_ENV = "MGPU_RUN_DIR"
+RUN_ID_ENV = "MGPU_RUN_ID"
