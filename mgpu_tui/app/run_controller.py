@@ -31,19 +31,47 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.25
 
 
+UNFOLLOW_JOIN_S = 5.0  # how long letting go of a followed run waits for its thread
+CLOSE_JOIN_S = 15.0  # how long closing the app waits for the run's thread to stop its run
+
+
+class _Watch:
+    """One run and the thread that owns it, with events of their own: a thread that outlives the
+    wait for it still sees its own `closed` set (nothing clears it), and posts nothing once another
+    watch has replaced it."""
+
+    def __init__(self, run: Run | FollowedRun, owned: bool) -> None:
+        self.run, self.owned = run, owned
+        self.stop_requested = threading.Event()
+        self.closed = threading.Event()
+        self.wake = threading.Event()  # ends the thread's wait between polls
+        self.thread: threading.Thread | None = None
+
+    def end(self, *, stop: bool) -> None:
+        self.closed.set()
+        if stop:
+            self.stop_requested.set()
+        self.wake.set()
+
+
 class RunController:
     def __init__(self, app: App) -> None:
         self.app = app
-        self.run: Run | FollowedRun | None = None
-        self.owned = True  # False for a run the app follows and did not start
-        self._thread: threading.Thread | None = None
-        self._stop_requested = threading.Event()
-        self._wake = threading.Event()  # ends the thread's wait between polls
-        self._closed = threading.Event()
+        self._watch: _Watch | None = None
+
+    @property
+    def run(self) -> Run | FollowedRun | None:
+        return self._watch.run if self._watch is not None else None
+
+    @property
+    def owned(self) -> bool:
+        """Whether the current run is the app's own (True when there is none)."""
+        return self._watch is None or self._watch.owned
 
     @property
     def active(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        watch = self._watch
+        return watch is not None and watch.thread is not None and watch.thread.is_alive()
 
     @property
     def owns_active(self) -> bool:
@@ -77,23 +105,30 @@ class RunController:
         return run
 
     def unfollow(self) -> None:
-        """Stop following a run the app did not start; the run itself goes on."""
-        if self.following:
-            self._closed.set()
-            self._wake.set()
-            self._thread.join(timeout=5)
-        self._closed.clear()
+        """Stop following a run the app did not start; the run itself goes on. Its thread, should it
+        not end in time, is let go of: it is no longer the current one, so it posts nothing more."""
+        watch = self._watch
+        if watch is not None and not watch.owned:
+            watch.end(stop=False)
+            if watch.thread is not None:
+                watch.thread.join(timeout=UNFOLLOW_JOIN_S)
+                if watch.thread.is_alive():
+                    log.warning(
+                        "following %s: its thread did not end within %.0f s; let go of",
+                        watch.run.run_dir.path,
+                        UNFOLLOW_JOIN_S,
+                    )
 
-    def _begin(self, run, *, owned: bool) -> None:
-        self.run, self.owned = run, owned
-        self._stop_requested.clear()
-        self._wake.clear()
-        self._thread = threading.Thread(target=self._loop, args=(run,), name="mgpu-run", daemon=True)
-        self._thread.start()
+    def _begin(self, run: Run | FollowedRun, *, owned: bool) -> None:
+        watch = _Watch(run, owned)
+        watch.thread = threading.Thread(target=self._loop, args=(watch,), name="mgpu-run", daemon=True)
+        self._watch = watch
+        watch.thread.start()
 
     def request_stop(self) -> None:
-        self._stop_requested.set()
-        self._wake.set()
+        if self._watch is not None:
+            self._watch.stop_requested.set()
+            self._watch.wake.set()
 
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         run = self.run
@@ -104,18 +139,28 @@ class RunController:
         return run.drain_log_lines() if run is not None else ([], 0)
 
     def close(self) -> None:
-        """Stop the app's own run (if any) and wait for the thread: nothing of it may outlive the app.
-        A followed run is only let go of."""
-        self._closed.set()
-        if self.owned:
-            self._stop_requested.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=15)
-        if self.run is not None:
-            self.run.close()
+        """Stop the app's own run (if any) and wait for its thread, which closes the run itself: a
+        run is only ever touched by the thread that owns it. Should that thread not end in time, it
+        still stops and closes its run, and the keeper ends every rank when the app's process goes
+        (its parent-death signal). A followed run is only let go of."""
+        watch = self._watch
+        if watch is None:
+            return
+        watch.end(stop=watch.owned)
+        if watch.thread is not None:
+            watch.thread.join(timeout=CLOSE_JOIN_S)
+            if watch.thread.is_alive():
+                log.warning(
+                    "the run's thread did not end within %.0f s; it stops its run itself", CLOSE_JOIN_S
+                )
 
-    def _post_update(self, run: Run | FollowedRun, owned: bool) -> None:
+    def _current(self, watch: _Watch) -> bool:
+        return self._watch is watch
+
+    def _post_update(self, watch: _Watch) -> None:
+        if not self._current(watch):
+            return  # replaced by another run's watch: its view is not this run's any more
+        run, owned = watch.run, watch.owned
         # A followed run's telemetry is read from its file and shown whole: a copy each time,
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
         telemetry = None if owned else run.telemetry.copy()
@@ -131,32 +176,43 @@ class RunController:
             )
         )
 
-    def _loop(self, run: Run | FollowedRun) -> None:
-        owned = self.owned
+    def _loop(self, watch: _Watch) -> None:
+        run, owned = watch.run, watch.owned
+        try:
+            self._follow(watch)
+        finally:
+            try:
+                run.close()  # here, by the thread that owns the run, whatever became of it
+            except Exception:  # noqa: BLE001 (logged; the keeper still ends every rank)
+                log.exception("closing the run in %s failed", run.run_dir.path)
+        if not owned and watch.closed.is_set():
+            return  # let go of: nothing more to say about it
+        self._post_update(watch)
+        if not watch.closed.is_set() and self._current(watch) and (run.summary is not None or not owned):
+            self.app.post_message(RunEnded(run.summary))  # None: a followed run that was cut off
+
+    def _follow(self, watch: _Watch) -> None:
+        run, owned = watch.run, watch.owned
         try:
             while not run.poll().finished:
-                if self._closed.is_set() and not owned:
+                if watch.closed.is_set() and not owned:
                     return  # the app lets go of a run it did not start
-                if self._stop_requested.is_set() and owned:
+                if watch.stop_requested.is_set() and owned:
                     run.stop()
                     break
-                self._post_update(run, owned)
+                self._post_update(watch)
                 # Booked after this poll finished, so polls never pile up.
-                self._wake.wait(POLL_INTERVAL_S)
-                self._wake.clear()
+                watch.wake.wait(POLL_INTERVAL_S)
+                watch.wake.clear()
         except Exception as exc:  # a bug in following the run: say so, and leave no rank behind
             log.exception("following the run in %s failed", run.run_dir.path)
             what = "every rank was stopped" if owned else "the run itself was not touched"
-            self.app.call_from_thread(
-                self.app.notify,
-                f"Following the run failed ({type(exc).__name__}); {what}. The app's log has the details.",
-                severity="error",
-                timeout=12,
-                markup=False,
-            )
-            if not owned:
-                return
-            run.close()
-        self._post_update(run, owned)
-        if not self._closed.is_set() and (run.summary is not None or not owned):
-            self.app.post_message(RunEnded(run.summary))  # None: a followed run that was cut off
+            if self._current(watch):
+                self.app.call_from_thread(
+                    self.app.notify,
+                    f"Following the run failed ({type(exc).__name__}); {what}. "
+                    "The app's log has the details.",
+                    severity="error",
+                    timeout=12,
+                    markup=False,
+                )
