@@ -41,10 +41,15 @@ def start(args: str, tmp_path) -> tuple[str, object]:
 
 
 def wait_exit(marker, timeout: float) -> str:
+    """The exit status the shell wrote to `marker`, once whole: `echo $? > marker` creates the file
+    before it writes, so an empty file is read again rather than taken for the answer."""
     deadline = time.monotonic() + timeout
-    while not marker.exists() and time.monotonic() < deadline:
+    while time.monotonic() < deadline:
+        text = marker.read_text() if marker.exists() else ""
+        if text.endswith("\n"):
+            return text.strip()
         time.sleep(0.1)
-    return marker.read_text().strip()
+    return marker.read_text().strip() if marker.exists() else "(no exit within the wait)"
 
 
 def test_app_in_a_real_terminal_shows_the_host_and_quits_on_q(tmp_path):
