@@ -43,10 +43,11 @@ gpu-check:
 	@$(MAKE) --no-print-directory $(VENV)/.installed-app
 	$(BIN)/python scripts/gpu_check.py
 
-# Every file: ruff's linter and its formatter (CI runs this too).
+# Every file: ruff's linter and its formatter; mypy over the package as it installs (CI runs this too).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	bash scripts/typecheck.sh $(BIN)/mypy
 
 bench: install
 	$(BIN)/python bench/run.py

@@ -268,13 +268,15 @@ def save_gathered_params(model: nn.Module, directory: str | None, rank: int) -> 
     all_gather segfaults in gloo on CUDA tensors (ranks sharing a GPU; torch 2.11 on an H100),
     so each rank's shard travels to the others in host memory.
     """
-    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor import DTensor, Shard
 
     def whole(value: DTensor) -> torch.Tensor:
         (placement,) = value.placements  # a one-dimensional mesh: every rank of the job
         local = value.to_local().detach().cpu()
         if placement.is_replicate():
             return local
+        if not isinstance(placement, Shard):
+            raise ValueError(f"a parameter placed as {placement} cannot be gathered whole")
         shards: list = [None] * dist.get_world_size()
         dist.all_gather_object(shards, local)
         return torch.cat(shards, dim=placement.dim)

@@ -57,7 +57,8 @@ class Reporting:
         self.args, self.rank, self.task = args, rank, task
         self.device = device or torch.device("cpu")
         self.reporter = Reporter()
-        self._state = None  # what to measure after the first optimizer step (watch_state)
+        # What to measure after the first optimizer step (watch_state).
+        self._state: tuple[torch.nn.Module, torch.optim.Optimizer] | None = None
 
     def __enter__(self) -> Reporting:
         self.reporter.__enter__()

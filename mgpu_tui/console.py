@@ -29,13 +29,14 @@ def plain(text: str) -> str:
     return text if text.isprintable() else _CONTROL.sub(lambda m: _visible(m.group()), text)
 
 
-def fmt_bytes(n: int | None) -> str:
+def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "n/a"
+    value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
     raise AssertionError("unreachable")
 
 

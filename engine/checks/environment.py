@@ -103,12 +103,11 @@ def gather(
         except (nvml.NvmlCallFailed, nvml.GpuLost) as exc:
             topo, topo_error = None, str(exc)
     finally:
-        if child is not None:
-            torch_info = finish_torch_probe(child)
+        probed = finish_torch_probe(child) if child is not None else torch_info or {}
     return Environment(
         python=sys.version.split()[0],
         executable=python,
-        torch=torch_info,
+        torch=probed,
         torch_seconds=time.perf_counter() - start,
         nvml=status,
         visible_gpus=visible,
@@ -228,12 +227,12 @@ def check_gpu_count(env: Environment, require_gpus: int) -> CheckResult:
         f"CUDA_VISIBLE_DEVICES {cvd if cvd is not None else 'unset'}"
     )
     if torch_count is not None and t.get("cuda_available") and torch_count != env.visible_gpus:
-        return _r("gpu_count", Status.FAIL, f"the counts disagree: {said}", **counts)
+        return CheckResult("gpu_count", Status.FAIL, f"the counts disagree: {said}", counts)
     if env.visible_gpus < require_gpus:
-        return _r("gpu_count", Status.FAIL, f"--require-gpus {require_gpus}: {said}", **counts)
+        return CheckResult("gpu_count", Status.FAIL, f"--require-gpus {require_gpus}: {said}", counts)
     if not env.visible_gpus:
-        return _r("gpu_count", Status.SKIP, f"no GPU: {said}", **counts)
-    return _r("gpu_count", Status.PASS, said, **counts)
+        return CheckResult("gpu_count", Status.SKIP, f"no GPU: {said}", counts)
+    return CheckResult("gpu_count", Status.PASS, said, counts)
 
 
 def check_pynvml_package(env: Environment) -> CheckResult:
@@ -270,7 +269,7 @@ def check_p2p(env: Environment) -> CheckResult:
         return _r("p2p", Status.SKIP, "needs two GPUs")
     n = len(topo.gpus)
     missing = [(i, j) for i in range(n) for j in range(i + 1, n) if not topo.p2p["read"][i][j]]
-    summary = topology.p2p_summary(topo)
+    summary = topology.p2p_summary(topo) or "P2P: not read"  # it is: topo.p2p was checked above
     if missing:
         pairs = ", ".join(f"{i}-{j}" for i, j in missing[:6])
         return _r(

@@ -39,24 +39,28 @@ def expected_busbw(facts: list[LinkFacts], all_nvlink: bool) -> Expectation | No
     """The busbw the GPUs of a job should reach; None where NVML cannot tell the links' rates."""
     if not facts:
         return None
-    if all_nvlink and all(f.nvlink_version in NVLINK_GBPS and f.nvlink_links for f in facts):
-        slowest = min(facts, key=lambda f: f.nvlink_links * NVLINK_GBPS[f.nvlink_version])
-        line = slowest.nvlink_links * NVLINK_GBPS[slowest.nvlink_version]
-        rate = NVLINK_GBPS[slowest.nvlink_version]
+    nvlinks = [
+        (f.nvlink_links, f.nvlink_version)
+        for f in facts
+        if f.nvlink_version in NVLINK_GBPS and f.nvlink_links
+    ]
+    if all_nvlink and len(nvlinks) == len(facts):
+        links, version = min(nvlinks, key=lambda lv: lv[0] * NVLINK_GBPS[lv[1]])
+        rate = NVLINK_GBPS[version]
+        line = links * rate
         return Expectation(
             line * EFFICIENCY,
-            f"{slowest.nvlink_links} NVLink {slowest.nvlink_version} links "
+            f"{links} NVLink {version} links "
             f"x {rate:g} GB/s a direction = {line:g} GB/s, at "
             f"{EFFICIENCY:.0%}",
         )
-    if all(f.pcie_gen in PCIE_LANE_GBPS and f.pcie_width for f in facts):
-        slowest = min(facts, key=lambda f: f.pcie_width * PCIE_LANE_GBPS[f.pcie_gen])
-        line = slowest.pcie_width * PCIE_LANE_GBPS[slowest.pcie_gen]
+    slots = [(f.pcie_width, f.pcie_gen) for f in facts if f.pcie_gen in PCIE_LANE_GBPS and f.pcie_width]
+    if len(slots) == len(facts):
+        width, gen = min(slots, key=lambda wg: wg[0] * PCIE_LANE_GBPS[wg[1]])
+        line = width * PCIE_LANE_GBPS[gen]
         return Expectation(
             line * EFFICIENCY,
-            f"PCIe Gen {slowest.pcie_gen} x{slowest.pcie_width} = "
-            f"{line:.1f} GB/s a direction, at "
-            f"{EFFICIENCY:.0%}",
+            f"PCIe Gen {gen} x{width} = {line:.1f} GB/s a direction, at {EFFICIENCY:.0%}",
         )
     return None
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mgpu_tui.engine.checks.results import CheckResult
-from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 from mgpu_tui.engine.run.ingest import FileTail
 from mgpu_tui.engine.run.lifecycle import Run, RunState
@@ -69,7 +69,7 @@ class RankLaunch:
 
     def run(self) -> LaunchOutcome:
         tasks, host, device, nproc, opts = self.tasks, self.host, self.device, self.nproc, self.options
-        args = (
+        args: tuple[str, ...] = (
             "--tasks",
             ",".join(tasks),
             "--device",
@@ -94,7 +94,7 @@ class RankLaunch:
             module=RANK_MODULE,
             instrument=False,  # mgpu-tui's own tasks, which report themselves
             nproc=nproc,
-            device=device,
+            device=as_device(device),
             run_root=self.check_dir.path,
             demo_args=args,
         )

@@ -164,9 +164,9 @@ class CheckSuite:
                         "scaling:ddp", Status.SKIP, "one rank: nothing to scale over (--nproc 2 or more)"
                     )
                 )
-        self._check_dir = RunDir.create(opts.run_root, "check")
-        self.report.run_dir = str(self._check_dir.path)
-        self._run_rank_tasks(tasks, host, device, nproc)
+        check_dir = self._check_dir = RunDir.create(opts.run_root, "check")
+        self.report.run_dir = str(check_dir.path)
+        self._run_rank_tasks(tasks, host, device, nproc, check_dir)
 
     def _placement(self, env: Environment) -> tuple[str, int]:
         """The device and rank count, by the launch spec's own rules: each check rank takes a device."""
@@ -225,11 +225,11 @@ class CheckSuite:
         spec = LaunchSpec(
             mode=mode.name, nproc=nproc, model=self.options.model, model_args=self.options.model_args
         )
-        return workload_problem(mode, spec, workload_of(spec))
+        return workload_problem(mode, spec, workload_of(spec), nproc)
 
     # ---- the rank launches ------------------------------------------------------------
 
-    def _run_rank_tasks(self, tasks: list[str], host, device: str, nproc: int) -> None:
+    def _run_rank_tasks(self, tasks: list[str], host, device: str, nproc: int, check_dir: RunDir) -> None:
         pending = list(tasks)
         launches = 0
         while pending:
@@ -249,11 +249,11 @@ class CheckSuite:
                 host,
                 device,
                 nproc,
-                self._check_dir,
+                check_dir,
                 self.options,
                 on_result=self._add,
                 on_progress=self.on_progress,
-                judge=self._judge,
+                judge=lambda task, record, device: self._judge(task, record, device, check_dir),
             )
             outcome = launch.run()
             if outcome.failed is None:
@@ -281,12 +281,12 @@ class CheckSuite:
 
     # ---- reading a task's result ----------------------------------------------------------
 
-    def _judge(self, task: str, record: dict, device: str) -> CheckResult:
+    def _judge(self, task: str, record: dict, device: str, check_dir: RunDir) -> CheckResult:
         name = check_name(task)
         seconds = float(record.get("seconds", 0.0))
         if task.startswith("smoke:"):
             mode = task.partition(":")[2]
-            return judge_smoke(mode, self._check_dir.path / "smoke" / mode, seconds, device)
+            return judge_smoke(mode, check_dir.path / "smoke" / mode, seconds, device)
         return CheckResult(
             name, Status(record["status"]), record.get("detail", ""), record.get("metrics", {}), seconds
         )
@@ -295,16 +295,17 @@ class CheckSuite:
 def judge_smoke(mode: str, smoke_dir: Path, seconds: float, device: str) -> CheckResult:
     """A smoke run passes when every step's global-batch loss is finite and the loss falls."""
     aggregator = read_events(smoke_dir)
-    steps, _, losses = aggregator.series()
+    steps, _, reported = aggregator.series()
     stats = aggregator.stats()
     name = f"smoke:{mode}"
     metrics = {
         "steps": len(steps),
         "samples_per_s": stats.samples_per_s,
-        "first_loss": losses[0] if losses else None,
-        "final_loss": losses[-1] if losses else None,
+        "first_loss": reported[0] if reported else None,
+        "final_loss": reported[-1] if reported else None,
     }
-    if not losses or any(v is None for v in losses):
+    losses = [v for v in reported if v is not None]
+    if not reported or len(losses) != len(reported):
         return CheckResult(
             name, Status.FAIL, f"no loss reported for every step ({len(steps)} steps seen)", metrics, seconds
         )

@@ -112,10 +112,18 @@ class Row:
 
 
 def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
+    """The row of a finished run (one with its summary)."""
     summary = run.summary
+    if summary is None:
+        raise ValueError("a comparison's row is made of a finished run")
     spec = run.resolved.spec
     devices = devices_used(
-        run.resolved.mode.name, run.resolved.device, summary.world_size, spec.nproc, spec.stages, gpu_count
+        run.resolved.mode.name,
+        run.resolved.device,
+        summary.world_size,
+        run.resolved.nproc,
+        spec.stages,
+        gpu_count,
     )
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
@@ -246,7 +254,7 @@ class Runner:
             if resolved.device != "cuda":
                 sets.append(None)
                 continue
-            need = resolved.mode.gpus_needed(resolved.spec.nproc, spec.stages)
+            need = resolved.mode.gpus_needed(resolved.nproc, spec.stages)
             sets.append(list(range(taken, taken + need)))
             taken += need
         if taken > self.host.gpu_count:

@@ -80,7 +80,7 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
         str(spec.get("mode")),
         spec["device"],
         summary.world_size,
-        spec.get("nproc"),
+        int(spec.get("nproc") or 1),
         spec.get("stages", 1),
         int(machine.get("gpu_count") or 0),
     )
@@ -129,10 +129,11 @@ def _differences(specs: list[tuple[Path, dict, dict]]) -> list[str]:
     unrecorded = [Path(path).name for path, _, machine in specs if not machine]
     if unrecorded:  # made before runs recorded their machine: nothing can be said of it
         found.append(f"{', '.join(unrecorded)} does not record its machine (an older mgpu-tui made it)")
-    for keys, source in ((SAME_JOB, 1), (SAME_MACHINE, 2)):
+    for keys, of_spec in ((SAME_JOB, True), (SAME_MACHINE, False)):
         for key, name in keys:
-            known = [item for item in specs if item[source]]
-            if len({item[source].get(key) for item in known}) > 1:
-                each = ", ".join(f"{Path(item[0]).name}: {item[source].get(key)}" for item in known)
+            known = [(path, spec if of_spec else machine) for path, spec, machine in specs]
+            known = [(path, record) for path, record in known if record]
+            if len({record.get(key) for _, record in known}) > 1:
+                each = ", ".join(f"{Path(path).name}: {record.get(key)}" for path, record in known)
                 found.append(f"{name} differs ({each})")
     return found

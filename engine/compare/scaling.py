@@ -137,7 +137,7 @@ def points(rows: Sequence[Row], sweep: str, steps: int) -> list[dict]:
     out = []
     for r in rows:
         speedup = efficiency = None
-        if base and r.status == "ok" and r.samples_per_s:
+        if base and base.samples_per_s and r.status == "ok" and r.samples_per_s:
             speedup = r.samples_per_s / base.samples_per_s
             if sweep != "batch":
                 efficiency = speedup / (r.world_size / base.world_size)

@@ -76,7 +76,7 @@ JOIN_TIMEOUT_MARGIN_S = 60
 def _rendezvous(resolved: ResolvedSpec, local_addr: str | None) -> list[str]:
     """How the ranks find each other, with torchrun's own flags."""
     spec = resolved.spec
-    if spec.nnodes > 1 or spec.rdzv_endpoint:
+    if spec.rdzv_endpoint:  # resolve() requires one for several nodes
         # Several nodes: torchrun's c10d rendezvous at an endpoint every node names alike. The store
         # is hosted by mgpu-tui's node link on the node that owns the endpoint's address
         # (engine/nodes/watch.py), so every torchrun joins it as a client: is_host=false. Without
@@ -91,7 +91,7 @@ def _rendezvous(resolved: ResolvedSpec, local_addr: str | None) -> list[str]:
             "--rdzv-backend",
             "c10d",
             "--rdzv-endpoint",
-            spec.rdzv_endpoint,
+            str(spec.rdzv_endpoint),
             "--rdzv-id",
             spec.rdzv_id or "mgpu-tui",
             "--rdzv-conf",

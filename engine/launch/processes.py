@@ -74,6 +74,13 @@ class ProcessTree:
         self._known[self.proc.pid] = _create_time(self.proc.pid) or 0.0
         priority.lower_group(self.proc.pid, self.nice)
 
+    @property
+    def started(self) -> subprocess.Popen:
+        """The keeper's process, once start() made it."""
+        if self.proc is None:
+            raise RuntimeError("the run's process tree has not been started")
+        return self.proc
+
     def _before_launcher_runs(self) -> None:
         term_when_parent_dies()
         priority.nice_self(self.nice)
@@ -84,7 +91,7 @@ class ProcessTree:
         """Remember every process below the launcher now (a scan of /proc: not every poll)."""
         self.scanned_at = time.monotonic()
         try:
-            children = psutil.Process(self.proc.pid).children(recursive=True)
+            children = psutil.Process(self.started.pid).children(recursive=True)
         except psutil.Error:
             return
         for child in children:
@@ -93,14 +100,14 @@ class ProcessTree:
                 if ctime is not None:
                     self._known[child.pid] = ctime
                     priority.lower_group(child.pid, self.nice)  # a rank's own session
-                    if self.launcher is None and _parent(child) == self.proc.pid:
+                    if self.launcher is None and _parent(child) == self.started.pid:
                         self.launcher = child.pid
 
     def was_rank(self, pid: int) -> bool:
         """Whether ``pid`` was recorded in this run's tree below the launcher: a rank, or a
         process a rank started. Never the keeper, nor torchrun, which run no user code: no
         rank's word sends them a signal. (A one-process mode's launcher is rank 0 itself.)"""
-        if pid not in self._known or pid == self.proc.pid:
+        if pid not in self._known or pid == self.started.pid:
             return False
         return pid != self.launcher or self.launcher_is_rank
 
@@ -155,7 +162,7 @@ class ProcessTree:
         return sent
 
     def returncode(self) -> int | None:
-        return self.proc.poll()
+        return self.started.poll()
 
     def sleep_unless_exit(self, seconds: float) -> None:
         """Sleep until the launcher exits or ``seconds`` pass, whichever is first.
@@ -164,7 +171,7 @@ class ProcessTree:
         """
         if self._pidfd is None:
             try:
-                self._pidfd = os.pidfd_open(self.proc.pid)
+                self._pidfd = os.pidfd_open(self.started.pid)
             except (AttributeError, OSError):  # not Linux 5.3+: plain sleep
                 self._pidfd = -1
         if self._pidfd >= 0:
@@ -179,16 +186,16 @@ class ProcessTree:
         SIGKILLs what is left after its own grace; past ``grace`` and a second, SIGKILL to all."""
         self.record_descendants()
         try:
-            self.proc.send_signal(signal.SIGTERM)
+            self.started.send_signal(signal.SIGTERM)
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + grace + 1.0
-        while self.proc.poll() is None and time.monotonic() < deadline:
+        while self.started.poll() is None and time.monotonic() < deadline:
             self.record_descendants()
             time.sleep(0.05)
-        if self.proc.poll() is None:
+        if self.started.poll() is None:
             self.kill_all()
-        self.proc.wait()
+        self.started.wait()
 
     def kill_all(self) -> None:
         """SIGKILL every recorded descendant still alive, and any process that carries the run's id."""

@@ -24,6 +24,14 @@ Device = Literal["auto", "cpu", "cuda"]
 DEVICES = ("auto", "cpu", "cuda")
 
 
+def as_device(value: object) -> Device:
+    """A --device value read back from a record (ValueError when it is not one)."""
+    for device in ("auto", "cpu", "cuda"):
+        if value == device:
+            return device
+    raise ValueError(f"not a device: {value!r}")
+
+
 class SpecError(ValueError):
     """The request is invalid: a usage error."""
 
@@ -100,8 +108,15 @@ class ResolvedSpec:
     world_size: int = field(init=False)
 
     def __post_init__(self) -> None:
-        world = self.spec.nproc * self.spec.nnodes if self.mode.multi_process else 1
+        world = self.nproc * self.spec.nnodes if self.mode.multi_process else 1
         object.__setattr__(self, "world_size", world)
+
+    @property
+    def nproc(self) -> int:
+        """The ranks each node starts (resolve() always decides them)."""
+        if self.spec.nproc is None:
+            raise ValueError("a resolved spec has its --nproc decided")
+        return self.spec.nproc
 
     @property
     def on_stall(self) -> Literal["stop", "report"]:
@@ -143,9 +158,9 @@ class ResolvedSpec:
         }
 
 
-def _stages(mode: Mode, spec: LaunchSpec) -> int:
+def _stages(mode: Mode, spec: LaunchSpec, nproc: int) -> int:
     """How many consecutive stages the model is cut into."""
-    return spec.stages if mode.stages_from == "stages" else spec.nproc
+    return spec.stages if mode.stages_from == "stages" else nproc
 
 
 def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
@@ -160,15 +175,15 @@ def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
     return model_shape(spec.model, **dict(spec.model_args))
 
 
-def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpShape) -> str | None:
-    """Why ``mode`` cannot train ``workload`` over ``spec.nproc`` ranks, in one sentence; None if it can."""
-    if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % spec.nproc:
+def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpShape, nproc: int) -> str | None:
+    """Why ``mode`` cannot train ``workload`` over ``nproc`` ranks, in one sentence; None if it can."""
+    if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % nproc:
         return (
-            f"tensor parallelism over {spec.nproc} ranks gives each rank whole heads: the model's "
+            f"tensor parallelism over {nproc} ranks gives each rank whole heads: the model's "
             f"{workload.heads} heads must be a multiple of --nproc."
         )
     layers = workload.layers + 2 if isinstance(workload, ModelShape) else workload.depth + 1
-    if mode.stages_from and (stages := _stages(mode, spec)) > layers:
+    if mode.stages_from and (stages := _stages(mode, spec, nproc)) > layers:
         more = "--layers" if isinstance(workload, ModelShape) else "--depth"
         return f"{stages} stages is more than the model's {layers} layers; raise {more}."
     return None
@@ -234,12 +249,12 @@ def choose_device(requested: str, host: Host, share_gpus: bool = False) -> Liter
     """--device on this host: ``auto`` is CUDA where there is a GPU torch can use, else the CPU."""
     if requested not in DEVICES:
         raise SpecError(f"--device must be one of {', '.join(DEVICES)}, got {requested!r}.")
-    device = ("cuda" if host.has_cuda else "cpu") if requested == "auto" else requested
-    if device == "cuda" and not host.has_cuda:
+    cuda = host.has_cuda if requested == "auto" else requested == "cuda"
+    if cuda and not host.has_cuda:
         raise SpecError(f"--device cuda needs an NVIDIA GPU, but there is none here ({host.gpu_note}).")
-    if share_gpus and device != "cuda":
+    if share_gpus and not cuda:
         raise SpecError("--share-gpus is for CUDA ranks; on the CPU every rank shares it already.")
-    return device
+    return "cuda" if cuda else "cpu"
 
 
 def default_nproc(mode: Mode, device: str, host: Host) -> int:
@@ -264,13 +279,12 @@ def check_gpus(what: str, needed: int, host: Host, share_gpus: bool) -> bool:
 
 
 def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
-    if spec.script or spec.module:
-        _check_program(spec)
-        mode = SCRIPT
-    else:
-        mode = MODES.get(spec.mode)
-    if mode is None:
+    found = SCRIPT if spec.script or spec.module else MODES.get(spec.mode)
+    if found is None:
         raise SpecError(f"unknown mode {spec.mode!r}; the modes are: {mode_names()}.")
+    mode = found
+    if mode is SCRIPT:
+        _check_program(spec)
     _check_nodes(spec, mode)
     for name, value in (
         ("--nproc", spec.nproc),
@@ -299,28 +313,26 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         raise EnvironmentUnusable("torch is not installed in this Python environment (see the README).")
 
     device = choose_device(spec.device, host, spec.share_gpus)
-    if spec.nproc is None:
-        spec = dataclasses.replace(spec, nproc=default_nproc(mode, device, host))
-    if spec.nproc < mode.min_nproc:
-        raise SpecError(
-            f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {spec.nproc}."
-        )
+    nproc = spec.nproc if spec.nproc is not None else default_nproc(mode, device, host)
+    spec = dataclasses.replace(spec, nproc=nproc)
+    if nproc < mode.min_nproc:
+        raise SpecError(f"mode {mode.name!r} needs at least {mode.min_nproc} ranks, got --nproc {nproc}.")
     most = DEFAULTS.cpu_ranks_per_core * host.cpu_count
-    if device == "cpu" and spec.nproc > most and not spec.force:
+    if device == "cpu" and nproc > most and not spec.force:
         raise SpecError(
-            f"--nproc {spec.nproc} would start {spec.nproc} processes on {host.cpu_count} CPU "
+            f"--nproc {nproc} would start {nproc} processes on {host.cpu_count} CPU "
             f"core(s); more than {most} only fight over them (--force starts them anyway)."
         )
     if spec.share_gpus and mode is SCRIPT:
         raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
     shared = False
     if device == "cuda":
-        what = f"mode {mode.name!r} with --nproc {spec.nproc}"
-        shared = check_gpus(what, mode.gpus_needed(spec.nproc, spec.stages), host, spec.share_gpus)
-    if mode.splits_batch and spec.batch_size % spec.nproc:
+        what = f"mode {mode.name!r} with --nproc {nproc}"
+        shared = check_gpus(what, mode.gpus_needed(nproc, spec.stages), host, spec.share_gpus)
+    if mode.splits_batch and spec.batch_size % nproc:
         raise SpecError(
-            f"--batch-size {spec.batch_size} does not split evenly over {spec.nproc} ranks; "
-            f"use a multiple of {spec.nproc}."
+            f"--batch-size {spec.batch_size} does not split evenly over {nproc} ranks; "
+            f"use a multiple of {nproc}."
         )
     if mode.microbatched and spec.batch_size % (spec.microbatches * spec.accum):
         raise SpecError(
@@ -331,8 +343,8 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         workload = workload_of(spec) if mode is not SCRIPT else None
     except ShapeError as exc:
         raise SpecError(str(exc)) from None
-    if workload is not None and (problem := workload_problem(mode, spec, workload)):
+    if workload is not None and (problem := workload_problem(mode, spec, workload, nproc)):
         raise SpecError(problem)
     # NCCL refuses two ranks on one GPU, so ranks that share one talk over gloo.
-    backend = "nccl" if device == "cuda" and not shared else "gloo"
+    backend: Literal["gloo", "nccl"] = "nccl" if device == "cuda" and not shared else "gloo"
     return ResolvedSpec(spec, mode, device, backend, shared)

@@ -316,9 +316,9 @@ def _read_info(
         reading.rings.setdefault(f"{host}:{pid}", [int(r) for r in match["order"].split()])
     elif match := _CONNECT.match(msg):
         via = match["via"]
-        key = (host, int(match["src"]), int(match["dst"]), via)
+        link_key = (host, int(match["src"]), int(match["dst"]), via)
         link = links.setdefault(
-            key, Link(host, int(match["src"]), int(match["dst"]), transport_kind(via), via, match["dir"])
+            link_key, Link(host, int(match["src"]), int(match["dst"]), transport_kind(via), via, match["dir"])
         )
         channel = int(match["ch"])
         if channel not in link.channels:

@@ -208,11 +208,10 @@ class Sampler:
         out = []
         wanted = self.ranks()
         for rank, (pid, uuid) in sorted(wanted.items()):
-            proc = self._procs.get(pid)
+            known = self._procs.get(pid)
             try:
-                first = proc is None
-                if first:
-                    proc = self._procs[pid] = psutil.Process(pid)
+                first = known is None
+                proc = known if known is not None else self._procs.setdefault(pid, psutil.Process(pid))
                 with proc.oneshot():
                     alive = proc.status() != psutil.STATUS_ZOMBIE
                     cpu = proc.cpu_percent(None)  # the first call starts the measurement: no figure yet

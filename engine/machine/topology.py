@@ -112,9 +112,9 @@ def from_nvml() -> Topology | None:
             else:
                 row.append(nvml.common_ancestor(i, j) or "N/A")
         matrix.append(tuple(row))
-    p2p = {kind: [] for kind in ("read", "write", "nvlink")}
+    p2p: dict[str, list[tuple[bool | None, ...]]] = {kind: [] for kind in ("read", "write", "nvlink")}
     for i in range(count):
-        rows = {kind: [] for kind in p2p}
+        rows: dict[str, list[bool | None]] = {kind: [] for kind in p2p}
         for j in range(count):
             status_ij = {"read": None, "write": None, "nvlink": None} if i == j else nvml.p2p(i, j)
             for kind in p2p:
@@ -176,7 +176,7 @@ def parse_topo_text(text: str) -> Topology:
     gpu_names = [d for d in devices if _GPU.match(d)]
     if not gpu_names:
         raise TopologyParseError("no GPU columns (GPU0, GPU1, ...): this is not `nvidia-smi topo -m` output")
-    if [int(_GPU.match(g).group(1)) for g in gpu_names] != list(range(len(gpu_names))):
+    if [int(m.group(1)) for g in gpu_names if (m := _GPU.match(g))] != list(range(len(gpu_names))):
         raise TopologyParseError("the GPU columns are not GPU0, GPU1, ... in order")
 
     rows: dict[str, list[str]] = {}

@@ -37,7 +37,7 @@ def resolve_endpoint(text: str) -> Endpoint:
     """The endpoint with its addresses (socket.gaierror when its host resolves nowhere)."""
     host, port = split_endpoint(text)
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
+    addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
     return Endpoint(host, port, addresses)
 
 

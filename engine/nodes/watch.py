@@ -118,6 +118,8 @@ class NodeWatch:
     ) -> None:
         spec = resolved.spec
         self.resolved, self.run_dir, self.python, self.log = resolved, run_dir, python, log
+        if spec.rdzv_endpoint is None:
+            raise ValueError("several nodes meet at an endpoint (resolve() requires one)")
         self.endpoint = resolve_endpoint(spec.rdzv_endpoint)  # resolve() has checked that it resolves
         self.serve = hosts_here(self.endpoint)
         self.local_addr = route_address(self.endpoint)
@@ -184,7 +186,8 @@ class NodeWatch:
         )
 
     def _read_link(self) -> None:
-        for line in self._proc.stdout:  # our own child's words: still parsed with care
+        out = self._proc.stdout if self._proc is not None else None
+        for line in out or ():  # our own child's words: still parsed with care
             try:
                 message = json.loads(line[: 1 << 20])
             except ValueError:
@@ -272,9 +275,12 @@ class NodeWatch:
             return
         if not force and not self.publish_due():
             return
+        stdin = self._proc.stdin
+        if stdin is None:
+            return
         try:
-            self._proc.stdin.write((line + "\n").encode())
-            self._proc.stdin.flush()
+            stdin.write((line + "\n").encode())
+            stdin.flush()
             self._published, self._published_at = line, time.monotonic()
         except OSError:
             pass
@@ -315,8 +321,8 @@ class NodeWatch:
             self._peer_failed_seen = None
         elif self._peer_failed_seen is None:
             self._peer_failed_seen = now
-        elif now - self._peer_failed_seen >= PEER_FAILED_GRACE_S:
-            return self._adopt(failed, None)
+        elif now - self._peer_failed_seen >= PEER_FAILED_GRACE_S and failed.failure is not None:
+            return self._adopt(failed.failure, None)
         return None
 
     def _missing_sentence(self, missing: list[int], waited: float) -> str:
@@ -347,11 +353,10 @@ class NodeWatch:
 
     def _first_failed_peer(self) -> NodeRecord | None:
         failed = [p.record for p in self._peers.values() if p.record.state == "failed" and p.record.failure]
-        primary = [r for r in failed if not r.failure.secondary]
+        primary = [r for r in failed if r.failure is not None and not r.failure.secondary]
         return min(primary or failed, key=lambda r: r.node) if failed else None
 
-    def _adopt(self, peer: NodeRecord, own: RootCause | None) -> RootCause:
-        f = peer.failure
+    def _adopt(self, f: NodeFailure, own: RootCause | None) -> RootCause:
         here = f"on this node ({self._record.host}): {own.describe()}" if own else ""
         return RootCause(
             rank=f.rank,
@@ -396,8 +401,8 @@ class NodeWatch:
         if own is None or not is_consequence(own):
             return own
         failed = self._first_failed_peer()
-        if failed is not None and not failed.failure.secondary:
-            return self._adopt(failed, own)
+        if failed is not None and failed.failure is not None and not failed.failure.secondary:
+            return self._adopt(failed.failure, own)
         if lost := self._lost(time.monotonic()):
             return _verdict(lost, LOST_HINT, own=own)
         stopped = [p.record for p in self._peers.values() if p.record.state == "interrupted"]
@@ -457,7 +462,8 @@ class NodeWatch:
         if self._proc is None:
             return
         try:
-            self._proc.stdin.close()
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
         except OSError:
             pass
         try:  # its last beat done, it has nothing left to say: a store op that hangs is not waited for
@@ -465,7 +471,8 @@ class NodeWatch:
         except subprocess.TimeoutExpired:
             self._proc.kill()
             self._proc.wait()
-        self._proc.stdout.close()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
 
 def _verdict(message: str, hint: str | None = None, own: RootCause | None = None) -> RootCause:

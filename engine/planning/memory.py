@@ -307,16 +307,16 @@ def plan_mode(
             n = stages or gpus
             return ModePlan(mode, n, tuple(_stages(model, training, n, B, label="GPU")))
         if mode == "ddp_mp":
-            ranks = gpus // 2
-            if ranks < 1:
+            pairs = gpus // 2
+            if pairs < 1:
                 return ModePlan(mode, gpus, note="ddp over model-parallel ranks needs two GPUs a rank.")
-            halves = _stages(model, training, 2, B / ranks, label="GPU")
+            halves = _stages(model, training, 2, B / pairs, label="GPU")
             devices = [
                 DeviceMemory(f"rank {r} {h.device}", h.params, h.grads, h.optimizer, h.activations, h.grads)
-                for r in range(ranks)
+                for r in range(pairs)
                 for h in halves
             ]
-            return ModePlan(mode, ranks * 2, tuple(devices))
+            return ModePlan(mode, pairs * 2, tuple(devices))
         if mode == "hybrid":  # the first layer (the embeddings) in host memory, the rest on GPU 0
             host, rest = layers[:1], layers[1:]
             return ModePlan(

@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, overload
 
 SCHEMA_VERSION = 1
 
@@ -189,6 +190,10 @@ def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minim
     return value
 
 
+@overload
+def _str(record: dict, name: str, *, optional: Literal[False] = False, limit: int = MAX_NAME) -> str: ...
+@overload
+def _str(record: dict, name: str, *, optional: Literal[True], limit: int = MAX_NAME) -> str | None: ...
 def _str(record: dict, name: str, *, optional: bool = False, limit: int = MAX_NAME) -> str | None:
     value = record.get(name)
     if value is None and optional:
@@ -276,7 +281,7 @@ def _parse_beat(r: dict, rank: int, t: float) -> Beat:
     return Beat(rank=rank, t=t, where=_str(r, "where", optional=True))
 
 
-_PARSERS = {
+_PARSERS: dict[str, Callable[[dict, int, float], Event]] = {
     "hello": _parse_hello,
     "step": _parse_step,
     "done": _parse_done,

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
+from typing import Literal, overload
 
 STATES = ("joining", "running", "ok", "failed", "interrupted")
 FINAL_STATES = ("ok", "failed", "interrupted")
@@ -80,7 +81,11 @@ def _int(value, low: int, high: int) -> int:
     return value
 
 
-def _text(value, limit: int, *, optional: bool = False) -> str | None:
+@overload
+def _text(value: object, limit: int, *, optional: Literal[False] = False) -> str: ...
+@overload
+def _text(value: object, limit: int, *, optional: Literal[True]) -> str | None: ...
+def _text(value: object, limit: int, *, optional: bool = False) -> str | None:
     if value is None and optional:
         return None
     if not isinstance(value, str):

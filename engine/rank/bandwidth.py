@@ -86,7 +86,7 @@ def check_copy_matrix(device: torch.device) -> dict:
     if device.type != "cuda" or n < 2:
         return {"status": "skip", "detail": f"needs two GPUs; {n} visible", "metrics": {}}
     nbytes = 256 * 2**20
-    matrix = [[None] * n for _ in range(n)]
+    matrix: list[list[float | None]] = [[None] * n for _ in range(n)]
     for i in range(n):
         src = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{i}")
         for j in range(n):
@@ -94,11 +94,13 @@ def check_copy_matrix(device: torch.device) -> dict:
                 continue
             dst = torch.empty(nbytes, dtype=torch.uint8, device=f"cuda:{j}")
             dst.copy_(src)  # warm-up: enables peer access where the driver allows it
-            torch.cuda.synchronize(i), torch.cuda.synchronize(j)
+            torch.cuda.synchronize(i)
+            torch.cuda.synchronize(j)
             start = time.perf_counter()
             for _ in range(5):
                 dst.copy_(src)
-            torch.cuda.synchronize(i), torch.cuda.synchronize(j)
+            torch.cuda.synchronize(i)
+            torch.cuda.synchronize(j)
             matrix[i][j] = nbytes * 5 / (time.perf_counter() - start) / 1e9
             del dst
     pairs = [v for row in matrix for v in row if v is not None]

@@ -85,7 +85,7 @@ def _collective(task: str, rank: int, world: int, device: torch.device) -> tuple
     mine = _pattern(rank).to(device)
     if task == "all_reduce":
         dist.all_reduce(mine, op=dist.ReduceOp.SUM)
-        expected = sum(_pattern(r) for r in range(world))
+        expected = sum((_pattern(r) for r in range(world)), torch.zeros(COUNT))
         return mine, expected
     if task == "all_gather":
         got = [torch.empty_like(mine) for _ in range(world)]
@@ -94,10 +94,12 @@ def _collective(task: str, rank: int, world: int, device: torch.device) -> tuple
     if task == "reduce_scatter":
         # Rank r sends chunk c of its input to rank c; rank c gets the sum of every rank's chunk c.
         chunks = list(_pattern(rank, COUNT * world).to(device).chunk(world))
-        got = torch.empty(COUNT, device=device)
-        dist.reduce_scatter(got, chunks)
-        expected = sum(_pattern(r, COUNT * world).chunk(world)[rank] for r in range(world))
-        return got, expected
+        received = torch.empty(COUNT, device=device)
+        dist.reduce_scatter(received, chunks)
+        expected = sum(
+            (_pattern(r, COUNT * world).chunk(world)[rank] for r in range(world)), torch.zeros(COUNT)
+        )
+        return received, expected
     if task == "broadcast":
         src = world - 1  # not rank 0, so a group that ignores src shows up
         dist.broadcast(mine, src=src)

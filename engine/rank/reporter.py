@@ -124,7 +124,9 @@ class _FlightRecorderDump:
             return
         try:
             entries = json.loads(dump(includeCollectives=True, onlyActive=False)).get("entries") or []
-            document = {"entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries[-FR_ENTRIES:]]}
+            document: dict[str, Any] = {
+                "entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries[-FR_ENTRIES:]]
+            }
         except Exception as exc:  # noqa: BLE001 (said to the engine; the rank's own work goes on)
             document = {"entries": [], "error": f"{type(exc).__name__}: {exc}"[:300]}
         if keep_older and not document["entries"] and self.out.exists():
@@ -209,8 +211,8 @@ class Reporter:
         self.run_dir = Path(run_dir) if run_dir else None
         self.print_every = print_every
         self._stream = stream
-        self._file = None
-        self._stacks = None
+        self._file: TextIO | None = None
+        self._stacks: TextIO | None = None
         self._flight_recorder: _FlightRecorderDump | None = None
         self._said_hello = False
         self._lock = threading.Lock()  # one line at a time: a thread of the bootstrap writes too
@@ -223,27 +225,28 @@ class Reporter:
             events_dir.mkdir(parents=True, exist_ok=True)
             # Line buffered, so every event reaches the file as soon as it is written.
             self._file = open(events_dir / f"rank{self.rank}.jsonl", "a", buffering=1)
-            self._register_stacks()
+            self._register_stacks(self.run_dir)
             self._flight_recorder = _FlightRecorderDump(self.run_dir, self.rank)
         self._last = time.time()
         self._samples_since_print = 0
         self._time_at_print = self._last
 
-    def _register_stacks(self) -> None:
+    def _register_stacks(self, run_dir: Path) -> None:
         """On SIGUSR2, write every thread's Python stack to stacks/rank<N>.txt.
 
         The engine sends SIGUSR2 when this rank stops reporting (a hang). faulthandler
         writes from the signal handler itself, so it works even when the rank is stuck
         inside C code, in a collective, say. SIGUSR1 is left alone: NCCL uses it.
         """
-        stacks_dir = self.run_dir / "stacks"
+        stacks_dir = run_dir / "stacks"
         stacks_dir.mkdir(exist_ok=True)
-        self._stacks = open(stacks_dir / f"rank{self.rank}.txt", "w")
+        stacks = open(stacks_dir / f"rank{self.rank}.txt", "w")
         try:
-            faulthandler.register(signal.SIGUSR2, file=self._stacks, all_threads=True)
+            faulthandler.register(signal.SIGUSR2, file=stacks, all_threads=True)
         except (AttributeError, ValueError, RuntimeError):  # no SIGUSR2 on this platform
-            self._stacks.close()
-            self._stacks = None
+            stacks.close()
+            return
+        self._stacks = stacks
 
     @property
     def recording(self) -> bool:

@@ -110,7 +110,7 @@ class ScriptWatch:
         self.reporter = reporter
         self.program = os.path.abspath(program) if os.path.exists(program) else program
         self.steps = 0
-        self.torch: ModuleType | None = None
+        self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._backwards = 0  # backward() calls since the last step: its micro-batches
         self._in_backward = False  # a backward inside a backward (reentrant checkpointing) is not one
         self._losses: list[Any] = []
@@ -214,7 +214,7 @@ class ScriptWatch:
 
             for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
                 if getattr(sys.modules.get(name), "fully_shard", None) is shard:
-                    sys.modules[name].fully_shard = watched_fully_shard
+                    setattr(sys.modules[name], "fully_shard", watched_fully_shard)  # noqa: B010
         fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
         if fsdp1 is not None:
             fsdp1_init = fsdp1.__init__
@@ -230,7 +230,7 @@ class ScriptWatch:
         """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied
         to the layers first, then to the root); another model wrapped later is left alone."""
         inside = {id(m) for m in module.modules()}
-        kept = []
+        kept: list[tuple[weakref.ref, list[Any]]] = []
         for ref, handles in self._roots:
             hooked = ref()
             if hooked is None:
@@ -471,8 +471,10 @@ class ScriptWatch:
     def _see_group(self) -> bool:
         """Whether the default process group is there now; its backend kept once seen."""
         dist = getattr(self.torch, "distributed", None)
+        if dist is None:
+            return False
         try:
-            alive = dist is not None and dist.is_available() and dist.is_initialized()
+            alive = bool(dist.is_available() and dist.is_initialized())
             if alive and self._backend is None:
                 self._backend = str(dist.get_backend())
         except Exception:  # noqa: BLE001 (a group torn down between the two calls)
@@ -485,7 +487,7 @@ class ScriptWatch:
         main = threading.main_thread().ident
         last = None
         while not self._stopped.wait(BEAT_S):
-            frame = sys._current_frames().get(main)
+            frame = sys._current_frames().get(main) if main is not None else None
             signature, where = _signature(frame, self.program)
             moved = last is not None and signature != last
             last = signature
@@ -539,7 +541,7 @@ def _signature(frame: FrameType | None, program: str) -> tuple[tuple, str | None
     The innermost frame counts by its function only: a loop inside one function (polling, a sleep
     in a retry loop that never gets anywhere) is not movement; a call returning, another starting,
     or an outer frame at another line is."""
-    frames = []
+    frames: list[FrameType] = []
     while frame is not None and len(frames) < MAX_FRAMES:
         frames.append(frame)
         frame = frame.f_back

@@ -56,7 +56,8 @@ def _parser(ours: list[tuple[str, int, str]]) -> argparse.ArgumentParser:
     def refuse(message: str):
         raise _Refused(message)
 
-    parser.error = refuse  # one sentence back to mgpu-tui, never argparse's exit
+    # One sentence back to mgpu-tui, never argparse's exit (torchrun's parser is a plain ArgumentParser).
+    parser.error = refuse  # type: ignore[method-assign]
     group = parser.add_argument_group("mgpu-tui's own options (before the script; see mgpu-tui run --help)")
     for option, values, help_text in ours:
         if values:

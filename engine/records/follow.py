@@ -22,8 +22,9 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
-from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, plain
@@ -74,7 +75,8 @@ class TelemetrySeries:
         if isinstance(line.get("end"), str):
             self.ended = line["end"][:200]
             return
-        host = line.get("host") if isinstance(line.get("host"), dict) else {}
+        raw_host = line.get("host")
+        host: dict = raw_host if isinstance(raw_host, dict) else {}
         gpus = {g.get("i"): g for g in line.get("gpus") or () if isinstance(g, dict)}
         seen = [i for i in gpus if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < 64]
         for i in dict.fromkeys([*self.gpus, *seen]):  # each GPU once, in the order first seen
@@ -101,12 +103,9 @@ class TelemetrySeries:
         )
 
     def _halve(self) -> None:
-        for series in (
-            self.t,
-            self.host_cpu,
-            self.host_mem,
-            *(s for track in self.gpus.values() for s in track.values()),
-        ):
+        columns: list[list[Any]] = [self.t, self.host_cpu, self.host_mem]
+        columns += [s for track in self.gpus.values() for s in track.values()]
+        for series in columns:
             del series[1::2]
 
 
@@ -156,7 +155,7 @@ class FollowedRun(IngestReadings):
                 steps=int(spec["steps"]),
                 batch_size=int(spec["batch_size"]),
                 amp=bool(spec["amp"]),
-                device=str(spec.get("device_requested") or spec["device"]),
+                device=as_device(spec.get("device_requested") or spec["device"]),
                 share_gpus=bool(spec.get("share_gpus")),
             )
         except (KeyError, TypeError, ValueError):

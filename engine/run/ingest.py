@@ -55,37 +55,38 @@ class FileTail:
         read to its end (its writer keeps writing to it); replaced by a new file at the
         same path, the new one is followed once the old one is read out.
         """
-        if self._fd is None and not self._open():
+        fd = self._fd if self._fd is not None else self._open()
+        if fd is None:
             return []
-        size = os.fstat(self._fd).st_size
+        size = os.fstat(fd).st_size
         if size < self.offset:  # truncated: start again
             self.offset, self._partial, self._skipping = 0, b"", False
         if size == self.offset:
             if self._replaced():
                 self.close()
                 self.offset, self._partial, self._skipping = 0, b"", False
-                return self.read_lines(max_bytes) if self._open() else []
+                return self.read_lines(max_bytes) if self._open() is not None else []
             return []
-        data = os.pread(self._fd, min(size - self.offset, max_bytes), self.offset)
+        data = os.pread(fd, min(size - self.offset, max_bytes), self.offset)
         self.offset += len(data)
         self.behind = self.offset < size
         return self._split(data)
 
-    def _open(self) -> bool:
-        """Open the file if it is there and is a regular file. A rank may put anything at the
-        path: a FIFO (whose open would block for ever without O_NONBLOCK), a device, a folder,
+    def _open(self) -> int | None:
+        """Open the file if it is there and is a regular file; its descriptor. A rank may put anything
+        at the path: a FIFO (whose open would block for ever without O_NONBLOCK), a device, a folder,
         a link to something unreadable; such a path is read as empty, and never blocks."""
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError:
-            return False
+            return None
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             os.close(fd)
             self.refused = True
-            return False
+            return None
         self._fd, self._inode = fd, info.st_ino
-        return True
+        return fd
 
     def _replaced(self) -> bool:
         try:
@@ -187,11 +188,12 @@ class Ingest:
                 self.malformed_events += malformed + tail.dropped_long_lines - before
         for local, files in self.run_dir.rank_files().items():
             for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
-                tail = self._log_tails.get((local, stream))
-                if tail is None or tail.path != path:  # a new attempt has new files
-                    if tail is not None:
-                        tail.close()
-                    tail = self._log_tails[(local, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
+                known = self._log_tails.get((local, stream))
+                if known is None or known.path != path:  # a new attempt has new files
+                    if known is not None:
+                        known.close()
+                    known = self._log_tails[(local, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
+                tail = known
                 lines = [line.decode("utf-8", "replace") for line in tail.read_lines()]
                 if lines:
                     with self._lock:

@@ -104,7 +104,7 @@ class Run(IngestReadings):
             python=python,
             cpu_count=cpu_count or host_module.cpu_count(),
             base_env=os.environ if environ is None else environ,
-            local_addr=self._nodes and self._nodes.local_addr,
+            local_addr=self._nodes.local_addr if self._nodes is not None else None,
         )
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
@@ -230,7 +230,7 @@ class Run(IngestReadings):
             self.resolved.world_size,
             self.resolved.device,
             self.resolved.backend,
-            self._tree.proc.pid,
+            self._tree.started.pid,
             " ".join(self.launch.argv),
         )
 
@@ -247,14 +247,14 @@ class Run(IngestReadings):
 
     def poll(self) -> RunState:
         """Read what is new, and notice the end of the run. Never blocks for long."""
-        if self.state is RunState.VERIFYING:
+        if self.state is RunState.VERIFYING and self._verification is not None:
             verify = self._verification.poll()
             if verify is not None:
                 self._finish(verify)
             return self.state
         if self.state is not RunState.RUNNING:
             return self.state
-        if self._nodes is not None and not self._poll_nodes():
+        if self._nodes is not None and not self._poll_nodes(self._nodes):
             return self.state
         self._ingest.read()
         if self.resolved.spec.nnodes == 1 and time.monotonic() - self._fr_read_at >= FR_READ_S:
@@ -298,7 +298,7 @@ class Run(IngestReadings):
 
     def stop(self, grace: float = 5.0) -> RunState:
         """Stop every process of the run: SIGTERM, ``grace`` seconds, then SIGKILL."""
-        if self.state is RunState.VERIFYING:
+        if self.state is RunState.VERIFYING and self._verification is not None:
             self._stop_requested = True
             self._verification.stop()
             self._finish(None)
@@ -324,6 +324,12 @@ class Run(IngestReadings):
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def result(self) -> RunSummary:
+        """The summary of a run that has ended (a run is only read back once its end is seen)."""
+        if self.summary is None:
+            raise RuntimeError(f"the run in {self.run_dir.path} has not ended ({self.state.value})")
+        return self.summary
 
     # ---- reading (any thread) ------------------------------------------------------------
 
@@ -376,10 +382,9 @@ class Run(IngestReadings):
         here = self.resolved.ranks_here
         return {r.rank: r.last_step for r in self._ingest.stats().ranks if r.rank in here}
 
-    def _poll_nodes(self) -> bool:
+    def _poll_nodes(self, nodes: NodeWatch) -> bool:
         """Several nodes: start the launcher once the store is there, publish this node's steps, and
         end the run when another node is lost or failed. False: nothing more to poll now."""
-        nodes = self._nodes
         nodes.poll()
         if not self.launched:
             self._node_cause = nodes.failure_to_start()

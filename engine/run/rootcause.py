@@ -320,8 +320,8 @@ def launcher_failure(text: str) -> tuple[str, str]:
     already taken by another process is said in those words, anything else by the launcher's
     last error line."""
     tail = "\n".join(text.strip().splitlines()[-STDERR_TAIL_LINES:])
-    if _PORT_IN_USE.search(text):
-        port = _PORT.search(text[max(0, _PORT_IN_USE.search(text).start() - 2000) :])
+    if in_use := _PORT_IN_USE.search(text):
+        port = _PORT.search(text[max(0, in_use.start() - 2000) :])
         which = f" {port.group(1)}" if port else ""
         message = (
             f"the launcher could not open its rendezvous port{which}: it is in use by another "
@@ -423,15 +423,15 @@ def find_root_cause(
             cause = RootCause(None, launcher_exit_code, signal_name(launcher_exit_code), message, detail)
             return dataclasses.replace(cause, hint=hint_for(cause, program=program))
 
-    files = rank_files.get(local)
+    chosen = rank_files.get(local)
     parsed = None
-    for path in (error_file, files.error_json if files else None):
+    for path in (error_file, chosen.error_json if chosen else None):
         if path is not None and (parsed := read_error_file(path)):
             break
     if parsed:
         message, traceback, _ = parsed
     else:
-        traceback = _stderr_tail(files.stderr) if files else ""
+        traceback = _stderr_tail(chosen.stderr) if chosen else ""
         message = _last_line(traceback)
         name = signal_name(exit_code)
         if name:

@@ -22,6 +22,7 @@ import logging
 import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from mgpu_tui.engine.machine.telemetry import RankSource, Sampler, Snapshot
 
@@ -125,7 +126,7 @@ class TelemetryLog:
         self.full_rate_samples, self.thin_every, self.max_bytes = full_rate_samples, thin_every, max_bytes
         self._sampler = Sampler(interval=interval, history=2, ranks=ranks, pcie=False)
         self._lock = threading.Lock()
-        self._file = None
+        self._file: TextIO | None = None
         self._written = 0
         self.samples = 0  # taken
         self.kept = 0  # written to the file

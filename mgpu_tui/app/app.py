@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING
 
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.widget import Widget
 from textual.widgets import Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.compare_controller import CompareController
@@ -46,6 +45,8 @@ from mgpu_tui.engine.protocol.rundir import RunDirError
 from mgpu_tui.errors import UsageError
 
 if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sampler and the topology
+    from mgpu_tui.app.views.compare import CompareView
+    from mgpu_tui.app.views.run import RunView
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
 
@@ -133,25 +134,37 @@ class MgpuApp(App):
 
     async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""
-        await self._show_view(event.tab.id)
+        if event.tab.id is not None:
+            await self._show_view(event.tab.id)
 
     async def _show_view(self, tab: str) -> None:
-        view, built = await self.query_one(ViewSwitcher).show(tab)
-        if built and tab == "topology":
-            view.host_layout = self.host_layout
-        if built and tab == "topology" and self._topology is not None:
-            view.show(*self._topology)
-        elif built and tab == "topology":
-            view.reading()
-        if built and tab == "compare" and self._last_snapshot is not None:
-            view.machine_memory(self._last_snapshot)
-        if built:
-            self.call_after_refresh(freeze_heap)
+        views = self.query_one(ViewSwitcher)
+        _, built = await views.show(tab)
+        if not built:
+            return
+        if topology := views.topology_view():
+            topology.host_layout = self.host_layout
+            if self._topology is not None:
+                topology.show(*self._topology)
+            else:
+                topology.reading()
+        if (compare := views.compare_view()) and tab == "compare" and self._last_snapshot is not None:
+            compare.machine_memory(self._last_snapshot)
+        self.call_after_refresh(freeze_heap)
 
-    def _view(self, tab: str) -> Widget | None:
-        """The tab's view; None for Run or Compare before their tab first showed (or after the app closed)."""
+    def _views(self) -> ViewSwitcher | None:
+        """The views (None after the app closed: a worker's late message then finds none)."""
         switchers = self.query(ViewSwitcher)
-        return switchers.first().view(tab) if switchers else None
+        return switchers.first() if switchers else None
+
+    def _run_view(self) -> RunView | None:
+        """The Run view; None before its tab first showed (or after the app closed)."""
+        views = self._views()
+        return views.run_view() if views else None
+
+    def _compare_view(self) -> CompareView | None:
+        views = self._views()
+        return views.compare_view() if views else None
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._after_first_frame)
@@ -175,7 +188,7 @@ class MgpuApp(App):
 
     def on_topology_read(self, message: TopologyRead) -> None:
         self._topology = (message.topology, message.reason)
-        if view := self._view("topology"):
+        if (views := self._views()) and (view := views.topology_view()):
             view.show(message.topology, message.reason)
 
     # ---- messages from the workers ---------------------------------------------------
@@ -187,11 +200,11 @@ class MgpuApp(App):
         self._last_snapshot = message.snapshot
         for dashboard in self.query(Dashboard):
             dashboard.show(message.snapshot)
-        if view := self._view("compare"):
+        if view := self._compare_view():
             view.machine_memory(message.snapshot)  # what its memory plan is checked against
 
     def on_run_updated(self, message: RunUpdated) -> None:
-        view = self._view("run")
+        view = self._run_view()
         if view is None:
             return
         view.show(
@@ -206,7 +219,7 @@ class MgpuApp(App):
     def on_run_ended(self, message: RunEnded) -> None:
         if self._quitting and not self.comparing.active:
             self.exit()
-        view = self._view("run")
+        view = self._run_view()
         if view is None:
             return
         view.add_log_lines(*self.controller.drain_log_lines())
@@ -214,13 +227,13 @@ class MgpuApp(App):
         view.ended(message.summary, run.stats() if run else None)
 
     def on_compare_updated(self, message: CompareUpdated) -> None:
-        if view := self._view("compare"):
+        if view := self._compare_view():
             view.show(message.rows, message.progress)
 
     def on_compare_ended(self, message: CompareEnded) -> None:
         if self._quitting and not self.controller.active:
             self.exit()
-        if view := self._view("compare"):
+        if view := self._compare_view():
             view.ended(message.comparison)
 
     def _rank_processes(self) -> dict[int, tuple[int, str | None]]:
@@ -244,9 +257,12 @@ class MgpuApp(App):
             self.notify(plain(str(exc)), title="Cannot start", severity="error", timeout=8, markup=False)
             return
         run = self.controller.run
-        from mgpu_tui.engine.run.summary import run_note  # with the run's engine, not the first frame
+        from mgpu_tui.engine.run.lifecycle import Run  # loaded by the start, not with the first frame
+        from mgpu_tui.engine.run.summary import run_note
 
-        self._view("run").started(spec, run.resolved, str(run.run_dir.path), note=run_note(run.resolved))
+        view = self._run_view()
+        if view is not None and isinstance(run, Run):
+            view.started(spec, run.resolved, str(run.run_dir.path), note=run_note(run.resolved))
         self.set_focus(None)  # the form's field goes away with the form: the keys are the app's again
         self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
 
@@ -268,7 +284,8 @@ class MgpuApp(App):
         except RecordError as exc:
             self.notify(plain(str(exc)), title="Cannot open", severity="error", timeout=8, markup=False)
             return
-        self._view("run").opened(run)
+        if view := self._run_view():
+            view.opened(run)
 
     async def on_open_requested(self, message: OpenRequested) -> None:
         await self.open_run(message.path)
@@ -282,7 +299,8 @@ class MgpuApp(App):
         except (SpecError, EnvironmentUnusable) as exc:
             self.notify(plain(str(exc)), title="Cannot compare", severity="error", timeout=8, markup=False)
             return
-        self._view("compare").started(comparison)
+        if view := self._compare_view():
+            view.started(comparison)
 
     def on_stop_requested(self, message: StopRequested) -> None:
         self.action_stop_run()
@@ -300,7 +318,9 @@ class MgpuApp(App):
 
     def _stop_followed(self) -> None:
         """A run started elsewhere: say who follows it, ask, and only then ask its monitor to stop it."""
-        run = self.controller.run
+        run = self.controller.followed()
+        if run is None:
+            return
         monitor = run.monitor()
         if monitor is None:
             self.notify("Nothing follows this run any more: it has ended.", severity="warning")
@@ -332,16 +352,18 @@ class MgpuApp(App):
         view, the highlighted mode's demo source, or not."""
         current = self.query_one(ViewSwitcher).current
         if current == "run-view":
-            self._view("run").show_guide()
+            if view := self._run_view():
+                view.show_guide()
         elif current == "compare-view":
-            self._view("compare").toggle_source()
+            if compare := self._compare_view():
+                compare.toggle_source()
 
     def action_toggle_whole(self) -> None:
-        if view := self._view("run"):
+        if view := self._run_view():
             view.toggle_whole()
 
     def action_next_gpu(self) -> None:
-        if view := self._view("run"):
+        if view := self._run_view():
             view.next_gpu()
 
     def action_leave_field(self) -> None:

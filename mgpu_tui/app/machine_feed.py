@@ -17,7 +17,7 @@ from textual.app import App
 from mgpu_tui.app.messages import TelemetryUpdated, TopologyRead
 
 if TYPE_CHECKING:
-    from mgpu_tui.engine.machine.telemetry import Sampler
+    from mgpu_tui.engine.machine.telemetry import Sampler, Snapshot
 
 
 class MachineFeed:
@@ -33,7 +33,11 @@ class MachineFeed:
         from mgpu_tui.engine.machine.telemetry import Sampler
 
         self.sampler = Sampler(interval=self.interval, ranks=self.ranks)
-        self.sampler.start(on_sample=lambda snapshot: self.app.post_message(TelemetryUpdated(snapshot)))
+
+        def on_sample(snapshot: Snapshot) -> None:
+            self.app.post_message(TelemetryUpdated(snapshot))
+
+        self.sampler.start(on_sample=on_sample)
 
     def read_topology(self) -> None:
         def work() -> None:

@@ -82,6 +82,15 @@ class RunController:
     def following(self) -> bool:
         return self.active and not self.owned
 
+    def followed(self) -> FollowedRun | None:
+        """The run the app follows and did not start, while it follows one."""
+        if not self.following or self._watch is None:
+            return None
+        from mgpu_tui.engine.records.follow import FollowedRun  # loaded already: it follows one
+
+        run = self._watch.run
+        return run if isinstance(run, FollowedRun) else None
+
     def start(self, spec: LaunchSpec) -> None:
         """Prepare and start a run; raises SpecError, EnvironmentUnusable or RunDirError for bad input."""
         if self.owns_active:
@@ -163,7 +172,8 @@ class RunController:
         run, owned = watch.run, watch.owned
         # A followed run's telemetry is read from its file and shown whole: a copy each time,
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
-        telemetry = None if owned else run.telemetry.copy()
+        recorded = getattr(run, "telemetry", None)  # a FollowedRun's, read from its file
+        telemetry = recorded.copy() if recorded is not None and not owned else None
         self.app.post_message(
             RunUpdated(
                 run.stats(),

@@ -69,7 +69,7 @@ def check_command(args: argparse.Namespace) -> int:
             else plain(f"mgpu-tui: {exc}"),
             file=sys.stderr,
         )
-        report, code = suite.report, exit_code_for(exc)
+        report, code = suite.report, exit_code_for(exc) or ExitCode.ENVIRONMENT
     else:
         code = ExitCode.FAILED if report.failed else ExitCode.OK
     extra = check_output.details(report)

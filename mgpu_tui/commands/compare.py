@@ -107,7 +107,7 @@ def _report(
         print(compare_output.scale_table(comparison) if scale else compare_output.compare_table(comparison))
         print()
         print(compare_output.scale_charts(comparison) if scale else compare_output.compare_charts(comparison))
-    if out:
+    if out is not None and suffix is not None:  # _out_suffix gave one for every --out
         try:
             write_atomic(out, compare_output.file_text(comparison, suffix))
             png = compare_output.png_bytes(comparison)

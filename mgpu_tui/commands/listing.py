@@ -51,7 +51,12 @@ def list_command(args: argparse.Namespace) -> int:
         table(
             ["mode", "what", "launcher", "here"],
             [
-                [r["name"], r["title"], r["launcher"], ("yes: " if r["runnable"] else "no: ") + r["reason"]]
+                [
+                    str(r["name"]),
+                    str(r["title"]),
+                    str(r["launcher"]),
+                    f"{'yes' if r['runnable'] else 'no'}: {r['reason']}",
+                ]
                 for r in rows
             ],
         )

@@ -319,7 +319,7 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
         print(plain(f"mgpu-tui: {line}"), file=sys.stderr)
     if role := run.node_role():
         print(plain(f"mgpu-tui: {role}"), file=sys.stderr)
-        if warning := exposure_warning(resolve_endpoint(spec.rdzv_endpoint)):
+        if spec.rdzv_endpoint and (warning := exposure_warning(resolve_endpoint(spec.rdzv_endpoint))):
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
     named: set[int] = set()  # stragglers already said, while the run goes
@@ -383,7 +383,7 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
             if not progress.said_verifying:
                 progress.end()
 
-    summary = run.summary
+    summary = run.result()
     print(json.dumps(summary.to_json()) if args.json else summary_text(summary))
     verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
     if summary.steps == 0 and not args.json and not verdict:  # no step: what the ranks said last is the why

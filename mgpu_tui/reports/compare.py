@@ -12,6 +12,7 @@ import io
 import json
 import math
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.compare import scaling
@@ -50,7 +51,7 @@ def _fmt_pct(x: float | None) -> str:
 
 
 # Columns: (header, value, format, which is best: max, min, or None for no mark).
-COLUMNS: list[tuple[str, Callable[[Row], float | None], Callable, Callable | None]] = [
+COLUMNS: list[tuple[str, Callable[[Row], Any], Callable | None, Callable | None]] = [
     ("samples/s", lambda r: r.samples_per_s, fmt_rate, max),
     ("per device", lambda r: r.samples_per_s_per_device, fmt_rate, max),
     ("tokens/s", lambda r: r.tokens_per_s, fmt_rate, max),
@@ -72,17 +73,21 @@ def _best(rows: Sequence[Row]) -> dict[str, float]:
     return best
 
 
+Cell = TypeVar("Cell")
+
+
 def cells(
     rows: Sequence[Row],
-    mark: Callable[[str], str],
-    other: Callable[[str], str] = str,
-) -> tuple[list[str], list[list[str]]]:
-    """Headers and cells; ``mark`` dresses a column's best value, ``other`` the rest of that column."""
+    mark: Callable[[str], Cell],
+    other: Callable[[str], Cell],
+) -> tuple[list[str], list[list[str | Cell]]]:
+    """Headers and cells; ``mark`` dresses a column's best value, ``other`` the rest of that column
+    (plain text here, Rich's Text in the app)."""
     best = _best(rows)
     headers = ["mode", "status", "ranks"] + [h for h, *_ in COLUMNS]
     out = []
     for r in rows:
-        cells = [r.mode, r.status, str(r.world_size)]
+        cells: list[str | Cell] = [r.mode, r.status, str(r.world_size)]
         for header, value, fmt, _ in COLUMNS:
             v = value(r)
             if fmt is None:  # a column that formats the whole row
@@ -270,7 +275,7 @@ def markdown_text(comparison: Comparison) -> str:
         ]
         lines += ["| " + " | ".join(cells) + " |" for cells in rows]
         return "\n".join([*lines, "", *scale_notes(comparison)]) + "\n"
-    headers, rows = cells(comparison.rows, lambda text: f"**{text}**")
+    headers, rows = cells(comparison.rows, lambda text: f"**{text}**", str)
     lines = [
         "# mgpu-tui compare",
         "",

@@ -12,6 +12,7 @@ A mode that cannot fit is greyed out in the list, with what it would need.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -30,13 +31,13 @@ from textual.widgets import (
 )
 
 from mgpu_tui.app.messages import CompareRequested, StopRequested
-from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, whole_numbers
+from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import fmt_bytes, plain
 from mgpu_tui.engine.compare.comparison import Comparison, Row
-from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
+from mgpu_tui.engine.launch.spec import LaunchSpec, as_device, workload_of
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.memory import ModePlan, Training, fit, needed, plan_run
@@ -106,9 +107,10 @@ class CompareView(Widget):
     }
     """
 
-    def __init__(self, host: Host, **kwargs) -> None:
+    def __init__(self, host: Host, run_root: Path = Path("runs"), **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
+        self.run_root = run_root  # where the compared runs go
         self.modes: list[str] = []
         self.steps = 0
         self.total = 0
@@ -212,6 +214,8 @@ class CompareView(Widget):
         else:
             what = f"the host's {fmt_bytes(limit)}, which CPU ranks share"
         training = Training(amp=template.amp, batch_size=template.batch_size)
+        if template.nproc is None:  # the form always gives one
+            return None
         plans = [
             fit(
                 plan_run(
@@ -353,10 +357,10 @@ class CompareView(Widget):
             nproc=numbers["compare-nproc"],
             steps=numbers["compare-steps"],
             batch_size=numbers["compare-batch"],
-            device=self.query_one("#compare-device", Select).value,
+            device=as_device(chosen(self.query_one("#compare-device", Select))),
             amp=self.query_one("#compare-amp", TickBox).value,
-            model=self.query_one("#compare-model", Select).value,
-            run_root=self.app.run_root,
+            model=chosen(self.query_one("#compare-model", Select)),
+            run_root=self.run_root,
         )
 
     def started(self, comparison: Comparison) -> None:
@@ -382,7 +386,7 @@ class CompareView(Widget):
 
     def show_rows(self, rows: list[Row]) -> None:
         table = self.query_one("#compare-table", DataTable)
-        headers, cells = compare_output.cells(rows, lambda t: Text(t + " *", style="bold green"))
+        headers, cells = compare_output.cells(rows, lambda t: Text(t + " *", style="bold green"), Text)
         table.clear(columns=True)
         table.add_columns(*headers)
         for row_cells, row in zip(cells, rows):

@@ -115,7 +115,7 @@ class Dashboard(Widget):
         yield VerticalScroll(id="gpus")
         yield TextPanel("", id="first-steps")
         yield Static("Rank processes of the current run", id="ranks-title", classes="section-title")
-        table = DataTable(id="rank-processes", cursor_type="none")
+        table: DataTable[str] = DataTable(id="rank-processes", cursor_type="none")
         table.add_columns("rank", "pid", "CPU %", "memory (RSS)", "threads", "GPU")
         yield table
 
@@ -134,7 +134,7 @@ class Dashboard(Widget):
             cpu_text = Text.assemble(bar(None), "  ...   ")
             cores = "measuring (the figures come with the next sample)"
         else:
-            cpu = sum(host.cpu_percent) / max(1, n)
+            cpu = sum(c for c in host.cpu_percent if c is not None) / max(1, n)
             cpu_text = Text.assemble(bar(cpu / 100), f" {cpu:3.0f}%   ")
             cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
         self.query_one("#host", TextPanel).update(

@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import Static
+from textual.widgets import Select, Static
 
-from mgpu_tui.app.views.run_form import RunForm
+from mgpu_tui.app.views.run_form import RunForm, chosen
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.mode_guide import ModeGuide
@@ -145,8 +146,9 @@ def result_panel(summary: RunSummary) -> Text:
     if summary.verify is not None:
         figures.append(f"verify {summary.verify.describe()}")
     energy = [g.energy_j for g in summary.telemetry.gpus] if summary.telemetry else []
-    if energy and None not in energy:
-        figures.append(f"GPU energy {sum(energy):,.0f} J")
+    known = [e for e in energy if e is not None]
+    if energy and len(known) == len(energy):
+        figures.append(f"GPU energy {sum(known):,.0f} J")
     title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
     return Text.assemble(
@@ -206,11 +208,12 @@ class RunView(Widget):
     }
     """
 
-    def __init__(self, host: Host, **kwargs) -> None:
+    def __init__(self, host: Host, run_root: Path = Path("runs"), **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
+        self.run_root = run_root  # where a run of the form goes
         self.world_size = 0
-        self.steps = 0
+        self.steps: int | None = 0
         self.failed_rank: int | None = None
         self.finished = False
         self.ended_ok = False
@@ -223,7 +226,7 @@ class RunView(Widget):
         self._whole: tuple = ([], [], [])  # the whole run, thinned
 
     def compose(self) -> ComposeResult:
-        yield RunForm(self.host, id="run-form")
+        yield RunForm(self.host, self.run_root, id="run-form")
         yield StatusLine("No run yet: choose a mode and press Start.", id="run-status")
         with Horizontal(id="run-middle"):
             yield TextPanel(rank_table([]), id="ranks")
@@ -240,7 +243,7 @@ class RunView(Widget):
     def on_mount(self) -> None:
         self.query_one(LogView).display = False
         self.query_one("#run-middle").display = False  # no run yet: the guide gets the room
-        self.query_one(ModeGuide).show(MODES[self.form.query_one("#mode").value])
+        self.query_one(ModeGuide).show(MODES[chosen(self.form.query_one("#mode", Select))])
 
     def on_show(self) -> None:
         # Ready for the form: the mode first, Tab to the model and the fields, Enter starts.
@@ -268,7 +271,7 @@ class RunView(Widget):
     ) -> None:
         """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
         show (ranks sharing GPUs, say)."""
-        self.form.fill(spec, resolved.spec.nproc)
+        self.form.fill(spec, resolved.nproc)
         mode = spec.script or spec.module or spec.mode
         label = f"{mode} on {resolved.world_size} rank{'s' if resolved.world_size != 1 else ''}"
         steps = None if spec.script or spec.module else spec.steps
@@ -310,7 +313,7 @@ class RunView(Widget):
         self.nodes: tuple[NodeView, ...] = ()
         self.ended_ok = False
         self.label, self.hint = label, hint
-        self._noted: str | None = None
+        self._noted = None
         self.query_one("#run-status", StatusLine).update(plain(f"{label}: {status}"), done=0.0)
         panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
         panel.update(Text(f"Note: {note}", style="yellow") if note else "")
@@ -395,7 +398,9 @@ class RunView(Widget):
         now = time.time()
         rows: list[tuple[str, ...]] = []
         several = len(self.nodes) > 1
-        groups = [(node, range(node.first_rank, node.last_rank + 1)) for node in self.nodes if several]
+        groups: list[tuple[NodeView | None, range]] = [
+            (node, range(node.first_rank, node.last_rank + 1)) for node in self.nodes if several
+        ]
         for node, ranks in groups or [(None, range(self.world_size))]:
             if node is not None:
                 rows.append((node_heading(node),))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widget import Widget
@@ -11,7 +13,7 @@ from mgpu_tui.app.messages import StartRequested
 from mgpu_tui.app.widgets.tick_box import TickBox
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
-from mgpu_tui.engine.launch.spec import LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES, availability
@@ -23,6 +25,14 @@ MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]  # the workloads (en
 NARROW = 120  # columns under which the form takes two rows
 # A run started from the app is watched: long enough to see the loss fall and the rates settle.
 WATCHED_STEPS = 1000
+
+
+def chosen(select: Select) -> str:
+    """A select's value (every select of the forms has one: none allows a blank)."""
+    value = select.value
+    if not isinstance(value, str):
+        raise UsageError(f"choose a value for {select.id or 'the field'}.")
+    return value
 
 
 def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
@@ -89,9 +99,10 @@ class RunForm(Horizontal):
     }
     """
 
-    def __init__(self, host: Host, **kwargs) -> None:
+    def __init__(self, host: Host, run_root: Path = Path("runs"), **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
+        self.run_root = run_root
 
     def compose(self) -> ComposeResult:
         options = []
@@ -144,18 +155,18 @@ class RunForm(Horizontal):
     def spec(self) -> LaunchSpec:
         """The launch the form describes; UsageError with one sentence when a field is wrong."""
         numbers = whole_numbers(self, {"nproc": "ranks", "steps": "steps", "batch": "batch"})
-        mode = MODES[self.query_one("#mode", Select).value]
+        mode = MODES[chosen(self.query_one("#mode", Select))]
         return LaunchSpec(
             mode=mode.name,
             nproc=numbers["nproc"] if mode.multi_process else None,
             steps=numbers["steps"],
             batch_size=numbers["batch"],
-            device=self.query_one("#device", Select).value,
+            device=as_device(chosen(self.query_one("#device", Select))),
             amp=self.query_one("#amp", Checkbox).value,
-            model=self.query_one("#model", Select).value,
-            share_gpus=self._share_gpus().value if self._share_gpus() is not None else False,
+            model=chosen(self.query_one("#model", Select)),
+            share_gpus=share.value if (share := self._share_gpus()) is not None else False,
             nice=UI_RANK_NICE,  # the screen must answer keys whatever the ranks do
-            run_root=self.app.run_root,
+            run_root=self.run_root,
         )
 
     def _share_gpus(self) -> Checkbox | None:
@@ -173,8 +184,8 @@ class RunForm(Horizontal):
         self.query_one("#batch", Input).value = str(spec.batch_size)
         self.query_one("#device", Select).value = spec.device
         self.query_one("#amp", Checkbox).value = spec.amp
-        if self._share_gpus() is not None:
-            self._share_gpus().value = spec.share_gpus
+        if (share := self._share_gpus()) is not None:
+            share.value = spec.share_gpus
 
     def running(self, active: bool) -> None:
         # Out of the way while a run goes (s stops it): its fields cannot change a running

@@ -52,7 +52,7 @@ class RunsView(Widget):
 
     def compose(self) -> ComposeResult:
         yield Static(plain(f"Runs in {self.root}: reading…"), id="runs-title", markup=False)
-        table = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        table: DataTable[str] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
 
@@ -98,7 +98,8 @@ class RunsView(Widget):
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
-        self.post_message(OpenRequested(Path(event.row_key.value)))
+        if event.row_key.value is not None:
+            self.post_message(OpenRequested(Path(event.row_key.value)))
 
 
 def _cells(record) -> tuple:

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher
 
 from mgpu_tui.engine.machine.host import Host
+
+if TYPE_CHECKING:
+    from mgpu_tui.app.views.compare import CompareView
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.topology import TopologyView
 
 TABS = {"dashboard": "Dashboard", "topology": "Topology", "run": "Run", "compare": "Compare", "runs": "Runs"}
 
@@ -32,14 +38,14 @@ def new_view(tab: str, host: Callable[[], Host], run_root: Path) -> Widget:
     if tab == "run":
         from mgpu_tui.app.views.run import RunView
 
-        return RunView(host(), id="run-view")
+        return RunView(host(), run_root, id="run-view")
     if tab == "runs":
         from mgpu_tui.app.views.runs import RunsView
 
         return RunsView(run_root, id="runs-view")
     from mgpu_tui.app.views.compare import CompareView
 
-    return CompareView(host(), id="compare-view")
+    return CompareView(host(), run_root, id="compare-view")
 
 
 class ViewSwitcher(ContentSwitcher):
@@ -58,11 +64,35 @@ class ViewSwitcher(ContentSwitcher):
         """The tab's view; None before it first showed (or after the app closed)."""
         return next(iter(self.query(f"#{tab}-view")), None)
 
+    # Each view as its own class, once it exists: its module is imported by then, so asking costs
+    # nothing, and a view never shown is never loaded for the asking.
+
+    def run_view(self) -> RunView | None:
+        if (view := self.view("run")) is None:
+            return None
+        from mgpu_tui.app.views.run import RunView
+
+        return view if isinstance(view, RunView) else None
+
+    def compare_view(self) -> CompareView | None:
+        if (view := self.view("compare")) is None:
+            return None
+        from mgpu_tui.app.views.compare import CompareView
+
+        return view if isinstance(view, CompareView) else None
+
+    def topology_view(self) -> TopologyView | None:
+        if (view := self.view("topology")) is None:
+            return None
+        from mgpu_tui.app.views.topology import TopologyView
+
+        return view if isinstance(view, TopologyView) else None
+
     async def show(self, tab: str) -> tuple[Widget, bool]:
         """Switch to the tab's view; (the view, whether it was built just now)."""
         view = self.view(tab)
         built = view is None
-        if built:
+        if view is None:
             # (Textual's Lazy would mount it anyway right after the first frame, and raise
             # MountError if the app is already quitting.)
             view = new_view(tab, self._host, self._run_root)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import Group
+from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -59,7 +59,7 @@ class TopologyView(Static):
         legend.append_text(Text.assemble(("  NV#", "bold green"), "  a bonded set of # NVLinks"))
         for label, path in PATH.items():
             legend.append_text(Text.assemble("\n  ", (f"{label:<4}", _style(label)), f" through {path}"))
-        parts = [table, legend]
+        parts: list[RenderableType] = [table, legend]
         for line in (p2p_summary(topology), numa_summary(topology)):
             if line:
                 parts.append(Text(line))

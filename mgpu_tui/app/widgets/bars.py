@@ -64,7 +64,7 @@ def spark_rows(
     eighths = [eighths_of(v) for v in values]
     # The row (from the bottom) each point of the line falls in.
     drawn = line is not None and len(line) == len(values)
-    line_rows = [(eighths_of(v) - 1) // len(_SPARKS) for v in line] if drawn else None
+    line_rows = [(eighths_of(v) - 1) // len(_SPARKS) for v in line] if line is not None and drawn else None
     pad = width - len(values)
     text = Text(style=style)
     for row in range(height - 1, -1, -1):  # top row first

@@ -102,7 +102,7 @@ class Chart(Widget):
             steps = self.steps[-width:]
             title = chart_title(self.title, shown, self.fmt, width=width)
         line = smooth(shown) if self.smoothed and len(shown) > 2 else None
-        parts = [title, "\n", spark_rows(shown, width, rows, line=line)]
+        parts: list[str | Text] = [title, "\n", spark_rows(shown, width, rows, line=line)]
         if self.steps:
             parts += ["\n", axis(steps, width)]
         return Text.assemble(*parts)

@@ -68,6 +68,8 @@ def card_text(gpu: GpuSample, util_history: list[float], ranks: list[int], width
             fields_line([head, Text(why, style="bold red")], width), "\n  ", (gpu.uuid, "dim")
         )
     r = gpu.readings
+    if r is None:  # a sample has readings unless the GPU was lost or NVML failed (above)
+        return fields_line([head, Text("no readings", style="dim")], width)
     mem_fraction = r.memory_used / r.memory_total if r.memory_used is not None and r.memory_total else None
     power = _na(r.power_w, "{:.0f}") + "/" + _na(r.power_limit_w, "{:.0f} W")
     ranks_text = ", ".join(f"rank {k}" for k in ranks) or "no rank"

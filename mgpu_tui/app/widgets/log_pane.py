@@ -22,6 +22,7 @@ from rich.style import Style
 from textual.geometry import Region, Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.timer import Timer
 
 RANK_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 GROW_EVERY_S = 1.0
@@ -88,7 +89,7 @@ class LogPane(ScrollView):
         self.following = True
         self._widest = 0
         self._grown_at = 0.0
-        self._grow_timer = None
+        self._grow_timer: Timer | None = None
         self._paint: tuple[Style, Region] | None = None
 
     def clear(self) -> None:
@@ -99,7 +100,9 @@ class LogPane(ScrollView):
         self.refresh()
 
     def extend(self, entries: Iterable[Entry]) -> None:
-        entries = list(entries)[-self.entries.maxlen :]  # what would leave at once is never measured
+        entries = list(entries)
+        if self.entries.maxlen is not None:  # what would leave at once is never measured
+            entries = entries[-self.entries.maxlen :]
         if not entries:
             return
         before = len(self.entries)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+from collections.abc import Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -71,7 +72,7 @@ class LogView(Vertical):
 
         return matches
 
-    def add(self, lines: list[Entry], dropped: int = 0) -> None:
+    def add(self, lines: Sequence[Entry], dropped: int = 0) -> None:
         """New lines; ``dropped``: lines before them the engine read but could not hold for us."""
         if dropped:
             note = f"… {dropped:,} lines not shown here (every line is in the run's log files)"

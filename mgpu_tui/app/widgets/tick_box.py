@@ -16,8 +16,8 @@ TICKED, UNTICKED = "✓", " "
 
 
 class TickBox(Checkbox):
-    @property
-    def BUTTON_INNER(self) -> str:  # noqa: N802 (Textual's name)
+    @property  # Textual's class attribute, read each time the box is drawn
+    def BUTTON_INNER(self) -> str:  # type: ignore[override]  # noqa: N802 (Textual's name)
         return TICKED if self.value else UNTICKED
 
 
