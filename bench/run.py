@@ -41,6 +41,9 @@ Entries:
   and so slows what it measures; the key figure measured that way is printed too.
 - ``check``: ``mgpu-tui --check --level 1`` and the default level 2, end to end.
   Goals: <= 3 s and <= 20 s on this 2-core machine.
+- ``nccl``: ``read_nccl_log`` (what ``mgpu-tui nccl`` and a NCCL run's summary read) over 100 MiB
+  of real NCCL_DEBUG=INFO lines repeated as ever new processes. Goal: linear in its input (a
+  rank writes these logs: bounded work a line), 100 MiB in < 60 s and < 500 MiB of memory.
 - ``compare``: ``compare ddp fsdp pipeline``'s wall time against the sum of its
   runs' own durations (launch to exit). Goal: it adds <= 2%.
 """
@@ -745,6 +748,48 @@ def bench_compare(repeats: int, steps: int) -> str:
     )
 
 
+NCCL_SCRIPT = """
+import resource, sys, time
+from mgpu_tui.engine.machine.nccl_log import read_nccl_log
+started = time.perf_counter()
+with open(sys.argv[1], encoding="utf-8", errors="replace") as f:
+    reading = read_nccl_log(f)
+took = time.perf_counter() - started
+print(reading.lines, took, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+
+
+def bench_nccl(megabytes: int) -> str:
+    """``read_nccl_log`` over ``megabytes`` of NCCL_DEBUG=INFO output: the recorded H100 log's lines,
+    written again and again as new processes and communicators (a new pid and comm every 300 lines,
+    a rank's start-up), read line by line as a file streams them."""
+    source = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "nccl"
+    lines = [
+        line
+        for path in sorted(source.glob("*.log"))
+        for line in path.read_text(errors="replace").splitlines(keepends=True)
+    ]
+    with tempfile.TemporaryDirectory() as work:
+        log = Path(work) / "nccl.log"
+        written, copy = 0, 0
+        with open(log, "w") as f:
+            while written < megabytes << 20:
+                copy += 1
+                text = "".join(lines).replace(":", f":{copy}", 1)  # another process's start-up
+                text = text.replace("comm 0x", f"comm 0x{copy:x}")
+                f.write(text)
+                written += len(text)
+        done = subprocess.run(
+            [sys.executable, "-c", NCCL_SCRIPT, str(log)], capture_output=True, text=True, check=True
+        )
+        count, took, peak = done.stdout.split()
+    rows = [
+        (f"read_nccl_log, {written / 2**20:.0f} MiB ({int(count):,} lines)", f"{float(took):.1f} s"),
+        ("  its process's peak memory (RSS)", f"{int(peak) / 2**20:.0f} MiB"),
+    ]
+    return table(("nccl: a large log (goal: linear; 100 MiB < 60 s, < 500 MiB)", "measured"), rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -763,6 +808,7 @@ def main() -> None:
             "app",
             "check",
             "compare",
+            "nccl",
             [],
         ),
         default=[],
@@ -782,6 +828,7 @@ def main() -> None:
         "app",
         "check",
         "compare",
+        "nccl",
         "overhead",
         "transformer",
     ]
@@ -805,6 +852,8 @@ def main() -> None:
             print(bench_check(3), flush=True)
         elif entry == "compare":
             print(bench_compare(3, 30), flush=True)
+        elif entry == "nccl":
+            print(bench_nccl(100), flush=True)
         else:
             print(bench_help(20), flush=True)
         print(flush=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from mgpu_tui import __version__
 from mgpu_tui.arguments import Parser, positive_float, seconds_or_off, whole_number, whole_numbers
 from mgpu_tui.commands.workload import add_model_arguments
-from mgpu_tui.console import plain
+from mgpu_tui.console import plain, plain_output
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
@@ -516,7 +516,12 @@ def _report(exc: BaseException) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    """The command line; whatever any command prints passes the one sink (console.plain_output)."""
+    with plain_output():
+        return _main(sys.argv[1:] if argv is None else list(argv))
+
+
+def _main(argv: list[str]) -> int:
     if argv[:1] == ["torchrun"]:  # torchrun's own line, whole: its script's arguments may hold "--"
         return _dispatch_torchrun(argv[1:])
     ours, demo_args = _split_demo_args(argv)

@@ -6,27 +6,57 @@ that reads well in a terminal, a CI log or a pipe alike.
 
 from __future__ import annotations
 
+import contextlib
 import math
-import re
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from typing import Any, TextIO
 
-# Every control character but newline and tab: C0, DEL and C1 (0x9b starts an escape sequence
-# on some terminals as ESC [ does).
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+from mgpu_tui.engine.protocol.text import plain  # the one sink: re-exported for the commands
 
+__all__ = ["CLEAR_LINE", "PlainStream", "plain", "redraw"]
 
-def _visible(char: str) -> str:
-    code = ord(char)
-    if code < 0x20:
-        return "^" + chr(code + 0x40)  # ESC shows as ^[, as a terminal echoes it
-    return "^?" if code == 0x7F else f"\\x{code:02x}"
+CLEAR_LINE = "\r\x1b[K"  # the live progress line's own control sequence, the only one the CLI writes
 
 
-def plain(text: str) -> str:
-    """Text that came from a rank, a path or an exception, made safe for a terminal: every
-    control character but newline and tab is shown as a visible escape, so none can move the
-    cursor, clear the screen, retitle the window or hide what follows."""
-    return text if text.isprintable() else _CONTROL.sub(lambda m: _visible(m.group()), text)
+class PlainStream:
+    """The CLI's stdout or stderr: every write passes the one sink (:func:`plain`), so no text from a
+    rank, a file, a path or an exception reaches the terminal as control characters, whichever code
+    prints it. Only the live progress line's own sequence goes through, by :func:`redraw`."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        self.stream.write(plain(text))
+        return len(text)
+
+    def control(self, sequence: str) -> None:
+        self.stream.write(sequence)
+
+    def __getattr__(self, name: str) -> Any:  # flush, isatty, fileno, encoding, buffer...
+        return getattr(self.stream, name)
+
+
+def redraw(stream: TextIO | PlainStream, line: str = "") -> None:
+    """Clear the live progress line and draw ``line`` (made plain) in its place."""
+    if isinstance(stream, PlainStream):
+        stream.control(CLEAR_LINE)
+        stream.write(line)
+    else:
+        stream.write(CLEAR_LINE + plain(line))
+
+
+@contextlib.contextmanager
+def plain_output() -> Iterator[None]:
+    """While the CLI runs: sys.stdout and sys.stderr through the sink; restored afterwards."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout = PlainStream(sys.stdout)
+    sys.stderr = PlainStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
 
 
 def fmt_bytes(n: float | None) -> str:

@@ -12,6 +12,8 @@ import logging.handlers
 import os
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.text import PlainFormatter
+
 MAX_BYTES = 1 << 20
 BACKUPS = 2
 
@@ -32,7 +34,7 @@ def start_app_log() -> Path | None:
         )
     except OSError:
         return None
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(PlainFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("mgpu_tui")
     root.addHandler(handler)
     root.setLevel(logging.INFO)

@@ -20,7 +20,7 @@ from mgpu_tui.engine.compare.comparison import (
     train_flops_per_sample,
 )
 from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
-from mgpu_tui.engine.records.history import RecordError, read_run, read_spec
+from mgpu_tui.engine.records.history import RecordedMachine, RecordedSpec, RecordError, read_run, read_spec
 from mgpu_tui.engine.run.aggregate import read_events
 
 # What must be the same for two runs' figures to be compared: (spec key, what it is called).
@@ -53,21 +53,20 @@ def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
     return comparison
 
 
-def _workload(spec: dict):
+def _workload(spec: RecordedSpec):
     """The recorded spec's model (an older record has no --model: the MLP)."""
-    args = tuple((k, int(v)) for k, v in spec.get("model_args") or ())
     return workload_of(
         LaunchSpec(
             mode="single",
-            width=int(spec["width"]),
-            depth=int(spec["depth"]),
-            model=str(spec.get("model") or "mlp"),
-            model_args=args,
+            width=spec.width or 0,
+            depth=spec.depth or 0,
+            model=spec.model or "mlp",
+            model_args=spec.model_args,
         )
     )
 
 
-def _row(path: Path) -> tuple[dict, dict, Row]:
+def _row(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, Row]:
     record = read_run(path)
     if record.status == "broken":
         raise RecordError(f"{path} cannot be compared: {record.reason}.")
@@ -77,19 +76,18 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
     summary = record.summary
     gpu_names = [g.name for g in summary.telemetry.gpus] if summary.telemetry else []
     devices = devices_used(
-        str(spec.get("mode")),
-        spec["device"],
+        str(spec.mode),
+        spec.device,
         summary.world_size,
-        int(spec.get("nproc") or 1),
-        spec.get("stages", 1),
-        int(machine.get("gpu_count") or 0),
+        spec.nproc or 1,
+        spec.stages,
+        (machine.gpu_count if machine else None) or 0,
     )
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
-    own_program = bool(spec.get("script") or spec.get("module"))  # a model we cannot count FLOPs of
-    flops = None if own_program else train_flops_per_sample(_workload(spec))
+    flops = None if spec.program else train_flops_per_sample(_workload(spec))  # not a script's model
     tflops = per_device * flops / 1e12 if per_device and flops else None
-    peak = peak_flops(gpu_names[0] if gpu_names else None, spec["amp"]) if spec["device"] == "cuda" else None
+    peak = peak_flops(gpu_names[0] if gpu_names else None, spec.amp) if spec.device == "cuda" else None
     events = read_events(path)
     steps, rates, _ = events.series()
     loss_steps, _, losses = events.whole_series()
@@ -117,23 +115,23 @@ def _row(path: Path) -> tuple[dict, dict, Row]:
         note=summary.note,
         memory=list(summary.memory),
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
-        batch_size=int(spec.get("batch_size") or 0),
-        lr=spec.get("lr"),
+        batch_size=spec.batch_size or 0,
+        lr=spec.lr,
     )
     return spec, machine, row
 
 
-def _differences(specs: list[tuple[Path, dict, dict]]) -> list[str]:
+def _differences(specs: list[tuple[Path, RecordedSpec, RecordedMachine | None]]) -> list[str]:
     """One sentence per way the runs differ that makes their figures incomparable."""
     found = []
-    unrecorded = [Path(path).name for path, _, machine in specs if not machine]
+    unrecorded = [Path(path).name for path, _, machine in specs if machine is None]
     if unrecorded:  # made before runs recorded their machine: nothing can be said of it
         found.append(f"{', '.join(unrecorded)} does not record its machine (an older mgpu-tui made it)")
     for keys, of_spec in ((SAME_JOB, True), (SAME_MACHINE, False)):
         for key, name in keys:
             known = [(path, spec if of_spec else machine) for path, spec, machine in specs]
-            known = [(path, record) for path, record in known if record]
-            if len({record.get(key) for _, record in known}) > 1:
-                each = ", ".join(f"{Path(path).name}: {record.get(key)}" for path, record in known)
+            values = [(path, getattr(record, key)) for path, record in known if record is not None]
+            if len({value for _, value in values}) > 1:
+                each = ", ".join(f"{Path(path).name}: {value}" for path, value in values)
                 found.append(f"{name} differs ({each})")
     return found

@@ -51,6 +51,10 @@ _CHAIN = re.compile(r"^(?P<where>[\w/.-]+\.cc:\d+) -> (?P<code>\d+)")
 _ERROR = re.compile(r"(?:NCCL error|Test NCCL failure)\b.*")
 
 MAX_LINE = 8192
+# A log may be anyone's (a rank writes it): what is kept of it is bounded, so reading stays linear.
+MAX_KEPT = 100  # versions, errors, distinct warnings, networks, environment variables
+MAX_MANY = 65_536  # hosts, communicators, links, rings
+MAX_CHANNELS = 256  # of one link (NCCL uses at most 64)
 
 # ncclResult_t, as nccl.h numbers them.
 RESULTS = {
@@ -243,29 +247,30 @@ def read_nccl_log(lines: Iterable[str]) -> NcclReading:
     comms: dict[tuple, Communicator] = {}
     warnings: dict[tuple, Warning_] = {}
     chain_codes: list[tuple[int, str]] = []
+    pids: dict[str, set[int]] = {}  # host -> the processes that wrote NCCL lines
     for raw in lines:
         reading.lines += 1
         # NCCL's lines are short (its longest, the list of network interfaces, is a few hundred
         # characters); a longer one is something else, and is not searched past this.
         line = raw[:MAX_LINE].rstrip("\n")
         if match := _VERSION.search(line):
-            if match["v"] not in reading.versions:
+            if match["v"] not in reading.versions and len(reading.versions) < MAX_KEPT:
                 reading.versions.append(match["v"])
         nccl = _LINE.search(line)
         if nccl is None:
-            if error := _ERROR.search(line):
+            if (error := _ERROR.search(line)) and len(reading.errors) < MAX_KEPT:
                 reading.errors.append(error.group(0).strip()[:300])
             continue
         reading.nccl_lines += 1
         host, pid, msg = nccl["host"], int(nccl["pid"]), nccl["msg"].strip()
-        entry = reading.hosts.setdefault(host, {"pids": [], "ranks": []})
-        if pid not in entry["pids"]:
-            entry["pids"].append(pid)
+        if host not in pids and len(pids) >= MAX_MANY:
+            continue  # more hosts than any job has: the rest is not read
+        pids.setdefault(host, set()).add(pid)
         if nccl["level"] == "WARN":
             key = (host, msg)
             if key in warnings:
                 warnings[key].count += 1
-            else:
+            elif len(warnings) < MAX_KEPT:
                 meaning = next((m for pattern, m in MEANINGS if re.search(pattern, msg)), None)
                 benign = any(re.search(pattern, msg) for pattern in BENIGN)
                 warnings[key] = Warning_(host, nccl["src"], msg[:300], meaning=meaning, benign=benign)
@@ -273,13 +278,14 @@ def read_nccl_log(lines: Iterable[str]) -> NcclReading:
         _read_info(reading, host, pid, msg, links, comms, chain_codes)
     reading.links = sorted(links.values(), key=lambda k: (k.host, k.src, k.dst, k.kind))
     reading.communicators = list(comms.values())
+    ranks: dict[str, set[int]] = {}
     for c in reading.communicators:
-        ranks = reading.hosts[c.host]["ranks"]
-        if c.rank not in ranks:
-            ranks.append(c.rank)
-    for entry in reading.hosts.values():
-        entry["pids"].sort()
-        entry["ranks"].sort()
+        ranks.setdefault(c.host, set()).add(c.rank)
+    reading.hosts = {
+        host: {"pids": sorted(found), "ranks": sorted(ranks.get(host, ()))} for host, found in pids.items()
+    }
+    for link in reading.links:
+        link.channels.sort()
     reading.warnings = list(warnings.values())
     if chain_codes:  # NCCL's error chain: where it began, and the code it returned all the way up
         code, where = chain_codes[0]
@@ -296,6 +302,8 @@ def _read_info(
     comms: dict,
     chain_codes: list[tuple[int, str]],
 ) -> None:
+    if len(comms) >= MAX_MANY or len(links) >= MAX_MANY:
+        return  # more communicators or links than a job has: the rest is not read
     if match := _INIT.search(msg):
         key = (host, pid, match["comm"])
         comm = comms.get(key) or Communicator(
@@ -313,7 +321,8 @@ def _read_info(
         comm.nnodes, comm.local_ranks = int(match["nnodes"]), int(match["local"])
     elif match := _RING.match(msg):
         reading.ring_channels = max(reading.ring_channels or 0, int(match["of"]))
-        reading.rings.setdefault(f"{host}:{pid}", [int(r) for r in match["order"].split()])
+        if len(reading.rings) < MAX_MANY:
+            reading.rings.setdefault(f"{host}:{pid}", [int(r) for r in match["order"].split()[:MAX_MANY]])
     elif match := _CONNECT.match(msg):
         via = match["via"]
         link_key = (host, int(match["src"]), int(match["dst"]), via)
@@ -321,17 +330,16 @@ def _read_info(
             link_key, Link(host, int(match["src"]), int(match["dst"]), transport_kind(via), via, match["dir"])
         )
         channel = int(match["ch"])
-        if channel not in link.channels:
-            link.channels.append(channel)
-            link.channels.sort()
+        if channel not in link.channels and len(link.channels) < MAX_CHANNELS:
+            link.channels.append(channel)  # sorted once, at the end
     elif match := _CHANNELS.search(msg):
         reading.channel_counts = {k: int(v) for k, v in match.groupdict().items() if v is not None}
-    elif match := _ENV.match(msg):
+    elif (match := _ENV.match(msg)) and (match["name"] in reading.env or len(reading.env) < MAX_KEPT):
         reading.env[match["name"]] = match["value"].strip()
     elif match := _NETWORK.match(msg):
-        if match["net"] not in reading.networks:
+        if match["net"] not in reading.networks and len(reading.networks) < MAX_KEPT:
             reading.networks.append(match["net"])
-    elif match := _CHAIN.match(msg):
+    elif (match := _CHAIN.match(msg)) and not chain_codes:  # where the chain began is all that is said
         chain_codes.append((int(match["code"]), match["where"]))
 
 

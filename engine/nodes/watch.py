@@ -34,6 +34,7 @@ from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.endpoint import hosts_here, resolve_endpoint, route_address
 from mgpu_tui.engine.protocol.causes import RootCause, is_consequence
 from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, parse_peer
 from mgpu_tui.engine.protocol.rundir import RunDir
 
@@ -270,7 +271,7 @@ class NodeWatch:
             dict(steps),
             failure,
         )
-        line = json.dumps(self._record.to_json())
+        line = strict_json(self._record.to_json())
         if self._proc is None or self._proc.poll() is not None or line == self._published:
             return
         if not force and not self.publish_due():

@@ -18,9 +18,10 @@ anything else. Texts are kept as plain text, their control characters replaced.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Literal, overload
+
+from mgpu_tui.engine.protocol.text import plain_line
 
 STATES = ("joining", "running", "ok", "failed", "interrupted")
 FINAL_STATES = ("ok", "failed", "interrupted")
@@ -29,12 +30,11 @@ MAX_TEXT = 600
 MAX_RANKS_SHOWN = 256  # steps of at most this many ranks per node
 MAX_RANK = 1 << 20
 MAX_STEP = 1 << 48
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def plain(text: str, limit: int) -> str:
-    """A peer's text as one plain line: no control characters, at most ``limit`` characters."""
-    return _CONTROL.sub(" ", text)[:limit]
+    """A peer's text as one plain line (the one sink, protocol/text.py), at most ``limit`` characters."""
+    return plain_line(text, limit)
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
-import json
 import os
 import re
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_RANK_FILE = re.compile(r"rank(\d+)\.jsonl$")
+from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_atomic
+
+_RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 
 
 class RunDirError(OSError):
@@ -153,31 +153,38 @@ class RunDir:
 
     def event_files(self) -> dict[int, Path]:
         """Global rank -> its event file, for the files that exist now."""
-        try:
-            names = os.listdir(self.events_dir)
-        except FileNotFoundError:
-            return {}
         found = {}
-        for name in names:
+        for entry in entries(self.events_dir):
+            name = entry.name
             match = _RANK_FILE.fullmatch(name)
             if match:
                 found[int(match.group(1))] = self.events_dir / name
         return found
 
-    def rank_files(self) -> dict[int, RankFiles]:
-        """Local rank -> its log files in the latest attempt, for the ranks started so far."""
+    def rank_files(self, local_ranks: int | None = None) -> dict[int, RankFiles]:
+        """Local rank -> its log files in the latest attempt, for the ranks started so far (below
+        ``local_ranks`` when given: a rank may make a thousand folders, none of which is read).
+        The launcher's ``<run id>/attempt_<N>/<local rank>/`` folders only: links, files and names
+        that are not ASCII numbers are passed over."""
         latest: dict[int, tuple[int, Path]] = {}
-        for attempt_dir in self.logs_dir.glob("*/attempt_*"):
-            try:
-                attempt = int(attempt_dir.name.split("_", 1)[1])
-            except ValueError:
+        for launch in entries(self.logs_dir):
+            if not launch.is_dir(follow_symlinks=False):
                 continue
-            for rank_dir in attempt_dir.iterdir():
-                if not rank_dir.name.isdigit():
+            for attempt_dir in entries(Path(launch.path)):
+                number = attempt_dir.name.removeprefix("attempt_")
+                if number == attempt_dir.name or not _number(number):
                     continue
-                local = int(rank_dir.name)
-                if local not in latest or latest[local][0] < attempt:
-                    latest[local] = (attempt, rank_dir)
+                if not attempt_dir.is_dir(follow_symlinks=False):
+                    continue
+                attempt = int(number)
+                for rank_dir in entries(Path(attempt_dir.path)):
+                    if not _number(rank_dir.name) or not rank_dir.is_dir(follow_symlinks=False):
+                        continue
+                    local = int(rank_dir.name)
+                    if local_ranks is not None and local >= local_ranks:
+                        continue
+                    if local not in latest or latest[local][0] < attempt:
+                        latest[local] = (attempt, Path(rank_dir.path))
         return {
             local: RankFiles(local, d / "stdout.log", d / "stderr.log", d / "error.json")
             for local, (_, d) in sorted(latest.items())
@@ -188,12 +195,9 @@ class RunDir:
     def write_json(self, path: Path, document: Any) -> None:
         """Write atomically, so a reader never sees half a file; on failure (a full disk, say)
         no temporary file is left behind, and RunDirError says why in one sentence."""
-        tmp = path.with_suffix(path.suffix + ".tmp")
         try:
-            tmp.write_text(json.dumps(document, indent=2, sort_keys=False) + "\n")
-            os.replace(tmp, path)
+            write_atomic(path, dumps(document, indent=2) + "\n")
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise RunDirError(f"cannot write {path}: {exc.strerror or exc}.") from None
 
     def discard(self) -> None:
@@ -239,25 +243,13 @@ class RunDir:
         return st.f_bavail * st.f_frsize
 
 
-def read_capped(path: Path, limit: int, *, tail: bool = False) -> str:
+def _number(name: str) -> bool:
+    """An ASCII number of at most 7 digits ("²" is a digit to str.isdigit, not to int)."""
+    return name.isascii() and name.isdigit() and len(name) <= 7
+
+
+def read_capped(path: Path, limit: int, *, tail: bool = False, root: Path | None = None) -> str:
     """The text of a file of a run, at most ``limit`` bytes of it: its start, or its end with
-    ``tail``. Ranks write these files, so they may be huge, or not files at all: a FIFO or a
-    device is refused (OSError) without blocking on it, and bytes that are not UTF-8 are
-    replaced."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        if tail and info.st_size > limit:
-            os.lseek(fd, info.st_size - limit, os.SEEK_SET)
-        chunks, left = [], limit
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-    finally:
-        os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    ``tail``; read by the one reader (protocol/folder.py: regular files only, no link followed
+    below ``root``, never blocking on a FIFO). Bytes that are not UTF-8 are replaced."""
+    return read_text(path, limit, tail=tail, root=root)

@@ -17,7 +17,6 @@ the same Ingest as a live run (which checks each event against the job's shape).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from dataclasses import dataclass, field
 from enum import Enum
@@ -27,8 +26,9 @@ from typing import Any
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.protocol.folder import loads, read_json
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, plain
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.records.history import (
     MAX_SPEC_BYTES,
     MAX_SUMMARY_BYTES,
@@ -109,10 +109,15 @@ class TelemetrySeries:
             del series[1::2]
 
 
+MAX_FIGURE = 1e18  # of a telemetry reading (bytes, percent, watts, seconds): beyond it, none is meant
+
+
 def _number(value) -> float | None:
+    """A reading as a float; None for anything else, or for a figure no machine gives (1e308 would
+    overflow whatever draws it)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
-    return float(value)
+    return float(value) if abs(value) <= MAX_FIGURE else None
 
 
 class FollowedRun(IngestReadings):
@@ -123,15 +128,11 @@ class FollowedRun(IngestReadings):
         if record.status == "broken":
             raise RecordError(f"{path} cannot be opened: {record.reason}.")
         spec, _, node = read_spec(path)
-        try:
-            self.world_size = int(spec["world_size"])
-            # A script says no total: its steps are counted, not requested.
-            program = spec.get("script") or spec.get("module")
-            self.steps_requested: int | None = None if program else int(spec.get("steps") or 0)
-            self.requested_stall_timeout = _number(spec.get("stall_timeout"))
-            restarts = int(spec.get("max_restarts") or 0) > 0
-        except (ValueError, KeyError, TypeError) as exc:
-            raise RecordError(f"{path}: its spec.json is unreadable ({type(exc).__name__}).") from None
+        self.world_size = spec.world_size
+        # A script says no total: its steps are counted, not requested.
+        self.steps_requested: int | None = None if spec.program else (spec.steps or 0)
+        self.requested_stall_timeout = spec.stall_timeout
+        restarts = spec.max_restarts > 0
         self.path = path
         self.recorded_spec = spec
         self.run_dir = RunDir(path, node=node)
@@ -142,7 +143,7 @@ class FollowedRun(IngestReadings):
         self.telemetry = TelemetrySeries()
         self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts)
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
-        self.nnodes = int(spec.get("nnodes") or 1) if str(spec.get("nnodes") or 1).isdigit() else 1
+        self.nnodes = spec.nnodes
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
         self.live_at_open = self.followed()
 
@@ -151,23 +152,18 @@ class FollowedRun(IngestReadings):
         spec = self.recorded_spec
         try:
             again = LaunchSpec(
-                mode=str(spec["mode"]),
-                steps=int(spec["steps"]),
-                batch_size=int(spec["batch_size"]),
-                amp=bool(spec["amp"]),
-                device=as_device(spec.get("device_requested") or spec["device"]),
-                share_gpus=bool(spec.get("share_gpus")),
+                mode=str(spec.mode),
+                steps=spec.steps or 0,
+                batch_size=spec.batch_size or 0,
+                amp=spec.amp,
+                device=as_device(spec.device_requested or spec.device),
+                share_gpus=spec.share_gpus,
             )
-        except (KeyError, TypeError, ValueError):
+        except (TypeError, ValueError):
             return None
-        if (
-            again.mode not in MODES
-            or again.device not in ("auto", "cpu", "cuda")
-            or spec.get("script")
-            or spec.get("module")
-        ):
+        if again.mode not in MODES or again.device not in ("auto", "cpu", "cuda") or spec.program:
             return None
-        return again, int(spec.get("nproc") or self.world_size)
+        return again, spec.nproc or self.world_size
 
     def followed(self) -> bool:
         """Whether a process follows the run now (and so it may still change)."""
@@ -192,8 +188,9 @@ class FollowedRun(IngestReadings):
         summary_path = self.run_dir.summary_path
         if summary_path.exists():
             try:
-                self.summary = RunSummary.from_json(json.loads(read_capped(summary_path, MAX_SUMMARY_BYTES)))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                document = read_json(summary_path, MAX_SUMMARY_BYTES, root=self.path)
+                self.summary = RunSummary.from_json(document)
+            except (OSError, ValueError):
                 self.summary = None  # half-written: read again at the next poll
             if self.summary is not None:
                 self.state = FollowState(self.summary.status)
@@ -209,7 +206,7 @@ class FollowedRun(IngestReadings):
         for _ in range(READS_PER_POLL):
             for raw in self._telemetry_tail.read_lines():
                 try:
-                    line = json.loads(raw)
+                    line = loads(raw)
                 except ValueError:
                     continue
                 if isinstance(line, dict):
@@ -226,7 +223,7 @@ class FollowedRun(IngestReadings):
         """As Run.stalled_ranks: a script's run, followed, has no stall found until its summary says;
         its quiet ranks are silent (the monitor that runs it is the judge)."""
         spec = self.recorded_spec
-        script = bool(spec.get("script") or spec.get("module")) and spec.get("instrument", True) is not False
+        script = bool(spec.program) and spec.instrument
         return frozenset() if script else None
 
     def stall_timeout(self) -> float:
@@ -250,7 +247,8 @@ class FollowedRun(IngestReadings):
         for node in range(self.nnodes):
             if node not in self._hosts:
                 try:
-                    document = json.loads(read_capped(self.path / f"spec-node{node}.json", MAX_SPEC_BYTES))
+                    spec_file = self.path / f"spec-node{node}.json"
+                    document = read_json(spec_file, MAX_SPEC_BYTES, root=self.path)
                     self._hosts[node] = plain(str(document["machine"]["hostname"]), MAX_HOST)
                 except (OSError, ValueError, KeyError, TypeError):
                     pass  # not there (yet): that node has not started, or keeps its own folder

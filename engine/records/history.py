@@ -11,22 +11,87 @@ by (made by an mgpu-tui from before the lock).
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from mgpu_tui.engine.protocol.rundir import read_capped
+from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
+from mgpu_tui.engine.protocol.typed import Invalid, build
 from mgpu_tui.engine.run.monitor import is_followed
 from mgpu_tui.engine.run.summary import RunSummary
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_SUMMARY_BYTES = 8 << 20
-MAX_RUNS = 10_000  # a folder with more entries is read up to this many, the newest by name
+MAX_RUNS = 10_000  # a folder with more entries is read up to this many
+
+
+MAX_WORLD = 1 << 16  # ranks a recorded run may claim: more is no run of this machine's making
+MAX_NAME = 200  # characters of a mode, script or module name kept
 
 
 class RecordError(ValueError):
     """A run directory that cannot be used as asked (opened, compared): one sentence for the user."""
+
+
+@dataclass(frozen=True)
+class RecordedSpec:
+    """What a run's spec.json says it ran (ResolvedSpec.to_json, read back): every field checked by
+    protocol/typed.py, the world bounded; what the records read of a spec, and nothing else."""
+
+    world_size: int
+    mode: str | None = None
+    script: str | None = None
+    module: str | None = None
+    nproc: int | None = None
+    nnodes: int = 1
+    steps: int | None = None
+    batch_size: int | None = None
+    amp: bool = False
+    device: str = "cpu"
+    device_requested: str | None = None
+    share_gpus: bool = False
+    stall_timeout: float | None = None
+    max_restarts: int = 0
+    instrument: bool = True
+    width: int | None = None
+    depth: int | None = None
+    model: str | None = None
+    model_args: tuple[tuple[str, int], ...] = ()
+    stages: int = 1
+    lr: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.world_size <= MAX_WORLD:
+            raise Invalid(f"world_size: {self.world_size} is not between 1 and {MAX_WORLD:,}")
+        if not 1 <= self.nnodes <= self.world_size:
+            raise Invalid(f"nnodes: {self.nnodes} is not between 1 and the world size")
+
+    @property
+    def program(self) -> str | None:
+        """The user's own script or module, for a run of one."""
+        return self.script or self.module
+
+    @property
+    def what(self) -> str:
+        """The mode, or the user's script or module: as the lists name the run."""
+        return (self.program or self.mode or "?")[:MAX_NAME]
+
+
+@dataclass(frozen=True)
+class RecordedMachine:
+    """The machine a run recorded in its spec.json (older runs recorded none)."""
+
+    hostname: str | None = None
+    cpu_count: int | None = None
+    gpu_count: int | None = None
+    gpu_note: str | None = None
+
+
+@dataclass(frozen=True)
+class SpecDocument:
+    spec: RecordedSpec
+    created_at: float
+    machine: RecordedMachine | None = None
+    mgpu_tui_version: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,58 +125,61 @@ class RunRecord:
 
 def read_run(path: Path) -> RunRecord:
     """One run directory as a record (never raises for what is in the folder)."""
-    # One node's files: spec.json, or spec-node<N>.json where the nodes of a job share a folder.
-    suffix = ""
-    if not (path / "spec.json").exists():
-        nodes = sorted(path.glob("spec-node*.json"))
-        suffix = nodes[0].name[len("spec") : -len(".json")] if nodes else ""
-    spec_path, summary_path = path / f"spec{suffix}.json", path / f"summary{suffix}.json"
     try:
-        document = json.loads(read_capped(spec_path, MAX_SPEC_BYTES))
-        spec = document["spec"]
-        what = str(spec.get("script") or spec.get("module") or spec["mode"])
-        created = float(document["created_at"])
-        world, nnodes = int(spec["world_size"]), int(spec.get("nnodes", 1))
+        document, node = _spec_document(path)
     except FileNotFoundError:
         return _broken(path, "no spec.json: not a run directory")
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError) as exc:  # Unreadable and Invalid among them: each says what
         return _broken(path, f"spec.json unreadable ({_why(exc)})")
-    if not summary_path.exists():
+    spec, created = document.spec, document.created_at
+    suffix = "" if node is None else f"-node{node}"
+    what, world, nnodes = spec.what, spec.world_size, spec.nnodes
+    summary_path = path / f"summary{suffix}.json"
+    try:
+        summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
+    except FileNotFoundError:
         lock = path / f"monitor{suffix}.lock"
         status = "unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off"
         return RunRecord(str(path), created, what, world, nnodes, status)
-    try:
-        summary = RunSummary.from_json(json.loads(read_capped(summary_path, MAX_SUMMARY_BYTES)))
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (OSError, ValueError) as exc:
         return RunRecord(
             str(path), created, what, world, nnodes, "broken", reason=f"summary.json unreadable ({_why(exc)})"
         )
     return RunRecord(str(path), created, what, world, nnodes, summary.status, summary)
 
 
-def read_spec(path: Path) -> tuple[dict, dict, int | None]:
+def _spec_document(path: Path) -> tuple[SpecDocument, int | None]:
+    """The run's spec.json (or, where the nodes of a job share the folder, the first node's
+    spec-node<N>.json) read by the one reader and checked field by field; its node."""
+    spec_path, node = path / "spec.json", None
+    if not spec_path.exists() and not spec_path.is_symlink():
+        nodes = sorted(
+            (int(number), e.name)
+            for e in entries(path)
+            if e.name.startswith("spec-node") and e.name.endswith(".json")
+            for number in [e.name[len("spec-node") : -len(".json")]]
+            if number.isascii() and number.isdigit() and len(number) <= 7
+        )
+        if nodes:
+            node, name = nodes[0]
+            spec_path = path / name
+    return build(SpecDocument, read_json(spec_path, MAX_SPEC_BYTES, root=path)), node
+
+
+def read_spec(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, int | None]:
     """(the resolved spec, the machine it ran on, the node) of a run directory: spec.json, or the
     first node's spec-node<N>.json where nodes share the folder. RecordError if unreadable."""
-    spec_path, node = path / "spec.json", None
     try:
-        if not spec_path.exists():
-            spec_path = min(path.glob("spec-node*.json"))
-            node = int(spec_path.stem.removeprefix("spec-node"))
-        document = json.loads(read_capped(spec_path, MAX_SPEC_BYTES))
-        spec, machine = document["spec"], document.get("machine") or {}
-        if not isinstance(spec, dict) or not isinstance(machine, dict):
-            raise TypeError("not an object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise RecordError(f"{path}: its spec.json is unreadable ({type(exc).__name__}).") from None
-    return spec, machine, node
+        document, node = _spec_document(path)
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{path}: its spec.json is unreadable ({_why(exc)}).") from None
+    return document.spec, document.machine, node
 
 
 def list_runs(root: Path) -> list[RunRecord]:
     """Every run directory under ``root``, newest first (by its start, else by its name)."""
-    try:
-        names = sorted((e.name for e in os.scandir(root) if e.is_dir(follow_symlinks=False)), reverse=True)
-    except FileNotFoundError:
-        return []
+    listed = entries(root, MAX_RUNS)
+    names = sorted((e.name for e in listed if e.is_dir(follow_symlinks=False)), reverse=True)
     records = [read_run(root / name) for name in names[:MAX_RUNS]]
     return sorted(records, key=lambda r: (r.created_at or 0.0, r.path), reverse=True)
 
@@ -121,6 +189,8 @@ def _broken(path: Path, reason: str) -> RunRecord:
 
 
 def _why(exc: BaseException) -> str:
+    if isinstance(exc, (Unreadable, Invalid)):  # each names the file or field, and why
+        return str(exc)[:200]
     if isinstance(exc, OSError):
         return exc.strerror or type(exc).__name__
     return f"{type(exc).__name__}: {str(exc)[:80]}"

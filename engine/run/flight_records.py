@@ -17,15 +17,18 @@ The files are the ranks' (untrusted): read with a bound, every field checked, an
 
 from __future__ import annotations
 
-import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from mgpu_tui.engine.protocol.rundir import read_capped
+from mgpu_tui.engine.protocol.folder import read_json
 from mgpu_tui.engine.run.aggregate import Straggler, stragglers_among
 
 MAX_TRACE_BYTES = 1 << 20
 MAX_TIME_NS = 10**20  # beyond the year 5000: no clock gives it
+MAX_SEQ = 1 << 62
+MAX_ENTRIES = 100_000  # of one rank's record (torch keeps 2,000 by default)
+MAX_TENSORS = 4
 DTYPES = {
     "Float": "float32",
     "Double": "float64",
@@ -41,36 +44,72 @@ DTYPES = {
 _FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 
 
-def read_trace(path: Path) -> list[dict]:
-    """A rank's flight-recorder entries, each with a whole-number collective_seq_id; [] if unreadable."""
+@dataclass(frozen=True)
+class Collective:
+    """One entry of a rank's flight record, parsed at the boundary: every field checked and bounded;
+    what no check passes is None or left out."""
+
+    seq: int  # collective_seq_id: the order the rank entered its collectives
+    name: str  # profiling_name, "gloo:all_reduce"
+    tensors: tuple[tuple[str, tuple[int, ...]], ...]  # (dtype, size) of its first inputs
+    group: str  # the process group's description ("default_pg")
+    created_ns: int | None  # when the rank entered it
+    duration_ms: float | None  # on the GPU, where NCCL timed it
+
+
+def _whole(value: object, low: int, high: int) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    return None
+
+
+def parse_entry(entry: object) -> Collective | None:
+    """A flight-recorder entry as a Collective; None when it has no whole collective number."""
+    if not isinstance(entry, dict):
+        return None
+    seq = _whole(entry.get("collective_seq_id"), 0, MAX_SEQ)
+    if seq is None:
+        return None
+    sizes, dtypes = entry.get("input_sizes"), entry.get("input_dtypes")
+    tensors = []
+    if isinstance(sizes, list) and isinstance(dtypes, list):
+        for size, dtype in zip(sizes[:MAX_TENSORS], dtypes[:MAX_TENSORS]):
+            if isinstance(size, list) and all(_whole(d, 0, MAX_SEQ) is not None for d in size[:8]):
+                tensors.append((DTYPES.get(str(dtype)[:20], str(dtype)[:20]), tuple(size[:8])))
+    group = entry.get("process_group")
+    duration = entry.get("duration_ms")
+    timed = isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 <= duration < 1e9
+    return Collective(
+        seq=seq,
+        name=str(entry.get("profiling_name") or "a collective")[:60],
+        tensors=tuple(tensors),
+        group=str(group[1])[:40] if isinstance(group, list) and len(group) > 1 else "",
+        created_ns=_whole(entry.get("time_created_ns"), 1, MAX_TIME_NS - 1),
+        duration_ms=float(duration) if timed else None,  # type: ignore[arg-type]
+    )
+
+
+def read_trace(path: Path, root: Path | None = None) -> list[Collective]:
+    """A rank's flight-recorder entries that have a whole collective number; [] if the file is
+    unreadable (not a regular file, over its bound, not strict JSON, nested too deep)."""
     try:
-        document = json.loads(read_capped(path, MAX_TRACE_BYTES))
+        document = read_json(path, MAX_TRACE_BYTES, root=root)
     except (OSError, ValueError):
         return []
     entries = document.get("entries") if isinstance(document, dict) else None
-
-    def numbered(e) -> bool:
-        seq = e.get("collective_seq_id") if isinstance(e, dict) else None
-        return isinstance(seq, int) and not isinstance(seq, bool)
-
-    return [e for e in entries or () if numbered(e)]
+    if not isinstance(entries, list):
+        return []
+    return [c for c in map(parse_entry, entries[:MAX_ENTRIES]) if c is not None]
 
 
-def call(entry: dict) -> str:
+def call(entry: Collective) -> str:
     """``all_reduce(float32[4])`` from a flight-recorder entry."""
-    name = str(entry.get("profiling_name") or "a collective")[:60].split(":")[-1]
-    sizes, dtypes = entry.get("input_sizes") or [], entry.get("input_dtypes") or []
-    tensors = []
-    for size, dtype in zip(sizes[:4], dtypes[:4]):
-        if isinstance(size, list) and all(isinstance(d, int) for d in size):
-            tensors.append(f"{DTYPES.get(str(dtype), str(dtype)[:20])}[{', '.join(map(str, size[:8]))}]")
-    return f"{name}({', '.join(tensors)})"
+    tensors = (f"{dtype}[{', '.join(map(str, size))}]" for dtype, size in entry.tensors[:4])
+    return f"{entry.name.split(':')[-1]}({', '.join(tensors)})"
 
 
-def _group(entry: dict) -> str:
-    group = entry.get("process_group")
-    desc = str(group[1])[:40] if isinstance(group, list) and len(group) > 1 else ""
-    return "default group" if desc in ("default_pg", "") else f"group {desc}"
+def _group(entry: Collective) -> str:
+    return "default group" if entry.group in ("default_pg", "") else f"group {entry.group}"
 
 
 def where(stacks: str | None) -> str | None:
@@ -88,19 +127,15 @@ def where(stacks: str | None) -> str | None:
 
 
 def hang_verdict(
-    traces: dict[int, list[dict]], stacks: dict[int, str], now_ns: int
+    traces: dict[int, list[Collective]], stacks: dict[int, str], now_ns: int
 ) -> tuple[str, int] | None:
     """(one sentence on why the ranks of ``traces`` stopped moving, the rank to blame first);
     None when the traces cannot tell."""
-    last = {
-        rank: max(entries, key=lambda e: e["collective_seq_id"])
-        for rank, entries in traces.items()
-        if entries
-    }
+    last = {rank: max(entries, key=lambda e: e.seq) for rank, entries in traces.items() if entries}
     if len(last) < 2:
         return None
-    top = max(e["collective_seq_id"] for e in last.values())
-    inside = {rank: e for rank, e in sorted(last.items()) if e["collective_seq_id"] == top}
+    top = max(e.seq for e in last.values())
+    inside = {rank: e for rank, e in sorted(last.items()) if e.seq == top}
     calls = {rank: call(e) for rank, e in inside.items()}
     first = next(iter(inside))
     other = next((r for r, c in calls.items() if c != calls[first]), None)
@@ -115,8 +150,8 @@ def hang_verdict(
     text = (
         f"rank{'s' if len(behind) > 1 else ''} {names} never entered {calls[first]} #{top} ({_group(entry)})"
     )
-    created = entry.get("time_created_ns")
-    if isinstance(created, int) and 0 < created <= now_ns:
+    created = entry.created_ns
+    if created is not None and created <= now_ns:
         waiting, many = ", ".join(map(str, inside)), len(inside) > 1
         text += (
             f"; rank{'s' if many else ''} {waiting} {'have' if many else 'has'} waited in it for "
@@ -128,7 +163,7 @@ def hang_verdict(
     return text, behind[0]
 
 
-def late_arrivals(traces: dict[int, list[dict]], step_s: float | None = None) -> tuple[Straggler, ...]:
+def late_arrivals(traces: dict[int, list[Collective]], step_s: float | None = None) -> tuple[Straggler, ...]:
     """Stragglers from the flight recorder, for any script, under aggregate.py's straggler rule over
     the collectives every rank of this host entered. Where every such entry has its GPU duration
     (NCCL with TORCH_NCCL_ENABLE_TIMING), the durations are the evidence, since on NCCL the CPU runs
@@ -138,13 +173,12 @@ def late_arrivals(traces: dict[int, list[dict]], step_s: float | None = None) ->
     waited: dict[int, dict[int, float]] = {}  # collective number -> rank -> minus its duration (s)
     for rank, entries in traces.items():
         for e in entries:
-            if "send" in str(e.get("profiling_name")) or "recv" in str(e.get("profiling_name")):
+            if "send" in e.name or "recv" in e.name:
                 continue  # point-to-point (a pipeline): one side is late by design
-            created, duration = e.get("time_created_ns"), e.get("duration_ms")
-            if isinstance(created, int) and not isinstance(created, bool) and 0 < created < MAX_TIME_NS:
-                entered.setdefault(e["collective_seq_id"], {})[rank] = created / 1e9
-            if isinstance(duration, (int, float)) and not isinstance(duration, bool) and 0 <= duration < 1e9:
-                waited.setdefault(e["collective_seq_id"], {})[rank] = -duration / 1000
+            if e.created_ns is not None:
+                entered.setdefault(e.seq, {})[rank] = e.created_ns / 1e9
+            if e.duration_ms is not None:
+                waited.setdefault(e.seq, {})[rank] = -e.duration_ms / 1000
     timed = [times for times in waited.values() if len(times) == len(traces)]
     full = [times for times in entered.values() if len(times) == len(traces)]
     if timed and len(timed) >= len(full):

@@ -186,7 +186,7 @@ class Ingest:
                 for event in events:
                     self.aggregator.add(event)
                 self.malformed_events += malformed + tail.dropped_long_lines - before
-        for local, files in self.run_dir.rank_files().items():
+        for local, files in self.run_dir.rank_files(self.world_size).items():
             for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
                 known = self._log_tails.get((local, stream))
                 if known is None or known.path != path:  # a new attempt has new files
@@ -231,10 +231,10 @@ class Ingest:
         """Who arrives late at the collectives, from the ranks' flight-recorder dumps
         (run/flight_records.py); for one host's ranks only: the times are each host's clock's."""
         fr = self.run_dir.path / "fr"
-        traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks}
+        traces = {rank: read_trace(fr / f"rank{rank}.json", self.run_dir.path) for rank in ranks}
         step_s = self.recent_step_time()
         late = late_arrivals({r: t for r, t in traces.items() if t}, step_s) if all(traces.values()) else ()
-        counts = {r: max(e["collective_seq_id"] for e in t) for r, t in traces.items() if t}
+        counts = {r: max(e.seq for e in t) for r, t in traces.items() if t}
         with self._lock:
             self._late_arrivals = late
             for rank, count in counts.items():  # a later dump (of a group gone) may hold fewer: keep the most

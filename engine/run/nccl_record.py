@@ -8,22 +8,33 @@ summary says of them: the transports NCCL chose, its version, and its warnings a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mgpu_tui.engine.machine.nccl_log import read_nccl_log
+from mgpu_tui.engine.protocol.folder import entries
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
-MAX_FILE_BYTES = 8 << 20  # start-up lines are a few hundred a rank: the head of a file says it all
+MAX_FILE_BYTES = 1 << 20  # start-up lines are a few hundred a rank: the head of a file says it all
 MAX_FILES = 1024
+MAX_TOTAL_BYTES = 16 << 20  # of all the files together: the ranks write them, and may write much
 
 
 def nccl_figures(run_dir: RunDir) -> dict | None:
     """The run's NCCL reading for its summary; None when NCCL wrote nothing here (the CPU, gloo)."""
-    paths = sorted(run_dir.path.glob("nccl-*.log"))[:MAX_FILES]
+    listed = entries(run_dir.path)
+    paths = sorted(Path(e.path) for e in listed if e.name.startswith("nccl-") and e.name.endswith(".log"))
+    paths = paths[:MAX_FILES]
     lines: list[str] = []
+    left = MAX_TOTAL_BYTES
     for path in paths:
+        if left <= 0:
+            break
         try:
-            lines += read_capped(path, MAX_FILE_BYTES).splitlines()
+            text = read_capped(path, min(MAX_FILE_BYTES, left), root=run_dir.path)
         except OSError:
             continue
+        left -= len(text)
+        lines += text.splitlines()
     if not lines:
         return None
     reading = read_nccl_log(lines)

@@ -19,7 +19,6 @@ died is told as such (:func:`after_finishing`): the training is complete, only t
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import signal as signal_module
 from collections.abc import Mapping
@@ -28,6 +27,7 @@ from pathlib import Path
 
 from mgpu_tui.engine.protocol.causes import PEER_LOST, RootCause, is_consequence  # noqa: F401 (told here too)
 from mgpu_tui.engine.protocol.events import Error
+from mgpu_tui.engine.protocol.folder import read_json
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
 STDERR_TAIL_LINES = 30
@@ -295,16 +295,16 @@ def _parse_block(body: str) -> _TorchrunReport | None:
 def read_error_file(path: Path) -> tuple[str, str, float | None] | None:
     """(message, traceback, timestamp) from an ``@record`` error file, or None."""
     try:
-        document = json.loads(read_capped(path, MAX_ERROR_FILE_BYTES))
+        document = read_json(path, MAX_ERROR_FILE_BYTES)  # strict, bounded in depth: a rank can write it
         body = document["message"]
         if isinstance(body, str):  # torch writes a plain string for some failures
             return body, "", None
         extra = body.get("extraInfo", {})
         timestamp = extra.get("timestamp")
         return (
-            str(body.get("message", "")),
-            str(extra.get("py_callstack", "")),
-            float(timestamp) if timestamp else None,
+            str(body.get("message", ""))[:MAX_ERROR_FILE_BYTES],
+            str(extra.get("py_callstack", ""))[:MAX_ERROR_FILE_BYTES],
+            float(timestamp) if isinstance(timestamp, (int, float)) and 0 < timestamp < 1e11 else None,
         )
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.text import PlainFormatter
+
 LOGGER = logging.getLogger("mgpu_tui.engine.run")
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
 
@@ -36,7 +38,7 @@ class RunLog(logging.LoggerAdapter):
             self._handler = logging.FileHandler(path, encoding="utf-8")
         except OSError:  # a run directory that cannot take a log still runs; the app's log has it
             return
-        self._handler.setFormatter(logging.Formatter(FORMAT))
+        self._handler.setFormatter(PlainFormatter(FORMAT))
         self._handler.addFilter(_OnlyRun(run_id))
         LOGGER.addHandler(self._handler)
 

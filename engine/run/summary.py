@@ -52,6 +52,8 @@ from dataclasses import asdict, dataclass
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
+from mgpu_tui.engine.protocol.folder import finite_only
+from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
@@ -304,24 +306,10 @@ class RunSummary:
         document["stragglers"] = [asdict(s) for s in self.stragglers]
         document["nodes"] = list(self.nodes)
         document["memory"] = list(self.memory)
-        return document
+        return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod
     def from_json(cls, document: dict) -> RunSummary:
-        """A summary read back (``summary.json``, a ``--json`` line); raises KeyError or TypeError
-        when the document is not one."""
-        fields = dict(document)
-        spread = fields["step_time_s_p10_p90"]
-        fields["step_time_s_p10_p90"] = tuple(spread) if spread else None
-        fields["peak_mem_bytes"] = tuple(fields["peak_mem_bytes"])
-        fields["ranks"] = tuple(RankSummary(**r) for r in fields["ranks"])
-        fields["root_cause"] = RootCause(**fields["root_cause"]) if fields["root_cause"] else None
-        fields["verify"] = Verify.from_json(fields["verify"]) if fields["verify"] else None
-        fields["stall"] = Stall.from_json(fields["stall"]) if fields.get("stall") else None
-        fields["stragglers"] = tuple(Straggler(**s) for s in fields.get("stragglers") or ())
-        fields["nodes"] = tuple(fields.get("nodes") or ())
-        fields["memory"] = tuple(fields.get("memory") or ())
-        telemetry = fields.get("telemetry")
-        fields["telemetry"] = TelemetryFigures.from_json(telemetry) if telemetry else None
-        known = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in fields.items() if k in known})
+        """A summary read back (``summary.json``, a ``--json`` line), every field checked against its
+        type and bounds (protocol/typed.py); Invalid (a ValueError) naming the field otherwise."""
+        return build(cls, document)

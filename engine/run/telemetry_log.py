@@ -17,7 +17,6 @@ depend on what the file kept.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from dataclasses import asdict, dataclass, field
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import TextIO
 
 from mgpu_tui.engine.machine.telemetry import RankSource, Sampler, Snapshot
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
+from mgpu_tui.engine.protocol.typed import build
 
 log = logging.getLogger(__name__)
 
@@ -89,13 +90,7 @@ class TelemetryFigures:
 
     @classmethod
     def from_json(cls, document: dict) -> TelemetryFigures:
-        return cls(
-            **{
-                **document,
-                "gpus": tuple(GpuFigures(**g) for g in document.get("gpus", ())),
-                "ranks": tuple(RankFigures(**r) for r in document.get("ranks", ())),
-            }
-        )
+        return build(cls, document)  # every field checked (protocol/typed.py)
 
 
 @dataclass
@@ -162,10 +157,10 @@ class TelemetryLog:
             past_full_rate = self.samples - self.full_rate_samples
             if past_full_rate > 0 and past_full_rate % self.thin_every:
                 return
-            line = json.dumps(_line(snap), separators=(",", ":")) + "\n"
+            line = strict_json(_line(snap), separators=(",", ":")) + "\n"
             if self._written + len(line) > self.max_bytes:
                 end = {"t": snap.t, "end": f"recording stopped at {self.max_bytes} bytes"}
-                self._file.write(json.dumps(end) + "\n")
+                self._file.write(strict_json(end) + "\n")
                 self._file.close()
                 self._file = None
                 return

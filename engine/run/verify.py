@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from mgpu_tui.engine.launch.command import demo_argv
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.typed import build
 
 VERIFY_MODULE = "mgpu_tui.demos.verify"
 TIMEOUT_S = 600.0
@@ -57,11 +58,7 @@ class Verify:
 
     @classmethod
     def from_json(cls, document: dict) -> Verify:
-        known = cls.__dataclass_fields__
-        fields = {k: v for k, v in document.items() if k in known}
-        fields["missing"] = tuple(fields.get("missing", ()))
-        fields["unexpected"] = tuple(fields.get("unexpected", ()))
-        return cls(**fields)
+        return build(cls, document)  # every field checked (protocol/typed.py)
 
 
 def verify_argv(resolved: ResolvedSpec, run_dir: RunDir, python: str) -> list[str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 import signal
 import time
@@ -34,7 +35,9 @@ from pathlib import Path
 
 from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.protocol.folder import write_atomic
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.flight_records import hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
 from mgpu_tui.engine.run.rootcause import RootCause
@@ -86,15 +89,7 @@ class Stall:
 
     @classmethod
     def from_json(cls, document: dict) -> Stall:
-        fields = StalledRank.__dataclass_fields__
-        return cls(
-            document["timeout_s"],
-            tuple(StalledRank(**{k: v for k, v in r.items() if k in fields}) for r in document["ranks"]),
-            document["stacks_dir"],
-            document.get("verdict"),
-            document.get("culprit"),
-            document.get("found_at"),
-        )
+        return build(cls, document)  # every field checked (protocol/typed.py)
 
     def root_cause(self) -> RootCause:
         """The stall as a root cause, with every stuck rank's stacks.
@@ -181,13 +176,19 @@ def request_stacks(
         time.sleep(0.1)
 
 
-def request_flight_records(run_dir: Path) -> float:
+def request_flight_records(run_dir: Path) -> float | None:
     """Ask every rank for its flight recorder's trace (its reporter's thread answers into fr/);
-    the time of the request, to tell the answers from older dumps."""
+    the time of the request, to tell the answers from older dumps. None when it cannot be asked:
+    the ranks own the folder, and one may have put a FIFO, a link or a folder where the request
+    goes (written as protocol/folder.py writes: never through a link, never blocking)."""
     request = run_dir / "requests" / "fr"
-    request.parent.mkdir(exist_ok=True)
-    request.write_text(str(time.time()))
-    return request.stat().st_mtime
+    try:
+        if not (request.parent.is_dir() and not request.parent.is_symlink()):
+            request.parent.mkdir()
+        write_atomic(request, str(time.time()), root=run_dir)
+        return os.stat(request, follow_symlinks=False).st_mtime  # the clock the answers' files keep
+    except OSError:
+        return None
 
 
 class Watchdog:
@@ -309,7 +310,7 @@ class Watchdog:
         return False
 
     def _verdict(
-        self, stalled: tuple[StalledRank, ...], stacks_dir: Path, asked: float
+        self, stalled: tuple[StalledRank, ...], stacks_dir: Path, asked: float | None
     ) -> tuple[str, int] | None:
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
@@ -318,18 +319,24 @@ class Watchdog:
         deadline = time.monotonic() + STACKS_WAIT_S
 
         def fresh(rank: int) -> bool:
+            if asked is None:  # the request could not be made: no answer is this one's
+                return False
             try:
                 return (fr / f"rank{rank}.json").stat().st_mtime >= asked
             except OSError:
                 return False
 
-        while time.monotonic() < deadline and not all(fresh(rank) for rank in ranks):
+        while asked is not None and time.monotonic() < deadline and not all(fresh(rank) for rank in ranks):
             time.sleep(0.1)
-        traces = {rank: read_trace(fr / f"rank{rank}.json") for rank in ranks if fresh(rank)}
+        traces = {
+            rank: read_trace(fr / f"rank{rank}.json", self.run_dir.path) for rank in ranks if fresh(rank)
+        }
         stacks = {}
         for r in stalled:
             try:
-                stacks[r.rank] = read_capped(stacks_dir / f"rank{r.rank}.txt", MAX_STACKS_BYTES)
+                stacks[r.rank] = read_capped(
+                    stacks_dir / f"rank{r.rank}.txt", MAX_STACKS_BYTES, root=self.run_dir.path
+                )
             except OSError:
                 continue
         return hang_verdict(traces, stacks, time.time_ns())

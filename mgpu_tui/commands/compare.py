@@ -8,17 +8,17 @@ interrupted (every rank stopped; the rows so far are still written).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
 from mgpu_tui.commands.workload import model_fields
-from mgpu_tui.console import fmt_rate, fmt_seconds, plain
+from mgpu_tui.console import fmt_rate, fmt_seconds, plain, redraw
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
 from mgpu_tui.reports import compare as compare_output
 from mgpu_tui.reports.files import ensure_writable, write_atomic
@@ -75,12 +75,12 @@ class Progress:
             parts = [
                 f"{r.resolved.mode.name} step {r.stats().steps}/{r.resolved.spec.steps}" for r in running
             ]
-            sys.stderr.write("\r\x1b[K" + "  ".join(parts))
+            redraw(sys.stderr, "  ".join(parts))
             sys.stderr.flush()
 
     def _clear(self) -> None:
         if self.live:
-            sys.stderr.write("\r\x1b[K")
+            redraw(sys.stderr)
 
 
 def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_json: bool) -> int:
@@ -102,7 +102,7 @@ def _report(
     """Print the table and charts (or the JSON), write --out, and give the exit code."""
     scale = comparison.kind == "scale"
     if as_json:
-        print(json.dumps(comparison.to_json()))
+        print(strict_json(comparison.to_json()))
     else:
         print(compare_output.scale_table(comparison) if scale else compare_output.compare_table(comparison))
         print()

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from mgpu_tui.console import table
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.modes import MODES, availability
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode
 
 
@@ -33,7 +33,7 @@ def list_command(args: argparse.Namespace) -> int:
         )
     if args.json:
         print(
-            json.dumps(
+            strict_json(
                 {
                     "modes": rows,
                     "host": {

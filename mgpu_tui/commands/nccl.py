@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from mgpu_tui.console import plain, table
 from mgpu_tui.engine.machine.nccl_log import NcclReading, disagreements, read_nccl_log
 from mgpu_tui.engine.machine.topology import TopologyParseError, parse_topo_text
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError
 from mgpu_tui.reports.files import read_bounded
 
@@ -29,7 +29,7 @@ def nccl_command(args: argparse.Namespace) -> int:
             raise UsageError(f"{args.topo}: {exc}.") from None
         notes = disagreements(reading, topology)
     if args.json:
-        print(json.dumps({**reading.to_json(), "files": list(args.logs), "disagreements": notes}))
+        print(strict_json({**reading.to_json(), "files": list(args.logs), "disagreements": notes}))
     else:
         print(plain(report(reading, notes)))  # hosts, paths and messages come from the log: text only
     return ExitCode.OK if reading.nccl_lines else ExitCode.FAILED

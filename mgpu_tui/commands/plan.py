@@ -5,13 +5,13 @@ when there are some; starts nothing."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import table
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.planning.memory import ModePlan, Training, plan
 from mgpu_tui.engine.planning.shapes import ModelShape, ShapeError, model_shape
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError
 
 GIB = 1 << 30
@@ -71,7 +71,7 @@ def plan_command(args: argparse.Namespace) -> int:
     plans = plan(shape, gpus, training, gpu_mem)
     if args.json:
         print(
-            json.dumps(
+            strict_json(
                 {
                     "model": shape.to_json(),
                     "gpus": gpus,

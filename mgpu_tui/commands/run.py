@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import sys
 import time
 from pathlib import Path
 
 from mgpu_tui.commands.workload import model_fields
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary
@@ -58,7 +58,7 @@ class Progress:
         if self.live:
             if now - self._last_draw >= 0.2 or run.state.finished:
                 silent = {r.rank: r.silent_s for r in run.silent}
-                self.stream.write("\r\x1b[K" + self.line(run.stats(), silent))
+                redraw(self.stream, self.line(run.stats(), silent))
                 self.stream.flush()
                 self._last_draw = now
             return
@@ -76,7 +76,7 @@ class Progress:
     def clear(self) -> None:
         """Take the live line away (it is drawn again at the next update): lines print above it."""
         if self.live:
-            self.stream.write("\r\x1b[K")
+            redraw(self.stream)
             self._last_draw = 0.0
 
 
@@ -384,7 +384,7 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
                 progress.end()
 
     summary = run.result()
-    print(json.dumps(summary.to_json()) if args.json else summary_text(summary))
+    print(strict_json(summary.to_json()) if args.json else summary_text(summary))
     verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
     if summary.steps == 0 and not args.json and not verdict:  # no step: what the ranks said last is the why
         print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from pathlib import Path
 
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, table
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.errors import ExitCode, UsageError
 
@@ -45,7 +45,7 @@ def runs_command(args: argparse.Namespace) -> int:
     root = _root(args)
     records = list_runs(root)
     if args.json:
-        print(json.dumps({"run_dir": str(root), "runs": [r.to_json() for r in records]}))
+        print(strict_json({"run_dir": str(root), "runs": [r.to_json() for r in records]}))
         return ExitCode.OK
     if not records:
         print(plain(f"no runs under {root} yet (mgpu-tui run MODE --run-dir {root} makes one)"))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable
@@ -18,6 +17,7 @@ from mgpu_tui.engine.machine.topology import (
     parse_topo_text,
     render,
 )
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError
 from mgpu_tui.reports.files import read_bounded
 
@@ -44,9 +44,11 @@ def topo_command(args: argparse.Namespace) -> int:
         raise EnvironmentUnusable(f"NVML answered, then failed while reading the topology ({exc}).") from None
     if args.json:
         if topology is None:
-            print(json.dumps({"gpus": [], "matrix": [], "reason": reason, "reading": describe(None, reason)}))
+            print(
+                strict_json({"gpus": [], "matrix": [], "reason": reason, "reading": describe(None, reason)})
+            )
         else:
-            print(json.dumps({**topology.to_json(), "reason": None}))
+            print(strict_json({**topology.to_json(), "reason": None}))
         return ExitCode.OK
     if topology is None:
         print(describe(None, reason))

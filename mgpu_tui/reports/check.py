@@ -7,13 +7,13 @@ skipped one; a warning passes and says so in ``<system-out>``.
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 import xml.etree.ElementTree as ET
 
 from mgpu_tui.console import plain
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 
 NAME_WIDTH = 26
 
@@ -99,7 +99,7 @@ def details(report: CheckReport) -> str:
 
 
 def json_text(report: CheckReport) -> str:
-    return json.dumps(report.to_json(), indent=2) + "\n"
+    return strict_json(report.to_json(), indent=2) + "\n"
 
 
 def _group(name: str) -> str:
@@ -146,7 +146,7 @@ def junit_text(report: CheckReport) -> str:
         detail = plain(result.detail)  # XML has no place for control characters, escaped or not
         if result.status is Status.FAIL:
             failure = ET.SubElement(case, "failure", message=detail, type="CheckFailed")
-            failure.text = detail + ("\n" + json.dumps(result.metrics) if result.metrics else "")
+            failure.text = detail + ("\n" + strict_json(result.metrics) if result.metrics else "")
         elif result.status is Status.SKIP:
             ET.SubElement(case, "skipped", message=detail)
         out = ET.SubElement(case, "system-out")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -17,6 +16,7 @@ from typing import Any, TypeVar
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.protocol.folder import dumps as strict_json
 
 FORMATS = (".json", ".md", ".csv")
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -261,7 +261,7 @@ def scale_charts(comparison: Comparison) -> str:
 
 
 def json_text(comparison: Comparison) -> str:
-    return json.dumps(comparison.to_json(), indent=2) + "\n"
+    return strict_json(comparison.to_json(), indent=2) + "\n"
 
 
 def markdown_text(comparison: Comparison) -> str:

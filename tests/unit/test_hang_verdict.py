@@ -1,11 +1,17 @@
 """A hang's verdict from flight-recorder traces (as torch 2.13's gloo writes them) and Python stacks."""
 
-from mgpu_tui.engine.run.flight_records import call, hang_verdict, read_trace, where
+import dataclasses
+
+from mgpu_tui.engine.run.flight_records import call, hang_verdict, parse_entry, read_trace, where
 
 NOW = 100 * 10**9
 
 
 def entry(seq, op="gloo:all_reduce", sizes=((4,),), dtypes=("Float",), created_s=88):
+    return parse_entry(raw(seq, op, sizes, dtypes, created_s))
+
+
+def raw(seq, op="gloo:all_reduce", sizes=((4,),), dtypes=("Float",), created_s=88):
     return {
         "collective_seq_id": seq,
         "profiling_name": op,
@@ -56,7 +62,7 @@ def test_a_ranks_trace_file_is_read_as_untrusted(tmp_path):
         '{"entries": [{"collective_seq_id": true}, {"collective_seq_id": "7"}, 5, '
         '{"collective_seq_id": 3, "profiling_name": "gloo:all_reduce"}]}'
     )
-    assert [e["collective_seq_id"] for e in read_trace(path)] == [3]
+    assert [e.seq for e in read_trace(path)] == [3]
     path.write_text("not json")
     assert read_trace(path) == [] and read_trace(tmp_path / "missing.json") == []
     odd = {
@@ -65,7 +71,7 @@ def test_a_ranks_trace_file_is_read_as_untrusted(tmp_path):
         "input_sizes": [[1, "a"], "b"],
         "input_dtypes": ["\x1b[31m" * 10],
     }
-    assert len(call(odd)) < 120
+    assert len(call(parse_entry(odd))) < 120
 
 
 def test_where_reads_the_latest_dump_and_prefers_the_programs_own_frame():
@@ -79,12 +85,12 @@ def test_the_rank_that_enters_each_collective_last_is_a_straggler_and_p2p_is_lef
     traces = {0: [], 1: []}
     for seq in range(1, 21):
         traces[0].append(entry(seq, created_s=seq))
-        late = entry(seq, created_s=seq)
+        late = raw(seq, created_s=seq)
         late["time_created_ns"] += 30_000_000  # 30 ms after rank 0, every time
-        traces[1].append(late)
+        traces[1].append(parse_entry(late))
     (straggler,) = late_arrivals(traces)
     assert (straggler.rank, straggler.steps, straggler.of_steps) == (1, 20, 20)
     assert straggler.counted == "collectives"
     assert abs(straggler.late_s - 0.03) < 1e-6 and "from the flight recorder" in straggler.describe()
-    pipeline = {r: [{**e, "profiling_name": "gloo:send"} for e in t] for r, t in traces.items()}
+    pipeline = {r: [dataclasses.replace(e, name="gloo:send") for e in t] for r, t in traces.items()}
     assert late_arrivals(pipeline) == ()

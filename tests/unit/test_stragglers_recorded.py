@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mgpu_tui.engine.run.flight_records import late_arrivals, read_trace
+from mgpu_tui.engine.run.flight_records import Collective, late_arrivals, parse_entry, read_trace
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "stragglers"
 CLEAN = sorted(RECORDED.glob("clean-*"))
@@ -42,13 +42,15 @@ def test_a_rank_slow_in_every_batch_is_named_alone(run):
     assert straggler.steps >= 0.9 * straggler.of_steps
 
 
-def entry(seq: int, created_ns: int, duration_ms: float | None = None) -> dict:
-    return {
-        "collective_seq_id": seq,
-        "profiling_name": "nccl:all_reduce",
-        "time_created_ns": created_ns,
-        "duration_ms": duration_ms,
-    }
+def entry(seq: int, created_ns: int, duration_ms: float | None = None) -> Collective | None:
+    return parse_entry(
+        {
+            "collective_seq_id": seq,
+            "profiling_name": "nccl:all_reduce",
+            "time_created_ns": created_ns,
+            "duration_ms": duration_ms,
+        }
+    )
 
 
 def test_on_nccl_the_durations_decide_the_rank_that_waits_least_is_late():

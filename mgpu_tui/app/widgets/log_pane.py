@@ -24,11 +24,11 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.timer import Timer
 
+from mgpu_tui.engine.protocol.text import plain
+
 RANK_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
 GROW_EVERY_S = 1.0
 
-# C0 controls and DEL would move the terminal's cursor; tabs are expanded before this.
-_CONTROLS = dict.fromkeys([*range(32), 127])
 _NOTE = Style(dim=True)
 _STDERR = Style(color="red")
 _PREFIX = [Style(bold=True, color=c) for c in RANK_COLOURS]
@@ -45,7 +45,7 @@ def printable(text: str) -> str:
         text = parts[-1] if parts else ""
     if "\t" in text:
         text = text.expandtabs(8)
-    return text.translate(_CONTROLS) if not text.isprintable() else text
+    return plain(text)  # the one sink: C0, C1, bidi and zero-width characters shown, not obeyed
 
 
 def own_words(rank: int, text: str) -> str:
