@@ -130,7 +130,7 @@ def read_run(path: Path) -> RunRecord:
     except FileNotFoundError:
         return _broken(path, "no spec.json: not a run directory")
     except (OSError, ValueError) as exc:  # Unreadable and Invalid among them: each says what
-        return _broken(path, f"spec.json unreadable ({_why(exc)})")
+        return _broken(path, _unreadable("spec.json", exc))
     spec, created = document.spec, document.created_at
     suffix = "" if node is None else f"-node{node}"
     what, world, nnodes = spec.what, spec.world_size, spec.nnodes
@@ -143,7 +143,7 @@ def read_run(path: Path) -> RunRecord:
         return RunRecord(str(path), created, what, world, nnodes, status)
     except (OSError, ValueError) as exc:
         return RunRecord(
-            str(path), created, what, world, nnodes, "broken", reason=f"summary.json unreadable ({_why(exc)})"
+            str(path), created, what, world, nnodes, "broken", reason=_unreadable("summary.json", exc)
         )
     return RunRecord(str(path), created, what, world, nnodes, summary.status, summary)
 
@@ -186,6 +186,11 @@ def list_runs(root: Path) -> list[RunRecord]:
 
 def _broken(path: Path, reason: str) -> RunRecord:
     return RunRecord(str(path), None, "?", None, None, "broken", reason=reason)
+
+
+def _unreadable(name: str, exc: BaseException) -> str:
+    """Why a run's file cannot be used: the reader's own sentence names the file already."""
+    return str(exc)[:200] if isinstance(exc, Unreadable) else f"{name} unreadable ({_why(exc)})"
 
 
 def _why(exc: BaseException) -> str:

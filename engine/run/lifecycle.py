@@ -27,6 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
+from typing import cast
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.command import Launch, build_command
@@ -40,7 +41,7 @@ from mgpu_tui.engine.run.monitor import MonitorLock
 from mgpu_tui.engine.run.nccl_record import nccl_figures
 from mgpu_tui.engine.run.rootcause import RootCause, after_finishing, find_root_cause, hint_for
 from mgpu_tui.engine.run.runlog import RunLog
-from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.summary import RunSummary, Status
 from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.verify import Verification, Verify
 from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
@@ -486,7 +487,7 @@ class Run(IngestReadings):
             self.resolved,
             str(self.run_dir.path),
             self._ingest.stats(),
-            status=state.value,
+            status=cast(Status, state.value),  # a finished state: ok, failed or interrupted
             exit_code=returncode,
             root_cause=root_cause,
             started_at=self._started_at,

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Literal
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import ResolvedSpec
@@ -149,6 +150,9 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
     return tuple(rows)
 
 
+Status = Literal["ok", "failed", "interrupted"]  # how a run ended
+
+
 @dataclass(frozen=True)
 class RankSummary:
     rank: int
@@ -170,7 +174,7 @@ class RankSummary:
 class RunSummary:
     mode: str
     program: str | None
-    status: str  # "ok", "failed" or "interrupted"
+    status: Status
     exit_code: int | None
     device: str
     backend: str | None
@@ -217,7 +221,7 @@ class RunSummary:
         run_dir: str,
         stats: RunStats,
         *,
-        status: str,
+        status: Status,
         exit_code: int | None,
         root_cause: RootCause | None,
         started_at: float,

@@ -486,3 +486,36 @@ async def test_the_compare_view_explains_the_mode_under_the_cursor_with_its_demo
         assert not app.query_one("#compare-code").display
         await pilot.press("v")
         assert app.query_one("#compare-code").display
+
+
+async def test_the_runs_view_lists_a_hostile_folder_and_opens_its_runs_as_plain_text(tmp_path):
+    """A run folder whose files ranks rewrote (issue #28): FIFOs, links, NaN, escape sequences,
+    a world of 2**40 ranks. The Runs view lists every entry (the broken ones with their reason),
+    the app stays up, and the failed run opens with its texts shown, not obeyed."""
+    import sys
+
+    from textual.widgets import DataTable
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "unit"))
+    from test_hostile_folder import ESC_OR_C1, _hostile_root
+
+    root = _hostile_root(tmp_path)
+    app = create_app(telemetry=[], topology=None, run_root=root)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("h")
+        table = app.query_one("#runs-table", DataTable)
+        assert await wait_for(pilot, lambda: table.row_count == 9, timeout=10)
+        rows = [[str(cell) for cell in table.get_row_at(i)] for i in range(table.row_count)]
+        shown = "\n".join(" ".join(row) for row in rows)
+        assert not any(c in shown for c in ESC_OR_C1)
+        assert "summary.json: not a regular file (a FIFO)" in shown
+        table.focus()
+        failed = next(i for i, row in enumerate(rows) if row[3] == "failed")
+        table.move_cursor(row=failed)
+        await pilot.press("enter")
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: view.finished, timeout=10)
+        await pilot.pause(0.2)
+        screen = app.export_screenshot()  # every cell as drawn, as SVG text
+        assert "U+202E&gt;evil" in screen and not any(c in screen for c in ESC_OR_C1)
+        assert app.is_running

@@ -127,7 +127,8 @@ def test_a_line_reads_as_a_terminal_would_leave_it():
     assert printable("epoch 1 10%\repoch 1 50%\repoch 1 100%") == "epoch 1 100%"  # a progress bar
     assert printable("done\r") == "done"  # CRLF
     assert printable("a\tb") == "a       b"
-    assert printable("bell\x07 and \x1b[31mred\x1b[0m") == "bell and [31mred[0m"
+    # shown, not obeyed (the one sink, protocol/text.py): C0 as ^X, C1 as \\x9b
+    assert printable("bell\x07 and \x1b[31mred\x1b[0m\x9b") == "bell^G and ^[[31mred^[[0m\\x9b"
 
 
 def test_a_chart_is_rows_of_blocks_from_the_series_minimum_to_its_maximum():

@@ -259,7 +259,7 @@ class CompareView(Widget):
             mode = MODES[p.mode]
             count = str((template.nproc if mode.multi_process else 1) if shared else p.gpus)
             if not p.devices:
-                rows.append([p.mode, "n/a", "", count, Text(p.note or "", style="dim"), "", "", ""])
+                rows.append([p.mode, "n/a", "", count, Text(plain(p.note or ""), style="dim"), "", "", ""])
                 continue
             d = max(p.devices, key=lambda d: d.total)
             fits = "n/a" if p.fits is None else Text("yes", "green") if p.fits else Text("NO", "red")

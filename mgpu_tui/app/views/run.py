@@ -151,10 +151,10 @@ def result_panel(summary: RunSummary) -> Text:
         figures.append(f"GPU energy {sum(known):,.0f} J")
     title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
-    return Text.assemble(
+    return Text.assemble(  # verify's error and a straggler's words come from the run's files
         (f"{title}: ", "bold"),
-        " · ".join(figures),
-        (slow, "magenta"),
+        plain(" · ".join(figures)),
+        (plain(slow), "magenta"),
         "\n",
         ("Run directory: ", "bold"),
         plain(summary.run_dir),
@@ -489,7 +489,11 @@ class RunView(Widget):
         if cause:
             panel = self.query_one("#root-cause", Static)
             # A rank's own words: plain text, no escape reaches the terminal.
-            hint = [("What it means: ", "bold yellow"), (f"{cause.hint}\n", "yellow")] if cause.hint else []
+            hint = (
+                [("What it means: ", "bold yellow"), (plain(f"{cause.hint}\n"), "yellow")]
+                if cause.hint
+                else []
+            )
             panel.update(
                 Text.assemble(
                     (plain(f"Root cause: {cause.headline()}\n"), "bold red"),
