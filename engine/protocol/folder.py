@@ -198,7 +198,7 @@ def loads(text: str | bytes) -> Any:
     except RecursionError:
         raise ValueError(f"nested deeper than {MAX_DEPTH}") from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise ValueError(f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
     _check_depth(value)
     return value
 

@@ -157,7 +157,7 @@ def test_runs_lists_past_runs_newest_first_and_the_broken_ones_as_broken(runs_ro
     assert single["status"] == "ok" and single["steps"] == 5 and single["samples_per_s"] > 0
     assert single["final_loss"] == summary_from_file(Path(single["path"])).final_loss
     assert fsdp["status"] == "unfinished" and fsdp["world_size"] == 4
-    assert ddp["status"] == "broken" and ddp["reason"].startswith("summary.json unreadable")
+    assert ddp["status"] == "broken" and ddp["reason"].startswith("summary.json: not JSON")
     assert other["status"] == "broken" and other["reason"] == "no spec.json: not a run directory"
 
     table = run_cli("runs", "--run-dir", str(runs_root))
