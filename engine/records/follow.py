@@ -263,12 +263,18 @@ class FollowedRun(IngestReadings):
             )
         return tuple(rows)
 
-    def stop(self) -> None:
+    def stop(self, confirmed: Monitor | None = None) -> None:
         """Ask the run's monitor to stop it (SIGTERM, as Ctrl-C in its terminal): PermissionError with
-        a sentence when it may not be asked, ProcessLookupError when it is gone."""
+        a sentence when it may not be asked, ProcessLookupError when it is gone. With ``confirmed``
+        (the monitor the user said yes about), only that very process is asked."""
         monitor = self.monitor()
         if monitor is None:
             raise ProcessLookupError("nobody follows this run any more; it has ended.")
+        if confirmed is not None and not monitor.same_process(confirmed):
+            raise PermissionError(
+                f"this run's monitor is no longer the process you were asked about (pid {confirmed.pid}), "
+                "so nothing was sent."
+            )
         monitor.ask_to_stop()
 
     def close(self) -> None:

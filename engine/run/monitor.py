@@ -3,15 +3,25 @@
 The process that started a run (``mgpu-tui run``, the app, ``compare``) holds an exclusive
 ``flock`` on ``monitor.lock`` in the run directory for as long as it follows the run; the
 kernel lets go of it when that process ends, however it ends. Another process (``mgpu-tui
-open``, ``runs``) learns from the kernel, never from a file a rank could write:
+open``, ``runs``) learns from the kernel, never from a file a rank could write alone:
 
 - whether the run is still followed: the lock is held;
 - by which process: ``/proc/locks`` names the process that took the lock.
 
-Before that process is sent anything (``open``'s stop, after the user said yes), it must be
-an mgpu-tui process the user owns, and not a process of any run: the engine marks every
-process it starts with ``MGPU_RUN_ID``, and a monitor carries none. A rank that replaced the
-lock file with one it locks itself would otherwise have us signal whatever it pointed at.
+Before that process is sent anything (``open``'s stop, after the user said yes to a question
+naming its pid), every one of these must hold, or nothing is sent and one sentence says why:
+
+- the monitor recorded itself when it took the lock (``monitor.json`` beside the lock: its pid,
+  its start time from ``/proc``, the machine's boot id and host name), and names this process,
+  started at that very time, on this machine: a run of another host (a Slurm job seen from the
+  login node) is never signalled by pid;
+- the process holds this run's lock file open (``/proc/PID/fd``): a rank that hard-linked its
+  ``monitor.lock`` to another run's lock, and rewrote ``monitor.json`` to match, names that
+  run's monitor, which holds *its own* folder's lock, not this one;
+- it is an mgpu-tui process of this user, and not a process of any run (the engine marks every
+  process it starts with ``MGPU_RUN_ID``; a monitor carries none);
+- the signal goes through a pidfd opened, then checked against the recorded start time once
+  more, so a pid reused in between is never the one signalled.
 """
 
 from __future__ import annotations
@@ -20,9 +30,71 @@ import fcntl
 import os
 import pwd
 import signal
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from mgpu_tui.engine.protocol.folder import dumps, entries, read_json, write_atomic
+
+RECORD_SUFFIX = ".json"  # monitor.lock's record is monitor.json: the monitor's own account of itself
+MAX_RECORD_BYTES = 4096
+MAX_FDS_LOOKED_AT = 4096  # of the holder's open files: a monitor holds a few dozen
+
+
+def boot_id() -> str:
+    """This boot of this machine: a pid means something only here, and only until a reboot."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as f:
+            return f.read(64).strip()
+    except OSError:
+        return ""
+
+
+def start_ticks(pid: int) -> int | None:
+    """When the process started, in clock ticks after boot (/proc/PID/stat, field 22): with its pid,
+    the process itself (a pid alone may be reused); None when it is gone or unreadable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ")" ends it.
+        return int(stat[stat.rfind(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@dataclass(frozen=True)
+class MonitorRecord:
+    """What the monitor wrote of itself when it took the lock (``monitor.json``)."""
+
+    pid: int
+    start: int
+    boot_id: str
+    host: str
+
+    @classmethod
+    def of_this_process(cls) -> MonitorRecord:
+        return cls(os.getpid(), start_ticks(os.getpid()) or 0, boot_id(), socket.gethostname())
+
+    @classmethod
+    def read(cls, lock: Path) -> MonitorRecord | None:
+        """The record beside the lock, read as untrusted (bounded, typed); None if absent or wrong."""
+        try:
+            document = read_json(lock.with_suffix(RECORD_SUFFIX), MAX_RECORD_BYTES, root=lock.parent)
+            pid, start = document["pid"], document["start"]
+            boot, host = document["boot_id"], document["host"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        numbers, texts = (pid, start), (boot, host)
+        if not all(type(n) is int for n in numbers) or not all(isinstance(t, str) for t in texts):
+            return None
+        if not (0 < pid < 1 << 32 and 0 <= start < 1 << 62):
+            return None
+        return cls(pid, start, boot[:64], host[:255])
+
+    def write(self, lock: Path) -> None:
+        document = {"pid": self.pid, "start": self.start, "boot_id": self.boot_id, "host": self.host}
+        write_atomic(lock.with_suffix(RECORD_SUFFIX), dumps(document), root=lock.parent)
 
 
 class MonitorLock:
@@ -47,6 +119,10 @@ class MonitorLock:
             except OSError:
                 break
             self._fd = fd
+            try:  # who holds it, in its own words: what a stop is checked against
+                MonitorRecord.of_this_process().write(self.path)
+            except OSError:
+                pass  # the run goes on; another process will only refuse to stop it
             return True
         os.close(fd)
         return False
@@ -59,12 +135,15 @@ class MonitorLock:
 
 @dataclass(frozen=True)
 class Monitor:
-    """The live process that follows a run, as the kernel names it."""
+    """The live process that follows a run, as the kernel names it, and what it recorded of itself."""
 
     pid: int
     uid: int | None  # the owner of the process; None if it could not be read
     owner: str  # the owner's name, or their uid as text
     is_mgpu_tui: bool  # an mgpu-tui process, not a process of a run
+    start: int | None = None  # its start time (clock ticks after boot), read from /proc
+    record: MonitorRecord | None = None  # what the run's monitor wrote of itself
+    holds_this_lock: bool = False  # it has this run's lock file open, not a link's other name
 
     @property
     def owned(self) -> bool:
@@ -72,6 +151,27 @@ class Monitor:
 
     def why_not_stoppable(self) -> str | None:
         """None if this process may be asked to stop the run; else one sentence why not."""
+        record = self.record
+        if record is not None and (record.boot_id, record.host) != (boot_id(), socket.gethostname()):
+            return (
+                f"this run's monitor runs on {record.host}, not on this machine; stop it there "
+                "(a process of another machine is never signalled by its pid)."
+            )
+        if record is None:
+            return (
+                "this run's monitor left no record of itself (monitor.json), so nothing was sent "
+                f"to the process holding its lock (pid {self.pid})."
+            )
+        if (record.pid, record.start) != (self.pid, self.start):
+            return (
+                f"the process holding this run's lock (pid {self.pid}) is not the monitor the run "
+                "recorded, so nothing was sent to it."
+            )
+        if not self.holds_this_lock:
+            return (
+                f"the process holding this run's lock (pid {self.pid}) follows another run (the lock "
+                "file is a second name of that run's), so nothing was sent to it."
+            )
         if not self.is_mgpu_tui:
             return (
                 f"the process holding this run's lock (pid {self.pid}) is not an mgpu-tui monitor, "
@@ -81,12 +181,23 @@ class Monitor:
             return f"this run belongs to {self.owner} (its monitor is pid {self.pid}); only they can stop it."
         return None
 
+    def same_process(self, other: Monitor) -> bool:
+        """The same process as ``other`` (a pid alone may have been reused since)."""
+        return (self.pid, self.start) == (other.pid, other.start) and self.start is not None
+
     def ask_to_stop(self) -> None:
-        """SIGTERM to the monitor: it stops every rank and writes the summary, as on Ctrl-C."""
+        """SIGTERM to the monitor: it stops every rank and writes the summary, as on Ctrl-C. Sent
+        through a pidfd checked against the recorded start time after it was opened."""
         reason = self.why_not_stoppable()
         if reason:
             raise PermissionError(reason)
-        os.kill(self.pid, signal.SIGTERM)
+        fd = os.pidfd_open(self.pid)
+        try:
+            if start_ticks(self.pid) != self.start:  # the pidfd pins a process: is it still ours?
+                raise ProcessLookupError(f"the run's monitor (pid {self.pid}) has ended.")
+            signal.pidfd_send_signal(fd, signal.SIGTERM)
+        finally:
+            os.close(fd)
 
 
 def is_followed(path: Path) -> bool:
@@ -120,11 +231,30 @@ def monitor_of(path: Path) -> Monitor | None:
         # "1: FLOCK  ADVISORY  WRITE 27768 fe:00:2146326 0 EOF" (blocked waiters carry "->")
         if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == device:
             if fields[4].isdigit():
-                return _describe(int(fields[4]))
+                return _describe(int(fields[4]), path, st)
     return None
 
 
-def _describe(pid: int) -> Monitor:
+def _holds_open(pid: int, path: Path, st: os.stat_result) -> bool:
+    """Whether ``pid`` has ``path`` itself open: the same file, opened under this name (a hard link
+    is the same file under another name, which /proc/PID/fd shows)."""
+    try:
+        wanted = os.path.realpath(path)
+    except OSError:
+        return False
+    for entry in entries(Path(f"/proc/{pid}/fd"), MAX_FDS_LOOKED_AT):
+        try:
+            if os.readlink(entry.path) != wanted:
+                continue
+            held = os.stat(entry.path)  # the open file itself, through /proc
+        except OSError:
+            continue
+        if (held.st_dev, held.st_ino) == (st.st_dev, st.st_ino):
+            return True
+    return False
+
+
+def _describe(pid: int, path: Path, st: os.stat_result) -> Monitor:
     proc = Path(f"/proc/{pid}")
     try:
         uid: int | None = proc.stat().st_uid
@@ -134,12 +264,13 @@ def _describe(pid: int) -> Monitor:
         owner = pwd.getpwuid(uid).pw_name if uid is not None else "another user"
     except KeyError:
         owner = f"uid {uid}"
+    start, record = start_ticks(pid), MonitorRecord.read(path)
     try:
         argv = (proc / "cmdline").read_bytes()[:65536].split(b"\0")
         environ = (proc / "environ").read_bytes()[: 1 << 20].split(b"\0")
     except OSError:  # gone, or not ours to read
-        return Monitor(pid, uid, owner, is_mgpu_tui=False)
+        return Monitor(pid, uid, owner, False, start, record)
     names = b" ".join(argv)
     mgpu_tui = b"mgpu-tui" in names or b"mgpu_tui" in names
     in_a_run = any(entry.startswith(b"MGPU_RUN_ID=") for entry in environ)
-    return Monitor(pid, uid, owner, is_mgpu_tui=mgpu_tui and not in_a_run)
+    return Monitor(pid, uid, owner, mgpu_tui and not in_a_run, start, record, _holds_open(pid, path, st))

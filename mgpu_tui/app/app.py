@@ -333,7 +333,7 @@ class MgpuApp(App):
             if not yes:
                 return
             try:
-                run.stop()  # finds its monitor again: the one asked about may have ended since
+                run.stop(monitor)  # that very process, checked again: it may have ended since
             except (PermissionError, ProcessLookupError) as exc:
                 self.notify(plain(str(exc)), title="Cannot stop", severity="error", timeout=8, markup=False)
                 return

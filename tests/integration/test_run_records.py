@@ -1,8 +1,11 @@
 """Every run is a record: the machine during the run kept with it (telemetry.jsonl, the summary)."""
 
+import dataclasses
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -11,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import CLI, TESTS, live_processes_of, only_run_dir, run_cli, summary_from
+from mgpu_tui.engine.run.monitor import MonitorRecord, boot_id, start_ticks
 from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 
 
@@ -337,10 +341,14 @@ def test_a_lock_held_by_a_process_of_a_run_is_never_sent_a_signal(runs_root):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
+        # it even records itself as the monitor would: its own pid, start time, boot and host
+        MonitorRecord(holder.pid, start_ticks(holder.pid), boot_id(), socket.gethostname()).write(
+            run_dir / "monitor.lock"
+        )
         run = FollowedRun(run_dir)
         assert run.live_at_open
         found = run.monitor()
-        assert found.pid == holder.pid and not found.is_mgpu_tui
+        assert found.pid == holder.pid and not found.is_mgpu_tui and found.holds_this_lock
         with pytest.raises(PermissionError, match="not an mgpu-tui monitor"):
             run.stop()
         assert holder.poll() is None  # nothing was sent to it
@@ -348,6 +356,75 @@ def test_a_lock_held_by_a_process_of_a_run_is_never_sent_a_signal(runs_root):
     finally:
         holder.kill()
         holder.wait(10)
+
+
+HOLD = (
+    "import sys, time; from mgpu_tui.engine.run.monitor import MonitorLock; "
+    "assert MonitorLock(__import__('pathlib').Path(sys.argv[1])).hold(); print('locked', flush=True); "
+    "time.sleep(60)"
+)
+
+
+def a_followed_run(root: Path, name: str) -> tuple[Path, subprocess.Popen]:
+    """A run folder whose lock is held by an mgpu-tui process that recorded itself, as a monitor does."""
+    run_dir = root / name
+    (run_dir / "events").mkdir(parents=True)
+    spec = {"spec": {"mode": "ddp", "world_size": 2}, "created_at": 1}
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if k != "MGPU_RUN_ID"}
+    argv = [sys.executable, "-c", HOLD, str(run_dir / "monitor.lock")]
+    holder = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return run_dir, holder
+
+
+def test_only_the_monitor_a_run_recorded_is_sent_a_stop_and_only_through_a_pidfd(runs_root):
+    """Issue #28: a rank hard-links its monitor.lock to another run's and copies that run's record:
+    the other run's monitor holds its own folder's lock, not this one, and is sent nothing. A record
+    naming another host, a pid's other start time, or a monitor other than the one the user said yes
+    to: nothing is sent. The run's own monitor is stopped, through a pidfd."""
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    a, monitor_a = a_followed_run(runs_root, "20200101T000000Z-ddp")
+    b, monitor_b = a_followed_run(runs_root, "20200101T000001Z-ddp")
+    hostile = runs_root / "20200101T000002Z-ddp"
+    (hostile / "events").mkdir(parents=True)
+    (hostile / "spec.json").write_text((a / "spec.json").read_text())
+    os.link(a / "monitor.lock", hostile / "monitor.lock")  # the same file, by a second name
+    (hostile / "monitor.json").write_text((a / "monitor.json").read_text())
+    try:
+        run = FollowedRun(hostile)
+        found = run.monitor()
+        assert found.pid == monitor_a.pid and found.is_mgpu_tui and not found.holds_this_lock
+        with pytest.raises(PermissionError, match="follows another run"):
+            run.stop()
+        mine = FollowedRun(b)
+        ok = mine.monitor()
+        assert ok.pid == monitor_b.pid and ok.why_not_stoppable() is None
+        record = MonitorRecord.read(b / "monitor.lock")
+        for changed, says in (
+            (dataclasses.replace(record, host="login1", boot_id="other"), "runs on login1, not on this"),
+            (dataclasses.replace(record, start=record.start + 1), "not the monitor the run recorded"),
+        ):
+            changed.write(b / "monitor.lock")
+            with pytest.raises(PermissionError, match=says):
+                mine.stop()
+        (b / "monitor.json").unlink()
+        with pytest.raises(PermissionError, match="left no record of itself"):
+            mine.stop()
+        record.write(b / "monitor.lock")
+        with pytest.raises(PermissionError, match="no longer the process you were asked about"):
+            mine.stop(dataclasses.replace(ok, start=ok.start - 1))  # the user said yes to another
+        assert monitor_a.poll() is None and monitor_b.poll() is None  # nothing was sent to either
+        mine.stop(ok)
+        assert monitor_b.wait(10) == -signal.SIGTERM
+        assert monitor_a.poll() is None
+        run.close()
+        mine.close()
+    finally:
+        for holder in (monitor_a, monitor_b):
+            holder.kill()
+            holder.wait(10)
 
 
 def wait_for_a_step(runs_root: Path, timeout: float = 60) -> Path:
