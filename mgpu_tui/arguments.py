@@ -11,6 +11,19 @@ import re
 
 from mgpu_tui.errors import UsageError
 
+# Bounds at the door (issue #28): a number past these means nothing on any machine, and would
+# fail later with a traceback, or make a command work for hours. One home for each.
+MAX_COUNT = (1 << 31) - 1  # any count not bounded more tightly (--nproc, --nice, a port: by their own checks)
+MAX_STEPS = 10**9
+MAX_BATCH = 1 << 24  # samples in a global batch
+MAX_MICRO = 1 << 16  # micro-batches a step (--accum, --microbatches)
+MAX_RANKS = 1 << 14  # ranks, stages, GPUs planned for: the planner shows each one
+MAX_NODES = 1 << 12
+MAX_WIDTH = 1 << 16  # the MLP's width, and a GPT's shape field
+MAX_DEPTH = 1 << 12  # the MLP's blocks
+MAX_RESTARTS = 1000
+MAX_FLOAT = 1e9  # seconds (31 years), GiB, a learning rate: any float flag
+
 
 class Parser(argparse.ArgumentParser):
     """argparse that raises instead of printing usage and exiting, so every
@@ -25,8 +38,8 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)")
 
 
-def whole_number(minimum: int, maximum: int | None = None):
-    """A parser of whole numbers from ``minimum`` to ``maximum`` (no limit: None)."""
+def whole_number(minimum: int, maximum: int = MAX_COUNT):
+    """A parser of whole numbers from ``minimum`` to ``maximum``."""
 
     def parse(text: str) -> int:
         try:
@@ -35,15 +48,16 @@ def whole_number(minimum: int, maximum: int | None = None):
             raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if maximum is not None and value > maximum:
-            raise argparse.ArgumentTypeError(f"must be at most {maximum}, got {value}")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"must be at most {maximum:,}, got {value:,}")
         return value
 
     return parse
 
 
 def positive_float(text: str) -> float:
-    """A finite number above zero: a learning rate, a timeout. (float() takes 'inf' and 'nan'.)"""
+    """A finite number above zero and at most MAX_FLOAT: a learning rate, a timeout, GiB. (float()
+    takes 'inf' and 'nan'.)"""
     try:
         value = float(text)
     except ValueError:
@@ -52,6 +66,8 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    if value > MAX_FLOAT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_FLOAT:g}, got {text}")
     return value
 
 
@@ -65,12 +81,28 @@ def seconds_or_off(text: str) -> float:
     return value
 
 
+def run_name(text: str) -> str:
+    """A job's id (--rdzv-id): a name, since it names the nodes' shared run folder, never a path."""
+    from mgpu_tui.engine.protocol.rundir import NAME
+
+    if not NAME.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"must be a name of letters, digits, '.', '_' and '-' (at most 64, starting with a letter "
+            f"or digit), got {text[:80]!r}"
+        )
+    return text
+
+
 def whole_numbers(text: str) -> list[int]:
-    """Counts separated by commas (1,2,4,8), each at least 1."""
+    """Counts separated by commas (1,2,4,8), each from 1 to MAX_BATCH, at most 64 of them."""
     parts = [part.strip() for part in text.split(",")]
-    if not all(part.isdigit() for part in parts):
+    if len(parts) > 64:
+        raise argparse.ArgumentTypeError(f"must be at most 64 counts, got {len(parts)}")
+    if not all(part.isdigit() and len(part) <= 10 for part in parts):
         raise argparse.ArgumentTypeError(f"must be whole numbers separated by commas, got {text!r}")
     counts = [int(part) for part in parts]
     if min(counts) < 1:
         raise argparse.ArgumentTypeError(f"each must be at least 1, got {text!r}")
+    if max(counts) > MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"each must be at most {MAX_BATCH:,}, got {max(counts):,}")
     return counts

@@ -13,7 +13,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mgpu_tui import __version__
-from mgpu_tui.arguments import Parser, positive_float, seconds_or_off, whole_number, whole_numbers
+from mgpu_tui.arguments import (
+    MAX_BATCH,
+    MAX_DEPTH,
+    MAX_MICRO,
+    MAX_NODES,
+    MAX_RANKS,
+    MAX_RESTARTS,
+    MAX_STEPS,
+    MAX_WIDTH,
+    Parser,
+    positive_float,
+    run_name,
+    seconds_or_off,
+    whole_number,
+    whole_numbers,
+)
 from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain, plain_output
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
@@ -127,11 +142,14 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"ranks to start (default: one per GPU, or {D.cpu_ranks} on the CPU; 1 for one-process modes)",
     )
     run.add_argument(
-        "--steps", type=whole_number(1), default=D.steps, help=f"training steps (default {D.steps})"
+        "--steps",
+        type=whole_number(1, MAX_STEPS),
+        default=D.steps,
+        help=f"training steps (default {D.steps})",
     )
     run.add_argument(
         "--batch-size",
-        type=whole_number(1),
+        type=whole_number(1, MAX_BATCH),
         default=D.batch_size,
         help=f"the global batch (default {D.batch_size})",
     )
@@ -170,11 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, bf16 on the CPU"
     )
     training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
-    training.add_argument("--accum", type=whole_number(1), default=D.accum, help="micro-batches per step")
+    training.add_argument(
+        "--accum", type=whole_number(1, MAX_MICRO), default=D.accum, help="micro-batches per step"
+    )
     training.add_argument("--lr", type=positive_float, help=f"learning rate (default {D.lr})")
     training.add_argument(
         "--warmup-steps",
-        type=whole_number(0),
+        type=whole_number(0, MAX_STEPS),
         default=0,
         help="ramp the learning rate up linearly over these first steps (default 0)",
     )
@@ -182,34 +202,40 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed", type=whole_number(0, MAX_SEED), help=f"weights and data seed (default {D.seed})"
     )
     training.add_argument(
-        "--width", type=whole_number(1), default=D.width, help=f"hidden width (default {D.width})"
+        "--width", type=whole_number(1, MAX_WIDTH), default=D.width, help=f"hidden width (default {D.width})"
     )
     training.add_argument(
-        "--depth", type=whole_number(1), default=D.depth, help=f"hidden blocks (default {D.depth})"
+        "--depth", type=whole_number(1, MAX_DEPTH), default=D.depth, help=f"hidden blocks (default {D.depth})"
     )
-    add_model_arguments(training, whole_number(1))
+    add_model_arguments(training)
     run.add_argument(
         "--force",
         action="store_true",
         help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway",
     )
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
-    nodes.add_argument("--nnodes", type=whole_number(1), default=1, help="nodes in the job (default 1)")
-    nodes.add_argument("--node-rank", type=whole_number(0), default=0, help="this node's rank")
+    nodes.add_argument(
+        "--nnodes", type=whole_number(1, MAX_NODES), default=1, help="nodes in the job (default 1)"
+    )
+    nodes.add_argument("--node-rank", type=whole_number(0, MAX_NODES - 1), default=0, help="this node's rank")
     nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
-    nodes.add_argument("--rdzv-id", metavar="ID", help="the job's id, the same on every node")
-    nodes.add_argument("--max-restarts", type=whole_number(0), default=0, help="restarts on failure")
+    nodes.add_argument(
+        "--rdzv-id", type=run_name, metavar="ID", help="the job's id, the same on every node (a name)"
+    )
+    nodes.add_argument(
+        "--max-restarts", type=whole_number(0, MAX_RESTARTS), default=0, help="restarts on failure"
+    )
     nodes.add_argument("--master-port", type=whole_number(1), help="one node: this port, not a free one")
     modes = run.add_argument_group("mode options")
     modes.add_argument(
         "--stages",
-        type=whole_number(1),
+        type=whole_number(1, MAX_RANKS),
         default=D.stages,
         help=f"mp: GPUs to spread over (default {D.stages})",
     )
     modes.add_argument(
         "--microbatches",
-        type=whole_number(1),
+        type=whole_number(1, MAX_MICRO),
         default=D.microbatches,
         help=f"pipeline (default {D.microbatches})",
     )
@@ -228,12 +254,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     def add_shared(command: argparse.ArgumentParser, batch_help: str | None = None) -> None:
         command.add_argument(
-            "--steps", type=whole_number(1), default=D.steps, help=f"steps per run (default {D.steps})"
+            "--steps",
+            type=whole_number(1, MAX_STEPS),
+            default=D.steps,
+            help=f"steps per run (default {D.steps})",
         )
         if batch_help is None:
             command.add_argument(
                 "--batch-size",
-                type=whole_number(1),
+                type=whole_number(1, MAX_BATCH),
                 default=D.batch_size,
                 help=f"the global batch, the same for every run (default {D.batch_size})",
             )
@@ -258,12 +287,18 @@ def build_parser() -> argparse.ArgumentParser:
             "about a real multi-GPU box",
         )
         command.add_argument(
-            "--width", type=whole_number(1), default=D.width, help=f"hidden width (default {D.width})"
+            "--width",
+            type=whole_number(1, MAX_WIDTH),
+            default=D.width,
+            help=f"hidden width (default {D.width})",
         )
         command.add_argument(
-            "--depth", type=whole_number(1), default=D.depth, help=f"hidden blocks (default {D.depth})"
+            "--depth",
+            type=whole_number(1, MAX_DEPTH),
+            default=D.depth,
+            help=f"hidden blocks (default {D.depth})",
         )
-        add_model_arguments(command, whole_number(1))
+        add_model_arguments(command)
         command.add_argument(
             "--out",
             metavar="FILE",
@@ -337,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     scaling.add_argument(
         "--warmup-steps",
-        type=whole_number(0),
+        type=whole_number(0, MAX_STEPS),
         default=None,
         help="ramp the learning rate up over these first steps (default: none for strong "
         "scaling, where the batch stays; else a fifth of --steps)",
@@ -415,9 +450,12 @@ def build_parser() -> argparse.ArgumentParser:
         "it fits the GPU (read through NVML, else --gpu-mem). Nothing runs: models far larger than this "
         "machine can be planned.",
     )
-    add_model_arguments(planning, whole_number(1), default="gpt-125m")
+    add_model_arguments(planning, default="gpt-125m")
     planning.add_argument(
-        "--gpus", type=whole_number(1), metavar="N", help="GPUs to plan for (default: this machine's)"
+        "--gpus",
+        type=whole_number(1, MAX_RANKS),
+        metavar="N",
+        help="GPUs to plan for (default: this machine's)",
     )
     planning.add_argument(
         "--gpu-mem", type=positive_float, metavar="GiB", help="each GPU's memory (default: read through NVML)"
@@ -431,13 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
     planning.add_argument("--amp", action="store_true", help="mixed precision: 16-bit activations")
     planning.add_argument(
         "--batch-size",
-        type=whole_number(1),
+        type=whole_number(1, MAX_BATCH),
         metavar="B",
         help="the global batch in sequences (default: one a GPU)",
     )
     planning.add_argument(
         "--microbatches",
-        type=whole_number(1),
+        type=whole_number(1, MAX_MICRO),
         default=D.microbatches,
         metavar="M",
         help=f"pipeline micro-batches (default {D.microbatches})",
@@ -466,13 +504,15 @@ def build_check_parser() -> argparse.ArgumentParser:
     parser.add_argument("--junit", metavar="PATH", help="write JUnit XML, one testcase per check")
     parser.add_argument(
         "--require-gpus",
-        type=whole_number(0),
+        type=whole_number(0, MAX_RANKS),
         default=0,
         metavar="N",
         help="fail, not skip, when fewer than N GPUs are usable",
     )
     parser.add_argument(
-        "--nproc", type=whole_number(1), help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)"
+        "--nproc",
+        type=whole_number(1),
+        help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)",
     )
     parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
@@ -481,7 +521,7 @@ def build_check_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo",
     )
-    add_model_arguments(parser, whole_number(1))  # what the smoke and verify runs train
+    add_model_arguments(parser)  # what the smoke and verify runs train
     parser.add_argument(
         "--run-dir", default="runs", metavar="DIR", help="where the ranks' logs go (default ./runs)"
     )

@@ -12,6 +12,7 @@ Layout::
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
         telemetry.jsonl       the machine during the run (run/telemetry_log.py)
         monitor.lock          locked while a process follows the run (run/monitor.py)
+        monitor.json          that process's own record of itself: pid, start time, boot, host
         summary.json          written when the run ends
 """
 
@@ -28,6 +29,21 @@ from typing import Any
 from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_atomic
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a job id as a folder's name: never a path
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def folder_name(job_id: str) -> str:
+    """A job id (torchrun's --rdzv-id, anyone's text) as the name of one folder inside the run root:
+    itself when it is a NAME; else its letters, digits, '.', '_' and '-' (others as '_'), prefixed
+    'job-' and suffixed with a short hash of the whole id, so ``../../etc`` stays inside and two
+    different ids never share a folder."""
+    if NAME.fullmatch(job_id):
+        return job_id
+    import hashlib
+
+    kept = _NOT_IN_A_NAME.sub("_", job_id)[:40].strip("._")
+    return f"job-{kept}-{hashlib.sha256(job_id.encode('utf-8', 'replace')).hexdigest()[:8]}"
 
 
 class RunDirError(OSError):
@@ -81,7 +97,7 @@ class RunDir:
         try:
             root.mkdir(parents=True, exist_ok=True)
             if shared is not None:
-                run = cls(root / f"{shared}-{mode}", node)
+                run = cls(root / f"{folder_name(shared)}-{mode}", node)
                 run.path.mkdir(mode=0o700, exist_ok=True)
                 run.events_dir.mkdir(parents=True, exist_ok=True)
                 if run.spec_path.exists():

@@ -4,12 +4,16 @@ LaunchSpec fields they give."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
+from mgpu_tui.arguments import whole_number
 from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS
 
+# Each shape field's bound at the door: past these the planner works for minutes on a model no
+# machine holds (a row per layer), or a rank fails later with a traceback.
+SHAPE_MAX = {"layers": 1024, "d_model": 1 << 17, "heads": 1024, "seq_len": 1 << 20, "vocab": 1 << 21}
 
-def add_model_arguments(group, whole_number: Callable[[str], int], default: str = "mlp") -> None:
+
+def add_model_arguments(group, default: str = "mlp") -> None:
     """--model and the GPT's shape flags (engine/planning/shapes.py)."""
     group.add_argument(
         "--model",
@@ -21,7 +25,7 @@ def add_model_arguments(group, whole_number: Callable[[str], int], default: str 
     for field, what in SHAPE_FIELDS.items():
         group.add_argument(
             f"--{field.replace('_', '-')}",
-            type=whole_number,
+            type=whole_number(1, SHAPE_MAX[field]),
             metavar="N",
             help=f"the GPT's {what} (changes the named size)",
         )

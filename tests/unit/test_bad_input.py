@@ -28,6 +28,20 @@ def files(tmp_path):
 
 
 CASES = [
+    # numbers past what any machine can mean (issue #28): refused at the door, not hours later
+    (["plan", "--gpus", "1000000000"], "--gpus: must be at most 16,384, got 1,000,000,000"),
+    (["plan", "--gpus", "8", "--layers", "10000000"], "--layers: must be at most 1,024"),
+    (["plan", "--gpus", "8", "--layers", "1e32"], "--layers: must be a whole number, got '1e32'"),
+    (["plan", "--gpus", "8", "--gpu-mem", "1e308"], "--gpu-mem: must be at most 1e+09, got 1e308"),
+    (["run", "ddp", "--join-timeout", "1e308"], "--join-timeout: must be at most 1e+09"),
+    (["run", "ddp", "--batch-size", "1" + "0" * 22], "--batch-size: must be at most 16,777,216"),
+    (["run", "ddp", "--steps", "1" + "0" * 20], "--steps: must be at most 1,000,000,000"),
+    (["run", "ddp", "--width", "1000000000"], "--width: must be at most 65,536"),
+    (["scale", "ddp", "--nproc", "1," + "9" * 30], "--nproc: must be whole numbers separated by commas"),
+    (["scale", "ddp", "--nproc", "2", "--batch-size", "64,99999999"], "each must be at most 16,777,216"),
+    # a job id names the nodes' shared folder: a name, never a path out of --run-dir
+    (["run", "ddp", "--rdzv-id", "../../etc"], "--rdzv-id: must be a name of letters, digits"),
+    (["run", "ddp", "--rdzv-id", "a/b"], "--rdzv-id: must be a name of letters, digits"),
     # run: numbers of the wrong type or range
     (["run", "ddp", "--nproc", "zero"], "--nproc: must be a whole number, got 'zero'"),
     (["run", "ddp", "--nproc", "0"], "--nproc: must be at least 1, got 0"),
@@ -41,7 +55,7 @@ CASES = [
     (["run", "ddp", "--stall-timeout", "nan"], "--stall-timeout: must be a finite number, got 'nan'"),
     (["run", "ddp", "--lr", "inf"], "--lr: must be a finite number, got 'inf'"),
     (["run", "ddp", "--lr", "0"], "--lr: must be more than 0, got 0"),
-    (["run", "ddp", "--seed", str(2**40)], "--seed: must be at most 4294967295"),
+    (["run", "ddp", "--seed", str(2**40)], "--seed: must be at most 4,294,967,295"),
     (["run", "ddp", "--device", "cpu", "--nproc", "100000"], "would start 100000 processes on"),
     (
         ["run", "ddp", "--nnodes", "2", "--rdzv-endpoint", "no-such-host.invalid:29400"],

@@ -22,7 +22,7 @@ import pytest
 from mgpu_tui.cli import main
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.folder import Unreadable, loads, read_json, write_atomic
-from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir import RunDir, folder_name
 from mgpu_tui.engine.protocol.text import plain
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.engine.run.aggregate import Straggler
@@ -352,3 +352,17 @@ def test_a_huge_file_is_refused_by_its_bound_not_read(tmp_path):
     assert time.monotonic() - started < 1
     write_atomic(tmp_path / "ok.json", "{}", root=tmp_path)
     assert read_json(tmp_path / "ok.json", 10, root=tmp_path) == {}
+
+
+def test_a_job_id_names_one_folder_inside_the_run_root_never_a_path(tmp_path):
+    """torchrun's --rdzv-id is anyone's text (the drop-in passes it on): the nodes' shared folder
+    stays inside --run-dir, and two ids that differ never share one."""
+    root = tmp_path / "runs"
+    made = [
+        RunDir.create(root, "ddp", shared=job, node=0).path
+        for job in ("../../etc", "..", "a/b", "a_b", "x" * 300)
+    ]
+    assert all(path.parent == root for path in made), made
+    assert len(set(made)) == len(made)
+    assert folder_name("slurm-1234.0") == "slurm-1234.0"  # a name is kept as it is
+    assert not (tmp_path / "etc-ddp").exists()
