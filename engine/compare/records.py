@@ -88,7 +88,7 @@ def _row(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, Row]:
     flops = None if spec.program else train_flops_per_sample(_workload(spec))  # not a script's model
     tflops = per_device * flops / 1e12 if per_device and flops else None
     peak = peak_flops(gpu_names[0] if gpu_names else None, spec.amp) if spec.device == "cuda" else None
-    events = read_events(path)
+    events = read_events(path, summary.world_size)
     steps, rates, _ = events.series()
     loss_steps, _, losses = events.whole_series()
     peaks = [p for p in summary.peak_mem_bytes if p is not None]

@@ -196,9 +196,8 @@ class FollowedRun(IngestReadings):
                 self.state = FollowState(self.summary.status)
         elif not alive:
             self.state = FollowState.CUT_OFF
-        if self.state.finished:  # whatever came last
-            while self._ingest.read():
-                pass
+        if self.state.finished:  # whatever came last, within a bound (the ends of files past it)
+            self._ingest.catch_up()
             self._read_telemetry()
         return self.state
 

@@ -41,6 +41,8 @@ from mgpu_tui.engine.protocol.events import (
     Step,
     parse_line,
 )
+from mgpu_tui.engine.protocol.folder import open_regular
+from mgpu_tui.engine.protocol.rundir import RunDir
 
 
 def warmup_steps(n: int) -> int:
@@ -413,12 +415,26 @@ def _text(value: object) -> str | None:
     return value[:40] if isinstance(value, str) else None
 
 
-def read_events(run_dir: Path) -> Aggregator:
-    """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped."""
+MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: ~2,000,000 steps
+
+
+def read_events(run_dir: Path, world_size: int | None = None) -> Aggregator:
+    """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped.
+    Read as untrusted (the ranks wrote them): the ranks of the job only (when ``world_size`` is
+    known), each a regular file below the run folder (never a FIFO, a device or a link), its first
+    MAX_EVENT_FILE_BYTES at most."""
     aggregator = Aggregator()
-    for path in sorted((run_dir / "events").glob("rank*.jsonl")):
-        with open(path, "rb") as f:
-            while line := f.readline(MAX_LINE_BYTES + 1):  # a longer line is refused, not read whole
+    for rank, path in sorted(RunDir(run_dir).event_files().items()):
+        if world_size is not None and rank >= world_size:
+            continue
+        try:
+            fd = open_regular(path, root=Path(run_dir))
+        except OSError:  # Unreadable among them: a FIFO, a link, gone
+            continue
+        with open(fd, "rb") as f:
+            budget = MAX_EVENT_FILE_BYTES
+            while budget > 0 and (line := f.readline(MAX_LINE_BYTES + 1)):  # a longer line is refused
+                budget -= len(line)
                 try:
                     aggregator.add(parse_line(line))
                 except MalformedEvent:

@@ -21,9 +21,10 @@ import dataclasses
 import os
 import stat
 import threading
+import time
 from pathlib import Path
 
-from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, parse_line
+from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, Step, parse_line
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.flight_records import late_arrivals, read_trace
@@ -31,6 +32,10 @@ from mgpu_tui.engine.run.flight_records import late_arrivals, read_trace
 # How much one call reads at most, so that one poll of a file that grew by
 # gigabytes cannot stall the caller or hold it all in memory at once.
 READ_CHUNK = 4 << 20
+# At the end of a run, how long the last of a backlog is read before each rank's latest event is
+# taken from its file's end instead (a rank can write events faster than anyone can read them).
+CATCH_UP_S = 5.0
+LAST_EVENT_BYTES = 256 << 10  # of a file's end, read for its latest step
 
 
 class FileTail:
@@ -124,6 +129,15 @@ class FileTail:
             self._partial = b""
             self._skipping = True
         return lines
+
+    def read_end(self, limit: int) -> bytes:
+        """The last ``limit`` bytes of the file as it is now (for its latest line), without moving
+        the reading position; nothing when it is not open."""
+        if self._fd is None:
+            return b""
+        size = os.fstat(self._fd).st_size
+        start = max(self.offset, size - limit)
+        return os.pread(self._fd, size - start, start) if size > start else b""
 
     @property
     def pending(self) -> bytes:
@@ -249,8 +263,44 @@ class Ingest:
             return self.aggregator.whole_series()
 
     def liveness(self) -> list[tuple[int, float | None, int, bool]]:
+        """As the aggregator's, but a rank whose event file holds more than was read is talking now
+        (faster than it is read): never silent for a backlog of ours."""
+        now = time.time()
         with self._lock:
-            return self.aggregator.liveness()
+            found = self.aggregator.liveness()
+            behind = {rank for rank, tail in self._event_tails.items() if tail.behind}
+        return [(rank, now if rank in behind else t, step, done) for rank, t, step, done in found]
+
+    def catch_up(self, seconds: float = CATCH_UP_S) -> int:
+        """Read every file to its end, for ``seconds`` at most; then each rank still behind gets its
+        latest step from its file's end, so a summary counts every rank's last step, not what a
+        backlog let us read. The ranks taken from their ends (0: none)."""
+        deadline = time.monotonic() + seconds
+        while self.read():
+            if time.monotonic() >= deadline:
+                break
+        else:
+            return 0
+        skipped = 0
+        for rank, tail in list(self._event_tails.items()):
+            if tail.behind and (last := self._last_step(rank, tail)) is not None:
+                with self._lock:
+                    self.aggregator.add(last)
+                skipped += 1
+        return skipped
+
+    def _last_step(self, rank: int, tail: FileTail) -> Step | None:
+        """The latest step event of ``rank`` in the end of its file (read as untrusted: bounded, each
+        line parsed, only the rank's own)."""
+        data = tail.read_end(LAST_EVENT_BYTES)
+        for line in reversed(data.split(b"\n")[1:]):  # the first piece may be cut: never trusted
+            try:
+                event = parse_line(line)
+            except MalformedEvent:
+                continue
+            if isinstance(event, Step) and event.rank == rank:
+                return event
+        return None
 
     def recent_step_time(self) -> float | None:
         with self._lock:

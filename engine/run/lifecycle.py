@@ -413,7 +413,12 @@ class Run(IngestReadings):
         # torchrun has ended its ranks when it exits normally; anything still alive
         # (after a hard kill, say) must not outlive the run.
         self._tree.kill_all()
-        self._ingest.read()
+        if skipped := self._ingest.catch_up():  # what the ranks wrote last, however much it was
+            self.log.warning(
+                "%d rank(s) wrote events faster than they could be read: their figures stop where "
+                "reading did, and their last steps come from the ends of their files",
+                skipped,
+            )
         if returncode == 0 and self.resolved.spec.verify and not self._stop_requested and self.stall is None:
             self._verification = Verification(
                 self.resolved, self.run_dir, python=self.python, env=self.launch.env

@@ -366,3 +366,15 @@ def test_a_job_id_names_one_folder_inside_the_run_root_never_a_path(tmp_path):
     assert len(set(made)) == len(made)
     assert folder_name("slurm-1234.0") == "slurm-1234.0"  # a name is kept as it is
     assert not (tmp_path / "etc-ddp").exists()
+
+
+def test_compare_runs_never_reads_an_event_file_that_is_a_fifo_or_a_link_to_dev_zero(tmp_path, capsys):
+    root = tmp_path / "runs"
+    a, b = good_run(root, "20260101-000000-ddp"), good_run(root, "20260101-000001-ddp")
+    os.mkfifo(a / "events" / "rank0.jsonl")  # no one writes it: a read would wait for ever
+    (b / "events" / "rank1.jsonl").symlink_to("/dev/zero")  # endless, and no line ever ends
+    (b / "events" / "rank7.jsonl").write_text("")  # no rank of the job
+    started = time.monotonic()
+    assert main(["compare", "--runs", str(a), str(b)]) in (0, 1)
+    assert time.monotonic() - started < 5
+    _no_escape(capsys.readouterr().out)

@@ -28,10 +28,20 @@ def progress(fraction: float, width: int = 40) -> Text:
     return Text.assemble(("━" * filled, "green"), ("━" * (width - filled), "dim"), f" {fraction * 100:3.0f}%")
 
 
+_LIMIT = 1e300  # past this a span overflows to inf: a value read from a file may be anything
+
+
+def drawable(values: Sequence[float]) -> list[float]:
+    """The values a chart can scale: NaN as 0, the rest clamped to +-1e300 (a telemetry file's
+    1e308 or inf must not end the app; the figures shown beside a chart say the real value)."""
+    return [min(max(v, -_LIMIT), _LIMIT) if v == v else 0.0 for v in values]
+
+
 def spark(values: Sequence[float], width: int = 20, top: float = 100.0) -> Text:
-    values = list(values)[-width:]
+    values = drawable(list(values)[-width:])
+    count = len(_SPARKS)
     chars = "".join(
-        _SPARKS[min(len(_SPARKS) - 1, int(v / top * len(_SPARKS)))] if top else _SPARKS[0] for v in values
+        _SPARKS[min(count - 1, max(0, int(v / top * count)))] if top else _SPARKS[0] for v in values
     )
     return Text(chars.rjust(width), style="cyan")
 
@@ -50,12 +60,12 @@ def spark_rows(
     ``line``: a second series (a smoothed one), one value per bar, drawn over the bars on the
     same scale: the cell it passes through takes ``line_style`` (a dash where the bar is empty).
     """
-    values = list(values)[-width:]
+    values = drawable(list(values)[-width:])
     if not values or width <= 0 or height <= 0:
         return Text("\n".join(" " * max(width, 0) for _ in range(max(height, 1))))
-    line = list(line)[-len(values) :] if line is not None else None
+    line = drawable(list(line)[-len(values) :]) if line is not None else None
     low, high = min(values), max(values)
-    span = high - low
+    span = high - low  # at most 2e300: finite
     levels = height * len(_SPARKS)  # eighths of a row
 
     def eighths_of(v: float) -> int:
