@@ -147,6 +147,19 @@ class FileTail:
 
 # New lines waiting for a display to drain them; beyond this the oldest are dropped (and counted).
 NEW_LINES_KEPT = 5000
+# Of one log line, what a display is handed: the app keeps thousands of lines, and a rank's lines of
+# 64 KiB of control characters made it hold 1.34 GB. The whole line stays in the rank's log file.
+SHOWN_LINE_BYTES = 4096
+
+
+def shown_line(line: bytes) -> str:
+    """A rank's log line as a display gets it: its first SHOWN_LINE_BYTES, and how much is left out."""
+    if len(line) <= SHOWN_LINE_BYTES:
+        return line.decode("utf-8", "replace")
+    cut = len(line) - SHOWN_LINE_BYTES
+    return line[:SHOWN_LINE_BYTES].decode("utf-8", "replace") + f" … ({cut:,} bytes more in the log file)"
+
+
 MAX_LOG_LINE_BYTES = 64 * 1024
 
 
@@ -208,7 +221,7 @@ class Ingest:
                         known.close()
                     known = self._log_tails[(local, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
                 tail = known
-                lines = [line.decode("utf-8", "replace") for line in tail.read_lines()]
+                lines = [shown_line(line) for line in tail.read_lines()]
                 if lines:
                     with self._lock:
                         self._new_lines.extend((local, stream, line) for line in lines)

@@ -8,7 +8,7 @@ import time
 
 from mgpu_tui.engine.protocol.events import encode
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.run.ingest import READ_CHUNK, Ingest
+from mgpu_tui.engine.run.ingest import READ_CHUNK, SHOWN_LINE_BYTES, Ingest
 from mgpu_tui.engine.run.watchdog import find_stalled
 
 STEPS = 100_000  # ~13 MB a rank: several chunks of READ_CHUNK behind
@@ -58,3 +58,22 @@ def test_the_end_of_a_file_is_read_as_untrusted(tmp_path):
     ingest.read()
     ingest.catch_up(seconds=0)
     assert [step for _, _, step, _ in ingest.liveness()] == [STEPS, STEPS]
+
+
+def test_a_ranks_long_lines_reach_a_display_cut_with_a_word_of_what_is_left(tmp_path):
+    """Lines of 60 KiB of control characters: the app holds thousands of lines, so each is handed
+    on cut to its first 4 KiB, saying how much more the rank's log file holds."""
+    run_dir = RunDir.create(tmp_path, "ddp")
+    log = run_dir.logs_dir / "job" / "attempt_0" / "0"
+    log.mkdir(parents=True)
+    (log / "stdout.log").write_bytes((b"\x1b[2J\x9b" * 12_000 + b"\n") * 300)
+    (log / "stderr.log").write_bytes(b"short\n")
+    ingest = Ingest(run_dir, world_size=1)
+    while ingest.read():
+        pass
+    lines, dropped = ingest.drain_log_lines()
+    assert len(lines) == 301 and dropped == 0
+    long = [text for _, stream, text in lines if stream == "stdout"]
+    assert all(len(text) < SHOWN_LINE_BYTES + 100 for text in long)  # characters: one per byte at most
+    assert long[0].endswith(f" … ({60_000 - SHOWN_LINE_BYTES:,} bytes more in the log file)")
+    assert [text for _, stream, text in lines if stream == "stderr"] == ["short"]
