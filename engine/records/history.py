@@ -25,6 +25,7 @@ MAX_RUNS = 10_000  # a folder with more entries is read up to this many
 
 
 MAX_WORLD = 1 << 16  # ranks a recorded run may claim: more is no run of this machine's making
+MAX_NNODES = 1 << 12  # nodes a recorded run may claim (as the command line's --nnodes)
 MAX_NAME = 200  # characters of a mode, script or module name kept
 
 
@@ -62,8 +63,9 @@ class RecordedSpec:
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD:
             raise Invalid(f"world_size: {self.world_size} is not between 1 and {MAX_WORLD:,}")
-        if not 1 <= self.nnodes <= self.world_size:
-            raise Invalid(f"nnodes: {self.nnodes} is not between 1 and the world size")
+        if not 1 <= self.nnodes <= min(self.world_size, MAX_NNODES):
+            bound = f"between 1 and the world size (at most {MAX_NNODES:,})"
+            raise Invalid(f"nnodes: {self.nnodes} is not {bound}")
 
     @property
     def program(self) -> str | None:

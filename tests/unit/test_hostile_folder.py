@@ -378,3 +378,22 @@ def test_compare_runs_never_reads_an_event_file_that_is_a_fifo_or_a_link_to_dev_
     assert main(["compare", "--runs", str(a), str(b)]) in (0, 1)
     assert time.monotonic() - started < 5
     _no_escape(capsys.readouterr().out)
+
+
+def test_a_spec_claiming_thousands_of_nodes_is_read_in_one_listing(tmp_path):
+    """A hostile spec.json of 4,096 nodes (one look-up a node took 18 s a poll at 65,536; more
+    nodes than that are refused as a broken run)."""
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    path = good_run(tmp_path / "runs", "20260101-000000-ddp")
+    (path / "summary.json").unlink()
+    document = json.loads((path / "spec.json").read_text())
+    document["spec"] |= {"world_size": 4096, "nnodes": 4096, "nproc": 1}
+    (path / "spec.json").write_text(json.dumps(document))
+    run = FollowedRun(path)
+    started = time.monotonic()
+    assert len(run.nodes()) == 4096 and time.monotonic() - started < 1
+    run.close()
+    document["spec"] |= {"world_size": 65536, "nnodes": 65536}
+    (path / "spec.json").write_text(json.dumps(document))
+    assert read_run(path).status == "broken" and "nnodes" in read_run(path).reason
