@@ -106,6 +106,12 @@ class Row:
     tokens_per_s_per_device: float | None = None
     batch_size: int = 0  # the global batch (0: not recorded)
     lr: float | None = None  # the learning rate after any warm-up (None: not recorded)
+    label: str | None = None  # what tells the row apart where modes repeat (compare --runs): its run
+
+    @property
+    def name(self) -> str:
+        """The row as tables, charts and legends name it: its label, else its mode."""
+        return self.label or self.mode
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)

@@ -9,6 +9,7 @@ still made and says so, difference by difference.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -46,11 +47,18 @@ def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
         spec, machine, row = _row(Path(path))
         specs.append((path, spec, machine))
         rows.append(row)
+    if len({row.mode for row in rows}) < len(rows):  # yesterday's ddp against today's: name each by its run
+        rows = [dataclasses.replace(r, label=_by_run(r.mode, Path(p).name)) for r, p in zip(rows, paths)]
     differences = _differences(specs)
     settings = {"runs": [str(p) for p in paths], "comparable": not differences, "differences": differences}
     comparison = Comparison("compare", settings, rows=rows)
     comparison.ended_at = comparison.started_at
     return comparison
+
+
+def _by_run(mode: str, folder: str) -> str:
+    """A row named by its run: the folder's name (which names the mode, as mgpu-tui makes them)."""
+    return folder if mode in folder else f"{mode} {folder}"
 
 
 def _workload(spec: RecordedSpec):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import io
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -84,10 +85,11 @@ def cells(
     """Headers and cells; ``mark`` dresses a column's best value, ``other`` the rest of that column
     (plain text here, Rich's Text in the app)."""
     best = _best(rows)
-    headers = ["mode", "status", "ranks"] + [h for h, *_ in COLUMNS]
+    first = "run" if any(r.label for r in rows) else "mode"  # rows named by their runs (compare --runs)
+    headers = [first, "status", "ranks"] + [h for h, *_ in COLUMNS]
     out = []
     for r in rows:
-        cells: list[str | Cell] = [r.mode, r.status, str(r.world_size)]
+        cells: list[str | Cell] = [r.name, r.status, str(r.world_size)]
         for header, value, fmt, _ in COLUMNS:
             v = value(r)
             if fmt is None:  # a column that formats the whole row
@@ -111,9 +113,9 @@ def compare_table(comparison: Comparison) -> str:
     )
     for r in comparison.rows:
         if r.root_cause:
-            lines.append(plain(f"{r.mode} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
+            lines.append(plain(f"{r.name} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
         elif r.note:
-            lines.append(f"{r.mode}: {r.note}")
+            lines.append(f"{r.name}: {r.note}")
     if comparison.parallel:
         lines.append("Note: the modes ran at the same time and shared this host: not a fair race.")
     return "\n".join(lines)
@@ -208,7 +210,7 @@ def sparkline(values: Sequence[float], lo: float, hi: float, width: int = 40) ->
 
 
 def curves(rows: Sequence[Row], which: str) -> str:
-    series = {r.mode: [v for _, v in getattr(r, which)] for r in rows if getattr(r, which)}
+    series = {r.name: [v for _, v in getattr(r, which)] for r in rows if getattr(r, which)}
     if not series:
         return "(no steps)"
     every = [v for vs in series.values() for v in vs if math.isfinite(v)]
@@ -223,7 +225,7 @@ def curves(rows: Sequence[Row], which: str) -> str:
 
 def compare_charts(comparison: Comparison) -> str:
     rows = comparison.rows
-    labels = [r.mode for r in rows]
+    labels = [r.name for r in rows]
     return "\n".join(
         [
             "samples/s",
@@ -384,16 +386,21 @@ def png_bytes(comparison: Comparison) -> bytes | None:
     else:
         rows = comparison.rows
         fig, axes = plt.subplots(2, 2, figsize=(11, 7))
-        names = [r.mode for r in rows]
+        names = [r.name for r in rows]
         axes[0][0].bar(names, [r.samples_per_s or 0 for r in rows])
         axes[0][0].set_title("samples/s")
         axes[0][1].bar(names, [(r.peak_mem_bytes or 0) / 2**20 for r in rows])
         axes[0][1].set_title("peak memory, largest rank (MiB)")
-        for r in rows:
+        # Each line its own dash and marker: equal curves (the same function trained) stay visible.
+        styles = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D"), ((0, (5, 1)), "v"), ((0, (1, 3)), "x")]
+        every = max(2, min(len(rows), len(styles)))  # each line's markers on points of its own
+        for index, (r, (dash, marker)) in enumerate(zip(rows, itertools.cycle(styles))):
+            at = (index % every, every)
+            look = {"label": r.name, "linestyle": dash, "marker": marker, "markevery": at, "markersize": 4}
             if r.loss_curve:
-                axes[1][0].plot(*zip(*r.loss_curve), label=r.mode)
+                axes[1][0].plot(*zip(*r.loss_curve), **look)
             if r.throughput_curve:
-                axes[1][1].plot(*zip(*r.throughput_curve), label=r.mode)
+                axes[1][1].plot(*zip(*r.throughput_curve), **look)
         axes[1][0].set_title("loss (global batch)")
         axes[1][1].set_title("samples/s per step")
         for ax in axes[1]:

@@ -221,6 +221,20 @@ def test_compare_runs_from_their_records_gives_their_own_figures_in_under_2_s(ru
     assert "not comparable: the global batch differs" in mixed.stderr
     assert json.loads(mixed.stdout)["settings"]["comparable"] is False
 
+    # Yesterday's ddp against today's (issue #31): each row, line and bar is named by its run.
+    yesterday = tmp_path / "20200101T000000Z-ddp"
+    shutil.copytree(ddp, yesterday)
+    again = run_cli("compare", "--runs", str(yesterday), str(ddp), "--out", str(tmp_path / "same.md"))
+    assert again.returncode == 0, again.stderr
+    names = [yesterday.name, ddp.name]
+    for name in names:  # in the table, the loss and throughput lines, the bars
+        assert again.stdout.count(name) >= 4, again.stdout
+    report = (tmp_path / "same.md").read_text()
+    assert all(name in report for name in names)
+    assert (tmp_path / "same.png").stat().st_size > 10_000
+    rows = json.loads(run_cli("compare", "--runs", str(yesterday), str(ddp), "--json").stdout)["rows"]
+    assert [(r["mode"], r["label"]) for r in rows] == [("ddp", name) for name in names]
+
 
 def test_compare_runs_refuses_a_run_without_a_result_in_one_sentence(runs_root):
     going = runs_root / "20200102T000000Z-fsdp"
