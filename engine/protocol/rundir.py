@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import errno
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from typing import Any
 from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_atomic
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
+_NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a job id as a folder's name: never a path
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -40,8 +42,6 @@ def folder_name(job_id: str) -> str:
     different ids never share a folder."""
     if NAME.fullmatch(job_id):
         return job_id
-    import hashlib
-
     kept = _NOT_IN_A_NAME.sub("_", job_id)[:40].strip("._")
     return f"job-{kept}-{hashlib.sha256(job_id.encode('utf-8', 'replace')).hexdigest()[:8]}"
 
@@ -176,6 +176,11 @@ class RunDir:
             if match:
                 found[int(match.group(1))] = self.events_dir / name
         return found
+
+    def node_specs(self) -> set[int]:
+        """The nodes whose own spec (spec-node<N>.json) is in the shared folder now: one bounded
+        listing, however many nodes a spec claims."""
+        return {int(m.group(1)) for e in entries(self.path) if (m := _NODE_SPEC.fullmatch(e.name))}
 
     def rank_files(self, local_ranks: int | None = None) -> dict[int, RankFiles]:
         """Local rank -> its log files in the latest attempt, for the ranks started so far (below

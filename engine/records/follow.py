@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
-from mgpu_tui.engine.protocol.folder import entries, loads, read_json
+from mgpu_tui.engine.protocol.folder import loads, read_json
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, plain
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.records.history import (
@@ -42,7 +41,6 @@ from mgpu_tui.engine.run.monitor import Monitor, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.watchdog import stall_timeout
 
-_NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
 READS_PER_POLL = 64  # a finished run's files are read in chunks; this many a poll keeps it brisk
 MAX_TELEMETRY_POINTS = 20_000  # past this, every other point is dropped: the whole run stays in view
 MAX_TELEMETRY_LINE = 64 * 1024
@@ -245,7 +243,7 @@ class FollowedRun(IngestReadings):
         per_node = self.world_size // self.nnodes
         steps = {r.rank: r.last_step for r in self.stats().ranks}
         rows = []
-        written = self._node_specs()  # one listing, not a look-up a node (a spec may claim thousands)
+        written = self.run_dir.node_specs()  # one listing, not a look-up a node (a spec may claim thousands)
         for node in range(self.nnodes):
             if node not in self._hosts and node in written:
                 try:
@@ -264,15 +262,6 @@ class FollowedRun(IngestReadings):
                 )
             )
         return tuple(rows)
-
-    def _node_specs(self) -> set[int]:
-        """The nodes whose spec-node<N>.json is in the folder now (one bounded listing)."""
-        found = set()
-        for entry in entries(self.path):
-            match = _NODE_SPEC.fullmatch(entry.name)
-            if match:
-                found.add(int(match.group(1)))
-        return found
 
     def stop(self, confirmed: Monitor | None = None) -> None:
         """Ask the run's monitor to stop it (SIGTERM, as Ctrl-C in its terminal): PermissionError with
