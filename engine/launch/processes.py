@@ -71,7 +71,7 @@ class ProcessTree:
             cwd=os.getcwd(),
             preexec_fn=self._before_launcher_runs,
         )
-        self._known[self.proc.pid] = _create_time(self.proc.pid) or 0.0
+        self._known[self.proc.pid] = create_time(self.proc.pid) or 0.0
         priority.lower_group(self.proc.pid, self.nice)
 
     @property
@@ -96,7 +96,7 @@ class ProcessTree:
             return
         for child in children:
             if child.pid not in self._known:
-                ctime = _create_time(child.pid)
+                ctime = create_time(child.pid)
                 if ctime is not None:
                     self._known[child.pid] = ctime
                     priority.lower_group(child.pid, self.nice)  # a rank's own session
@@ -120,7 +120,7 @@ class ProcessTree:
         """Whether ``pid`` is such a process now (still alive, and still the same process)."""
         if not self.was_rank(pid):
             return False
-        now = _create_time(pid)
+        now = create_time(pid)
         return now is not None and abs(now - self._known[pid]) <= 0.01
 
     def process_state(self, pid: int) -> str:
@@ -263,7 +263,9 @@ def _parent(proc: psutil.Process) -> int | None:
         return None
 
 
-def _create_time(pid: int) -> float | None:
+def create_time(pid: int) -> float | None:
+    """When the process started (seconds since the epoch, from the kernel's ticks after boot): with
+    its pid, the process itself, since a pid alone may be reused; None when it is gone."""
     try:
         return psutil.Process(pid).create_time()
     except psutil.Error:

@@ -35,6 +35,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.launch.processes import create_time
 from mgpu_tui.engine.protocol.folder import dumps, entries, read_json, write_atomic
 
 RECORD_SUFFIX = ".json"  # monitor.lock's record is monitor.json: the monitor's own account of itself
@@ -51,30 +52,18 @@ def boot_id() -> str:
         return ""
 
 
-def start_ticks(pid: int) -> int | None:
-    """When the process started, in clock ticks after boot (/proc/PID/stat, field 22): with its pid,
-    the process itself (a pid alone may be reused); None when it is gone or unreadable."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read(4096)
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses; the last ")" ends it.
-        return int(stat[stat.rfind(b")") + 2 :].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
 @dataclass(frozen=True)
 class MonitorRecord:
     """What the monitor wrote of itself when it took the lock (``monitor.json``)."""
 
     pid: int
-    start: int
+    start: float  # launch/processes.py's create_time: the same figure for the same process, always
     boot_id: str
     host: str
 
     @classmethod
     def of_this_process(cls) -> MonitorRecord:
-        return cls(os.getpid(), start_ticks(os.getpid()) or 0, boot_id(), socket.gethostname())
+        return cls(os.getpid(), create_time(os.getpid()) or 0.0, boot_id(), socket.gethostname())
 
     @classmethod
     def read(cls, lock: Path) -> MonitorRecord | None:
@@ -85,12 +74,11 @@ class MonitorRecord:
             boot, host = document["boot_id"], document["host"]
         except (OSError, ValueError, KeyError, TypeError):
             return None
-        numbers, texts = (pid, start), (boot, host)
-        if not all(type(n) is int for n in numbers) or not all(isinstance(t, str) for t in texts):
+        if type(pid) is not int or type(start) not in (int, float) or not isinstance(boot, str):
             return None
-        if not (0 < pid < 1 << 32 and 0 <= start < 1 << 62):
-            return None
-        return cls(pid, start, boot[:64], host[:255])
+        if not isinstance(host, str) or not (0 < pid < 1 << 32 and 0 <= start < 1 << 62):
+            return None  # (read_json admits finite numbers only)
+        return cls(pid, float(start), boot[:64], host[:255])
 
     def write(self, lock: Path) -> None:
         document = {"pid": self.pid, "start": self.start, "boot_id": self.boot_id, "host": self.host}
@@ -141,7 +129,7 @@ class Monitor:
     uid: int | None  # the owner of the process; None if it could not be read
     owner: str  # the owner's name, or their uid as text
     is_mgpu_tui: bool  # an mgpu-tui process, not a process of a run
-    start: int | None = None  # its start time (clock ticks after boot), read from /proc
+    start: float | None = None  # its start time (create_time), read from the kernel
     record: MonitorRecord | None = None  # what the run's monitor wrote of itself
     holds_this_lock: bool = False  # it has this run's lock file open, not a link's other name
 
@@ -193,7 +181,7 @@ class Monitor:
             raise PermissionError(reason)
         fd = os.pidfd_open(self.pid)
         try:
-            if start_ticks(self.pid) != self.start:  # the pidfd pins a process: is it still ours?
+            if create_time(self.pid) != self.start:  # the pidfd pins a process: is it still ours?
                 raise ProcessLookupError(f"the run's monitor (pid {self.pid}) has ended.")
             signal.pidfd_send_signal(fd, signal.SIGTERM)
         finally:
@@ -264,7 +252,7 @@ def _describe(pid: int, path: Path, st: os.stat_result) -> Monitor:
         owner = pwd.getpwuid(uid).pw_name if uid is not None else "another user"
     except KeyError:
         owner = f"uid {uid}"
-    start, record = start_ticks(pid), MonitorRecord.read(path)
+    start, record = create_time(pid), MonitorRecord.read(path)
     try:
         argv = (proc / "cmdline").read_bytes()[:65536].split(b"\0")
         environ = (proc / "environ").read_bytes()[: 1 << 20].split(b"\0")

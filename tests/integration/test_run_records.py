@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import CLI, TESTS, live_processes_of, only_run_dir, run_cli, summary_from
-from mgpu_tui.engine.run.monitor import MonitorRecord, boot_id, start_ticks
+from mgpu_tui.engine.launch.processes import create_time
+from mgpu_tui.engine.run.monitor import MonitorRecord, boot_id
 from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 
 
@@ -356,7 +357,7 @@ def test_a_lock_held_by_a_process_of_a_run_is_never_sent_a_signal(runs_root):
     try:
         assert holder.stdout.readline().strip() == "locked"
         # it even records itself as the monitor would: its own pid, start time, boot and host
-        MonitorRecord(holder.pid, start_ticks(holder.pid), boot_id(), socket.gethostname()).write(
+        MonitorRecord(holder.pid, create_time(holder.pid), boot_id(), socket.gethostname()).write(
             run_dir / "monitor.lock"
         )
         run = FollowedRun(run_dir)
