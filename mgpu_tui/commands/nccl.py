@@ -32,7 +32,8 @@ def nccl_command(args: argparse.Namespace) -> int:
         print(strict_json({**reading.to_json(), "files": list(args.logs), "disagreements": notes}))
     else:
         print(plain(report(reading, notes)))  # hosts, paths and messages come from the log: text only
-    return ExitCode.OK if reading.nccl_lines else ExitCode.FAILED
+    # 1 for a log with no NCCL lines, or one whose job hit an NCCL error: a CI can tell from the code.
+    return ExitCode.OK if reading.nccl_lines and not reading.errors else ExitCode.FAILED
 
 
 def report(reading: NcclReading, notes: list[str]) -> str:

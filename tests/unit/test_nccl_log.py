@@ -214,3 +214,21 @@ def test_a_runs_nccl_files_become_its_summarys_reading(tmp_path):
     assert figures["transports"] == ["NET/Socket", "P2P/IPC", "SHM"]
     assert figures["versions"] == ["2.7.8+cuda10.1"] and figures["files"] == 1
     assert figures["summary"] == read("05-socket-2node-4gpu-pcie-tesla.log").summary()
+
+
+@pytest.mark.parametrize(
+    "name, code",
+    [
+        ("01-nvswitch-8xa100-azure-nd96asr-vllm-ray.log", 0),
+        ("05-socket-2node-4gpu-pcie-tesla.log", 0),
+        ("02-p2p-direct-pointer-2x-rtx3090-single-process.log", 1),  # nccl-tests' unhandled cuda error
+        ("06-failure-socket-af-unix-internal-error.log", 1),  # ncclInternalError
+    ],
+)
+def test_the_exit_code_says_whether_the_job_hit_an_nccl_error(name, code, capsys):
+    """A CI can tell a failed NCCL job from its log by the exit code (docs/nccl.md)."""
+    from mgpu_tui.cli import main
+
+    assert main(["nccl", str(FIXTURES / "nccl" / name)]) == code
+    out = capsys.readouterr().out
+    assert ("Errors:" in out) == bool(code)
