@@ -112,6 +112,12 @@ class ResolvedSpec:
         object.__setattr__(self, "world_size", world)
 
     @property
+    def process_group(self) -> Literal["gloo", "nccl"] | None:
+        """The backend of the process group the run makes; None for a one-process mode, which
+        makes none (``backend`` is still what its launch would use, for the environment)."""
+        return self.backend if self.mode.multi_process else None
+
+    @property
     def nproc(self) -> int:
         """The ranks each node starts (resolve() always decides them)."""
         if self.spec.nproc is None:

@@ -230,7 +230,7 @@ class Run(IngestReadings):
             self.resolved.mode.name,
             self.resolved.world_size,
             self.resolved.device,
-            self.resolved.backend,
+            self.resolved.process_group or "no process group",
             self._tree.started.pid,
             " ".join(self.launch.argv),
         )

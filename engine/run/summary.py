@@ -248,7 +248,7 @@ class RunSummary:
             status=status,
             exit_code=exit_code,
             device=facts.get("device", resolved.device),
-            backend=facts.get("backend", resolved.backend),
+            backend=facts.get("backend", resolved.process_group),
             shared_gpus=resolved.shared_gpus,
             world_size=world,
             nnodes=spec.nnodes,

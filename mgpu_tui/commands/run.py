@@ -310,7 +310,8 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
     output = _rank_output(args, spec, ranks, progress)
     resolved = run.resolved
     program = spec.script or spec.module
-    what = program if program else f"{resolved.mode.name}, {resolved.device} ({resolved.backend}),"
+    group = f" ({resolved.process_group})" if resolved.process_group else ""
+    what = program if program else f"{resolved.mode.name}, {resolved.device}{group},"
     print(
         plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
         file=sys.stderr,

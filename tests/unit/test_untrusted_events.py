@@ -16,6 +16,7 @@ from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.run.aggregate import Aggregator
 from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.summary import RunSummary
 
@@ -279,3 +280,28 @@ def test_fuzz_the_ingest_never_raises_and_the_summary_holds_only_the_jobs_ranks(
     assert all(r.pid is None for r in summary.ranks)
     # It is written and read back whatever came in (a diverged loss stays NaN or inf: true values).
     assert RunSummary.from_json(json.loads(json.dumps(summary.to_json()))).ranks == summary.ranks
+
+
+def test_a_one_process_mode_names_no_backend_and_a_multi_process_mode_its_own():
+    """single, dp, mp and hybrid make no process group: their summary's backend is null (the text
+    says "no process group"), not the gloo a launch would have chosen (issue #31)."""
+    from mgpu_tui.commands.run import summary_text
+
+    for mode, backend in (("single", None), ("dp", None), ("ddp", "gloo")):
+        resolved = resolve(LaunchSpec(mode, device="cpu", nproc=2 if backend else None), CPU)
+        summary = RunSummary.build(
+            resolved,
+            "/runs/x",
+            Aggregator().stats(),
+            status="ok",
+            exit_code=0,
+            root_cause=None,
+            started_at=1000.0,
+            ended_at=1100.0,
+            malformed_events=0,
+            verify=None,
+            stall=None,
+            pid_ok=lambda rank, pid: False,
+        )
+        assert summary.backend == backend, mode
+        assert f"device cpu ({backend or 'no process group'})" in summary_text(summary)
