@@ -34,8 +34,30 @@ class Parser(argparse.ArgumentParser):
         if match:
             option, detail = match.groups()
             message = detail if detail.startswith(option) else f"{option}: {detail}"
-        message = message.replace("unrecognized arguments:", "unknown option(s):")
+        if message.startswith("unrecognized arguments: "):
+            message = "unknown option(s): " + self._with_guesses(message.split(": ", 1)[1])
         raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def _with_guesses(self, unknown: str) -> str:
+        """The unknown words, each option with the nearest known ones (--nprocs: did you mean --nproc?)."""
+        from mgpu_tui.engine.protocol.text import nearest
+
+        known = self._options()
+        words = []
+        for word in unknown.split():
+            near = nearest(word.split("=", 1)[0], known) if word.startswith("--") else []
+            words.append(f"{word} (did you mean {' or '.join(near)}?)" if near else word)
+        return " ".join(words)
+
+    def _options(self) -> set[str]:
+        """Every long option of this parser and of its commands' parsers."""
+        found = {o for action in self._actions for o in action.option_strings if o.startswith("--")}
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for parser in action.choices.values():
+                    if isinstance(parser, Parser):
+                        found |= parser._options()
+        return found
 
 
 def whole_number(minimum: int, maximum: int = MAX_COUNT):

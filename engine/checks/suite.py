@@ -37,7 +37,7 @@ from mgpu_tui.engine.launch.spec import (
     workload_problem,
 )
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability
+from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability, unknown_mode
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.aggregate import read_events
 
@@ -79,7 +79,7 @@ class CheckSuite:
             raise SpecError(f"--level must be 1, 2 or 3, got {options.level}.")
         unknown = [m for m in options.modes or () if m not in MODES]
         if unknown:
-            raise SpecError(f"unknown mode {unknown[0]!r}; the modes are: {', '.join(MODES)}.")
+            raise SpecError(unknown_mode(unknown[0]))
         self.options = options
         self.on_result = on_result or (lambda result: None)
         self.on_progress = on_progress or (lambda text: None)

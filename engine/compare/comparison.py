@@ -33,7 +33,7 @@ from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve, workload_of
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.machine import nvml
-from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
@@ -358,7 +358,7 @@ def compare_specs(modes: Sequence[str], template: LaunchSpec) -> list[LaunchSpec
     specs = []
     for mode in modes:
         if mode not in MODES:
-            raise SpecError(f"unknown mode {mode!r}; the modes are: {', '.join(MODES)}.")
+            raise SpecError(unknown_mode(mode))
         nproc = template.nproc if MODES[mode].multi_process else None
         specs.append(dataclasses.replace(template, mode=mode, nproc=nproc))
     return specs

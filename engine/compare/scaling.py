@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
 from mgpu_tui.engine.planning.defaults import LR_RULES
-from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.compare.comparison import Row
@@ -74,7 +74,7 @@ def scale_specs(
 ) -> list[LaunchSpec]:
     """One spec per point, smallest first. With ``weak``, ``batch_sizes[0]`` is the batch per rank."""
     if mode not in MODES:
-        raise SpecError(f"unknown mode {mode!r}; the modes are: {', '.join(MODES)}.")
+        raise SpecError(unknown_mode(mode))
     if not MODES[mode].multi_process:
         raise SpecError(f"mode {mode!r} runs as one process; scale a multi-process mode (ddp, fsdp, ...).")
     if len(set(nprocs)) != len(nprocs):

@@ -17,7 +17,7 @@ from typing import Literal
 
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
-from mgpu_tui.engine.planning.modes import MODES, SCRIPT, Mode
+from mgpu_tui.engine.planning.modes import MODES, SCRIPT, Mode, unknown_mode
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape, ShapeError, model_shape
 
 Device = Literal["auto", "cpu", "cuda"]
@@ -195,10 +195,6 @@ def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpSha
     return None
 
 
-def mode_names() -> str:
-    return ", ".join(MODES)
-
-
 def _check_program(spec: LaunchSpec) -> None:
     if spec.script and spec.module:
         raise SpecError("give --script or --module, not both.")
@@ -287,7 +283,7 @@ def check_gpus(what: str, needed: int, host: Host, share_gpus: bool) -> bool:
 def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
     found = SCRIPT if spec.script or spec.module else MODES.get(spec.mode)
     if found is None:
-        raise SpecError(f"unknown mode {spec.mode!r}; the modes are: {mode_names()}.")
+        raise SpecError(unknown_mode(str(spec.mode)))
     mode = found
     if mode is SCRIPT:
         _check_program(spec)

@@ -14,6 +14,7 @@ from typing import Literal
 
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.placement import Layout, gpus_needed
+from mgpu_tui.engine.protocol.text import nearest
 
 Launcher = Literal["torchrun", "python"]
 
@@ -229,3 +230,11 @@ def availability(mode: Mode, host: Host) -> Availability:
         return Availability(True, "cpu", f"runs, degenerate: {mode.cpu_note}")
     backend = " with gloo" if mode.multi_process else ""
     return Availability(True, "cpu", f"on the CPU{backend}")
+
+
+def unknown_mode(name: str) -> str:
+    """The sentence for a mode that is not one, with the nearest modes when any is near (dpp: dp
+    or ddp; fdsp: fsdp)."""
+    near = nearest(name.lower(), MODES)
+    hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+    return f"unknown mode {name!r}; {hint}the modes are: {', '.join(MODES)}."

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import unicodedata
+from collections.abc import Iterable
 
 KEEP = frozenset("\n\t")
 
@@ -63,3 +64,30 @@ class PlainFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         return plain(super().format(record))
+
+
+def nearest(word: str, choices: Iterable[str]) -> list[str]:
+    """The choices one or two edits from ``word`` (a letter typed wrong, missing, extra, or two
+    swapped), the nearest only; none for a word too short to guess from (two edits need five
+    letters). For "did you mean" in a sentence about a mistyped mode or flag."""
+    distances = {choice: _edits(word, choice) for choice in choices}
+    if not distances:
+        return []
+    best = min(distances.values())
+    if best > min(2, len(word) // 2):
+        return []
+    return [choice for choice, d in distances.items() if d == best]
+
+
+def _edits(a: str, b: str) -> int:
+    """Edits from a to b: letters changed, added, removed, or two neighbours swapped."""
+    before: list[int] | None = None
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        now = [i] + [0] * len(b)
+        for j, y in enumerate(b, 1):
+            now[j] = min(row[j] + 1, now[j - 1] + 1, row[j - 1] + (x != y))
+            if before is not None and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                now[j] = min(now[j], before[j - 2] + 1)
+        before, row = row, now
+    return row[-1]

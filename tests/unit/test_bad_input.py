@@ -39,6 +39,11 @@ CASES = [
     (["run", "ddp", "--width", "1000000000"], "--width: must be at most 65,536"),
     (["scale", "ddp", "--nproc", "1," + "9" * 30], "--nproc: must be whole numbers separated by commas"),
     (["scale", "ddp", "--nproc", "2", "--batch-size", "64,99999999"], "each must be at most 16,777,216"),
+    # a typo gets the nearest names (issue #31)
+    (["run", "ddp", "--nprocs", "2"], "unknown option(s): --nprocs (did you mean --nproc?) 2"),
+    (["run", "dpp"], "unknown mode 'dpp'; did you mean 'dp' or 'ddp'? the modes are:"),
+    (["compare", "ddp", "fdsp"], "unknown mode 'fdsp'; did you mean 'fsdp'?"),
+    (["run", "zzz"], "unknown mode 'zzz'; the modes are:"),
     # a job id names the nodes' shared folder: a name, never a path out of --run-dir
     (["run", "ddp", "--rdzv-id", "../../etc"], "--rdzv-id: must be a name of letters, digits"),
     (["run", "ddp", "--rdzv-id", "a/b"], "--rdzv-id: must be a name of letters, digits"),
