@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from mgpu_tui.arguments import whole_number
-from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS
+from mgpu_tui.engine.planning.shapes import MODELS, SHAPE_FIELDS
 
 # Each shape field's bound at the door: past these the planner works for minutes on a model no
 # machine holds (a row per layer), or a rank fails later with a traceback.
@@ -14,14 +14,15 @@ SHAPE_MAX = {"layers": 1024, "d_model": 1 << 17, "heads": 1024, "seq_len": 1 << 
 
 
 def add_model_arguments(group, default: str = "mlp") -> None:
-    """--model and the GPT's shape flags (engine/planning/shapes.py)."""
-    group.add_argument(
-        "--model",
-        default=default,
-        metavar="NAME",
-        help=f"the workload: mlp (quickest; --width, --depth), or a GPT: gpt-tiny, gpt-125m, "
-        f"gpt-350m, gpt-1.3b, gpt-7b, custom (default {default})",
+    """--model and the GPT's shape flags (engine/planning/shapes.py). A command whose default is a
+    GPT (plan) takes GPTs only, and its help offers only them."""
+    gpts = f"{', '.join(MODELS)}, custom"
+    offered = (
+        f"the workload: mlp (quickest; --width, --depth), or a GPT: {gpts}"
+        if default == "mlp"
+        else f"the GPT: {gpts}"
     )
+    group.add_argument("--model", default=default, metavar="NAME", help=f"{offered} (default {default})")
     for field, what in SHAPE_FIELDS.items():
         group.add_argument(
             f"--{field.replace('_', '-')}",

@@ -210,3 +210,15 @@ def test_the_sampler_goes_on_when_nvml_raises_on_every_call(broken_nvml):
     assert snapshot.host is not None  # the host is still shown
     assert len(snapshot.gpus) == 2 and all("failed: Unknown Error" in g.error for g in snapshot.gpus)
     assert not any(g.lost for g in snapshot.gpus)
+
+
+def test_plans_help_offers_only_the_models_plan_takes(capsys):
+    """plan refuses mlp, so its --help must not offer it (issue #31); run's offers both."""
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    offered = capsys.readouterr().out
+    assert "gpt-125m" in offered and "mlp" not in offered
+    assert main(["plan", "--model", "mlp", "--gpus", "2"]) == USAGE
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    assert "mlp (quickest" in capsys.readouterr().out
