@@ -162,6 +162,8 @@ def summary_text(summary: RunSummary) -> str:
     if summary.nodes:
         each = [f"node {n['node']} {n['host'] or '?'} ranks {n['ranks']} {n['state']}" for n in summary.nodes]
         notes.insert(0, "nodes: " + "; ".join(each))
+    if summary.root_cause:  # the summary says why it failed, not only that it did
+        head += f"\ncause: {summary.root_cause.headline()}"
     return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
 
 
@@ -386,12 +388,14 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
 
     summary = run.result()
     print(strict_json(summary.to_json()) if args.json else summary_text(summary))
+    # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
+    # those last lines are the rest of the story (the others' "Connection closed by peer" after it).
+    if summary.root_cause:
+        print(plain(summary.root_cause.describe()), file=sys.stderr)
     verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
-    if summary.steps == 0 and not args.json and not verdict:  # no step: what the ranks said last is the why
+    if summary.steps == 0 and not args.json and not verdict:
         print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
         print("\n".join(last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1))), file=sys.stderr)
-    if summary.root_cause:
-        print(plain(summary.root_cause.describe()), file=sys.stderr)  # a rank's words: text only
     if summary.verify and not summary.verify.ok:
         print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
         return ExitCode.FAILED

@@ -54,6 +54,39 @@ def test_a_rank_that_raises_is_the_root_cause(runs_root):
     assert live_processes_of(run_dir) == []
 
 
+def test_a_failure_before_any_step_leads_with_its_cause(runs_root):
+    """Issue #31: the cause came at line 21 of 32 on stderr, after the casualty's 'Connection closed
+    by peer', and the summary said 'status failed' alone. Now the cause leads stderr, the ranks'
+    last lines follow it, and the summary names the cause."""
+    result = run_cli(
+        "run",
+        "ddp",
+        "--nproc",
+        "2",
+        "--steps",
+        "20",
+        "--device",
+        "cpu",
+        "--run-dir",
+        str(runs_root),
+        "--sample-interval",
+        "0",
+        "--",
+        "--fail-at-step",
+        "1",
+        "--fail-rank",
+        "1",
+    )
+    assert result.returncode == 1, result.stderr
+    cause = "rank 1 failed first"
+    said = result.stderr.splitlines()
+    assert said[0].startswith("mgpu-tui: ddp") and said[1].startswith(cause), said[:3]
+    assert result.stderr.index(cause) < result.stderr.index("no rank reported a step")
+    head = result.stdout.splitlines()[:2]
+    assert "status failed" in head[0] and head[1].startswith(f"cause: {cause}"), head
+    assert head[1].endswith("RuntimeError: injected failure at step 1 on rank 1")
+
+
 @pytest.mark.parametrize(
     "mode, kind, expect",
     [
