@@ -79,6 +79,7 @@ class MgpuApp(App):
         Binding("g", "next_gpu", "Next GPU", show=False),
         Binding("v", "toggle_guide", "Guide", show=False),
         Binding("w", "toggle_whole", "Whole run", show=False),
+        Binding("slash", "search_logs", "Search logs", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -346,6 +347,11 @@ class MgpuApp(App):
             f"user {monitor.owner}). Stop it and every rank?"
         )
         self.push_screen(Confirm(question), answered)
+
+    def action_search_logs(self) -> None:
+        """/: in the Run view, the cursor in the log search (the logs shown, if the guide was)."""
+        if self.query_one(ViewSwitcher).current == "run-view" and (view := self._run_view()):
+            view.search_logs()
 
     def action_toggle_guide(self) -> None:
         """v: in the Run view, the chosen mode's guide and demo source, or the logs; in the Compare

@@ -519,3 +519,24 @@ async def test_the_runs_view_lists_a_hostile_folder_and_opens_its_runs_as_plain_
         screen = app.export_screenshot()  # every cell as drawn, as SVG text
         assert "U+202E&gt;evil" in screen and not any(c in screen for c in ESC_OR_C1)
         assert app.is_running
+
+
+async def test_slash_puts_the_cursor_in_the_log_search_and_a_new_run_starts_it_empty():
+    """Issue #31: `/` focuses the log search (its letters never switch views: d, h, t, c are views),
+    and the next run's log starts unfiltered (a search left from the last run made it look empty)."""
+    from textual.widgets import ContentSwitcher
+
+    from mgpu_tui.app.widgets.log_view import LogView
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        await pilot.press("slash")
+        search = app.query_one("#log-search", Input)
+        assert app.focused is search and app.query_one("#logs").display  # the logs, not the guide
+        await pilot.press("d", "h", "t", "c")
+        await pilot.pause()
+        assert search.value == "dhtc"
+        assert app.query_one(ContentSwitcher).current == "run-view"
+        app.query_one(LogView).reset(2)  # what the Run view does as a run starts
+        assert search.value == ""

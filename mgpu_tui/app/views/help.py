@@ -25,6 +25,7 @@ HELP = """\
       elsewhere is stopped by its own monitor, after you say yes
   v   Run view: the mode's guide and code, or the logs
   w   Run view: the charts over the whole run, or the latest steps
+  /   Run view: search the logs (Escape leaves the search)
   g   an opened run's telemetry: the next GPU
   ?   this help      q   quit (asks first while a run is going)
   Esc leave a text field, so that the keys above work again

@@ -262,6 +262,11 @@ class RunView(Widget):
         guide.display = shown
         self.query_one(LogView).display = not shown
 
+    def search_logs(self) -> None:
+        """The logs shown (not the guide), the cursor in their search."""
+        self.show_guide(False)
+        self.query_one(LogView).focus_search()
+
     @property
     def form(self) -> RunForm:
         return self.query_one(RunForm)

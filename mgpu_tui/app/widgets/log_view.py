@@ -57,7 +57,12 @@ class LogView(Vertical):
         options = [("all ranks", -1)] + [(f"rank {r}", r) for r in range(ranks)]
         self.query_one("#log-rank", Select).set_options(options)
         self.query_one("#log-rank", Select).value = -1
+        self.query_one("#log-search", Input).value = ""  # a new run's log starts unfiltered
         self.query_one(LogPane).clear()
+
+    def focus_search(self) -> None:
+        """Put the cursor in the search (`/` in the Run view): letters typed there stay there."""
+        self.query_one("#log-search", Input).focus()
 
     def _filter(self):
         """A predicate for the current rank filter and search, read from the widgets once."""
