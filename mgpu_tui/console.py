@@ -59,6 +59,12 @@ def plain_output() -> Iterator[None]:
         sys.stdout, sys.stderr = saved
 
 
+def status_word(status: str) -> str:
+    """A run's status as every screen says it: a run the user stopped is "stopped" (the JSON and the
+    summary file keep "interrupted", their documented value), the rest as they are."""
+    return "stopped" if status == "interrupted" else status
+
+
 def fmt_bytes(n: float | None) -> str:
     if n is None:
         return "n/a"

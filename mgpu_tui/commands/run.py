@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from mgpu_tui.commands.workload import model_fields
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, table
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, status_word, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
@@ -115,7 +115,7 @@ def _watts(x: float | None) -> str:
 def summary_text(summary: RunSummary) -> str:
     backend = summary.backend or "no process group"
     head = (
-        f"mode {summary.mode}  status {summary.status}  world size {summary.world_size}  "
+        f"mode {summary.mode}  status {status_word(summary.status)}  world size {summary.world_size}  "
         f"device {summary.device} ({backend})  steps {summary.steps}"
     )
     tokens = any(r.tokens_per_s for r in summary.ranks)

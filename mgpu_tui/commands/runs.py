@@ -7,7 +7,7 @@ import argparse
 import datetime as dt
 from pathlib import Path
 
-from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, table
+from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word, table
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.errors import ExitCode, UsageError
@@ -62,7 +62,7 @@ def runs_command(args: argparse.Namespace) -> int:
                 when,
                 r.what,
                 ranks,
-                r.status,
+                status_word(r.status),
                 fmt_seconds(s.duration_s) if s else "n/a",
                 fmt_rate(s.samples_per_s) if s else "n/a",
                 fmt_loss(s.final_loss) if s else "n/a",

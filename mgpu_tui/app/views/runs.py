@@ -16,7 +16,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from mgpu_tui.app.messages import OpenRequested, RunsListed
-from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain
+from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word
 
 REFRESH_S = 3.0
 STATUS_STYLE = {
@@ -122,7 +122,7 @@ def _cells(record) -> tuple:
         Text(started),
         Text(plain(what)[:40]),
         Text(str(record.world_size) if record.world_size else "?", justify="right"),
-        Text(record.status, style=STATUS_STYLE.get(record.status, "")),
+        Text(status_word(record.status), style=STATUS_STYLE.get(record.status, "")),
         *(Text(f, justify="right") for f in figures),
         Text(plain(cause)[:120]),
     )
