@@ -7,6 +7,7 @@ import argparse
 from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable
 from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine.host_layout import read_layout
 from mgpu_tui.engine.machine.topology import (
     Topology,
     TopologyParseError,
@@ -20,6 +21,7 @@ from mgpu_tui.engine.machine.topology import (
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError
 from mgpu_tui.reports.files import read_bounded
+from mgpu_tui.reports.host import layout_lines
 
 # The largest `nvidia-smi topo -m` output seen is ~4 KiB (8 GPUs, 2 NICs); a 64-GPU box with
 # NICs is under 64 KiB. Anything far larger is not one.
@@ -50,8 +52,10 @@ def topo_command(args: argparse.Namespace) -> int:
         else:
             print(strict_json({**topology.to_json(), "reason": None}))
         return ExitCode.OK
-    if topology is None:
+    if topology is None:  # no GPU matrix: the host's own layout, as the app's Topology view shows it
         print(describe(None, reason))
+        print("\nThis host's own layout (ranks on the CPU run best within one NUMA node):")
+        print("\n".join(f"  {line}" for line in layout_lines(read_layout())))
         return ExitCode.OK
     print(plain(render(topology)))  # names read from a file a user gave: text only
     print()

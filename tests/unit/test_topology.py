@@ -143,6 +143,12 @@ def test_topo_here_without_a_driver_exits_0_with_no_gpus(capsys):
     assert document["gpus"] == [] and document["reason"]
     code, out, _ = cli_in_process(capsys, "topo")
     assert code == 0 and out.startswith("no NVIDIA GPU here")
+    # then the host's own layout, as the app's Topology view shows it (issue #31), from sysfs
+    from mgpu_tui.engine.machine.host_layout import read_layout
+
+    assert "This host's own layout" in out and "logical CPU" in out
+    for node in read_layout().nodes:
+        assert f"NUMA node {node.node}: CPUs {node.cpus}" in out
 
 
 def test_topo_of_a_bad_file_is_a_usage_error(tmp_path, capsys):

@@ -19,6 +19,7 @@ from mgpu_tui.app.widgets.bars import bar
 from mgpu_tui.app.widgets.gpu_card import GpuCard
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, plain
+from mgpu_tui.reports.host import layout_lines
 
 if TYPE_CHECKING:  # psutil loads with the sampler, after the first frame
     from mgpu_tui.engine.machine.host_layout import HostLayout
@@ -31,27 +32,6 @@ GUIDE = (
     ("h", "past runs; Enter opens one, finished or still going"),
     ("?", "every view and key explained"),
 )
-
-
-def layout_lines(layout: HostLayout) -> list[str]:
-    """The host's layout for a person: the whole, then each NUMA node."""
-
-    def some(n: int | None, what: str) -> str:
-        return f"{n} {what}{'s' if n != 1 else ''}" if n else f"{what}s n/a"
-
-    lines = [
-        ", ".join(
-            (
-                some(layout.sockets, "socket"),
-                some(layout.physical_cores, "core"),
-                some(layout.logical_cpus, "logical CPU"),
-                some(len(layout.nodes), "NUMA node"),
-            )
-        )
-    ]
-    for n in layout.nodes:
-        lines.append(f"NUMA node {n.node}: CPUs {n.cpus} ({n.cpu_count}), memory {fmt_bytes(n.memory_bytes)}")
-    return lines
 
 
 def first_steps(layout: HostLayout) -> Text:

@@ -30,8 +30,8 @@ class TopologyView(Static):
 
     def show(self, topology: Topology | None, reason: str = "") -> None:
         if topology is None or not topology.gpus:
-            from mgpu_tui.app.views.dashboard import layout_lines
             from mgpu_tui.engine.machine.host_layout import read_layout
+            from mgpu_tui.reports.host import layout_lines
 
             text = Text(describe(topology, reason), style="bold")
             text.append(
