@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from platformdirs import user_downloads_path
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Tab, Tabs
@@ -347,6 +348,16 @@ class MgpuApp(App):
             f"user {monitor.owner}). Stop it and every rank?"
         )
         self.push_screen(Confirm(question), answered)
+
+    def deliver_screenshot(
+        self, filename: str | None = None, path: str | None = None, time_format: str | None = None
+    ) -> str | None:
+        """The palette's screenshot: into ~/Downloads where there is one, else the current folder
+        (Textual's default folder alone failed where no Downloads folder exists)."""
+        if path is None:
+            downloads = user_downloads_path()
+            path = str(downloads if downloads.is_dir() else Path.cwd())
+        return super().deliver_screenshot(filename, path, time_format)
 
     def action_search_logs(self) -> None:
         """/: in the Run view, the cursor in the log search (the logs shown, if the guide was)."""

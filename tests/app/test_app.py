@@ -540,3 +540,21 @@ async def test_slash_puts_the_cursor_in_the_log_search_and_a_new_run_starts_it_e
         assert app.query_one(ContentSwitcher).current == "run-view"
         app.query_one(LogView).reset(2)  # what the Run view does as a run starts
         assert search.value == ""
+
+
+async def test_the_screenshot_goes_to_the_current_folder_where_there_is_no_downloads_folder(
+    tmp_path, monkeypatch
+):
+    """Issue #31: the palette's screenshot failed where ~/Downloads does not exist."""
+    home, here = tmp_path / "home", tmp_path / "here"
+    home.mkdir()
+    here.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_DOWNLOAD_DIR", raising=False)
+    monkeypatch.chdir(here)
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.action_screenshot()
+        assert await wait_for(pilot, lambda: list(here.glob("*.svg")), timeout=10)
+    (shot,) = here.glob("*.svg")
+    assert "<svg" in shot.read_text()[:2000] and not (home / "Downloads").exists()
