@@ -69,14 +69,16 @@ class MgpuApp(App):
     TITLE = "mgpu-tui"
     SUB_TITLE = "every PyTorch multi-GPU strategy, on this machine"
     BINDINGS = [
+        # The footer shows these in this order, as many as fit: quit and stop first (at 80 columns
+        # the last ones are cut; the tabs above name the views).
         ("q", "quit_app", "Quit"),
+        ("s", "stop_run", "Stop"),
         ("question_mark", "help", "Help"),
         ("d", "show_tab('dashboard')", "Dashboard"),
         ("t", "show_tab('topology')", "Topology"),
         ("r", "show_tab('run')", "Run"),
         ("c", "show_tab('compare')", "Compare"),
         ("h", "show_tab('runs')", "Runs"),
-        ("s", "stop_run", "Stop"),
         Binding("g", "next_gpu", "Next GPU", show=False),
         Binding("v", "toggle_guide", "Guide", show=False),
         Binding("w", "toggle_whole", "Whole run", show=False),
@@ -227,6 +229,7 @@ class MgpuApp(App):
         view.add_log_lines(*self.controller.drain_log_lines())
         run = self.controller.run
         view.ended(message.summary, run.stats() if run else None)
+        self.clear_notifications()  # "Stopping every rank…" is over: the result panel says how it ended
 
     def on_compare_updated(self, message: CompareUpdated) -> None:
         if view := self._compare_view():

@@ -252,3 +252,24 @@ async def test_a_text_panel_shows_gloo_messages_and_paths_as_text_never_as_marku
         await pilot.pause()
         assert str(panel.render()) == message.replace("\x1b", "^[")
         assert "[/__w/pytorch" in app.export_screenshot()
+
+
+async def test_at_80_columns_the_status_line_keeps_the_stop_key_and_shrinks_its_bar():
+    """Issue #31: at 80x24 the bar took 40 columns and cut the words before "(s stops it)"."""
+    from mgpu_tui.app.widgets.status_line import MIN_BAR_WIDTH, StatusLine
+
+    class LineApp(App):
+        def compose(self) -> ComposeResult:
+            yield StatusLine()
+
+    app = LineApp()
+    async with app.run_test(size=(80, 3)) as pilot:
+        line = app.query_one(StatusLine)
+        line.update("ddp on 2 ranks (s stops it)   step 716/3,000   2,392 samples/s   loss 0.4541", 0.24)
+        await pilot.pause()
+        drawn = line.render().plain
+        assert drawn.startswith("ddp on 2 ranks (s stops it)   step 716/3,000") and drawn.endswith(" 24%")
+        assert MIN_BAR_WIDTH <= drawn.count("━") < 40 and len(drawn) <= 80
+        line.update("short", 0.5)
+        await pilot.pause()
+        assert line.render().plain.count("━") == 40  # room enough: the whole bar

@@ -370,8 +370,8 @@ class RunView(Widget):
         self.nodes = nodes
         self._series, self._whole = series, whole or series
         status = (
-            f"{self.label}   step {stats.steps:,}{of_steps(self.steps)}   {fmt_rate(stats.samples_per_s)} "
-            f"samples/s   loss {fmt_loss(stats.final_loss)}   {self.hint}"
+            f"{self.label} {self.hint}   step {stats.steps:,}{of_steps(self.steps)}   "  # the key first:
+            f"{fmt_rate(stats.samples_per_s)} samples/s   loss {fmt_loss(stats.final_loss)}"  # 80 columns cut
         )
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
         self._draw_charts()

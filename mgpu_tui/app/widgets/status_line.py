@@ -11,7 +11,8 @@ from textual.widget import Widget
 
 from mgpu_tui.app.widgets.bars import progress
 
-BAR_WIDTH = 40
+BAR_WIDTH = 40  # at most; the words come first (at 80 columns they name the stop key)
+MIN_BAR_WIDTH = 10
 
 
 class StatusLine(Widget):
@@ -33,8 +34,10 @@ class StatusLine(Widget):
     def render(self) -> Text:
         if self.done is None:
             return Text(self.text, no_wrap=True, overflow="ellipsis")
-        bar = progress(self.done, BAR_WIDTH)
-        room = max(0, self.size.width - bar.cell_len - 2)
         left = Text(self.text, no_wrap=True, overflow="ellipsis")
+        percent = 5  # " 100%"
+        width = min(BAR_WIDTH, max(MIN_BAR_WIDTH, self.size.width - left.cell_len - 2 - percent))
+        bar = progress(self.done, width)
+        room = max(0, self.size.width - bar.cell_len - 2)
         left.truncate(room, overflow="ellipsis", pad=True)
         return Text.assemble(left, "  ", bar)
