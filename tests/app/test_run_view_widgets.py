@@ -273,3 +273,25 @@ async def test_at_80_columns_the_status_line_keeps_the_stop_key_and_shrinks_its_
         line.update("short", 0.5)
         await pilot.pause()
         assert line.render().plain.count("━") == 40  # room enough: the whole bar
+
+
+async def test_a_smoothed_chart_names_its_line_on_the_axis_row_in_the_lines_colour():
+    """Issue #31: the orange line over the bars had no legend."""
+    from mgpu_tui.app.widgets.chart import LINE_STYLE, Chart
+
+    class ChartApp(App):
+        def compose(self) -> ComposeResult:
+            yield Chart("loss", smoothed=True)
+            yield Chart("throughput")
+
+    app = ChartApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        smoothed, plain_chart = app.query(Chart)
+        for chart in (smoothed, plain_chart):
+            chart.update([1.0 + (i % 5) / 10 for i in range(60)], steps=list(range(1, 61)))
+        await pilot.pause()
+        axis = smoothed.render().split("\n")[-1]
+        assert axis.plain.startswith("step 21") and "─ smoothed" in axis.plain and axis.plain.endswith("60")
+        legend = axis.plain.index("─ smoothed")
+        assert any(span.start <= legend < span.end and str(span.style) == LINE_STYLE for span in axis.spans)
+        assert "smoothed" not in plain_chart.render().split("\n")[-1].plain  # no line, no legend

@@ -47,13 +47,24 @@ def chart_title(
     return text
 
 
-def axis(steps: Sequence[int], width: int) -> Text:
-    """The x axis under the bars: the first step drawn at the left, the last at the right."""
+LEGEND = "─ smoothed"  # the line over the bars, named on the axis row in the line's own style
+LINE_STYLE = "bold yellow"
+
+
+def axis(steps: Sequence[int], width: int, legend: bool = False) -> Text:
+    """The x axis under the bars: the first step drawn at the left, the last at the right; with
+    ``legend``, the smoothed line's name between them where it fits."""
     if not steps or width <= 0:
         return Text(" " * max(width, 0))
     left, right = f"step {steps[0]:,}", f"{steps[-1]:,}"
     gap = width - len(left) - len(right)
-    return Text(left + " " * gap + right if gap >= 1 else right.rjust(width)[:width], style="dim")
+    if gap < 1:
+        return Text(right.rjust(width)[:width], style="dim")
+    if not legend or gap < len(LEGEND) + 2:
+        return Text(left + " " * gap + right, style="dim")
+    before = (gap - len(LEGEND)) // 2
+    after = gap - len(LEGEND) - before
+    return Text.assemble((left + " " * before, "dim"), (LEGEND, LINE_STYLE), (" " * after + right, "dim"))
 
 
 class Chart(Widget):
@@ -102,7 +113,8 @@ class Chart(Widget):
             steps = self.steps[-width:]
             title = chart_title(self.title, shown, self.fmt, width=width)
         line = smooth(shown) if self.smoothed and len(shown) > 2 else None
-        parts: list[str | Text] = [title, "\n", spark_rows(shown, width, rows, line=line)]
+        bars = spark_rows(shown, width, rows, line=line, line_style=LINE_STYLE)
+        parts: list[str | Text] = [title, "\n", bars]
         if self.steps:
-            parts += ["\n", axis(steps, width)]
+            parts += ["\n", axis(steps, width, legend=line is not None)]
         return Text.assemble(*parts)
