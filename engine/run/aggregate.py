@@ -340,7 +340,9 @@ class Aggregator:
             if t.steps:
                 lo = warm if len(t.steps) > warm else 0
                 seconds = sum(t.step_s[lo:])
-                if seconds > 0:
+                # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
+                # is counted once, where it enters) has no rate of its own: n/a, not 0.
+                if seconds > 0 and any(t.samples[lo:]):
                     rate = sum(t.samples[lo:]) / seconds
                     total_rate += rate
                     tokens_rate = sum(t.tokens[lo:]) / seconds or None

@@ -154,6 +154,12 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, f"note: {summary.note}")
     if summary.verify:
         notes.insert(0, f"verify {'ok' if summary.verify.ok else 'FAILED'}: {summary.verify.describe()}")
+    uncounted = [r.rank for r in summary.ranks if r.last_step and r.samples_per_s is None]
+    if uncounted and summary.samples_per_s is not None:  # n/a beside a job's rate: say why
+        notes.append(
+            f"samples/s n/a for rank(s) {', '.join(map(str, uncounted))}: they count no samples by design "
+            "(a sample is counted once, where it enters the job; docs/run-view.md)"
+        )
     if summary.malformed_events:
         notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
     notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]

@@ -34,7 +34,10 @@ def test_zero_sample_ranks_add_no_throughput():
     for n in range(1, 11):
         agg.add(step(0, n, samples=64, step_s=0.1))
         agg.add(step(1, n, samples=0, loss=None, step_s=0.1))  # a tensor-parallel peer
-    assert agg.stats().samples_per_s == pytest.approx(640.0)
+    stats = agg.stats()
+    assert stats.samples_per_s == pytest.approx(640.0)
+    # The peer has no rate of its own: n/a, not a 0 that reads as a rank doing nothing (issue #31).
+    assert [r.samples_per_s for r in stats.ranks] == [pytest.approx(640.0), None]
 
 
 def test_final_loss_is_the_global_batch_loss_at_the_last_common_step():

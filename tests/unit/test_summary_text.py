@@ -1,5 +1,6 @@
-"""One word for a stopped run everywhere a person reads it (issue #31: "stopped" in the Run view,
-"interrupted" in the Runs view and the CLI); the JSON keeps its documented "interrupted"."""
+"""What the summary's text and the run listings say in words (issue #31): one word for a stopped run
+everywhere a person reads it ("stopped"; the JSON keeps its documented "interrupted"), and why a
+rank's samples/s is n/a."""
 
 import json
 
@@ -20,3 +21,14 @@ def test_a_stopped_run_reads_stopped_in_text_and_interrupted_in_json(tmp_path, c
     assert json.loads(capsys.readouterr().out)["runs"][0]["status"] == "interrupted"
     head = summary_text(read_run(path).summary).splitlines()[0]
     assert "status stopped " in head
+
+
+def test_a_rank_that_counts_no_samples_by_design_says_why_beside_the_jobs_rate(tmp_path):
+    import dataclasses
+
+    path = good_run(tmp_path / "runs", "20260101-000000-tp")
+    summary = read_run(path).summary
+    peer = dataclasses.replace(summary.ranks[1], samples_per_s=None)
+    text = summary_text(dataclasses.replace(summary, ranks=(summary.ranks[0], peer)))
+    assert "samples/s n/a for rank(s) 1: they count no samples by design" in text
+    assert "count no samples" not in summary_text(summary)  # every rank with its rate: nothing to say
