@@ -158,6 +158,8 @@ class FollowedRun(IngestReadings):
                 amp=spec.amp,
                 device=as_device(spec.device_requested or spec.device),
                 share_gpus=spec.share_gpus,
+                model=spec.model or "mlp",  # an older record has no --model: the MLP
+                model_args=spec.model_args,
             )
         except (TypeError, ValueError):
             return None

@@ -59,3 +59,29 @@ def test_a_chart_title_drops_the_range_then_the_latest_value_to_stay_on_one_row(
     assert chart_title("loss", values, str, width=len(full) - 1).plain == "loss, last 3 steps · now 3.0"
     assert chart_title("loss", values, str, width=20).plain == "loss, last 3 steps"
     assert chart_title("CPU", values, str, span="whole run").plain.startswith("CPU, whole run · now")
+
+
+def test_a_reopened_run_gives_the_form_its_own_model_and_settings(tmp_path):
+    """Issue #31: an opened --model gpt-tiny run filled the form with mlp, so Start ran another job."""
+    import json
+
+    from test_hostile_folder import good_run
+
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    path = good_run(tmp_path / "runs", "20260101-000000-ddp")
+    document = json.loads((path / "spec.json").read_text())
+    document["spec"] |= {"model": "gpt-tiny", "model_args": [["layers", 3]], "amp": True, "steps": 60}
+    (path / "spec.json").write_text(json.dumps(document))
+    run = FollowedRun(path)
+    spec, nproc = run.launch_spec()
+    assert (spec.mode, spec.model, spec.model_args, spec.amp, spec.steps, spec.batch_size, nproc) == (
+        "ddp",
+        "gpt-tiny",
+        (("layers", 3),),
+        True,
+        60,
+        64,
+        2,
+    )
+    run.close()
