@@ -560,3 +560,16 @@ async def test_the_screenshot_goes_to_the_current_folder_where_there_is_no_downl
         assert await wait_for(pilot, lambda: list(here.glob("*.svg")), timeout=10)
     (shot,) = here.glob("*.svg")
     assert "<svg" in shot.read_text()[:2000] and not (home / "Downloads").exists()
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+async def test_the_compare_views_number_fields_show_their_values_whole(size):
+    """Issue #31: at 80x24 the ranks, steps and batch fields had 2 columns for their values, so
+    after Tab they read "steps 0" and "batch 4" for 60 and 64."""
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.3)
+        for field in ("#compare-nproc", "#compare-steps", "#compare-batch"):
+            box = app.query_one(field, Input)
+            assert box.content_region.width >= 4 > len(box.value), (field, box.content_region)

@@ -82,6 +82,7 @@ class CompareView(Widget):
     }
     .compare-field Input {
         width: 10;
+        padding: 0 1;  /* Textual's 0 2 left 8 columns 2 for the value: "60" read "6" after Tab */
     }
     #compare-device {
         width: 12;
