@@ -387,7 +387,7 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
         for chart_id in ("#throughput", "#loss"):
             chart = app.query_one(chart_id, Chart)
             assert chart.whole and chart.steps[0] == 1 and chart.steps[-1] == 300, chart_id
-            assert str(chart.render()).splitlines()[-1].split() == ["step", "1", "300"]
+            assert str(chart.render()).splitlines()[-1].split() == ["step", "1", "─", "smoothed", "300"]
         result = str(app.query_one("#root-cause").render())
         assert result.startswith("Finished: 300/300 steps") and str(app.controller.run.run_dir.path) in result
         await pilot.press("w")  # the latest steps instead: the last ones that fit the width
