@@ -137,7 +137,7 @@ class FollowedRun(IngestReadings):
         self.recorded_spec = spec
         self.run_dir = RunDir(path, node=node)
         self.what = record.what
-        self.label = f"{record.what} on {self.world_size} rank{'s' if self.world_size != 1 else ''}"
+        self.label = f"{record.label} on {self.world_size} rank{'s' if self.world_size != 1 else ''}"
         self.summary: RunSummary | None = None
         self.state = FollowState.RUNNING
         self.telemetry = TelemetrySeries()

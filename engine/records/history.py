@@ -106,6 +106,12 @@ class RunRecord:
     status: str  # ok, failed, interrupted, running, cut off, unfinished, broken
     summary: RunSummary | None = None
     reason: str | None = None  # why it is broken
+    model: str | None = None  # a mode's workload (mlp, gpt-tiny...); None for a script, or unrecorded
+
+    @property
+    def label(self) -> str:
+        """What ran, as a listing says it: the mode, and its model where it is not the quick MLP."""
+        return f"{self.what} · {self.model}" if self.model and self.model != "mlp" else self.what
 
     def to_json(self) -> dict:
         s = self.summary
@@ -113,6 +119,7 @@ class RunRecord:
             "path": self.path,
             "created_at": self.created_at,
             "what": self.what,
+            "model": self.model,
             "world_size": self.world_size,
             "nnodes": self.nnodes,
             "status": self.status,
@@ -136,18 +143,18 @@ def read_run(path: Path) -> RunRecord:
     spec, created = document.spec, document.created_at
     suffix = "" if node is None else f"-node{node}"
     what, world, nnodes = spec.what, spec.world_size, spec.nnodes
+    model = None if spec.program else spec.model
     summary_path = path / f"summary{suffix}.json"
     try:
         summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
     except FileNotFoundError:
         lock = path / f"monitor{suffix}.lock"
         status = "unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off"
-        return RunRecord(str(path), created, what, world, nnodes, status)
+        return RunRecord(str(path), created, what, world, nnodes, status, model=model)
     except (OSError, ValueError) as exc:
-        return RunRecord(
-            str(path), created, what, world, nnodes, "broken", reason=_unreadable("summary.json", exc)
-        )
-    return RunRecord(str(path), created, what, world, nnodes, summary.status, summary)
+        reason = _unreadable("summary.json", exc)
+        return RunRecord(str(path), created, what, world, nnodes, "broken", reason=reason, model=model)
+    return RunRecord(str(path), created, what, world, nnodes, summary.status, summary, model=model)
 
 
 def _spec_document(path: Path) -> tuple[SpecDocument, int | None]:

@@ -60,7 +60,7 @@ def runs_command(args: argparse.Namespace) -> int:
         rows.append(
             [
                 when,
-                r.what,
+                r.label,
                 ranks,
                 status_word(r.status),
                 fmt_seconds(s.duration_s) if s else "n/a",

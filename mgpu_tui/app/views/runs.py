@@ -107,7 +107,7 @@ def _cells(record) -> tuple:
     s = record.summary
     when = record.created_at
     started = dt.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M") if when else "?"
-    what = record.what if record.status != "broken" else Path(record.path).name
+    what = record.label if record.status != "broken" else Path(record.path).name
     cause = (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
     figures = (
         (
