@@ -148,6 +148,7 @@ SCALE_COLUMNS: list[tuple[str, str, Callable]] = [
     ("loss @", "loss_after_common_samples", fmt_loss),
     ("final loss", "final_loss", fmt_loss),
 ]
+OVER_LINEAR = 1.05  # an efficiency past this is a timing artefact, not a speed-up (noise allowed)
 SWEEP_NOTES = {
     "strong": "strong scaling: the global batch stays; each rank takes a smaller share.",
     "weak": "weak scaling: the batch per rank stays; the global batch grows with the ranks.",
@@ -173,6 +174,15 @@ def scale_notes(comparison: Comparison) -> list[str]:
         )
     if settings["sweep"] != "batch":
         notes.append("efficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran.")
+        over = [
+            p for p in comparison.points() if p["efficiency"] is not None and p["efficiency"] > OVER_LINEAR
+        ]
+        if over:  # more than linear: the timings, not the ranks (a busy machine, a slow first point)
+            counts = ", ".join(f"{p['nproc']} ranks ({_fmt_pct(p['efficiency'])})" for p in over)
+            notes.append(
+                f"NOT TRUSTWORTHY: efficiency over 100% at {counts}: more ranks cannot do more than "
+                "their share; the machine was busy or the first point ran slow. Run again on an idle machine."
+            )
     notes.append(
         f"{_loss_header(comparison)}: each point's global-batch loss once it has seen as many samples "
         "as the first point's whole run."

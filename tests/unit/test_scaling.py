@@ -98,3 +98,21 @@ def test_a_batch_sweep_has_a_speedup_but_no_efficiency_and_a_failed_point_has_ne
     assert (b["speedup"], b["efficiency"]) == (pytest.approx(1.5), None)
     assert (c["speedup"], c["efficiency"]) == (None, None)
     assert sweep_of([2], [32, 64], weak=False) == "batch" and sweep_of([1, 2], [32], weak=True) == "weak"
+
+
+def test_an_efficiency_over_100_percent_is_flagged_as_not_trustworthy():
+    """Issue #31: identical runs gave 912% then 18% on a busy machine, and nothing warned."""
+    from mgpu_tui.engine.compare.comparison import new_scaling
+    from mgpu_tui.reports.compare import scale_notes
+
+    specs = scale_specs("ddp", [1, 2, 4], [32], TEMPLATE)
+    comparison = new_scaling("ddp", specs, "strong", "linear")
+    one, two, four = _row(1, 32, 100.0, [2.0]), _row(2, 32, 1824.0, [2.0]), _row(4, 32, 200.0, [2.0])
+    comparison.rows = [one, two, four]
+    flagged = [n for n in scale_notes(comparison) if n.startswith("NOT TRUSTWORTHY")]
+    assert flagged == [
+        "NOT TRUSTWORTHY: efficiency over 100% at 2 ranks (912.0%): more ranks cannot do more than their "
+        "share; the machine was busy or the first point ran slow. Run again on an idle machine."
+    ]
+    comparison.rows = [one, _row(2, 32, 190.0, [2.0])]  # 95%: as it should be, nothing said
+    assert not any(n.startswith("NOT TRUSTWORTHY") for n in scale_notes(comparison))
