@@ -410,6 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--run-dir", default="runs", metavar="DIR", help="the folder of runs (default ./runs)"
     )
     history.add_argument("--json", action="store_true", help='print JSON: {"runs": [...]}')
+    history.add_argument(
+        "--delete-older-than",
+        type=positive_float,
+        metavar="DAYS",
+        help="delete the runs started more than DAYS ago (asks first; never a run still going, nor a "
+        "folder that is not a run)",
+    )
+    history.add_argument("--yes", action="store_true", help="with --delete-older-than: do not ask")
 
     opening = commands.add_parser(
         "open",

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import shutil
+import sys
+import time
 from pathlib import Path
 
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word, table
@@ -41,8 +44,43 @@ def open_command(args: argparse.Namespace) -> int:
     return tui_command(None, open_run=path, run_root=root)
 
 
+# What deleting may remove: runs that ended, however they ended. Never one that goes (running), nor
+# a folder that is not a run, or one unreadable (broken: it may be anything of the user's).
+DELETABLE = ("ok", "failed", "interrupted", "cut off", "unfinished")
+
+
+def delete_old_runs(root: Path, days: float, yes: bool) -> int:
+    """Delete the runs under ``root`` started more than ``days`` ago, after the user said yes (or
+    ``--yes``): each a folder directly inside ``root`` and no link, removed without following one."""
+    cutoff = time.time() - days * 86400
+    old = [
+        r
+        for r in list_runs(root)
+        if r.status in DELETABLE and r.created_at is not None and r.created_at < cutoff
+    ]
+    doomed = [Path(r.path) for r in old if Path(r.path).parent == root and not Path(r.path).is_symlink()]
+    if not doomed:
+        print(plain(f"no run under {root} is older than {days:g} day(s); nothing deleted"))
+        return ExitCode.OK
+    for path in doomed:
+        print(plain(f"  {path.name}"))
+    question = f"Delete these {len(doomed)} run(s) under {root}?"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"{question} Nothing was deleted: say yes with --yes (no terminal to ask).")
+        if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
+            print("nothing deleted")
+            return ExitCode.OK
+    for path in doomed:
+        shutil.rmtree(path)  # fd-based on Linux: a link planted inside is removed, never followed
+    print(plain(f"deleted {len(doomed)} run(s) under {root}"))
+    return ExitCode.OK
+
+
 def runs_command(args: argparse.Namespace) -> int:
     root = _root(args)
+    if args.delete_older_than is not None:
+        return delete_old_runs(root, args.delete_older_than, args.yes)
     records = list_runs(root)
     if args.json:
         print(strict_json({"run_dir": str(root), "runs": [r.to_json() for r in records]}))

@@ -48,3 +48,57 @@ def test_the_listings_name_a_runs_model_where_it_is_not_the_quick_mlp(tmp_path, 
     assert main(["runs", "--run-dir", str(root), "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)["runs"]
     assert [(r["what"], r["model"]) for r in listed] == [("ddp", "gpt-tiny"), ("ddp", "mlp")]
+
+
+def test_old_runs_are_deleted_only_when_asked_and_never_a_live_or_foreign_folder(
+    tmp_path, capsys, monkeypatch
+):
+    """Issue #31: how to clean up runs. `runs --delete-older-than DAYS` asks first (or --yes), and
+    leaves what is not a finished run of this folder: a new run, a folder that is not a run, a link
+    to a folder elsewhere, the files a run's links point at."""
+    import os
+    import sys
+    import time
+
+    root = tmp_path / "runs"
+    outside = tmp_path / "keep.txt"
+    outside.write_text("mine")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+
+    def aged(name, days, **changes):
+        path = good_run(root, name, **changes)
+        document = json.loads((path / "spec.json").read_text())
+        document["created_at"] = time.time() - days * 86400
+        (path / "spec.json").write_text(json.dumps(document))
+        return path
+
+    old_ok = aged("20200101-000000-ddp", 30)
+    old_failed = aged("20200101-000001-ddp", 30, status="failed", exit_code=1)
+    (old_ok / "link-out").symlink_to(outside)  # a rank's link: removed, never followed
+    new = aged("20260101-000000-ddp", 1)
+    (root / "notes").mkdir()  # not a run: broken, never deleted
+    (root / "notes" / "todo.txt").write_text("x")
+    (root / "20200101-000002-link").symlink_to(elsewhere)
+
+    assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7"]) == 2  # no terminal, no --yes
+    assert "Nothing was deleted: say yes with --yes" in capsys.readouterr().err
+    assert old_ok.exists() and old_failed.exists()
+
+    monkeypatch.setattr(sys.stdin, "isatty", lambda: True)
+    answers = iter(["n", "y"])
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7"]) == 0  # asked: no
+    assert "nothing deleted" in capsys.readouterr().out and old_ok.exists()
+    assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7"]) == 0  # asked: yes
+    out = capsys.readouterr().out
+    assert old_ok.name in out and old_failed.name in out and "deleted 2 run(s)" in out
+    assert not old_ok.exists() and not old_failed.exists()
+    assert (
+        new.exists()
+        and (root / "notes" / "todo.txt").exists()
+        and os.path.islink(root / "20200101-000002-link")
+    )
+    assert outside.read_text() == "mine" and elsewhere.exists()
+    assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7", "--yes"]) == 0
+    assert "nothing deleted" in capsys.readouterr().out
