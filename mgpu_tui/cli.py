@@ -47,6 +47,12 @@ def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExc
     command.add_argument(
         "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
     )
+    command.add_argument(
+        "--name",
+        type=run_name,
+        metavar="NAME",
+        help="a name for the run: it ends the folder's name (runs/<time>-<mode>-NAME); the listings show it",
+    )
     command.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
     output = command.add_mutually_exclusive_group()
     output.add_argument("--quiet", action="store_true", help="show none of the ranks' own output")

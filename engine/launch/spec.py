@@ -76,6 +76,8 @@ class LaunchSpec:
     join_timeout: float = DEFAULTS.join_timeout
     max_restarts: int = 0
     master_port: int | None = None
+    # The user's name for the run (a NAME: engine/protocol/rundir.py): it ends the run folder's name.
+    name: str | None = None
     # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
     stall_timeout: float | None = None
     # What a stall does: "stop" the run or "report" it and go on. None: stop a mode's demo; report

@@ -59,6 +59,7 @@ class RecordedSpec:
     model_args: tuple[tuple[str, int], ...] = ()
     stages: int = 1
     lr: float | None = None
+    name: str | None = None  # the user's name for the run (--name)
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD:
@@ -108,10 +109,14 @@ class RunRecord:
     reason: str | None = None  # why it is broken
     model: str | None = None  # a mode's workload (mlp, gpt-tiny...); None for a script, or unrecorded
 
+    name: str | None = None  # the user's name for it (--name)
+
     @property
     def label(self) -> str:
-        """What ran, as a listing says it: the mode, and its model where it is not the quick MLP."""
-        return f"{self.what} · {self.model}" if self.model and self.model != "mlp" else self.what
+        """What ran, as a listing says it: its name if it has one, the mode, and its model where it
+        is not the quick MLP."""
+        what = f"{self.what} · {self.model}" if self.model and self.model != "mlp" else self.what
+        return f"{self.name}: {what}" if self.name else what
 
     def to_json(self) -> dict:
         s = self.summary
@@ -120,6 +125,7 @@ class RunRecord:
             "created_at": self.created_at,
             "what": self.what,
             "model": self.model,
+            "name": self.name,
             "world_size": self.world_size,
             "nnodes": self.nnodes,
             "status": self.status,
@@ -143,18 +149,22 @@ def read_run(path: Path) -> RunRecord:
     spec, created = document.spec, document.created_at
     suffix = "" if node is None else f"-node{node}"
     what, world, nnodes = spec.what, spec.world_size, spec.nnodes
-    model = None if spec.program else spec.model
+    model, named = None if spec.program else spec.model, spec.name
     summary_path = path / f"summary{suffix}.json"
     try:
         summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
     except FileNotFoundError:
         lock = path / f"monitor{suffix}.lock"
         status = "unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off"
-        return RunRecord(str(path), created, what, world, nnodes, status, model=model)
+        return RunRecord(str(path), created, what, world, nnodes, status, model=model, name=named)
     except (OSError, ValueError) as exc:
         reason = _unreadable("summary.json", exc)
-        return RunRecord(str(path), created, what, world, nnodes, "broken", reason=reason, model=model)
-    return RunRecord(str(path), created, what, world, nnodes, summary.status, summary, model=model)
+        return RunRecord(
+            str(path), created, what, world, nnodes, "broken", reason=reason, model=model, name=named
+        )
+    return RunRecord(
+        str(path), created, what, world, nnodes, summary.status, summary, model=model, name=named
+    )
 
 
 def _spec_document(path: Path) -> tuple[SpecDocument, int | None]:

@@ -35,7 +35,7 @@ from mgpu_tui.engine.launch.processes import ProcessTree
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
-from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError
+from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import MonitorLock
 from mgpu_tui.engine.run.nccl_record import nccl_figures
@@ -149,6 +149,8 @@ class Run(IngestReadings):
         host = host or host_module.probe()
         resolved = resolve(spec, host)
         name = name or resolved.mode.name
+        if spec.name:  # the user's own word for it, after the mode's: 20261125T101500Z-ddp-baseline
+            name = f"{name}-{folder_name(spec.name)}"
         if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
             run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
         else:

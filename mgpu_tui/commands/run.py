@@ -273,6 +273,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         join_timeout=args.join_timeout,
         max_restarts=args.max_restarts,
         master_port=args.master_port,
+        name=args.name,
         stall_timeout=args.stall_timeout,
         sample_interval=args.sample_interval,
         on_stall=args.on_stall,

@@ -112,6 +112,7 @@ def torchrun_command(argv: list[str]) -> int:
         join_timeout=join_timeout,
         max_restarts=t["max_restarts"],
         master_port=t["master_port"] if t["nnodes"] == 1 else None,
+        name=args.name,
         stall_timeout=args.stall_timeout,
         on_stall=args.on_stall,
         sample_interval=args.sample_interval,

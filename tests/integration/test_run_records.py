@@ -451,3 +451,18 @@ def wait_for_a_step(runs_root: Path, timeout: float = 60) -> Path:
                 return events.parent.parent
         time.sleep(0.2)
     raise AssertionError(f"no run under {runs_root} reached a step in {timeout} s")
+
+
+def test_a_named_run_ends_its_folders_name_with_it_and_the_listings_show_it(runs_root):
+    """Issue #31: runs can be named. --name is a NAME (never a path), after the mode in the folder's
+    name, recorded in spec.json, and shown by `runs` (text and JSON)."""
+    done = run_cli(
+        "run", "single", "--steps", "3", "--device", "cpu", "--run-dir", str(runs_root), "--name", "baseline"
+    )
+    assert done.returncode == 0, done.stderr
+    (run_dir,) = runs_root.iterdir()
+    assert run_dir.name.endswith("-single-baseline")
+    assert json.loads((run_dir / "spec.json").read_text())["spec"]["name"] == "baseline"
+    listed = json.loads(run_cli("runs", "--run-dir", str(runs_root), "--json").stdout)["runs"]
+    assert [(r["what"], r["name"]) for r in listed] == [("single", "baseline")]
+    assert "baseline: single" in run_cli("runs", "--run-dir", str(runs_root)).stdout
