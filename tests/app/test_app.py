@@ -573,3 +573,21 @@ async def test_the_compare_views_number_fields_show_their_values_whole(size):
         for field in ("#compare-nproc", "#compare-steps", "#compare-batch"):
             box = app.query_one(field, Input)
             assert box.content_region.width >= 4 > len(box.value), (field, box.content_region)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+async def test_every_model_name_fits_its_dropdown_on_one_row(size):
+    """Issue #31: the model dropdown wrapped gpt-tiny as "gpt-ti" / "ny" at both sizes."""
+    from mgpu_tui.app.views.run_form import MODEL_OPTIONS
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=size) as pilot:
+        for tab, field in (("r", "#model"), ("c", "#compare-model")):
+            await pilot.press(tab)
+            await pilot.pause(0.2)
+            select = app.query_one(field, Select)
+            for _, name in MODEL_OPTIONS:
+                select.value = name
+                await pilot.pause()
+                label = select.query_one("SelectCurrent #label")
+                assert label.region.height == 1 and label.region.width >= len(name), (field, name)

@@ -80,7 +80,7 @@ class RunForm(Horizontal):
         width: 1fr;
     }
     RunForm #model {
-        width: 14;
+        width: 16;  /* the longest name (gpt-1.3b) on one row: at 14 it wrapped to "gpt-1." / "3b" */
     }
     RunForm Input {
         width: 10;
