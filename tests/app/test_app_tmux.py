@@ -190,7 +190,7 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
             for chart in (
                 r"throughput \(samples/s\), whole run",
                 r"loss \(global batch\), whole run",
-                r"(?m)step 1 +60\s*$",
+                r"(?m)step 1 +─ smoothed +60\s*$",
                 r"host CPU, whole run · now \d+%",
                 r"host memory, whole run",
             ):

@@ -148,7 +148,10 @@ def estimate_loss():
 
 
 if rank == args.abort_at_exit:
-    atexit.register(os.abort)  # what gloo's teardown race does to about 1 run in 5
+    # What gloo's teardown race does to about 1 run in 5, as late in the teardown as it comes: after
+    # the peers have ended (an abort at once could end a peer still closing, under load, before it
+    # has said it finished; CI saw that once).
+    atexit.register(lambda: (time.sleep(2), os.abort()))
 
 os.makedirs(args.out_dir, exist_ok=True)
 x, y = get_batch("train")
