@@ -383,7 +383,10 @@ class NodeWatch:
         deadline = time.monotonic() + HEARTBEAT_TIMEOUT_S + BEAT_S
         # The link writes our record at its next beat; a second beat is sure to carry the final one.
         published_beat = self._beat + 2
-        needs_peers = self.serve or (failure is not None and failure.secondary)
+        # The store's server stays for its peers; a node that ended ok waits (bounded) for the others'
+        # final word too, so its summary says how each ended ("ok", not the "running" last heard: a
+        # synchronous job's nodes end within moments of each other).
+        needs_peers = self.serve or state == "ok" or (failure is not None and failure.secondary)
         while time.monotonic() < deadline:
             self.poll()
             link_quiet = time.monotonic() - self._link_heard_at > BEAT_S * 2.5  # blocked on a store gone

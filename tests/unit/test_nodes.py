@@ -3,6 +3,7 @@ records (other machines' words, bounded), and what a node's silence or failure m
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from pathlib import Path
@@ -221,3 +222,33 @@ def test_an_echo_of_a_peer_that_was_stopped_by_its_user_says_so(watch, monkeypat
 def test_a_node_failure_record_says_whether_it_only_echoes_another():
     r = NodeRecord(0, "h", 0, 1, "failed", {0: 3}, NodeFailure(0, "x", None, secondary=True))
     assert r.to_json()["ranks"] == [0, 1] and r.to_json()["failure"]["secondary"] is True
+
+
+def test_a_node_that_ended_ok_waits_for_its_peers_final_word_before_its_summary(watch, monkeypatch):
+    """CI saw node 1's summary call node 0 "running": a node that does not host the store stopped
+    listening as soon as its own record was out. A node that ended ok now hears the others' end
+    (bounded by the heartbeat timeout), so every node's summary says how each ended."""
+
+    class Link:  # the node link process, alive: takes this node's record on its stdin
+        stdin = io.BytesIO()
+
+        def poll(self):
+            return None
+
+    watch._lines.put({"link": "connected"})  # another node hosts the store
+    watch.poll()
+    assert not watch.serve
+    watch._proc = Link()
+    hear(watch, 1)  # node 1 (the peer) still running
+    beats = iter(range(1, 100))
+
+    def sleep(seconds: float) -> None:  # the link's next lines: its beats, then the peer's end
+        watch.clock.now += seconds
+        beat = next(beats)
+        state = "ok" if beat >= 5 else "running"
+        peers = {"1": json.dumps({"beat": 1 + beat, "record": record(state=state)})}
+        watch._lines.put({"peers": peers, "error": None, "beat": beat})
+
+    monkeypatch.setattr(watch_module.time, "sleep", sleep)
+    assert watch.settle("ok", {0: 8, 1: 8}, None) is None
+    assert [v.state for v in watch.view()][1] == "ok"
