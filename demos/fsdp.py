@@ -4,8 +4,10 @@ Like DDP, each rank trains on its slice of the batch. Unlike DDP, no rank keeps
 the whole model: each holds 1/N of every parameter, gradient and optimizer
 state. Before a block runs, its parameters are all-gathered; after backward,
 gradients are reduce-scattered so each rank gets the averaged shard it owns.
---no-reshard-after-forward keeps gathered parameters until backward (more memory,
-one all-gather less). Run it:
+
+--no-reshard-after-forward is mode fsdp_grad_op (FSDP1's SHARD_GRAD_OP): gathered
+parameters stay whole from a unit's forward to its backward (the whole model at
+the peak, as ZeRO-2 holds it), and backward gathers nothing. Run it:
 
     python -m torch.distributed.run --standalone --nproc-per-node 2 -m mgpu_tui.demos.fsdp
 """
@@ -20,6 +22,7 @@ from torch.distributed.fsdp import fully_shard
 
 from mgpu_tui.demos import harness
 from mgpu_tui.demos.reporting import Reporting
+from mgpu_tui.demos.transformer import GptBlock
 
 
 @contextmanager
@@ -38,12 +41,18 @@ def main() -> None:
         parser.add_argument("--reshard-after-forward", action=argparse.BooleanOptionalAction, default=True)
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=fsdp_args)
-    d = harness.start_distributed("fsdp", args)
+    mode = "fsdp" if args.reshard_after_forward else "fsdp_grad_op"
+    d = harness.start_distributed(mode, args)
     mesh = init_device_mesh(d.device.type, (d.world,))
     local_batch = args.batch_size // d.world
 
     model = harness.build_model(args).to(d.device)
-    for layer in model:  # each block is a unit: gathered just before it runs, freed after
+    tied = args.shape is not None and args.shape.tied_head
+    for layer in model:  # each layer is a unit: gathered just before it runs, freed after
+        # (unless --no-reshard-after-forward: then kept until its backward). A head tied to the
+        # embeddings shares their matrix: both stay with the root unit, gathered once a step.
+        if tied and not isinstance(layer, GptBlock):
+            continue
         fully_shard(layer, mesh=mesh, reshard_after_forward=args.reshard_after_forward)
     # --amp is autocast, as in every mode. FSDP's own MixedPrecisionPolicy(param_dtype=...) would
     # gather parameters in 16 bits (half the traffic) but rounds the parameters themselves, not
@@ -56,7 +65,7 @@ def main() -> None:
     task = harness.SyntheticTask(args)
 
     with Reporting(args, d.rank, d.device, task=task) as report:
-        report.hello("fsdp")
+        report.hello(mode)
         report.watch_state(model, optimizer)  # checked against the planner's prediction
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)

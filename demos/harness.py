@@ -48,7 +48,13 @@ from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.planning.placement import PlacementError, rank_devices, shares_gpus
 from mgpu_tui.engine.planning.shapes import MODELS as SHAPES
-from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS, ModelShape, ShapeError, model_shape
+from mgpu_tui.engine.planning.shapes import (
+    SHAPE_OPTIONS,
+    ModelShape,
+    ShapeError,
+    add_shape_options,
+    model_shape,
+)
 
 
 def parse_args(
@@ -96,10 +102,7 @@ def parse_args(
         choices=("mlp", *SHAPES, "custom"),
         help="mlp (--width, --depth), or a GPT transformer of a named size",
     )
-    for field, what in SHAPE_FIELDS.items():
-        parser.add_argument(
-            f"--{field.replace('_', '-')}", type=int, help=f"the GPT's {what} (changes the named size)"
-        )
+    add_shape_options(parser)
     parser.add_argument(
         "--save-params", metavar="DIR", help="save the trained parameters here (one file per rank)"
     )
@@ -121,7 +124,7 @@ def gpt_shape(args: argparse.Namespace) -> ModelShape | None:
     """The transformer's shape, or None for the MLP."""
     if getattr(args, "model", "mlp") == "mlp":
         return None
-    return model_shape(args.model, **{field: getattr(args, field) for field in SHAPE_FIELDS})
+    return model_shape(args.model, **{field: getattr(args, field) for field in SHAPE_OPTIONS})
 
 
 # ---- devices ---------------------------------------------------------------------

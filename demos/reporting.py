@@ -18,9 +18,44 @@ import torch
 from mgpu_tui.demos import faults
 from mgpu_tui.engine.rank.reporter import Reporter
 
+# The steps torch's MemTracker watches on the CPU: by the end of the second the optimizer's state
+# exists and DDP has rebuilt its buckets under the tracker's eye, so the peak has come; watching
+# costs a Python call per tensor operation, so it stops there.
+TRACKED_STEPS = 3
+
+
+class TensorPeak:
+    """The peak of the live tensors' bytes on the CPU, where no allocator keeps one: torch's own
+    MemTracker (torch.distributed._tools.mem_tracker), told of the module's and the optimizer's
+    tensors that exist already, over the first TRACKED_STEPS steps."""
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        from torch.distributed._tools.mem_tracker import MemTracker
+
+        self.tracker: MemTracker | None = MemTracker()
+        self.tracker.track_external(module, optimizer)
+        self.tracker.__enter__()
+
+    def after_step(self, last: bool) -> int | None:
+        """Called after each step; ``last``: read the peak and stop watching (then it is returned)."""
+        if self.tracker is None:
+            return None
+        self.tracker.reset_mod_stats()  # it keeps one step's module figures at a time
+        if not last:
+            return None
+        peak = sum(snap.get("Total", 0) for snap in self.tracker.get_tracker_snapshot("peak").values())
+        self.stop()
+        return int(peak)
+
+    def stop(self) -> None:
+        if self.tracker is not None:
+            tracker, self.tracker = self.tracker, None
+            tracker.__exit__(None, None, None)
+
 
 def memory(device: torch.device) -> tuple[int, int]:
-    """(current, peak) bytes: the caching allocator's on CUDA, resident set size on the CPU."""
+    """(current, peak) bytes: the caching allocator's on CUDA, the process's resident set on the CPU
+    (the runtime, the allocator's slack and freed pages it kept included: TensorPeak counts tensors)."""
     if device.type == "cuda":
         return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
     with open("/proc/self/statm") as f:
@@ -59,6 +94,7 @@ class Reporting:
         self.reporter = Reporter()
         # What to measure after the first optimizer step (watch_state).
         self._state: tuple[torch.nn.Module, torch.optim.Optimizer] | None = None
+        self._tensor_peak: TensorPeak | None = None  # on the CPU, over the first steps
 
     def __enter__(self) -> Reporting:
         self.reporter.__enter__()
@@ -67,6 +103,8 @@ class Reporting:
 
     def __exit__(self, *exc) -> None:
         self._state = None
+        if self._tensor_peak is not None:
+            self._tensor_peak.stop()
         self.reporter.__exit__(*exc)
 
     def hello(self, mode: str, *devices: torch.device | str, **config) -> None:
@@ -82,10 +120,16 @@ class Reporting:
         self.reporter.hello(mode=mode, device=device, device_uuid=uuid, config={**settings, **config})
         faults.maybe_fail(self.args, 1, self.rank, self.device)
 
-    def watch_state(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    def watch_state(
+        self, module: torch.nn.Module, optimizer: torch.optim.Optimizer, *, tensor_peak: bool = True
+    ) -> None:
         """After the first step, report the bytes this rank holds of ``module``'s parameters, their
-        gradients and ``optimizer``'s state: the planner's prediction is checked against them."""
+        gradients and ``optimizer``'s state: the planner's prediction is checked against them. On the
+        CPU, the peak of the live tensors is watched from here (on CUDA the allocator keeps it)
+        unless ``tensor_peak`` is False: where torch's MemTracker cannot follow the backward."""
         self._state = (module, optimizer)
+        if self.device.type == "cpu" and tensor_peak:
+            self._tensor_peak = TensorPeak(module, optimizer)
 
     def step(self, step: int, samples: int, loss) -> None:
         """Report a step; ``samples`` counts only samples new to the job (0 on TP peers and later
@@ -98,6 +142,12 @@ class Reporting:
             # Measured once. Holding the model longer would keep a DDP model alive into the
             # interpreter's exit after a failure, where freeing it races gloo's threads.
             self._state = None
+        if self.device.type == "cuda":
+            tensor_peak: int | None = peak  # the caching allocator's: tensors, not the process
+        elif self._tensor_peak is not None:
+            tensor_peak = self._tensor_peak.after_step(last=step >= min(TRACKED_STEPS, self.args.steps))
+        else:
+            tensor_peak = None
         tokens = samples * self.args.shape.seq_len if getattr(self.args, "shape", None) else 0
         self.reporter.step(
             step,
@@ -108,6 +158,7 @@ class Reporting:
             mem_peak_bytes=peak,
             data_s=data_s,
             state_bytes=state,
+            tensor_peak_bytes=tensor_peak,
         )
         faults.maybe_fail(self.args, step + 1, self.rank, self.device)
 

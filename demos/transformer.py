@@ -102,8 +102,12 @@ class Head(nn.Module):
 
 
 def build_gpt(shape: ModelShape) -> nn.Sequential:
-    """Layer 0: the embeddings; 1..L: the blocks; L + 1: the head (the caller seeds the weights)."""
-    layers = [Embedding(shape), *(GptBlock(shape) for _ in range(shape.layers)), Head(shape)]
+    """Layer 0: the embeddings; 1..L: the blocks; L + 1: the head (the caller seeds the weights).
+    A tied head's matrix is the token embeddings' (GPT-2's weight tying)."""
+    embedding, head = Embedding(shape), Head(shape)
+    if shape.tied_head:
+        head.out.weight = embedding.tokens.weight
+    layers = [embedding, *(GptBlock(shape) for _ in range(shape.layers)), head]
     return nn.Sequential(OrderedDict((str(i), layer) for i, layer in enumerate(layers)))
 
 

@@ -66,7 +66,7 @@ def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
         argv += ["--microbatches", str(spec.microbatches)]
     if spec.verify:
         argv += ["--save-params", str(run_dir.params_dir)]
-    return argv + list(spec.demo_args)
+    return argv + list(resolved.mode.demo_flags) + list(spec.demo_args)
 
 
 # torchrun gives up joining later than mgpu-tui's own watch (engine/nodes/watch.py), which says why.

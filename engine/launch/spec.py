@@ -17,6 +17,7 @@ from typing import Literal
 
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
+from mgpu_tui.engine.planning.memory import tied_apart
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, Mode, unknown_mode
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape, ShapeError, model_shape
 
@@ -190,6 +191,8 @@ def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpSha
             f"tensor parallelism over {nproc} ranks gives each rank whole heads: the model's "
             f"{workload.heads} heads must be a multiple of --nproc."
         )
+    if mode.layers_apart and isinstance(workload, ModelShape) and workload.tied_head:
+        return tied_apart(mode.name, workload)
     layers = workload.layers + 2 if isinstance(workload, ModelShape) else workload.depth + 1
     if mode.stages_from and (stages := _stages(mode, spec, nproc)) > layers:
         more = "--layers" if isinstance(workload, ModelShape) else "--depth"

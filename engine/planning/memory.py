@@ -1,9 +1,9 @@
 """The memory each device of each mode needs to train a transformer, before anything runs.
 
 For every mode, each device's bytes split into parameters, gradients, optimizer state,
-activations and buffers, and whether the largest fits the GPU. The state (parameters,
-gradients, optimizer) is counted tensor by tensor as the mode places or shards it, so on the
-CPU it is what the ranks really hold; activations are an estimate:
+activations, buffers and (under --amp) autocast's copies, and whether the largest fits the GPU.
+The state (parameters, gradients, optimizer) is counted tensor by tensor as the mode places or
+shards it, so on the CPU it is what the ranks really hold; activations are an estimate:
 
 - per block, Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer
   Models", eq. 2 and 3): s b h (34 + 5 a s / h) bytes with 16-bit activations, and with tensor
@@ -12,13 +12,23 @@ CPU it is what the ranks really hold; activations are an estimate:
   compute attention with scaled_dot_product_attention, whose fused kernels (flash, memory-efficient)
   never keep that matrix, so it is left out: s b h 34 and s b h (10 + 24 / t), as the paper's
   selective recomputation gives. Without --amp the values are float32: twice that;
-- the output layer: the float32 logits and their gradient, 8 s b V bytes, where the head is;
-  the embeddings' output, 4 s b h bytes, where the embeddings are.
+- the output layer: the float32 log-probabilities cross-entropy keeps, and as backward begins the
+  gradients of them and of the logits, 12 s b V bytes, where the head is; the embeddings' output,
+  4 s b h bytes, where the embeddings are.
+
+Each figure holds at a named moment (MOMENTS): the state at rest, after the optimizer step; the
+total at the peak, which is as backward begins (every activation held, the loss's gradients made,
+no parameter's gradient yet: the demos' zero_grad sets them to None) or, when the state outweighs
+the activations, as backward ends (every gradient made, the activations freed).
 
 Buffers are what a mode adds on top: DDP's gradient buckets (a second copy of the gradients,
-unless gradient_as_bucket_view), FSDP's gathered block and its unsharded gradients.
-Parameters and gradients are float32 (autocast computes in 16 bits but keeps float32 weights);
-SGD with momentum keeps one float32 buffer a parameter, Adam two plus a float32 `step` a tensor.
+unless gradient_as_bucket_view; they stay between steps), FSDP's gathered unit and its unsharded
+gradients, and without resharding after forward every unit's parameters whole from forward to
+backward (both only at the peak). Parameters and gradients are float32: autocast computes in 16
+bits but keeps float32 weights, which are their own master copy (BYTE_SPLIT); the 16-bit copy of
+each weight a matmul reads is kept for backward (2 bytes a weight, whole under FSDP, which casts
+the gathered weight). SGD with momentum keeps one float32 buffer a parameter, Adam two plus a
+float32 `step` a tensor.
 """
 
 from __future__ import annotations
@@ -31,9 +41,33 @@ from mgpu_tui.engine.planning.placement import PlacementError, split_layers
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 
 FLOAT32 = 4
+HALF = 2  # autocast's float16 or bfloat16
 OPTIMIZERS = ("sgd", "adam")
 # The modes a plan covers, in the catalogue's order (the user's own script has no shape to plan).
-PLANNED_MODES = ("single", "dp", "ddp", "mp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp", "hybrid")
+PLANNED_MODES = (
+    "single",
+    "dp",
+    "ddp",
+    "zero1",
+    "mp",
+    "ddp_mp",
+    "pipeline",
+    "fsdp",
+    "fsdp_grad_op",
+    "rpc",
+    "tp",
+    "hybrid",
+)
+# The moments the figures hold at (a plan's JSON carries them).
+MOMENTS = {
+    "at_rest": "after the optimizer step, until the next step's zero_grad: parameters, gradients, "
+    "optimizer state and the buffers that stay (DDP's buckets)",
+    "backward_begins": "the loss computed and its gradients made, every activation still held, no "
+    "parameter's gradient yet (zero_grad set them to None), the buffers of the moment gathered",
+    "unit_backward": "FSDP gathers a unit for its backward: its parameters, their unsharded gradients "
+    "and the reduce-scatter's copy of them, while the logits' gradient is still held",
+    "backward_ends": "every gradient made and the activations freed: the at-rest figure",
+}
 
 
 @dataclass(frozen=True)
@@ -43,6 +77,20 @@ class Training:
     batch_size: int = 8  # the global batch, in sequences
     microbatches: int = 4  # pipeline
     schedule: str = "gpipe"  # pipeline: gpipe or 1f1b
+    accum: int = 1  # micro-batches a step outside the pipeline: their gradients add up before backward ends
+
+
+def byte_split(training: Training) -> dict[str, int]:
+    """Bytes a parameter in torch's terms for ``training``: float32 weights (their own master copy
+    under autocast), float32 gradients, the optimizer's buffers, and autocast's 16-bit copy of a
+    matmul's weight, held from its forward to its backward."""
+    return {
+        "weights": FLOAT32,
+        "gradients": FLOAT32,
+        "optimizer": 2 * FLOAT32 if training.optimizer == "adam" else FLOAT32,
+        "master_weights": 0,
+        "amp_copy": HALF if training.amp else 0,
+    }
 
 
 @dataclass(frozen=True)
@@ -54,6 +102,11 @@ class DeviceMemory:
     activations: int
     buffers: int = 0
     gpu: bool = True  # host memory (hybrid's embedding) is not checked against the GPU
+    amp_copies: int = 0  # autocast's 16-bit copies of the matmuls' weights, kept for backward
+    loss_grads: int = 0  # as backward begins: the gradients of the loss's input (where the head is)
+    resident: bool = False  # the buffers stay between steps (DDP's buckets); else only at the peak
+    kept: int = 0  # of the buffers, what is held from forward to backward (resident ones: all)
+    grads_at_peak: bool = False  # accumulation: the earlier micro-batches' gradients are held
 
     @property
     def state(self) -> int:
@@ -61,8 +114,49 @@ class DeviceMemory:
         return self.params + self.grads + self.optimizer
 
     @property
+    def at_rest(self) -> int:
+        """What the device holds after the optimizer step: the state and the buffers that stay."""
+        return self.state + (self.buffers if self.resident else 0)
+
+    @property
+    def after_forward(self) -> int:
+        """As the forward pass ends: no gradient yet (zero_grad set them to None; with accumulation,
+        the earlier micro-batches'), every activation kept, the buffers kept until backward."""
+        return self._during_step + self.activations + self._kept
+
+    @property
+    def backward_begins(self) -> int:
+        """The loss's gradients made (of the log-probabilities and of the logits)."""
+        return self.after_forward + self.loss_grads
+
+    @property
+    def unit_backward(self) -> int:
+        """A unit's backward with all the buffers gathered, the logits' gradient still held."""
+        return self._during_step + self.activations + self.loss_grads // 2 + self.buffers
+
+    @property
+    def _kept(self) -> int:
+        return self.buffers if self.resident else self.kept
+
+    @property
+    def _during_step(self) -> int:
+        held = self.grads if self.grads_at_peak else 0
+        return self.params + held + self.optimizer + self.amp_copies
+
+    @property
+    def peak_moment(self) -> str:
+        """When the device's peak comes (a key of MOMENTS)."""
+        moments = {
+            "backward_begins": self.backward_begins,
+            "unit_backward": self.unit_backward,
+            "backward_ends": self.at_rest,
+        }
+        return max(moments, key=moments.__getitem__)  # the first of equals
+
+    @property
     def total(self) -> int:
-        return self.state + self.activations + self.buffers
+        """The peak: the largest of the moments."""
+        return max(self.backward_begins, self.unit_backward, self.at_rest)
 
     def to_json(self) -> dict:
         return {
@@ -72,8 +166,13 @@ class DeviceMemory:
             "optimizer": self.optimizer,
             "activations": self.activations,
             "buffers": self.buffers,
+            "amp_copies": self.amp_copies,
+            "loss_grads": self.loss_grads,
             "state": self.state,
+            "at_rest": self.at_rest,
+            "after_forward": self.after_forward,
             "total": self.total,
+            "peak_moment": self.peak_moment,
             "gpu": self.gpu,
         }
 
@@ -99,6 +198,7 @@ class ModePlan:
             "peak_bytes": self.peak,
             "note": self.note,
             "devices": [d.to_json() for d in self.devices],
+            "moments": MOMENTS,
         }
 
 
@@ -110,13 +210,14 @@ class Tensor:
     numel: int
     rows: int  # dim 0: what FSDP shards (torch.chunk over the ranks)
     tp: str | None = None  # under tensor parallelism: "rows" split (column-wise), "cols" (row-wise)
+    matmul: bool = False  # a weight a matmul reads: autocast casts it, and backward keeps the copy
 
     def under_tp(self, t: int) -> Tensor:
         if t == 1 or self.tp is None:
             return self
         if self.tp == "rows":
-            return Tensor(self.numel // t, self.rows // t)
-        return Tensor(self.numel // t, self.rows)
+            return Tensor(self.numel // t, self.rows // t, matmul=self.matmul)
+        return Tensor(self.numel // t, self.rows, matmul=self.matmul)
 
 
 @dataclass(frozen=True)
@@ -129,7 +230,7 @@ class Layer:
 
 def _linear(n_in: int, n_out: int, tp: str | None = None, bias: bool = True) -> list[Tensor]:
     """A Linear layer's weight (out x in) and bias; column-wise TP splits both, row-wise the weight."""
-    weight = Tensor(n_in * n_out, n_out, tp)
+    weight = Tensor(n_in * n_out, n_out, tp, matmul=True)
     if not bias:
         return [weight]
     return [weight, Tensor(n_out, n_out, "rows" if tp == "rows" else None)]
@@ -146,12 +247,14 @@ def layers_of(model: ModelShape | MlpShape) -> list[Layer]:
         block = Layer("block", tuple(_linear(w, 2 * w, "rows") + _linear(2 * w, w, "cols")))
         return [block] * model.depth + [Layer("head", tuple(_linear(w, model.classes)))]
     d, f = model.d_model, model.d_ff
-    tokens, positions = Tensor(model.vocab * d, model.vocab), Tensor(model.seq_len * d, model.seq_len)
+    # A tied head reads the token embeddings as its matmul's weight.
+    tokens = Tensor(model.vocab * d, model.vocab, matmul=model.tied_head)
+    positions = Tensor(model.seq_len * d, model.seq_len)
     attention = _linear(d, d, "rows") + _linear(d, d, "rows") + _linear(d, d, "rows") + _linear(d, d, "cols")
     mlp = _linear(d, f, "rows") + _linear(f, d, "cols")
     block = Layer("block", tuple(_norm(d) + attention + _norm(d) + mlp))
     embedding = Layer("embedding", (tokens, positions))
-    head = Layer("head", tuple(_norm(d) + _linear(d, model.vocab, bias=False)))
+    head = Layer("head", tuple(_norm(d) + ([] if model.tied_head else _linear(d, model.vocab, bias=False))))
     return [embedding] + [block] * model.layers + [head]
 
 
@@ -177,8 +280,26 @@ def _shard(part: Part, rank: int, world: int) -> Part:
     for t in part.tensors:
         chunk = -(-t.rows // world)
         rows = max(0, min(chunk, t.rows - rank * chunk))
-        out.append(Tensor(t.numel // t.rows * rows, rows))
+        out.append(Tensor(t.numel // t.rows * rows, rows, matmul=t.matmul))
     return Part(tuple(out))
+
+
+def _zero_partition(part: Part, world: int) -> list[Part]:
+    """ZeroRedundancyOptimizer's partition: the tensors largest first (a stable sort), each to the
+    rank with the fewest elements so far (the first such rank), as torch's _partition_parameters
+    does; each rank keeps the optimizer state of its own."""
+    ranks: list[list[Tensor]] = [[] for _ in range(world)]
+    sizes = [0] * world
+    for t in sorted(part.tensors, key=lambda t: t.numel, reverse=True):
+        rank = sizes.index(min(sizes))
+        ranks[rank].append(t)
+        sizes[rank] += t.numel
+    return [Part(tuple(r)) for r in ranks]
+
+
+def amp_copies(part: Part, training: Training) -> int:
+    """Autocast's 16-bit copies of the matmul weights in ``part``, saved for backward."""
+    return HALF * sum(t.numel for t in part.tensors if t.matmul) if training.amp else 0
 
 
 def state_bytes(part: Part, training: Training) -> tuple[int, int, int]:
@@ -194,32 +315,68 @@ def state_bytes(part: Part, training: Training) -> tuple[int, int, int]:
 # ---- activations -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Held:
+    """What a device holds for backward: the activations its layers keep, and (where the loss is
+    computed) the gradients of the loss's input made as backward begins."""
+
+    activations: int
+    loss_grads: int = 0
+
+    def __add__(self, other: Held) -> Held:
+        return Held(self.activations + other.activations, self.loss_grads + other.loss_grads)
+
+
 def _activations(
     model: ModelShape | MlpShape, training: Training, layers: list[Layer], sequences: float, tp: int = 1
-) -> int:
-    """The activations the layers keep for backward, for ``sequences`` samples at once."""
+) -> Held:
+    """The activations the layers keep for backward, for ``sequences`` samples at once; where the
+    head is, cross-entropy's float32 log-probabilities, and as backward begins the gradients of them
+    and of the logits (two more of that size)."""
     blocks = sum(1 for layer in layers if layer.kind == "block")
+    head = any(layer.kind == "head" for layer in layers)
     if isinstance(model, MlpShape):  # per sample: a block's input, fc1's output and GELU's; the logits
         w = model.width
-        per_sample = blocks * 5 * w + (2 * model.classes if layers and layers[-1].kind == "head" else 0)
-        return int(FLOAT32 * per_sample * sequences)
+        per_sample = blocks * 5 * w + (model.classes if head else 0)
+        loss_grads = 2 * FLOAT32 * model.classes * sequences if head else 0
+        return Held(int(FLOAT32 * per_sample * sequences), int(loss_grads))
     s, h, v = model.seq_len, model.d_model, model.vocab
     per_block = s * sequences * h * (34 if tp == 1 else 10 + 24 / tp)
     total = blocks * per_block * (1 if training.amp else 2)
     if any(layer.kind == "embedding" for layer in layers):
         total += FLOAT32 * s * sequences * h
-    if any(layer.kind == "head" for layer in layers):
-        total += 2 * FLOAT32 * s * sequences * v
-    return int(total)
+    log_probs = FLOAT32 * s * sequences * v if head else 0
+    return Held(int(total + log_probs), int(2 * log_probs))
 
 
 # ---- the modes ---------------------------------------------------------------------------
 
 
 def _device(
-    name: str, part: Part, training: Training, activations: int, buffers: int = 0, gpu: bool = True
+    name: str,
+    part: Part,
+    training: Training,
+    held: Held,
+    buffers: int = 0,
+    gpu: bool = True,
+    *,
+    resident: bool = False,
+    kept: int = 0,
+    copies: Part | None = None,
 ) -> DeviceMemory:
-    return DeviceMemory(name, *state_bytes(part, training), activations, buffers, gpu)
+    """``copies``: the weights autocast casts, when they are not ``part`` (FSDP casts whole ones)."""
+    return DeviceMemory(
+        name,
+        *state_bytes(part, training),
+        held.activations,
+        buffers,
+        gpu,
+        loss_grads=held.loss_grads,
+        amp_copies=amp_copies(copies or part, training),
+        resident=resident,
+        kept=kept,
+        grads_at_peak=training.accum > 1,
+    )
 
 
 def _stages(
@@ -244,6 +401,8 @@ def plan_mode(
     B = training.batch_size  # noqa: N806 (the global batch, as in the papers)
     layers = layers_of(model)
     whole = _part(layers)
+    if MODES[mode].layers_apart and isinstance(model, ModelShape) and model.tied_head:
+        return ModePlan(mode, gpus, note=tied_apart(mode, model))
     try:
         if mode == "single":
             return ModePlan(
@@ -251,30 +410,29 @@ def plan_mode(
             )
         if mode == "dp":  # replicas on every GPU; GPU 0 keeps the gradients summed and the optimizer
             per = B / gpus
-            outputs = _activations(model, training, layers[-1:], B) if gpus > 1 else 0  # gathered on GPU 0
-            zero = DeviceMemory(
-                "GPU 0", *state_bytes(whole, training), _activations(model, training, layers, per) + outputs
+            # The outputs gathered on GPU 0, with the loss computed there.
+            outputs = _activations(model, training, layers[-1:], B) if gpus > 1 else Held(0)
+            zero = _device("GPU 0", whole, training, _activations(model, training, layers, per) + outputs)
+            replica = dataclasses.replace(
+                _device("GPU 1..", whole, training, _activations(model, training, layers, per)), optimizer=0
             )
-            params, grads, _ = state_bytes(whole, training)
-            replica = DeviceMemory("GPU 1..", params, grads, 0, _activations(model, training, layers, per))
             return ModePlan(mode, gpus, (zero, replica) if gpus > 1 else (zero,))
-        if mode == "ddp":
+        if mode in ("ddp", "zero1"):
             activations = _activations(model, training, layers, B / gpus)
             buckets = FLOAT32 * whole.numel  # DDP's gradient buckets: a second copy of the gradients
-            return ModePlan(
-                mode,
-                gpus,
-                tuple(_device(f"rank {r}", whole, training, activations, buckets) for r in range(gpus)),
-            )
-        if mode == "fsdp":
-            activations = _activations(model, training, layers, B / gpus)
-            # The units FSDP gathers one at a time: each layer (the root holds nothing of its own).
-            gathered = 2 * FLOAT32 * max(_part([layer]).numel for layer in layers)
             ranks = [
-                _device(f"rank {r}", _shard(whole, r, gpus), training, activations, gathered)
+                _device(f"rank {r}", whole, training, activations, buckets, resident=True)
                 for r in range(gpus)
             ]
+            if mode == "zero1":  # ZeroRedundancyOptimizer: each rank keeps its partition's state
+                shares = _zero_partition(whole, gpus)
+                ranks = [
+                    dataclasses.replace(d, optimizer=state_bytes(shares[r], training)[2])
+                    for r, d in enumerate(ranks)
+                ]
             return ModePlan(mode, gpus, tuple(ranks))
+        if mode in ("fsdp", "fsdp_grad_op"):
+            return _fsdp(mode, model, gpus, training)
         if mode == "tp":
             widths = (model.heads, model.d_ff) if isinstance(model, ModelShape) else (2 * model.width,)
             if any(w % gpus for w in widths):
@@ -311,8 +469,8 @@ def plan_mode(
             if pairs < 1:
                 return ModePlan(mode, gpus, note="ddp over model-parallel ranks needs two GPUs a rank.")
             halves = _stages(model, training, 2, B / pairs, label="GPU")
-            devices = [
-                DeviceMemory(f"rank {r} {h.device}", h.params, h.grads, h.optimizer, h.activations, h.grads)
+            devices = [  # each half's gradient buckets: DDP's second copy of its gradients
+                dataclasses.replace(h, device=f"rank {r} {h.device}", buffers=h.grads, resident=True)
                 for r in range(pairs)
                 for h in halves
             ]
@@ -330,6 +488,39 @@ def plan_mode(
     except PlacementError:
         return ModePlan(mode, gpus, note=f"{len(layers)} layers cannot be cut into {gpus} stages.")
     raise ValueError(f"no plan for mode {mode!r}")
+
+
+def tied_apart(mode: str, model: ModelShape) -> str:
+    """Why a staged mode cannot train a model whose head is tied to its embeddings: one sentence."""
+    return (
+        f"{model.name} ties its head to the token embeddings, and {mode} puts them on different "
+        "stages: add --untied-head."
+    )
+
+
+def _fsdp(mode: str, model: ModelShape | MlpShape, gpus: int, training: Training) -> ModePlan:
+    """FSDP2 as the demo shards it: each block its own unit (each layer, the embeddings and the head
+    too, unless the head is tied: then the root unit holds both, gathered at the first forward and
+    kept until backward ends). ``fsdp``: one unit gathered at a time; ``fsdp_grad_op``
+    (reshard_after_forward=False): every unit stays whole from its forward to its backward, so
+    as backward begins the whole model is gathered. In a unit's backward, its unsharded gradients
+    and the reduce-scatter's copy of them besides."""
+    layers = layers_of(model)
+    whole = _part(layers)
+    tied = isinstance(model, ModelShape) and model.tied_head
+    units = [layer for layer in layers if layer.kind == "block" or not tied]
+    root = FLOAT32 * _part([layer for layer in layers if tied and layer.kind != "block"]).numel
+    largest = FLOAT32 * max(_part([u]).numel for u in units)
+    kept = root if mode == "fsdp" else FLOAT32 * whole.numel  # whole from forward to backward
+    # A unit's backward: its parameters gathered (unless kept), their unsharded gradients, and the
+    # reduce-scatter's copy of those.
+    gathered = kept + (3 * largest if mode == "fsdp" else 2 * largest)
+    activations = _activations(model, training, layers, training.batch_size / gpus)
+    ranks = [
+        _device(f"rank {r}", _shard(whole, r, gpus), training, activations, gathered, kept=kept, copies=whole)
+        for r in range(gpus)
+    ]
+    return ModePlan(mode, gpus, tuple(ranks))
 
 
 def plan(shape: ModelShape, gpus: int, training: Training, gpu_mem_bytes: int | None) -> list[ModePlan]:

@@ -39,6 +39,7 @@ class Mode:
     stages_from: Literal["ranks", "stages"] | None = None
     microbatched: bool = False  # --microbatches splits each step's batch (pipeline)
     cuda_amp_dtype: str | None = None  # the only AMP dtype it can train on CUDA (rpc: bf16)
+    demo_flags: tuple[str, ...] = ()  # what makes its demo this variant (fsdp_grad_op: fsdp's demo)
 
     @property
     def devices_per_rank(self) -> int:
@@ -46,6 +47,12 @@ class Mode:
 
     def gpus_needed(self, nproc: int, stages: int = 2) -> int:
         return gpus_needed(self.layout, nproc, stages)
+
+    @property
+    def layers_apart(self) -> bool:
+        """Its layers sit in different places (stages, processes, devices): a head tied to the
+        embeddings cannot be there."""
+        return self.stages_from is not None or self.layout in ("two_per_rank", "cpu_then_gpu")
 
     @property
     def module(self) -> str:
@@ -101,6 +108,19 @@ MODES: dict[str, Mode] = {
             splits_batch=True,
         ),
         _mode(
+            "zero1",
+            "ZeRO-1: DDP with ZeroRedundancyOptimizer",
+            "torchrun",
+            "real",
+            "DDP, with the optimizer state sharded: each rank steps only its share of the parameters, "
+            "then broadcasts them to the others.",
+            "DDP fits but the optimizer state (Adam's two buffers a parameter) is what crowds the GPU.",
+            costs="Every rank holds the whole model and its gradients, but only its share of the "
+            "optimizer state (whole tensors, largest first to the emptiest rank); each step all-reduces "
+            "the gradients as DDP does, then broadcasts each rank's updated parameters.",
+            splits_batch=True,
+        ),
+        _mode(
             "mp",
             "Model parallel (one process)",
             "python",
@@ -150,6 +170,23 @@ MODES: dict[str, Mode] = {
             "gathered whole at a time; each step all-gathers the parameters (forward and backward) "
             "and reduce-scatters the gradients: about 1.5 times DDP's traffic.",
             splits_batch=True,
+        ),
+        Mode(
+            "fsdp_grad_op",
+            "FSDP without resharding after forward (SHARD_GRAD_OP)",
+            "fsdp",
+            "torchrun",
+            "real",
+            "FSDP2 with reshard_after_forward=False: each unit's parameters, gathered for forward, stay "
+            "whole until its backward, so backward gathers nothing.",
+            "FSDP's traffic costs more than its memory saves: the whole model fits one GPU for the "
+            "length of a step, but not with its gradients and optimizer state.",
+            costs="At rest each rank keeps 1/N of the parameters, gradients and optimizer state, as "
+            "fsdp; from forward to backward the whole model's parameters are gathered (ZeRO-2's memory "
+            "at the peak); each step all-gathers the parameters once and reduce-scatters the gradients: "
+            "DDP's traffic.",
+            splits_batch=True,
+            demo_flags=("--no-reshard-after-forward",),
         ),
         _mode(
             "rpc",

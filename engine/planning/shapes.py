@@ -3,15 +3,17 @@ own shape. Pure arithmetic: the parameters, their tensors, and the training FLOP
 
 The block is GPT-2's: LayerNorm, causal self-attention (Q, K, V and output projections, with
 biases), LayerNorm, an MLP of ``d_ff`` (4 x d_model) with GELU; learned token and position
-embeddings; a final LayerNorm and an untied output head without bias. Untied, so that the
-embedding and the head can live on different pipeline stages; Q, K and V apart, so that tensor
-parallelism can split each by columns and keep whole heads on every rank. demos/transformer.py
-builds exactly this model.
+embeddings; a final LayerNorm and an output head without bias. GPT-2 and GPT-3 tie the head to the
+token embeddings (one matrix, used twice), and so do their sizes here; a tied head cannot sit on
+another pipeline stage than the embeddings, so the modes that cut the model into stages need
+``--untied-head`` (a head of its own, as gpt-tiny and Llama's gpt-7b have). Q, K and V apart, so
+that tensor parallelism can split each by columns and keep whole heads on every rank.
+demos/transformer.py builds exactly this model.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 # The fields a GPT's shape can be given by (--layers --d-model --heads --seq-len --vocab), and what each is.
 SHAPE_FIELDS = {
@@ -21,6 +23,18 @@ SHAPE_FIELDS = {
     "seq_len": "tokens a sequence",
     "vocab": "vocabulary",
 }
+
+
+# What the demos and the check's ranks take beside the fields: --untied-head (1: a head of its own).
+SHAPE_OPTIONS = (*SHAPE_FIELDS, "untied_head")
+UNTIED_HELP = "give the head a matrix of its own where the size ties it to the embeddings"
+
+
+def add_shape_options(parser) -> None:
+    """The shape's flags on a rank's parser (the demos', the check's), as the launch passes them."""
+    for field in SHAPE_FIELDS:
+        parser.add_argument(f"--{field.replace('_', '-')}", type=int, help=f"the GPT's {SHAPE_FIELDS[field]}")
+    parser.add_argument("--untied-head", type=int, nargs="?", const=1, help=UNTIED_HELP)
 
 
 class ShapeError(ValueError):
@@ -36,6 +50,7 @@ class ModelShape:
     seq_len: int
     vocab: int
     d_ff: int = 0  # 0: 4 x d_model
+    tied_head: bool = False  # the head's matrix is the token embeddings' (GPT-2, GPT-3)
 
     def __post_init__(self) -> None:
         for field in SHAPE_FIELDS:
@@ -61,8 +76,8 @@ class ModelShape:
 
     @property
     def head_params(self) -> int:
-        """The final LayerNorm and the output head (untied, no bias)."""
-        return 2 * self.d_model + self.d_model * self.vocab
+        """The final LayerNorm and the output head (no bias; nothing more when tied)."""
+        return 2 * self.d_model + (0 if self.tied_head else self.d_model * self.vocab)
 
     @property
     def params(self) -> int:
@@ -71,11 +86,12 @@ class ModelShape:
     # Parameter tensors (the count matters for the optimizer's per-tensor state, Adam's `step`).
     BLOCK_TENSORS = 16  # ln1 w b, q w b, k w b, v w b, proj w b, ln2 w b, fc1 w b, fc2 w b
     EMBEDDING_TENSORS = 2  # token, position
-    HEAD_TENSORS = 3  # final ln w b, head w
+    HEAD_TENSORS = 3  # final ln w b, head w (a tied head has no weight of its own)
 
     @property
     def tensors(self) -> int:
-        return self.EMBEDDING_TENSORS + self.layers * self.BLOCK_TENSORS + self.HEAD_TENSORS
+        head = self.HEAD_TENSORS - (1 if self.tied_head else 0)
+        return self.EMBEDDING_TENSORS + self.layers * self.BLOCK_TENSORS + head
 
     # ---- compute ----------------------------------------------------------------------
 
@@ -114,37 +130,41 @@ class MlpShape:
 
 
 # The named sizes. gpt-tiny runs in seconds on 2 CPU ranks (the tests' size); 125m/350m/1.3b are
-# GPT-2 small, GPT-2 medium and GPT-3 XL's shapes (Radford et al. 2019; Brown et al. 2020, table
-# 2.1); gpt-7b has Llama-2-7B's layers, width, heads, context and vocabulary (Touvron et al. 2023)
-# with this family's GELU MLP, which gives the same 6.7 billion parameters within 1%.
+# GPT-2 small, GPT-2 medium and GPT-3 XL's shapes with their tied heads (Radford et al. 2019: 124M
+# and 355M; Brown et al. 2020, table 2.1); gpt-7b has Llama-2-7B's layers, width, heads, context
+# and vocabulary (Touvron et al. 2023) with this family's GELU MLP, which gives the same 6.7 billion
+# parameters within 1%.
 MODELS = {
     m.name: m
     for m in (
         ModelShape("gpt-tiny", layers=2, d_model=64, heads=4, seq_len=32, vocab=256),
-        ModelShape("gpt-125m", layers=12, d_model=768, heads=12, seq_len=1024, vocab=50257),
-        ModelShape("gpt-350m", layers=24, d_model=1024, heads=16, seq_len=1024, vocab=50257),
-        ModelShape("gpt-1.3b", layers=24, d_model=2048, heads=16, seq_len=2048, vocab=50257),
+        ModelShape("gpt-125m", layers=12, d_model=768, heads=12, seq_len=1024, vocab=50257, tied_head=True),
+        ModelShape("gpt-350m", layers=24, d_model=1024, heads=16, seq_len=1024, vocab=50257, tied_head=True),
+        ModelShape("gpt-1.3b", layers=24, d_model=2048, heads=16, seq_len=2048, vocab=50257, tied_head=True),
         ModelShape("gpt-7b", layers=32, d_model=4096, heads=32, seq_len=4096, vocab=32000),
     )
 }
 
 
 def model_shape(name: str, **overrides: int | None) -> ModelShape:
-    """A named size, with any of layers, d_model, heads, seq_len, vocab changed (None: kept).
+    """A named size, with any of layers, d_model, heads, seq_len, vocab changed (None: kept), and
+    ``untied_head=1``: a head of its own where the size ties it.
 
-    ``name`` may also be "custom": then every field must be given."""
+    ``name`` may also be "custom" (untied): then every field must be given."""
+    untied = bool(overrides.pop("untied_head", None))
     given = {k: v for k, v in overrides.items() if v is not None}
     if name == "custom":
         missing = [k for k in SHAPE_FIELDS if k not in given]
         if missing:
             flags = ", ".join(f"--{k.replace('_', '-')}" for k in missing)
             raise ShapeError(f"a custom model needs {flags}.")
-        return ModelShape("custom", **given)
+        return ModelShape("custom", **given)  # type: ignore[arg-type]  # the int fields, checked above
     if name not in MODELS:
         raise ShapeError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}, or custom.")
     base = MODELS[name]
     if not given:
-        return base
+        return replace(base, tied_head=False) if untied else base
     fields = {**asdict(base), **given, "d_ff": 0 if "d_model" in given else base.d_ff}
     fields["name"] = f"{name} (changed)"
+    fields["tied_head"] = base.tied_head and not untied
     return ModelShape(**fields)

@@ -92,6 +92,8 @@ class Step:
     data_s: float | None = None  # of step_s, the time before this rank's compute (its batch): when known
     # Bytes of this rank's parameters, gradients and optimizer state (its local shards), if measured.
     state_bytes: int | None = None
+    # The peak of its live tensors' bytes so far (the CPU demos: torch's MemTracker), if measured.
+    tensor_peak_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,6 +245,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         mem_peak_bytes=_get(r, "mem_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         data_s=_get(r, "data_s", _NUM, optional=True, minimum=0, maximum=MAX_SECONDS),
         state_bytes=_get(r, "state_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
+        tensor_peak_bytes=_get(r, "tensor_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
     )
 
 

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES
-from mgpu_tui.engine.planning.shapes import SHAPE_FIELDS
+from mgpu_tui.engine.planning.shapes import SHAPE_OPTIONS, add_shape_options
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
 from mgpu_tui.engine.rank.bandwidth import check_bandwidth, check_copy_matrix, check_sweep, sync
 
@@ -140,7 +140,7 @@ def check_collective(task: str, rank: int, world: int, device: torch.device) -> 
 def model_argv(args: argparse.Namespace) -> list[str]:
     """--model and the GPT's shape flags, as the demos take them."""
     argv = ["--model", args.model]
-    for field in SHAPE_FIELDS:
+    for field in SHAPE_OPTIONS:
         if getattr(args, field) is not None:
             argv += [f"--{field.replace('_', '-')}", str(getattr(args, field))]
     return argv
@@ -158,6 +158,7 @@ def smoke(mode: str, args: argparse.Namespace, run_dir: Path, rank: int, world: 
         "--batch-size",
         str(args.batch_size),
         *model_argv(args),
+        *MODES[mode].demo_flags,
     ]
     if args.share_gpus:
         argv.append("--share-gpus")
@@ -169,7 +170,7 @@ def smoke(mode: str, args: argparse.Namespace, run_dir: Path, rank: int, world: 
     if multi or rank == 0:  # a one-process mode runs on rank 0 while the others wait
         os.environ[RUN_DIR_ENV] = str(args.smoke_dir / mode)
         sys.argv = argv  # the demo parses its own arguments, exactly as when run alone
-        main = importlib.import_module(f"mgpu_tui.demos.{mode}").main
+        main = importlib.import_module(MODES[mode].module).main
         getattr(main, "__wrapped__", main)()  # past @record: a failure here is ours to report
     dist.barrier()
     return {"status": "ran", "seconds": time.perf_counter() - start}
@@ -305,8 +306,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=DEFAULTS.batch_size)
     parser.add_argument("--save-params", action="store_true", help="smoke runs save parameters, to verify")
     parser.add_argument("--model", default="mlp", help="what the smoke runs train (the demos' --model)")
-    for field in SHAPE_FIELDS:
-        parser.add_argument(f"--{field.replace('_', '-')}", type=int, help="the GPT's shape, as the demos'")
+    add_shape_options(parser)
     parser.add_argument(
         "--share-gpus",
         action="store_true",

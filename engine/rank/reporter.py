@@ -346,6 +346,7 @@ class Reporter:
         mem_peak_bytes: int | None = None,
         data_s: float | None = None,
         state_bytes: int | None = None,
+        tensor_peak_bytes: int | None = None,
         at: float | None = None,
     ) -> None:
         """Record the end of a training step.
@@ -375,6 +376,7 @@ class Reporter:
                 "mem_peak_bytes": mem_peak_bytes,
                 **({"data_s": data_s} if data_s is not None else {}),
                 **({"state_bytes": state_bytes} if state_bytes is not None else {}),
+                **({"tensor_peak_bytes": tensor_peak_bytes} if tensor_peak_bytes is not None else {}),
             },
             now,
         )

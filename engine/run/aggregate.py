@@ -64,6 +64,7 @@ class _RankTrack:
     mem_bytes: int | None = None
     mem_peak_bytes: int | None = None
     state_bytes: int | None = None  # parameters, gradients, optimizer state, as the rank measured them
+    tensor_peak_bytes: int | None = None  # the peak of its live tensors, as it measured it
     done: Done | None = None
     error: Error | None = None
     about: About | None = None  # what a script really used (the bootstrap says it after its first step)
@@ -84,6 +85,7 @@ class RankStats:
     device: str | None
     pid: int | None
     state_bytes: int | None = None  # its parameters, gradients and optimizer state, as it measured them
+    tensor_peak_bytes: int | None = None  # the peak of its live tensors (CPU: torch's MemTracker)
     backend: str | None = None  # its default process group's, as a script's bootstrap saw it
     batch: int | None = None  # samples a step, where a script's bootstrap counted them
     batch_source: str | None = None
@@ -206,6 +208,8 @@ class Aggregator:
             track.tokens.append(event.tokens)
             if event.state_bytes is not None and track.state_bytes is None:
                 track.state_bytes = event.state_bytes
+            if event.tensor_peak_bytes is not None:
+                track.tensor_peak_bytes = max(event.tensor_peak_bytes, track.tensor_peak_bytes or 0)
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
             if event.loss is not None:
@@ -365,6 +369,7 @@ class Aggregator:
                     device=t.about.device if t.about else t.hello.device if t.hello else None,
                     pid=t.hello.pid if t.hello else None,
                     state_bytes=t.state_bytes,
+                    tensor_peak_bytes=t.tensor_peak_bytes,
                     backend=t.about.backend if t.about else None,
                     batch=t.about.batch if t.about else None,
                     batch_source=t.about.batch_source if t.about else None,

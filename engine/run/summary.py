@@ -36,7 +36,10 @@
 - ``memory``: per rank, ``predicted_state_bytes`` (parameters, gradients and optimizer state, as
   engine/planning/memory.py predicts them), ``measured_state_bytes`` (what the rank summed over its
   own tensors after its first optimizer step; null where it cannot: rpc), ``predicted_total_bytes``
-  (with the activation estimate and buffers) and ``peak_bytes`` (allocator on CUDA, RSS on the CPU);
+  (its peak: with the activation estimate, buffers and autocast's copies), ``tensor_peak_bytes``
+  (the peak of its live tensors: the allocator's on CUDA, torch's MemTracker over the first steps
+  on the CPU; null where not measured) and ``peak_bytes`` (allocator on CUDA; on the CPU the
+  process's resident set, runtime and allocator slack included);
 - ``mgpu_tui_version``: the release of mgpu-tui that ran it (also in ``spec.json``);
 - ``nodes``: several nodes, every node of the job as this one last heard it: node, host, ranks,
   state (ok, failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/watch.py); [] for one node.
@@ -129,10 +132,11 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
         batch_size=spec.batch_size,
         microbatches=spec.microbatches * spec.accum,
         schedule=schedule,
+        accum=1 if resolved.mode.microbatched else spec.accum,
     )
-    predicted = predicted_per_rank(
-        resolved.mode.name, resolved.workload, resolved.world_size, training, stages=spec.stages
-    )
+    # fsdp told not to reshard after forward is fsdp_grad_op, and planned as it.
+    mode = "fsdp_grad_op" if "--no-reshard-after-forward" in spec.demo_args else resolved.mode.name
+    predicted = predicted_per_rank(mode, resolved.workload, resolved.world_size, training, stages=spec.stages)
     measured = {r.rank: r for r in stats.ranks}
     rows = []
     for rank in range(resolved.world_size):
@@ -144,6 +148,7 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
                 "predicted_state_bytes": state,
                 "measured_state_bytes": r.state_bytes if r else None,
                 "predicted_total_bytes": total,
+                "tensor_peak_bytes": r.tensor_peak_bytes if r else None,
                 "peak_bytes": r.mem_peak_bytes if r else None,
             }
         )

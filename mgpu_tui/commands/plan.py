@@ -9,7 +9,7 @@ import argparse
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import table
 from mgpu_tui.engine.machine import nvml
-from mgpu_tui.engine.planning.memory import ModePlan, Training, plan
+from mgpu_tui.engine.planning.memory import ModePlan, Training, byte_split, plan
 from mgpu_tui.engine.planning.shapes import ModelShape, ShapeError, model_shape
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError
@@ -78,6 +78,7 @@ def plan_command(args: argparse.Namespace) -> int:
                     "gpu_mem_bytes": gpu_mem,
                     "gpu_mem_from": where,
                     "training": vars(training),
+                    "bytes_per_parameter": byte_split(training),
                     "modes": [p.to_json() for p in plans],
                 }
             )
@@ -93,48 +94,40 @@ def plan_command(args: argparse.Namespace) -> int:
         f"{' with --amp' if training.amp else ', float32'}; global batch {training.batch_size} sequences "
         f"of {shape.seq_len} tokens"
     )
+    split = byte_split(training)
+    print(
+        f"bytes a parameter, as torch keeps them: weights {split['weights']} (float32, their own master "
+        f"copy), gradients {split['gradients']}, optimizer {split['optimizer']}"
+        + (f", autocast's copy of a matmul weight {split['amp_copy']}" if training.amp else "")
+    )
     print()
-    print(plan_table(plans))
+    print(plan_table(plans, amp=training.amp))
     print()
     print(
-        "GiB on the fullest device of each mode. state = parameters + gradients + optimizer; activations "
-        "are an estimate (docs/compare.md#the-memory-planner)."
+        "GiB on the fullest device of each mode. at rest: after the optimizer step (state and DDP's "
+        "buckets); peak: as backward begins (+ in a unit's backward, * as backward ends); activations are "
+        "an estimate "
+        "(docs/compare.md#the-memory-planner)."
     )
     return ExitCode.OK
 
 
-def plan_table(plans: list[ModePlan]) -> str:
+def plan_table(plans: list[ModePlan], amp: bool = False) -> str:
+    """Each mode's fullest device, part by part, at rest and at its peak (``amp``: with autocast's
+    copies); a peak in an FSDP unit's backward is marked ``+``, one as backward ends ``*``."""
+    headers = ["mode", "GPUs", "fullest", "params", "grads", "optimizer", "activations", "buffers"]
+    headers += ["amp copies"] if amp else []
+    headers += ["at rest", "peak", "fits"]
     rows = []
     for p in plans:
         if not p.devices:
-            rows.append([p.mode, str(p.gpus), "", "", "", "", "", "", "", p.note or ""])
+            rows.append([p.mode, str(p.gpus), *[""] * (len(headers) - 3), p.note or ""])
             continue
         d = max((d for d in p.devices if d.gpu), key=lambda d: d.total)
         fits = "n/a" if p.fits is None else "yes" if p.fits else "NO"
-        rows.append(
-            [
-                p.mode,
-                str(p.gpus),
-                d.device,
-                _gib(d.params),
-                _gib(d.grads),
-                _gib(d.optimizer),
-                _gib(d.activations),
-                _gib(d.buffers),
-                _gib(d.total),
-                fits,
-            ]
+        parts = [d.params, d.grads, d.optimizer, d.activations, d.buffers] + ([d.amp_copies] if amp else [])
+        peak = (
+            _gib(d.total) + {"backward_begins": "", "unit_backward": "+", "backward_ends": "*"}[d.peak_moment]
         )
-    headers = [
-        "mode",
-        "GPUs",
-        "fullest",
-        "params",
-        "grads",
-        "optimizer",
-        "activations",
-        "buffers",
-        "total",
-        "fits",
-    ]
-    return table(headers, rows, right=(1, 3, 4, 5, 6, 7, 8))
+        rows.append([p.mode, str(p.gpus), d.device, *map(_gib, parts), _gib(d.at_rest), peak, fits])
+    return table(headers, rows, right=tuple(range(3, len(headers) - 1)) + (1,))

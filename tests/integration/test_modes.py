@@ -4,7 +4,7 @@ Each case must exit 0 with status ok and verify.ok, and leave nothing running.
 float32 runs must match within 1e-5, AMP runs (bf16 on the CPU) within 2e-3
 (see demos/verify.py). These cases cover the training variants the check does not
 (AMP, accumulation, 1F1B); the one-process path is verified in tests/test_bad_input.py;
-every one of the ten modes is verified in tests/test_check.py, where `--check
+every one of the modes is verified in tests/test_check.py, where `--check
 --level 3` runs them all in one launch (a launch costs seconds here, and the
 suite has five minutes).
 """
@@ -64,9 +64,22 @@ def test_two_rank_mode_equals_the_baseline(args, runs_root):
     assert summary.final_loss == pytest.approx(2.2756, abs=2e-3)
 
 
-def test_list_names_all_ten_modes_and_labels_the_degenerate_ones():
+def test_list_names_all_twelve_modes_and_labels_the_degenerate_ones():
     modes = {m["name"]: m for m in json.loads(run_cli("list", "--json").stdout)["modes"]}
-    assert set(modes) == {"single", "dp", "ddp", "mp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp", "hybrid"}
+    assert set(modes) == {
+        "single",
+        "dp",
+        "ddp",
+        "zero1",
+        "mp",
+        "ddp_mp",
+        "pipeline",
+        "fsdp",
+        "fsdp_grad_op",
+        "rpc",
+        "tp",
+        "hybrid",
+    }
     for name, mode in modes.items():
         assert mode["runnable"]
         assert ("degenerate" in mode["reason"]) == (name in DEGENERATE_ON_CPU), mode

@@ -23,11 +23,13 @@ def test_the_demos_gpt_has_the_planners_parameters_tensor_by_tensor():
 
 
 def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_predicted_memory(tmp_path):
+    # ddp and fsdp are held to torch's own trackers in test_memory_tracker.py; here the two ZeRO
+    # stages between them, and the modes that split the model.
     out = tmp_path / "r.json"
     result = run_cli(
         "compare",
-        "ddp",
-        "fsdp",
+        "zero1",
+        "fsdp_grad_op",
         "tp",
         "pipeline",
         "--model",
@@ -46,7 +48,7 @@ def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_p
     )
     assert result.returncode == 0, result.stderr
     rows = json.loads(out.read_text())["rows"]
-    assert [r["mode"] for r in rows] == ["ddp", "fsdp", "tp", "pipeline"]
+    assert [r["mode"] for r in rows] == ["zero1", "fsdp_grad_op", "tp", "pipeline"]
     seq_len = MODELS["gpt-tiny"].seq_len
     for r in rows:
         assert r["status"] == "ok"
@@ -60,6 +62,13 @@ def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_p
         assert len(r["memory"]) == 2
         for m in r["memory"]:
             assert m["predicted_state_bytes"] == m["measured_state_bytes"] > 0
+            # The peak of the live tensors (torch's MemTracker, on the CPU) is the predicted one
+            # within 10%; the process's resident set holds the runtime besides (docs/compare.md).
+            if r["mode"] == "pipeline":  # its schedule's autograd.grad is beyond MemTracker
+                assert m["tensor_peak_bytes"] is None
+            else:
+                assert m["tensor_peak_bytes"] == pytest.approx(m["predicted_total_bytes"], rel=0.1)
+                assert m["peak_bytes"] > m["tensor_peak_bytes"]
     losses = [r["final_loss"] for r in rows]
     assert max(losses) - min(losses) < 1e-4  # the same function trained: float32 on the CPU
     assert "state/rank" in result.stdout and "=" in result.stdout

@@ -75,13 +75,75 @@ def test_tensor_parallel_needs_heads_that_divide_and_splits_the_blocks_only():
 
 
 def test_pipeline_one_f_one_b_holds_fewer_activations_than_gpipe_and_stages_split_the_blocks():
-    shape = MODELS["gpt-350m"]
+    shape = model_shape("gpt-350m", untied_head=1)  # stages: the head apart from the embeddings
     gpipe = plan_mode("pipeline", shape, 4, Training(batch_size=16, microbatches=8)).devices
     one_f = plan_mode("pipeline", shape, 4, Training(batch_size=16, microbatches=8, schedule="1f1b")).devices
     assert one_f[0].activations < gpipe[0].activations
     assert sum(s.params for s in gpipe) == plan_mode("single", shape, 1, Training()).devices[0].params
     note = plan_mode("pipeline", MODELS["gpt-tiny"], 8, Training()).note
     assert "4 layers cannot be cut into 8 stages" in note
+
+
+# The ZeRO paper's (Rajbhandari et al. 2020) Table 1 case: 7.5B parameters on 64 GPUs with Adam
+# in mixed precision. Here, a GPT of 7,516,020,736 parameters.
+ZERO_SHAPE = ModelShape("custom", layers=36, d_model=4096, heads=32, seq_len=1024, vocab=32000)
+ADAM_AMP = Training(optimizer="adam", amp=True, batch_size=64)
+
+
+def test_each_zero_stage_follows_its_formula_in_torchs_byte_split():
+    psi, nd = ZERO_SHAPE.params, 64
+    assert psi == 7_516_020_736
+    plans = by_mode(plan(ZERO_SHAPE, nd, ADAM_AMP, None))
+    steps = 4 * ZERO_SHAPE.tensors  # Adam's float32 step, one a tensor, on every rank that holds it
+    # Baseline (ddp): weights 4 + gradients 4 + Adam 8 bytes a parameter, all on every rank.
+    assert plans["ddp"].devices[0].state == 16 * psi + steps
+    # ZeRO-1: weights and gradients whole, Adam's 8 bytes sharded: 8 psi + 8 psi / Nd (whole
+    # tensors dealt out, so a rank's share is within one tensor of the even split).
+    zero1 = [d.optimizer for d in plans["zero1"].devices]
+    assert sum(zero1) == 8 * psi + steps
+    largest = 4 * 4096 * 4 * 4096 * 2  # fc1's weight, Adam's two buffers
+    assert all(abs(o - 8 * psi / nd) <= largest for o in zero1)
+    assert plans["zero1"].devices[0].params + plans["zero1"].devices[0].grads == 8 * psi
+    # ZeRO-3 (fsdp) and the no-reshard FSDP at rest: everything sharded, 16 psi / Nd.
+    for mode in ("fsdp", "fsdp_grad_op"):
+        rank0 = plans[mode].devices[0]
+        assert rank0.state == pytest.approx(16 * psi / nd, rel=2e-3)
+        assert rank0.at_rest == rank0.state
+    # The no-reshard FSDP as backward begins: every weight gathered whole (4 psi) beside the shards.
+    grad_op = plans["fsdp_grad_op"].devices[0]
+    assert grad_op.buffers >= 4 * psi and grad_op.peak_moment == "unit_backward"
+    # Autocast's bf16/fp16 copies of every matmul weight, whole under FSDP: about 2 psi.
+    assert plans["fsdp"].devices[0].amp_copies == pytest.approx(2 * psi, rel=0.03)
+    assert (
+        plan_mode("fsdp", ZERO_SHAPE, nd, Training(optimizer="adam", batch_size=64)).devices[0].amp_copies
+        == 0
+    )
+
+
+def test_each_figure_names_its_moment():
+    # A big model and a small batch: the state outweighs the activations, so ddp peaks as backward ends.
+    ddp = by_mode(plan(ZERO_SHAPE, 64, ADAM_AMP, None))["ddp"].devices[0]
+    assert ddp.peak_moment == "backward_ends" and ddp.total == ddp.at_rest == ddp.state + ddp.buffers
+    # A big batch: as backward begins, with no gradient yet but the loss's.
+    tiny = plan_mode("ddp", MODELS["gpt-tiny"], 2, Training(batch_size=64)).devices[0]
+    assert tiny.peak_moment == "backward_begins"
+    assert tiny.total == tiny.params + tiny.optimizer + tiny.activations + tiny.loss_grads + tiny.buffers
+    # With accumulation the earlier micro-batches' gradients are there too.
+    accum = plan_mode("ddp", MODELS["gpt-tiny"], 2, Training(batch_size=64, accum=2)).devices[0]
+    assert accum.backward_begins == tiny.backward_begins + tiny.grads
+
+
+def test_gpt_two_small_has_its_124m_parameters_with_the_head_tied_and_163m_untied():
+    small = MODELS["gpt-125m"]
+    assert small.tied_head and small.params == 124_439_808
+    untied = model_shape("gpt-125m", untied_head=1)
+    assert untied.params == 163_037_184 and untied.params - small.params == 50257 * 768
+    assert MODELS["gpt-350m"].params == 354_823_168 and MODELS["gpt-1.3b"].params == 1_315_723_264
+    # Modes that put the embeddings and the head apart say why they cannot, and what to add.
+    assert plan_mode("pipeline", small, 4, Training()).note.endswith("add --untied-head.")
+    assert plan_mode("pipeline", untied, 4, Training()).devices
+    # Whole-model modes hold the one matrix once.
+    assert plan_mode("single", small, 1, Training()).devices[0].params == 4 * small.params
 
 
 def test_plan_on_the_command_line(capsys):
@@ -94,6 +156,16 @@ def test_plan_on_the_command_line(capsys):
     assert fits["ddp"] is False and fits["fsdp"] is True
     fsdp = next(m for m in document["modes"] if m["mode"] == "fsdp")
     assert set(fsdp["devices"][0]) >= {"params", "grads", "optimizer", "activations", "buffers", "total"}
+    assert {"amp_copies", "at_rest", "peak_moment"} <= set(fsdp["devices"][0]) and "backward_begins" in fsdp[
+        "moments"
+    ]
+    assert document["bytes_per_parameter"] == {
+        "weights": 4,
+        "gradients": 4,
+        "optimizer": 8,
+        "master_weights": 0,
+        "amp_copy": 0,
+    }
     code, out, _ = cli_in_process(capsys, "plan", "--model", "gpt-1.3b", "--gpus", "8", "--gpu-mem", "80")
     assert code == 0 and [line.split()[-1] for line in out.splitlines() if line.startswith("ddp ")] == ["yes"]
 
