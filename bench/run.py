@@ -44,6 +44,10 @@ Entries:
 - ``nccl``: ``read_nccl_log`` (what ``mgpu-tui nccl`` and a NCCL run's summary read) over 100 MiB
   of real NCCL_DEBUG=INFO lines repeated as ever new processes. Goal: linear in its input (a
   rank writes these logs: bounded work a line), 100 MiB in < 60 s and < 500 MiB of memory.
+- ``memory``: the planner against what the ranks measured: ``run ddp|fsdp --nproc 2 --device cpu``
+  on the 21M-parameter custom GPT of docs/compare.md at global batches 8 and 32, the largest
+  rank's live tensors at their peak (torch's MemTracker) against the plan's peak, with the
+  process's resident set beside. Goal: the plan within 10% of the tensors, and never below.
 - ``compare``: ``compare ddp fsdp pipeline``'s wall time against the sum of its
   runs' own durations (launch to exit). Goal: it adds <= 2%.
 """
@@ -748,6 +752,44 @@ def bench_compare(repeats: int, steps: int) -> str:
     )
 
 
+MEMORY_MODEL = ["--model", "custom", "--layers", "4", "--d-model", "512", "--heads", "8"]
+MEMORY_MODEL += ["--seq-len", "128", "--vocab", "8192"]
+
+
+def bench_memory(batches: tuple[int, ...] = (8, 32)) -> str:
+    """The plan's peak against the live tensors' peak the ranks measured, per mode and batch."""
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for mode in ("ddp", "fsdp"):
+            for batch in batches:
+                argv = [CLI, "run", mode, "--nproc", "2", "--steps", "4", "--device", "cpu", *MEMORY_MODEL]
+                argv += ["--batch-size", str(batch), "--json", "--run-dir", work]
+                _, done = _timed(argv)
+                if done.returncode != 0:
+                    raise SystemExit(f"run exited {done.returncode}: {done.stderr[-500:]}")
+                memory = json.loads(done.stdout.strip().splitlines()[-1])["memory"]
+                top = max(memory, key=lambda m: m["tensor_peak_bytes"])
+                measured, planned = top["tensor_peak_bytes"], top["predicted_total_bytes"]
+                off = planned / measured - 1
+                verdict = "ok" if 0 <= off <= 0.10 else "MISSED"
+                rows.append(
+                    [
+                        mode,
+                        str(batch),
+                        f"{measured / 2**20:,.1f} MiB",
+                        f"{planned / 2**20:,.1f} MiB",
+                        f"{100 * off:+.1f}%",
+                        f"{top['peak_bytes'] / 2**20:,.0f} MiB",
+                        verdict,
+                    ]
+                )
+    return (
+        "the plan's peak against the live tensors' (21M-parameter GPT, 2 CPU ranks); goal: within 10%, "
+        "never below\n"
+        + table(["mode", "batch", "tensors at peak", "plan", "plan off", "process (RSS)", "goal"], rows)
+    )
+
+
 NCCL_SCRIPT = """
 import resource, sys, time
 from mgpu_tui.engine.machine.nccl_log import read_nccl_log
@@ -809,6 +851,7 @@ def main() -> None:
             "check",
             "compare",
             "nccl",
+            "memory",
             [],
         ),
         default=[],
@@ -829,6 +872,7 @@ def main() -> None:
         "check",
         "compare",
         "nccl",
+        "memory",
         "overhead",
         "transformer",
     ]
@@ -854,6 +898,8 @@ def main() -> None:
             print(bench_compare(3, 30), flush=True)
         elif entry == "nccl":
             print(bench_nccl(100), flush=True)
+        elif entry == "memory":
+            print(bench_memory(), flush=True)
         else:
             print(bench_help(20), flush=True)
         print(flush=True)

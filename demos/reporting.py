@@ -34,13 +34,22 @@ class TensorPeak:
 
         self.tracker: MemTracker | None = MemTracker()
         self.tracker.track_external(module, optimizer)
+
+        # MemTracker keeps one forward and backward of each module at a time: with accumulation
+        # (--accum) the model runs forward again within the step. Its figures are dropped before
+        # each forward of the whole model (the peak stays); registered before the tracker's own
+        # global hook, so it runs first.
+        def fresh(called: torch.nn.Module, _args) -> None:
+            if called is module and self.tracker is not None:
+                self.tracker.reset_mod_stats()
+
+        self._fresh = torch.nn.modules.module.register_module_forward_pre_hook(fresh)
         self.tracker.__enter__()
 
     def after_step(self, last: bool) -> int | None:
         """Called after each step; ``last``: read the peak and stop watching (then it is returned)."""
         if self.tracker is None:
             return None
-        self.tracker.reset_mod_stats()  # it keeps one step's module figures at a time
         if not last:
             return None
         peak = sum(snap.get("Total", 0) for snap in self.tracker.get_tracker_snapshot("peak").values())
@@ -51,6 +60,7 @@ class TensorPeak:
         if self.tracker is not None:
             tracker, self.tracker = self.tracker, None
             tracker.__exit__(None, None, None)
+            self._fresh.remove()
 
 
 def memory(device: torch.device) -> tuple[int, int]:

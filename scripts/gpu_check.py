@@ -37,8 +37,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mgpu_tui.engine.planning.modes import MODES as CATALOGUE
+
 ROOT = Path(__file__).resolve().parent.parent
-MODES = ("single", "dp", "ddp", "mp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp", "hybrid")
+MODES = tuple(CATALOGUE)  # every mode of the catalogue
 PRECISIONS = {
     "float32": [],
     "fp16": ["--amp", "--amp-dtype", "fp16"],
@@ -223,7 +225,7 @@ class Checker:
             str(self.out / "runs"),
             *PRECISIONS[precision],
         ]
-        multi = mode in ("ddp", "ddp_mp", "pipeline", "fsdp", "rpc", "tp")
+        multi = CATALOGUE[mode].multi_process
         if multi:
             argv += ["--nproc", "2"]
         per_rank = {"ddp_mp": 2}.get(mode, 1)

@@ -112,6 +112,26 @@ def _watts(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0f} W"
 
 
+def memory_lines(summary: RunSummary) -> list[str]:
+    """The largest rank's memory beside the plan's: its live tensors at their peak and its state
+    (the planner's figures, docs/compare.md#the-memory-planner), and on the CPU what the process
+    held, the runtime included."""
+    rows = [m for m in summary.memory if m.get("predicted_total_bytes") is not None]
+    if not rows:
+        return []
+    top = max(rows, key=lambda m: m.get("tensor_peak_bytes") or m["predicted_total_bytes"])
+    parts = []
+    if top.get("tensor_peak_bytes") is not None:
+        parts.append(f"tensors at their peak {fmt_bytes(top['tensor_peak_bytes'])}")
+    parts.append(f"planned {fmt_bytes(top['predicted_total_bytes'])}")
+    state, measured = top.get("predicted_state_bytes"), top.get("measured_state_bytes")
+    if state is not None and measured is not None:
+        parts.append(f"state {fmt_bytes(measured)} ({'as' if state == measured else 'NOT as'} planned)")
+    if summary.device == "cpu" and top.get("peak_bytes") is not None:
+        parts.append(f"the process held {fmt_bytes(top['peak_bytes'])} (the runtime besides)")
+    return [f"memory, rank {top['rank']}: " + ", ".join(parts)]
+
+
 def summary_text(summary: RunSummary) -> str:
     backend = summary.backend or "no process group"
     head = (
@@ -147,7 +167,7 @@ def summary_text(summary: RunSummary) -> str:
     if spread:
         timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
     timing += f"  launch to first step {fmt_seconds(summary.launch_to_first_step_s)}"
-    notes = [*machine_lines(summary), f"run directory {summary.run_dir}"]
+    notes = [*memory_lines(summary), *machine_lines(summary), f"run directory {summary.run_dir}"]
     if summary.program is not None:
         notes.insert(0, script_line(summary))
     if summary.note:

@@ -209,6 +209,16 @@ def bars(labels: Sequence[str], values: Sequence[float | None], fmt: Callable, w
     return "\n".join(lines)
 
 
+def _peak_bars(labels: Sequence[str], peaks: Sequence[tuple[int, int | None] | None]) -> str:
+    """Bars of the measured tensor peaks, each labelled with the plan's figure beside it."""
+    values = [p[0] if p else None for p in peaks]
+    lines = bars(labels, values, fmt_bytes).splitlines()
+    return "\n".join(
+        line if p is None or p[1] is None else f"{line} (plan {fmt_bytes(p[1])})"
+        for line, p in zip(lines, peaks)
+    )
+
+
 def sparkline(values: Sequence[float], lo: float, hi: float, width: int = 40) -> str:
     """``values`` resampled to ``width`` columns, each a block scaled between ``lo`` and ``hi``."""
     values = [v for v in values if v is not None and math.isfinite(v)]
@@ -233,15 +243,31 @@ def curves(rows: Sequence[Row], which: str) -> str:
     )
 
 
+def _tensor_peak(r: Row) -> tuple[int, int | None] | None:
+    """The largest rank's live tensors at their peak, and the plan's peak for that rank."""
+    known = [m for m in r.memory if m.get("tensor_peak_bytes") is not None]
+    if not known:
+        return None
+    top = max(known, key=lambda m: m["tensor_peak_bytes"])
+    return top["tensor_peak_bytes"], top.get("predicted_total_bytes")
+
+
 def compare_charts(comparison: Comparison) -> str:
     rows = comparison.rows
     labels = [r.name for r in rows]
+    peaks = [_tensor_peak(r) for r in rows]
+    tensors = (
+        ["live tensors at their peak (largest rank), the plan's beside", _peak_bars(labels, peaks), ""]
+        if any(peaks)
+        else []
+    )
     return "\n".join(
         [
             "samples/s",
             bars(labels, [r.samples_per_s for r in rows], fmt_rate),
             "",
-            "peak memory (largest rank)",
+            *tensors,
+            "peak memory (largest rank)" + (": the whole process" if tensors else ""),
             bars(labels, [r.peak_mem_bytes for r in rows], fmt_bytes),
             "",
             "loss over steps (one scale for all)",
