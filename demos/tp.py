@@ -55,6 +55,8 @@ def main() -> None:
     mesh = init_device_mesh(d.device.type, (d.world,))
 
     model = tensor_parallel(harness.build_model(args).to(d.device), mesh)
+    if args.shape is not None and args.shape.tied_head:  # each module got its own copy: tie them again
+        model[-1].out.weight = model[0].tokens.weight
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     scaler = harness.grad_scaler(args, d.device)
     task = harness.SyntheticTask(args)

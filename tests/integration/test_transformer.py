@@ -120,3 +120,39 @@ def test_a_gpt_shape_that_cannot_be_is_one_sentence(tmp_path):
     assert result.stderr.strip().endswith("the model's 4 heads must be a multiple of --nproc.")
     result = run_cli("run", "ddp", "--heads", "8", "--device", "cpu", "--run-dir", str(tmp_path))
     assert result.returncode == 2 and "shape a GPT: add --model gpt-tiny" in result.stderr
+
+
+def test_a_head_tied_to_the_embeddings_stays_one_matrix_under_fsdp_and_tp(tmp_path):
+    # gpt-125m's head is tied (GPT-2's 124M); shrunk to gpt-tiny's size, it stays tied.
+    shape = ["--model", "gpt-125m", "--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "32"]
+    out = tmp_path / "r.json"
+    result = run_cli(
+        "compare",
+        "fsdp",
+        "tp",
+        *shape,
+        "--vocab",
+        "256",
+        "--nproc",
+        "2",
+        "--steps",
+        "6",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        "--run-dir",
+        str(tmp_path / "runs"),
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(out.read_text())["rows"]
+    for r in rows:
+        # One matrix, as the plan counts it: a head with a copy of its own would hold 256 x 64 more.
+        assert all(m["predicted_state_bytes"] == m["measured_state_bytes"] for m in r["memory"]), r["mode"]
+    assert abs(rows[0]["final_loss"] - rows[1]["final_loss"]) < 1e-4
+    # The modes that put the head and the embeddings apart say what to add.
+    refused = run_cli("run", "pipeline", *shape, "--device", "cpu", "--run-dir", str(tmp_path / "runs"))
+    assert refused.returncode == 2 and refused.stderr.strip().endswith(
+        "puts them on different stages: add --untied-head."
+    )

@@ -303,8 +303,9 @@ class CompareView(Widget):
         self.query_one("#compare-charts", Static).update(
             Text(
                 f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch "
-                f"and precision (state = parameters, gradients, optimizer; activations are an estimate: "
-                f"docs/compare.md). Checked against {what}; a mode that cannot fit is greyed out.\n",
+                f"and precision: total at its peak in backward, state (parameters, gradients, optimizer) "
+                f"at rest; activations are an estimate: docs/compare.md. Checked against {what}; a mode "
+                f"that cannot fit is greyed out.\n",
                 style="dim",
             )
         )
