@@ -36,14 +36,24 @@ class TensorPeak:
         self.tracker.track_external(module, optimizer)
 
         # MemTracker keeps one forward and backward of each module at a time: with accumulation
-        # (--accum) the model runs forward again within the step. Its figures are dropped before
-        # each forward of the whole model (the peak stays); registered before the tracker's own
-        # global hook, so it runs first.
-        def fresh(called: torch.nn.Module, _args) -> None:
-            if called is module and self.tracker is not None:
-                self.tracker.reset_mod_stats()
+        # (--accum) the model runs forward again within the step. Its figures are dropped (the peak
+        # stays) as each outermost forward begins (the model, or what wraps it: DataParallel calls
+        # the model inside its own forward), by global hooks registered before the tracker's own.
+        depth = [0]
 
-        self._fresh = torch.nn.modules.module.register_module_forward_pre_hook(fresh)
+        def enter(_module: torch.nn.Module, _args) -> None:
+            if depth[0] == 0 and self.tracker is not None:
+                self.tracker.reset_mod_stats()
+            depth[0] += 1
+
+        def leave(_module: torch.nn.Module, _args, _output) -> None:
+            depth[0] -= 1
+
+        hooks = torch.nn.modules.module
+        self._hooks = (
+            hooks.register_module_forward_pre_hook(enter),
+            hooks.register_module_forward_hook(leave, always_call=True),
+        )
         self.tracker.__enter__()
 
     def after_step(self, last: bool) -> int | None:
@@ -60,7 +70,8 @@ class TensorPeak:
         if self.tracker is not None:
             tracker, self.tracker = self.tracker, None
             tracker.__exit__(None, None, None)
-            self._fresh.remove()
+            for hook in self._hooks:
+                hook.remove()
 
 
 def memory(device: torch.device) -> tuple[int, int]:

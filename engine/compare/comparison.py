@@ -37,6 +37,7 @@ from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
+from mgpu_tui.engine.run.summary import RankMemory
 
 PARALLEL_NOTE = (
     "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
@@ -102,7 +103,7 @@ class Row:
     run_dir: str
     root_cause: str | None
     note: str | None
-    memory: list[dict] = field(default_factory=list)  # per rank: predicted and measured (summary.py)
+    memory: list[RankMemory] = field(default_factory=list)  # per rank: predicted and measured (summary.py)
     tokens_per_s_per_device: float | None = None
     batch_size: int = 0  # the global batch (0: not recorded)
     lr: float | None = None  # the learning rate after any warm-up (None: not recorded)

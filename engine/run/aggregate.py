@@ -4,7 +4,8 @@ Definitions, so that every number on screen can be checked by hand:
 
 - Warm-up: the first ``warmup_steps(n)`` steps (n = steps seen) are left out of
   every rate and time; they hold one-off costs (first allocations, DDP's lazy
-  imports, the first all-reduce).
+  imports, the first all-reduce, and on the CPU the demos' first three steps under
+  torch's MemTracker: from 15 steps on, all within the warm-up).
 - A rank's samples/s: its samples over its seconds, both summed over the steady
   steps. Each ``step_s`` runs from the end of the previous step to the end of
   this one, so the sum is the rank's wall time, data loading included.
@@ -16,7 +17,8 @@ Definitions, so that every number on screen can be checked by hand:
   weighted by their samples, which is the loss of the full global batch when
   each rank's loss is the mean over its own samples.
 - Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA
-  allocator's peak, or peak RSS on the CPU).
+  allocator's peak, or peak RSS on the CPU); its tensors' peak, the largest
+  ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's on the CPU).
 """
 
 from __future__ import annotations

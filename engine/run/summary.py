@@ -115,7 +115,26 @@ def shared_device_note(stats: RunStats) -> str | None:
     )
 
 
-def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
+@dataclass(frozen=True)
+class RankMemory:
+    """One rank's memory: the planner's prediction beside what the rank measured."""
+
+    rank: int
+    predicted_state_bytes: int | None  # parameters, gradients, optimizer state, at rest
+    measured_state_bytes: int | None  # what the rank summed over its tensors after its first step
+    predicted_total_bytes: int | None  # the plan's peak (its moment: engine/planning/memory.py)
+    tensor_peak_bytes: int | None = None  # its live tensors' peak: the allocator's, or MemTracker's
+    peak_bytes: int | None = None  # the allocator's peak on CUDA; the process's resident set on the CPU
+
+    @property
+    def state_as_planned(self) -> bool | None:
+        """The measured state is the predicted one to the byte (None: nothing to compare)."""
+        if self.predicted_state_bytes is None or self.measured_state_bytes is None:
+            return None
+        return self.predicted_state_bytes == self.measured_state_bytes
+
+
+def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[RankMemory, ...]:
     """Per rank: the planner's predicted state and total bytes (engine/planning/memory.py) next to the
     state the rank measured after its first step and its peak (allocator on CUDA, RSS on the CPU)."""
     spec = resolved.spec
@@ -143,14 +162,14 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[dict, ...]:
         state, total = predicted.get(rank, (None, None))
         r = measured.get(rank)
         rows.append(
-            {
-                "rank": rank,
-                "predicted_state_bytes": state,
-                "measured_state_bytes": r.state_bytes if r else None,
-                "predicted_total_bytes": total,
-                "tensor_peak_bytes": r.tensor_peak_bytes if r else None,
-                "peak_bytes": r.mem_peak_bytes if r else None,
-            }
+            RankMemory(
+                rank=rank,
+                predicted_state_bytes=state,
+                measured_state_bytes=r.state_bytes if r else None,
+                predicted_total_bytes=total,
+                tensor_peak_bytes=r.tensor_peak_bytes if r else None,
+                peak_bytes=r.mem_peak_bytes if r else None,
+            )
         )
     return tuple(rows)
 
@@ -209,7 +228,7 @@ class RunSummary:
     nccl: dict | None = None  # NCCL's own account of a CUDA run (run/nccl_record.py)
     nodes: tuple[dict, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
-    memory: tuple[dict, ...] = ()  # per rank: the planner's prediction next to what the rank measured
+    memory: tuple[RankMemory, ...] = ()  # per rank: the planner's prediction beside what it measured
     mgpu_tui_version: str | None = None  # the release that ran it (None: read from an older summary)
     batch_size_source: str | None = None  # a script's: where its batch was counted
     finished_training: bool | None = None  # a script's: every rank here ran it to its end
@@ -314,7 +333,7 @@ class RunSummary:
         document["telemetry"] = self.telemetry.to_json() if self.telemetry else None
         document["stragglers"] = [asdict(s) for s in self.stragglers]
         document["nodes"] = list(self.nodes)
-        document["memory"] = list(self.memory)
+        document["memory"] = [asdict(m) for m in self.memory]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod

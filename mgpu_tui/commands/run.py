@@ -116,20 +116,20 @@ def memory_lines(summary: RunSummary) -> list[str]:
     """The largest rank's memory beside the plan's: its live tensors at their peak and its state
     (the planner's figures, docs/compare.md#the-memory-planner), and on the CPU what the process
     held, the runtime included."""
-    rows = [m for m in summary.memory if m.get("predicted_total_bytes") is not None]
+    rows = [m for m in summary.memory if m.predicted_total_bytes is not None]
     if not rows:
         return []
-    top = max(rows, key=lambda m: m.get("tensor_peak_bytes") or m["predicted_total_bytes"])
+    top = max(rows, key=lambda m: m.tensor_peak_bytes or m.predicted_total_bytes or 0)
     parts = []
-    if top.get("tensor_peak_bytes") is not None:
-        parts.append(f"tensors at their peak {fmt_bytes(top['tensor_peak_bytes'])}")
-    parts.append(f"planned {fmt_bytes(top['predicted_total_bytes'])}")
-    state, measured = top.get("predicted_state_bytes"), top.get("measured_state_bytes")
-    if state is not None and measured is not None:
-        parts.append(f"state {fmt_bytes(measured)} ({'as' if state == measured else 'NOT as'} planned)")
-    if summary.device == "cpu" and top.get("peak_bytes") is not None:
-        parts.append(f"the process held {fmt_bytes(top['peak_bytes'])} (the runtime besides)")
-    return [f"memory, rank {top['rank']}: " + ", ".join(parts)]
+    if top.tensor_peak_bytes is not None:
+        parts.append(f"tensors at their peak {fmt_bytes(top.tensor_peak_bytes)}")
+    parts.append(f"planned {fmt_bytes(top.predicted_total_bytes)}")
+    if top.state_as_planned is not None:
+        verdict = "as" if top.state_as_planned else "NOT as"
+        parts.append(f"state {fmt_bytes(top.measured_state_bytes)} ({verdict} planned)")
+    if summary.device == "cpu" and top.peak_bytes is not None:
+        parts.append(f"the process held {fmt_bytes(top.peak_bytes)} (the runtime besides)")
+    return [f"memory, rank {top.rank}: " + ", ".join(parts)]
 
 
 def summary_text(summary: RunSummary) -> str:

@@ -32,7 +32,7 @@ def _fmt_tflops(x: float | None) -> str:
 
 def _state(r: Row) -> int | None:
     """The largest predicted state (parameters, gradients, optimizer) of a rank."""
-    known = [m["predicted_state_bytes"] for m in r.memory if m.get("predicted_state_bytes") is not None]
+    known = [m.predicted_state_bytes for m in r.memory if m.predicted_state_bytes is not None]
     return max(known) if known else None
 
 
@@ -41,9 +41,8 @@ def _fmt_state(r: Row) -> str:
     predicted = _state(r)
     if predicted is None:
         return "n/a"
-    pairs = [(m["predicted_state_bytes"], m["measured_state_bytes"]) for m in r.memory]
-    measured = [b for a, b in pairs if b is not None]
-    verdict = "" if not measured else " =" if all(a == b for a, b in pairs if b is not None) else " ≠"
+    verdicts = [m.state_as_planned for m in r.memory if m.state_as_planned is not None]
+    verdict = "" if not verdicts else " =" if all(verdicts) else " ≠"
     return fmt_bytes(predicted) + verdict
 
 
@@ -245,11 +244,10 @@ def curves(rows: Sequence[Row], which: str) -> str:
 
 def _tensor_peak(r: Row) -> tuple[int, int | None] | None:
     """The largest rank's live tensors at their peak, and the plan's peak for that rank."""
-    known = [m for m in r.memory if m.get("tensor_peak_bytes") is not None]
-    if not known:
-        return None
-    top = max(known, key=lambda m: m["tensor_peak_bytes"])
-    return top["tensor_peak_bytes"], top.get("predicted_total_bytes")
+    known = [
+        (m.tensor_peak_bytes, m.predicted_total_bytes) for m in r.memory if m.tensor_peak_bytes is not None
+    ]
+    return max(known, key=lambda pair: pair[0]) if known else None
 
 
 def compare_charts(comparison: Comparison) -> str:

@@ -97,7 +97,7 @@ def test_tensor_parallel_gpt_in_the_megatron_pattern_equals_the_single_device_ba
     assert summary.verify.ok and summary.verify.max_abs_diff <= 1e-5
     assert (
         summary.tokens_per_s
-        and summary.memory[0]["measured_state_bytes"] == summary.memory[0]["predicted_state_bytes"]
+        and summary.memory[0].measured_state_bytes == summary.memory[0].predicted_state_bytes
     )
 
 
