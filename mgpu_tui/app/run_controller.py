@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from mgpu_tui.engine.records.follow import FollowedRun
-    from mgpu_tui.engine.run.lifecycle import Run
+    from mgpu_tui.engine.run.watched import WatchedRun
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ class _Watch:
     wait for it still sees its own `closed` set (nothing clears it), and posts nothing once another
     watch has replaced it."""
 
-    def __init__(self, run: Run | FollowedRun, owned: bool) -> None:
+    def __init__(self, run: WatchedRun, owned: bool) -> None:
         self.run, self.owned = run, owned
         self.stop_requested = threading.Event()
         self.closed = threading.Event()
@@ -60,7 +60,7 @@ class RunController:
         self._watch: _Watch | None = None
 
     @property
-    def run(self) -> Run | FollowedRun | None:
+    def run(self) -> WatchedRun | None:
         return self._watch.run if self._watch is not None else None
 
     @property
@@ -128,7 +128,7 @@ class RunController:
                         UNFOLLOW_JOIN_S,
                     )
 
-    def _begin(self, run: Run | FollowedRun, *, owned: bool) -> None:
+    def _begin(self, run: WatchedRun, *, owned: bool) -> None:
         watch = _Watch(run, owned)
         watch.thread = threading.Thread(target=self._loop, args=(watch,), name="mgpu-run", daemon=True)
         self._watch = watch

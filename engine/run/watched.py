@@ -1,0 +1,52 @@
+"""What the app reads of a run, whichever kind it is: one it started (lifecycle.Run) or one it
+follows from its folder (records/follow.FollowedRun). The app's run controller holds either
+through this Protocol, and the one thread that owns the run is the only one that calls it."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run.aggregate import RunStats
+from mgpu_tui.engine.run.summary import RunSummary
+
+Series = tuple[list[int], list[float], list[float | None]]  # steps, global samples/s, loss
+
+
+class RunProgress(Protocol):
+    """A run's state after a poll (lifecycle.RunState, follow.FollowState)."""
+
+    @property
+    def finished(self) -> bool: ...
+
+
+class WatchedRun(Protocol):
+    run_dir: RunDir
+    summary: RunSummary | None  # once it has ended (a followed run cut off never has one)
+
+    def poll(self) -> RunProgress:
+        """Read what is new; the state it is in now."""
+        ...
+
+    def stop(self) -> object:
+        """Stop it: a started run ends its ranks; a followed one asks its monitor (follow.py)."""
+        ...
+
+    def close(self) -> None: ...
+
+    def stats(self) -> RunStats: ...
+
+    def series(self) -> Series: ...
+
+    def whole_series(self) -> Series: ...
+
+    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]: ...
+
+    def stall_timeout(self) -> float: ...
+
+    def nodes(self) -> tuple[NodeView, ...]: ...
+
+    def stalled_ranks(self) -> frozenset[int] | None: ...
+
+    def rank_processes(self) -> dict[int, tuple[int, str | None]]: ...
