@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import queue
 import socket
@@ -28,15 +29,18 @@ import subprocess
 import threading
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 from mgpu_tui.engine.launch.processes import term_when_parent_dies
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.endpoint import hosts_here, resolve_endpoint, route_address
 from mgpu_tui.engine.protocol.causes import RootCause, is_consequence
 from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
+from mgpu_tui.engine.protocol.events import MAX_COUNT
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
-from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, parse_peer
+from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeFailure, NodeRecord, parse_peer
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.typed import MAX_ITEMS
 
 LINK_MODULE = "mgpu_tui.engine.rank.node_link"
 BEAT_S = 1.0
@@ -70,6 +74,8 @@ class NodeView:
     silent_s: float | None  # since its last beat (None: this node, or never heard)
     here: bool
     steps: tuple[tuple[int, int], ...] = ()  # (rank, its last step), as the node last said
+    # Its JSON (to_json) is not its fields: protocol/typed.py reads it back through from_json.
+    JSON_READER: ClassVar[bool] = True
 
     @property
     def ranks(self) -> str:
@@ -92,19 +98,35 @@ class NodeView:
 
     @classmethod
     def from_json(cls, data: dict) -> NodeView:
-        """A node read back from a summary (ValueError, KeyError or TypeError when it is not one)."""
-        steps = tuple((int(rank), int(step)) for rank, step in (data.get("steps") or {}).items())
+        """A node read back from a summary, every field checked (ValueError, KeyError or TypeError
+        when it is not one): a rank can write its run folder's summary."""
+
+        def whole(value: object) -> int:
+            if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_COUNT:
+                raise ValueError("not a whole number")
+            return value
+
+        def text(value: object, most: int) -> str:
+            if not isinstance(value, str):
+                raise TypeError("not a string")
+            return value[:most]
+
+        listed = data.get("steps") or {}
+        if not isinstance(listed, dict) or len(listed) > MAX_ITEMS:
+            raise TypeError("steps: not an object of ranks")
         silent = data.get("silent_s")
+        if silent is not None and (isinstance(silent, bool) or not isinstance(silent, (int, float))):
+            raise TypeError("silent_s: not a number")
         return cls(
-            int(data["node"]),
-            None if data["host"] is None else str(data["host"]),
-            int(data["first_rank"]),
-            int(data["last_rank"]),
-            str(data["state"]),
-            None if data["step"] is None else int(data["step"]),
-            None if silent is None else float(silent),
-            bool(data["here"]),
-            steps,
+            whole(data["node"]),
+            None if data["host"] is None else text(data["host"], MAX_HOST),
+            whole(data["first_rank"]),
+            whole(data["last_rank"]),
+            text(data["state"], 32),
+            None if data["step"] is None else whole(data["step"]),
+            None if silent is None or not math.isfinite(silent) else float(silent),
+            data["here"] is True,
+            tuple((whole(int(rank)), whole(step)) for rank, step in listed.items()),
         )
 
 

@@ -12,8 +12,10 @@ finite float: a diverged loss may be huge; whoever draws it copes with that), ``
 most ``MAX_STR`` characters, longer ones cut), ``bool``, ``None``, unions of those, ``tuple[X,
 ...]`` and ``tuple[X, Y]``, ``list[X]``, ``dict`` (kept as read: JSON already bounded in depth by
 protocol/folder.py, and its readers look at what they use), ``Path``, ``Literal`` and nested
-dataclasses. Keys the dataclass does not know are ignored (a newer release's); a missing key takes
-the field's default, or is a problem when it has none.
+dataclasses; a dataclass whose JSON is not its fields (``JSON_READER``: its classmethod
+``from_json``) reads itself, and what it raises becomes Invalid. Keys the dataclass does not know
+are ignored (a newer release's); a missing key takes the field's default, or is a problem when it
+has none.
 """
 
 from __future__ import annotations
@@ -87,6 +89,13 @@ def _value(kind: Any, value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             raise Invalid(f"{where}: not an object")
         return value
+    if dataclasses.is_dataclass(kind) and getattr(kind, "JSON_READER", False):
+        if not isinstance(value, dict):
+            raise Invalid(f"{where}: not an object")
+        try:
+            return kind.from_json(value)  # type: ignore[union-attr]
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise Invalid(f"{where}: {type(exc).__name__}") from None
     if dataclasses.is_dataclass(kind):
         return build(kind, value, where)  # type: ignore[arg-type]
     return _scalar(kind, value, where)

@@ -236,12 +236,8 @@ class FollowedRun(IngestReadings):
         if self.nnodes < 2 or self.world_size % self.nnodes:
             return ()
         if self.summary is not None and self.summary.nodes:
-            try:
-                # Read back, no node is "here": the app only looks at the folder.
-                nodes = map(NodeView.from_json, self.summary.nodes)
-                return tuple(dataclasses.replace(n, here=False) for n in nodes)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                pass  # a summary written by hand: the folder tells the rest
+            # Checked as the summary was read; none is "here": the app only looks at the folder.
+            return tuple(dataclasses.replace(n, here=False) for n in self.summary.nodes)
         per_node = self.world_size // self.nnodes
         steps = {r.rank: r.last_step for r in self.stats().ranks}
         rows = []

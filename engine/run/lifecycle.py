@@ -475,10 +475,10 @@ class Run(IngestReadings):
                 root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
             if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
                 root_cause = dataclasses.replace(root_cause, host=socket.gethostname())
-        nodes: tuple[dict, ...] = ()
+        nodes: tuple[NodeView, ...] = ()
         if self._nodes is not None:  # tell the others how this node ended; hear who failed first
             root_cause = self._nodes.settle(state.value, self._steps_here(), root_cause)
-            nodes = tuple(n.to_json() for n in self._nodes.view())
+            nodes = self._nodes.view()
             self._nodes.close()
         if foreign := sorted(self._ingest.foreign_files):
             self.log.warning(

@@ -8,6 +8,7 @@ summary says of them: the transports NCCL chose, its version, and its warnings a
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.machine.nccl_log import read_nccl_log
@@ -19,7 +20,20 @@ MAX_FILES = 1024
 MAX_TOTAL_BYTES = 16 << 20  # of all the files together: the ranks write them, and may write much
 
 
-def nccl_figures(run_dir: RunDir) -> dict | None:
+@dataclass(frozen=True)
+class NcclFigures:
+    """A run's NCCL reading, as its summary keeps it (``nccl``)."""
+
+    summary: str  # the reading in one line
+    versions: tuple[str, ...] = ()
+    transports: tuple[str, ...] = ()
+    ring_channels: int | None = None
+    warnings: tuple[str, ...] = ()  # the first 20
+    errors: tuple[str, ...] = ()  # the first 20
+    files: int = 0  # the NCCL logs read
+
+
+def nccl_figures(run_dir: RunDir) -> NcclFigures | None:
     """The run's NCCL reading for its summary; None when NCCL wrote nothing here (the CPU, gloo)."""
     listed = entries(run_dir.path)
     paths = sorted(Path(e.path) for e in listed if e.name.startswith("nccl-") and e.name.endswith(".log"))
@@ -40,12 +54,12 @@ def nccl_figures(run_dir: RunDir) -> dict | None:
     reading = read_nccl_log(lines)
     if not reading.nccl_lines:
         return None
-    return {
-        "summary": reading.summary(),
-        "versions": reading.versions,
-        "transports": reading.transports,
-        "ring_channels": reading.ring_channels,
-        "warnings": [w.message for w in reading.warnings][:20],
-        "errors": reading.errors[:20],
-        "files": len(paths),
-    }
+    return NcclFigures(
+        summary=reading.summary(),
+        versions=tuple(reading.versions),
+        transports=tuple(reading.transports),
+        ring_channels=reading.ring_channels,
+        warnings=tuple(w.message for w in reading.warnings)[:20],
+        errors=tuple(reading.errors[:20]),
+        files=len(paths),
+    )

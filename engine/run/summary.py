@@ -55,10 +55,12 @@ from typing import Literal
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
 from mgpu_tui.engine.protocol.folder import finite_only
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
+from mgpu_tui.engine.run.nccl_record import NcclFigures
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.verify import Verify
@@ -225,8 +227,8 @@ class RunSummary:
     stall: Stall | None
     telemetry: TelemetryFigures | None = None  # the machine during the run (run/telemetry_log.py)
     stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
-    nccl: dict | None = None  # NCCL's own account of a CUDA run (run/nccl_record.py)
-    nodes: tuple[dict, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
+    nccl: NcclFigures | None = None  # NCCL's own account of a CUDA run (run/nccl_record.py)
+    nodes: tuple[NodeView, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
     memory: tuple[RankMemory, ...] = ()  # per rank: the planner's prediction beside what it measured
     mgpu_tui_version: str | None = None  # the release that ran it (None: read from an older summary)
@@ -255,8 +257,8 @@ class RunSummary:
         stall: Stall | None = None,
         pid_ok: Callable[[int, int], bool] = lambda rank, pid: True,
         telemetry: TelemetryFigures | None = None,
-        nccl: dict | None = None,
-        nodes: tuple[dict, ...] = (),
+        nccl: NcclFigures | None = None,
+        nodes: tuple[NodeView, ...] = (),
     ) -> RunSummary:
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
         host; others are not shown."""
@@ -332,7 +334,8 @@ class RunSummary:
         document["stall"] = self.stall.to_json() if self.stall else None
         document["telemetry"] = self.telemetry.to_json() if self.telemetry else None
         document["stragglers"] = [asdict(s) for s in self.stragglers]
-        document["nodes"] = list(self.nodes)
+        document["nodes"] = [n.to_json() for n in self.nodes]
+        document["nccl"] = None if self.nccl is None else asdict(self.nccl)
         document["memory"] = [asdict(m) for m in self.memory]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 

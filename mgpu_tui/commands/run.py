@@ -184,9 +184,9 @@ def summary_text(summary: RunSummary) -> str:
         notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
     notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]
     if summary.nccl:
-        notes.insert(0, f"NCCL: {summary.nccl['summary']}")
+        notes.insert(0, f"NCCL: {summary.nccl.summary}")
     if summary.nodes:
-        each = [f"node {n['node']} {n['host'] or '?'} ranks {n['ranks']} {n['state']}" for n in summary.nodes]
+        each = [f"node {n.node} {n.host or '?'} ranks {n.ranks} {n.state}" for n in summary.nodes]
         notes.insert(0, "nodes: " + "; ".join(each))
     if summary.root_cause:  # the summary says why it failed, not only that it did
         head += f"\ncause: {summary.root_cause.headline()}"

@@ -24,6 +24,7 @@ from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.folder import Unreadable, loads, read_json, write_atomic
 from mgpu_tui.engine.protocol.rundir import RunDir, folder_name
 from mgpu_tui.engine.protocol.text import plain
+from mgpu_tui.engine.protocol.typed import Invalid
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.engine.run.aggregate import Straggler
 from mgpu_tui.engine.run.flight_records import hang_verdict, late_arrivals, read_trace
@@ -397,3 +398,44 @@ def test_a_spec_claiming_thousands_of_nodes_is_read_in_one_listing(tmp_path):
     document["spec"] |= {"world_size": 65536, "nnodes": 65536}
     (path / "spec.json").write_text(json.dumps(document))
     assert read_run(path).status == "broken" and "nnodes" in read_run(path).reason
+
+
+def test_a_summarys_nodes_and_nccl_are_typed_and_their_json_is_as_before(tmp_path):
+    from mgpu_tui.engine.nodes.watch import NodeView
+    from mgpu_tui.engine.run.nccl_record import NcclFigures
+
+    node = NodeView(1, "b", 2, 3, "lost", 7, 12.34, False, ((2, 7), (3, 6)))
+    nccl = NcclFigures("4 ranks on 2 hosts", ("2.21.5",), ("NET/Socket",), 2, (), ("ncclInternalError",), 4)
+    written = summary(tmp_path, nodes=(node,), nccl=nccl).to_json()
+    # The JSON the earlier releases wrote: the node's ranks as text, its steps by rank, rounded silence.
+    assert written["nodes"] == [
+        {
+            "node": 1,
+            "host": "b",
+            "ranks": "2-3",
+            "first_rank": 2,
+            "last_rank": 3,
+            "state": "lost",
+            "step": 7,
+            "silent_s": 12.3,
+            "here": False,
+            "steps": {"2": 7, "3": 6},
+        }
+    ]
+    assert written["nccl"] == {
+        "summary": "4 ranks on 2 hosts",
+        "versions": ["2.21.5"],
+        "transports": ["NET/Socket"],
+        "ring_channels": 2,
+        "warnings": [],
+        "errors": ["ncclInternalError"],
+        "files": 4,
+    }
+    read = RunSummary.from_json(json.loads(json.dumps(written)))
+    assert read.nodes == (dataclasses.replace(node, silent_s=12.3),) and read.nccl == nccl
+    # A rank can write the summary: a node's fields are checked as they are read, a host cut short.
+    hostile = {**written, "nodes": [{**written["nodes"][0], "host": "h" * 10_000}]}
+    assert RunSummary.from_json(hostile).nodes[0].host == "h" * 64
+    for bad in ({"step": "x"}, {"steps": {"2": 1e400}}, {"node": True}, {"silent_s": "soon"}):
+        with pytest.raises(Invalid, match="nodes"):
+            RunSummary.from_json({**written, "nodes": [{**written["nodes"][0], **bad}]})

@@ -211,9 +211,9 @@ def test_a_runs_nccl_files_become_its_summarys_reading(tmp_path):
     log = (FIXTURES / "nccl" / "05-socket-2node-4gpu-pcie-tesla.log").read_text()
     (tmp_path / "nccl-tesla-105.1475.log").write_text(log)
     figures = nccl_figures(RunDir(tmp_path))
-    assert figures["transports"] == ["NET/Socket", "P2P/IPC", "SHM"]
-    assert figures["versions"] == ["2.7.8+cuda10.1"] and figures["files"] == 1
-    assert figures["summary"] == read("05-socket-2node-4gpu-pcie-tesla.log").summary()
+    assert figures is not None and figures.transports == ("NET/Socket", "P2P/IPC", "SHM")
+    assert figures.versions == ("2.7.8+cuda10.1",) and figures.files == 1
+    assert figures.summary == read("05-socket-2node-4gpu-pcie-tesla.log").summary()
 
 
 @pytest.mark.parametrize(

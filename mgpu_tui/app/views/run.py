@@ -471,14 +471,8 @@ class RunView(Widget):
             return
         self.ended_ok = summary.status == "ok"
         if summary.nodes:  # each node as this one last heard it
-            try:
-                here = {n.node for n in self.nodes if n.here}  # a run opened from its folder has none
-                self.nodes = tuple(
-                    dataclasses.replace(v, here=v.node in here)
-                    for v in map(NodeView.from_json, summary.nodes)
-                )
-            except (ValueError, KeyError, TypeError, AttributeError):
-                pass
+            here = {n.node for n in self.nodes if n.here}  # a run opened from its folder has none
+            self.nodes = tuple(dataclasses.replace(v, here=v.node in here) for v in summary.nodes)
         cause = summary.root_cause
         self.failed_rank = cause.rank if cause else None
         verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary.status]
