@@ -167,10 +167,51 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
     )
 
 
+@dataclass(frozen=True)
+class TemplateSettings:
+    """What every run of a comparison made from one template shares."""
+
+    nproc: int | None
+    steps: int
+    batch_size: int
+    lr: float
+    device: str
+    amp: bool
+    width: int
+    depth: int
+    model: str
+    model_shape: dict | None  # a GPT's shape (shapes.py to_json); None for the MLP
+    flops_per_sample: float
+
+
+@dataclass(frozen=True)
+class CompareSettings(TemplateSettings):
+    modes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ScaleSettings(TemplateSettings):
+    mode: str
+    sweep: str  # strong, weak or batch (scaling.py)
+    nprocs: tuple[int, ...]
+    batch_sizes: tuple[int, ...]
+    lr_rule: str
+    warmup_steps: int
+
+
+@dataclass(frozen=True)
+class RunsSettings:
+    """``compare --runs``: finished runs read back, and whether they can be compared."""
+
+    runs: tuple[str, ...]
+    comparable: bool
+    differences: tuple[str, ...]  # what differs between them, each in a sentence
+
+
 @dataclass
 class Comparison:
     kind: str  # "compare" or "scale"
-    settings: dict
+    settings: CompareSettings | ScaleSettings | RunsSettings
     rows: list[Row] = field(default_factory=list)
     parallel: bool = False
     started_at: float = field(default_factory=time.time)
@@ -181,14 +222,21 @@ class Comparison:
     def failed(self) -> bool:
         return self.interrupted or any(r.status != "ok" for r in self.rows)
 
-    def points(self) -> list[dict]:
+    @property
+    def scale(self) -> ScaleSettings:
+        """A scale's settings (TypeError for another comparison: a bug, not the user's)."""
+        if not isinstance(self.settings, ScaleSettings):
+            raise TypeError(f"a {self.kind} comparison has no scale settings")
+        return self.settings
+
+    def points(self) -> list[scaling.ScalePoint]:
         """For ``scale``: each point's figures (scaling.py)."""
-        return scaling.points(self.rows, self.settings["sweep"], self.settings["steps"])
+        return scaling.points(self.rows, self.scale.sweep, self.scale.steps)
 
     def to_json(self) -> dict:
         document = {
             "kind": self.kind,
-            "settings": self.settings,
+            "settings": dataclasses.asdict(self.settings),
             "parallel": self.parallel,
             "note": PARALLEL_NOTE if self.parallel else None,
             "started_at": self.started_at,
@@ -197,12 +245,13 @@ class Comparison:
             "rows": [r.to_json() for r in self.rows],
         }
         if self.kind == "scale":
-            document["mode"] = self.settings["mode"]
-            document["points"] = self.points()
+            document["mode"] = self.scale.mode
+            document["points"] = [p.to_json() for p in self.points()]
         return document
 
 
 def _settings(template: LaunchSpec) -> dict:
+    """The TemplateSettings fields of ``template``."""
     workload = workload_of(template)
     return {
         "nproc": template.nproc,
@@ -366,7 +415,9 @@ def compare_specs(modes: Sequence[str], template: LaunchSpec) -> list[LaunchSpec
 
 
 def new_comparison(modes: Sequence[str], template: LaunchSpec, parallel: bool = False) -> Comparison:
-    return Comparison("compare", {**_settings(template), "modes": list(modes)}, parallel=parallel)
+    return Comparison(
+        "compare", CompareSettings(**_settings(template), modes=tuple(modes)), parallel=parallel
+    )
 
 
 def new_scaling(mode: str, specs: Sequence[LaunchSpec], sweep: str, lr_rule: str) -> Comparison:
@@ -374,13 +425,13 @@ def new_scaling(mode: str, specs: Sequence[LaunchSpec], sweep: str, lr_rule: str
     first = specs[0]
     return Comparison(
         "scale",
-        {
+        ScaleSettings(
             **_settings(first),
-            "mode": mode,
-            "sweep": sweep,
-            "nprocs": sorted({s.nproc for s in specs}),
-            "batch_sizes": [s.batch_size for s in specs],
-            "lr_rule": lr_rule,
-            "warmup_steps": first.warmup_steps,
-        },
+            mode=mode,
+            sweep=sweep,
+            nprocs=tuple(sorted({s.nproc or 0 for s in specs})),
+            batch_sizes=tuple(s.batch_size for s in specs),
+            lr_rule=lr_rule,
+            warmup_steps=first.warmup_steps,
+        ),
     )

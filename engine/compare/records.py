@@ -16,6 +16,7 @@ from pathlib import Path
 from mgpu_tui.engine.compare.comparison import (
     Comparison,
     Row,
+    RunsSettings,
     devices_used,
     peak_flops,
     train_flops_per_sample,
@@ -50,7 +51,7 @@ def comparison_from_runs(paths: Sequence[Path]) -> Comparison:
     if len({row.mode for row in rows}) < len(rows):  # yesterday's ddp against today's: name each by its run
         rows = [dataclasses.replace(r, label=_by_run(r.mode, Path(p).name)) for r, p in zip(rows, paths)]
     differences = _differences(specs)
-    settings = {"runs": [str(p) for p in paths], "comparable": not differences, "differences": differences}
+    settings = RunsSettings(tuple(str(p) for p in paths), not differences, tuple(differences))
     comparison = Comparison("compare", settings, rows=rows)
     comparison.ended_at = comparison.started_at
     return comparison

@@ -123,7 +123,30 @@ def loss_after(row: Row, samples: int) -> tuple[int, float] | None:
     return (int(reached[-1][0]), reached[-1][1]) if reached else None
 
 
-def points(rows: Sequence[Row], sweep: str, steps: int) -> list[dict]:
+@dataclasses.dataclass(frozen=True)
+class ScalePoint:
+    """One point of a scale: its figures, and against the first point that ran ok."""
+
+    nproc: int
+    batch_size: int  # 0: not recorded
+    lr: float | None
+    status: str
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    speedup: float | None  # against the first point that ran ok
+    efficiency: float | None  # none for a batch sweep
+    step_time_s_median: float | None
+    peak_mem_bytes: int | None
+    loss_step: int | None  # the step at which it had seen the samples every point saw
+    loss_after_common_samples: float | None
+    final_loss: float | None
+    run_dir: str
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def points(rows: Sequence[Row], sweep: str, steps: int) -> list[ScalePoint]:
     """Each point's throughput, speedup and efficiency against the first point that ran ok, its
     global batch and lr, and its loss after the samples every point saw.
 
@@ -143,21 +166,21 @@ def points(rows: Sequence[Row], sweep: str, steps: int) -> list[dict]:
                 efficiency = speedup / (r.world_size / base.world_size)
         at = loss_after(r, budget) if budget else None
         out.append(
-            {
-                "nproc": r.world_size,
-                "batch_size": r.batch_size,
-                "lr": r.lr,
-                "status": r.status,
-                "samples_per_s": r.samples_per_s,
-                "tokens_per_s": r.tokens_per_s,
-                "speedup": speedup,
-                "efficiency": efficiency,
-                "step_time_s_median": r.step_time_s_median,
-                "peak_mem_bytes": r.peak_mem_bytes,
-                "loss_step": at[0] if at else None,
-                "loss_after_common_samples": at[1] if at else None,
-                "final_loss": r.final_loss,
-                "run_dir": r.run_dir,
-            }
+            ScalePoint(
+                nproc=r.world_size,
+                batch_size=r.batch_size,
+                lr=r.lr,
+                status=r.status,
+                samples_per_s=r.samples_per_s,
+                tokens_per_s=r.tokens_per_s,
+                speedup=speedup,
+                efficiency=efficiency,
+                step_time_s_median=r.step_time_s_median,
+                peak_mem_bytes=r.peak_mem_bytes,
+                loss_step=at[0] if at else None,
+                loss_after_common_samples=at[1] if at else None,
+                final_loss=r.final_loss,
+                run_dir=r.run_dir,
+            )
         )
     return out

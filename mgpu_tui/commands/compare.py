@@ -162,7 +162,8 @@ def _compare_records(args: argparse.Namespace, suffix: str | None) -> int:
         comparison = comparison_from_runs([Path(p) for p in args.runs])
     except RecordError as exc:
         raise UsageError(str(exc)) from None
-    for difference in comparison.settings["differences"]:
+    settings = comparison.settings
+    for difference in settings.differences if isinstance(settings, compare.RunsSettings) else ():
         print(plain(f"mgpu-tui: not comparable: {difference}"), file=sys.stderr)
     return _report(comparison, args.out, suffix, args.json, code=None)
 

@@ -8,6 +8,7 @@ matplotlib (the optional ``charts`` extra) and is skipped, with a sentence, with
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import itertools
 import math
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, table
 from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.compare.scaling import ScalePoint
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 
 FORMATS = (".json", ".md", ".csv")
@@ -129,7 +131,7 @@ def _fmt_lr(x: float | None) -> str:
 
 
 def _loss_header(comparison: Comparison) -> str:
-    samples = scaling.common_samples(comparison.rows, comparison.settings["steps"])
+    samples = scaling.common_samples(comparison.rows, comparison.scale.steps)
     return f"loss @ {samples:,} samples" if samples else "loss @ same samples"
 
 
@@ -157,27 +159,25 @@ SWEEP_NOTES = {
 
 def scale_cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     headers = [_loss_header(comparison) if h == "loss @" else h for h, _, _ in SCALE_COLUMNS]
-    rows = [[fmt(p[key]) for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]  # each says n/a
+    rows = [[fmt(getattr(p, key)) for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]  # n/a
     return headers, rows
 
 
 def scale_notes(comparison: Comparison) -> list[str]:
-    settings = comparison.settings
-    notes = [SWEEP_NOTES[settings["sweep"]]]
-    if settings["sweep"] != "strong":
-        warmup = settings["warmup_steps"]
+    settings = comparison.scale
+    notes = [SWEEP_NOTES[settings.sweep]]
+    if settings.sweep != "strong":
+        warmup = settings.warmup_steps
         notes.append(
-            f"lr follows the global batch by the {settings['lr_rule']} rule, from {settings['lr']:g} at "
+            f"lr follows the global batch by the {settings.lr_rule} rule, from {settings.lr:g} at "
             f"the first point's batch; "
             + (f"every point warms up over {warmup} steps." if warmup else "no warm-up.")
         )
-    if settings["sweep"] != "batch":
+    if settings.sweep != "batch":
         notes.append("efficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran.")
-        over = [
-            p for p in comparison.points() if p["efficiency"] is not None and p["efficiency"] > OVER_LINEAR
-        ]
+        over = [p for p in comparison.points() if p.efficiency is not None and p.efficiency > OVER_LINEAR]
         if over:  # more than linear: the timings, not the ranks (a busy machine, a slow first point)
-            counts = ", ".join(f"{p['nproc']} ranks ({_fmt_pct(p['efficiency'])})" for p in over)
+            counts = ", ".join(f"{p.nproc} ranks ({_fmt_pct(p.efficiency)})" for p in over)
             notes.append(
                 f"NOT TRUSTWORTHY: efficiency over 100% at {counts}: more ranks cannot do more than "
                 "their share; the machine was busy or the first point ran slow. Run again on an idle machine."
@@ -277,19 +277,19 @@ def compare_charts(comparison: Comparison) -> str:
     )
 
 
-def _point_label(comparison: Comparison, p: dict) -> str:
-    return f"batch {p['batch_size']}" if comparison.settings["sweep"] == "batch" else f"{p['nproc']} rank(s)"
+def _point_label(comparison: Comparison, p: ScalePoint) -> str:
+    return f"batch {p.batch_size}" if comparison.scale.sweep == "batch" else f"{p.nproc} rank(s)"
 
 
 def scale_charts(comparison: Comparison) -> str:
     points = comparison.points()
     labels = [_point_label(comparison, p) for p in points]
-    losses = bars(labels, [p["loss_after_common_samples"] for p in points], fmt_loss)
+    losses = bars(labels, [p.loss_after_common_samples for p in points], fmt_loss)
     loss = f"\n\n{_loss_header(comparison)}\n{losses}"
-    if comparison.settings["sweep"] == "batch":
-        return "samples/s\n" + bars(labels, [p["samples_per_s"] for p in points], fmt_rate) + loss
-    ideal = [p["nproc"] / points[0]["nproc"] for p in points] if points else []
-    speed = bars(labels, [p["speedup"] for p in points], _fmt_speedup)
+    if comparison.scale.sweep == "batch":
+        return "samples/s\n" + bars(labels, [p.samples_per_s for p in points], fmt_rate) + loss
+    ideal = [p.nproc / points[0].nproc for p in points] if points else []
+    speed = bars(labels, [p.speedup for p in points], _fmt_speedup)
     return "speedup (ideal: " + ", ".join(f"{v:g}x" for v in ideal) + ")\n" + speed + loss
 
 
@@ -304,7 +304,7 @@ def markdown_text(comparison: Comparison) -> str:
     if comparison.kind == "scale":
         headers, rows = scale_cells(comparison)
         lines = [
-            f"# mgpu-tui scale {comparison.settings['mode']}",
+            f"# mgpu-tui scale {comparison.scale.mode}",
             "",
             "| " + " | ".join(headers) + " |",
             "|" + "|".join("---" if h == "status" else "---:" for h in headers) + "|",
@@ -322,7 +322,7 @@ def markdown_text(comparison: Comparison) -> str:
     lines += [
         "",
         "Bold: best in its column. Settings: "
-        + ", ".join(f"{k} {v}" for k, v in comparison.settings.items() if k != "modes")
+        + ", ".join(f"{k} {v}" for k, v in dataclasses.asdict(comparison.settings).items() if k != "modes")
         + ".",
     ]
     if comparison.parallel:
@@ -371,8 +371,9 @@ def csv_text(comparison: Comparison) -> str:
         ]
         writer = csv.DictWriter(out, fieldnames=fields, lineterminator="\n")
         writer.writeheader()
-        for p in comparison.points():
-            writer.writerow({k: "" if p[k] is None else p[k] for k in fields})
+        for point in comparison.points():
+            record = point.to_json()
+            writer.writerow({k: "" if record[k] is None else record[k] for k in fields})
         return out.getvalue()
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
     writer.writeheader()
@@ -396,11 +397,11 @@ def png_bytes(comparison: Comparison) -> bytes | None:
     except ImportError:
         return None
     if comparison.kind == "scale":
-        points = [p for p in comparison.points() if p["speedup"] is not None]
+        points = [p for p in comparison.points() if p.speedup is not None]
         fig, (ax, loss) = plt.subplots(1, 2, figsize=(11, 4))
-        by_batch = comparison.settings["sweep"] == "batch"
-        n = [p["batch_size" if by_batch else "nproc"] for p in points]
-        ax.plot(n, [p["speedup"] for p in points], "o-", label="measured")
+        by_batch = comparison.scale.sweep == "batch"
+        n = [p.batch_size if by_batch else p.nproc for p in points]
+        ax.plot(n, [p.speedup for p in points], "o-", label="measured")
         if not by_batch:
             ax.plot(n, [x / n[0] for x in n] if n else [], "--", label="ideal")
         ax.set_xlabel("global batch" if by_batch else "ranks")
@@ -416,7 +417,7 @@ def png_bytes(comparison: Comparison) -> bytes | None:
         loss.set_xlabel("samples")
         loss.set_title("loss (global batch)")
         loss.legend(fontsize="small")
-        fig.suptitle(f"mgpu-tui scale {comparison.settings['mode']} ({comparison.settings['sweep']})")
+        fig.suptitle(f"mgpu-tui scale {comparison.scale.mode} ({comparison.scale.sweep})")
     else:
         rows = comparison.rows
         fig, axes = plt.subplots(2, 2, figsize=(11, 7))

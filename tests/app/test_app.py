@@ -168,7 +168,7 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         assert "2 run(s) done" in status
         comparison = app.comparing.runner.comparison
         assert [r.status for r in comparison.rows] == ["ok", "ok"]
-        assert comparison.settings["model"] == "gpt-tiny" and all(r.tokens_per_s for r in comparison.rows)
+        assert comparison.settings.model == "gpt-tiny" and all(r.tokens_per_s for r in comparison.rows)
         # mp on the CPU is degenerate, and its summary says what it does not show here.
         single, mp = comparison.rows
         assert single.note is None and "every stage sits on the one CPU" in mp.note

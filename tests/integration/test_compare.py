@@ -10,10 +10,11 @@ import pytest
 
 from conftest import live_processes_of, run_cli
 from mgpu_tui.engine.compare import comparison as compare
-from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.shapes import MlpShape
+from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.reports import compare as compare_output
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -70,7 +71,8 @@ def test_compare_gives_ok_rows_that_trained_the_same_function(compared):
 
 def test_the_markdown_and_csv_reports_parse(compared):
     report = compared[0]
-    comparison = Comparison("compare", report["settings"], [Row(**r) for r in report["rows"]])
+    rows = [build(Row, r) for r in report["rows"]]  # the report read back as the types it came from
+    comparison = Comparison("compare", build(CompareSettings, report["settings"]), rows)
     markdown = compare_output.markdown_text(comparison).splitlines()
     table = [line for line in markdown if line.startswith("|")]
     header = [c.strip() for c in table[0].strip("|").split("|")]

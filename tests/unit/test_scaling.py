@@ -85,18 +85,18 @@ def test_each_point_reports_its_loss_once_it_has_seen_the_samples_of_the_first_p
     one = _row(1, 32, 100.0, [2.0, 1.8, 1.6, 1.4])  # 4 steps x 32 = 128 samples
     two = _row(2, 64, 180.0, [2.0, 1.5, 1.2, 1.1])  # 128 samples after step 2
     first, second = points([one, two], "weak", steps=4)
-    assert (first["loss_step"], first["loss_after_common_samples"]) == (4, 1.4)
-    assert (second["loss_step"], second["loss_after_common_samples"]) == (2, 1.5)
-    assert second["speedup"] == pytest.approx(1.8) and second["efficiency"] == pytest.approx(0.9)
-    assert (second["batch_size"], second["final_loss"]) == (64, 1.1)
+    assert (first.loss_step, first.loss_after_common_samples) == (4, 1.4)
+    assert (second.loss_step, second.loss_after_common_samples) == (2, 1.5)
+    assert second.speedup == pytest.approx(1.8) and second.efficiency == pytest.approx(0.9)
+    assert (second.batch_size, second.final_loss) == (64, 1.1)
 
 
 def test_a_batch_sweep_has_a_speedup_but_no_efficiency_and_a_failed_point_has_neither():
     small, big = _row(2, 32, 100.0, [2.0, 1.0]), _row(2, 64, 150.0, [2.0, 1.0])
     failed = dataclasses.replace(_row(2, 128, 1.0, [2.0]), status="failed")
     a, b, c = points([small, big, failed], "batch", steps=2)
-    assert (b["speedup"], b["efficiency"]) == (pytest.approx(1.5), None)
-    assert (c["speedup"], c["efficiency"]) == (None, None)
+    assert (b.speedup, b.efficiency) == (pytest.approx(1.5), None)
+    assert (c.speedup, c.efficiency) == (None, None)
     assert sweep_of([2], [32, 64], weak=False) == "batch" and sweep_of([1, 2], [32], weak=True) == "weak"
 
 

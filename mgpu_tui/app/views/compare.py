@@ -36,7 +36,7 @@ from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import fmt_bytes, plain
-from mgpu_tui.engine.compare.comparison import Comparison, Row
+from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device, workload_of
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
@@ -366,8 +366,10 @@ class CompareView(Widget):
         )
 
     def started(self, comparison: Comparison) -> None:
-        modes = self.modes = comparison.settings["modes"]
-        self.steps = comparison.settings["steps"]
+        settings = comparison.settings
+        assert isinstance(settings, CompareSettings)  # the view starts compares only
+        modes = self.modes = list(settings.modes)
+        self.steps = settings.steps
         self.total = len(modes) * self.steps
         self.query_one("#compare-progress", ProgressBar).update(total=self.total, progress=0)
         self.query_one("#compare-status", TextPanel).update(f"comparing {', '.join(modes)}: starting…")
