@@ -19,6 +19,7 @@ from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
+from mgpu_tui.reports.memory import memory_lines
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
 
 _EXIT = {
@@ -110,26 +111,6 @@ def _pct(x: float | None) -> str:
 
 def _watts(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0f} W"
-
-
-def memory_lines(summary: RunSummary) -> list[str]:
-    """The largest rank's memory beside the plan's: its live tensors at their peak and its state
-    (the planner's figures, docs/compare.md#the-memory-planner), and on the CPU what the process
-    held, the runtime included."""
-    rows = [m for m in summary.memory if m.predicted_total_bytes is not None]
-    if not rows:
-        return []
-    top = max(rows, key=lambda m: m.tensor_peak_bytes or m.predicted_total_bytes or 0)
-    parts = []
-    if top.tensor_peak_bytes is not None:
-        parts.append(f"tensors at their peak {fmt_bytes(top.tensor_peak_bytes)}")
-    parts.append(f"planned {fmt_bytes(top.predicted_total_bytes)}")
-    if top.state_as_planned is not None:
-        verdict = "as" if top.state_as_planned else "NOT as"
-        parts.append(f"state {fmt_bytes(top.measured_state_bytes)} ({verdict} planned)")
-    if summary.device == "cpu" and top.peak_bytes is not None:
-        parts.append(f"the process held {fmt_bytes(top.peak_bytes)} (the runtime besides)")
-    return [f"memory, rank {top.rank}: " + ", ".join(parts)]
 
 
 def summary_text(summary: RunSummary) -> str:

@@ -1,6 +1,7 @@
 """The app, driven with Textual's Pilot, on the real engine: real ranks, real files."""
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -390,6 +391,11 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
             assert str(chart.render()).splitlines()[-1].split() == ["step", "1", "─", "smoothed", "300"]
         result = str(app.query_one("#root-cause").render())
         assert result.startswith("Finished: 300/300 steps") and str(app.controller.run.run_dir.path) in result
+        # The tensors' peak beside the plan's, and what the process held besides (docs/run-view.md).
+        said = r"Memory, rank 0: tensors at their peak ([\d.]+) MiB, planned ([\d.]+) MiB"
+        memory = re.search(said, result)
+        assert memory and abs(float(memory[1]) / float(memory[2]) - 1) < 0.1, result
+        assert "(as planned)" in result and "the process held" in result
         await pilot.press("w")  # the latest steps instead: the last ones that fit the width
         chart = app.query_one("#loss", Chart)
         assert not chart.whole and str(chart.render()).splitlines()[-1].split()[-1] == "300"

@@ -31,6 +31,7 @@ from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
+from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
@@ -136,13 +137,16 @@ def of_steps(requested: int | None) -> str:
 def result_panel(summary: RunSummary) -> Text:
     """A finished run's figures in two lines, and where its files are."""
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
+    # On the CPU the rank's resident set: the runtime besides its tensors (the memory line).
+    peak = "process peak" if summary.device == "cpu" else "peak"
     figures = [
         f"{summary.steps:,}{of_steps(summary.steps_requested)} steps in {fmt_seconds(summary.duration_s)}",
         f"{fmt_rate(summary.samples_per_s)} samples/s",
         f"step {fmt_seconds(summary.step_time_s_median)}",
         f"loss {fmt_loss(summary.final_loss)}",
-        f"peak {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank",
+        f"{peak} {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank",
     ]
+    memory = memory_lines(summary)  # the tensors' peak beside the plan's, where the run had a plan
     if summary.verify is not None:
         figures.append(f"verify {summary.verify.describe()}")
     energy = [g.energy_j for g in summary.telemetry.gpus] if summary.telemetry else []
@@ -155,6 +159,7 @@ def result_panel(summary: RunSummary) -> Text:
         (f"{title}: ", "bold"),
         plain(" · ".join(figures)),
         (plain(slow), "magenta"),
+        *(part for line in memory for part in ("\n", plain(line[0].upper() + line[1:]))),
         "\n",
         ("Run directory: ", "bold"),
         plain(summary.run_dir),
