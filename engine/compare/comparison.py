@@ -108,6 +108,7 @@ class Row:
     batch_size: int = 0  # the global batch (0: not recorded)
     lr: float | None = None  # the learning rate after any warm-up (None: not recorded)
     label: str | None = None  # what tells the row apart where modes repeat (compare --runs): its run
+    busy: str | None = None  # the machine was busy with more than this run (telemetry_log.py)
 
     @property
     def name(self) -> str:
@@ -164,6 +165,7 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
         batch_size=spec.batch_size,
         lr=spec.lr,
+        busy=summary.telemetry.busy if summary.telemetry else None,
     )
 
 

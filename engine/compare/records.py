@@ -126,6 +126,7 @@ def _row(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, Row]:
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
         batch_size=spec.batch_size or 0,
         lr=spec.lr,
+        busy=summary.telemetry.busy if summary.telemetry else None,
     )
     return spec, machine, row
 

@@ -34,6 +34,11 @@ THIN_EVERY = 10  # after that, one sample in this many
 MAX_BYTES = 32 << 20  # never more than this on disk; at 8 GPUs and 16 ranks a line is ~2.5 KiB
 
 
+# The machine is busy when what else runs uses at least this many cores, and this share of them.
+BUSY_CORES = 0.5
+BUSY_SHARE = 0.25
+
+
 @dataclass
 class _Mean:
     total: float = 0.0
@@ -80,6 +85,22 @@ class TelemetryFigures:
     host_peak_mem_bytes: int | None
     gpus: tuple[GpuFigures, ...] = ()
     ranks: tuple[RankFigures, ...] = ()
+    cores: int | None = None  # the host's logical CPUs
+    # What everything but the ranks used, in cores, on average (mgpu-tui's own processes included:
+    # a few hundredths of a core): another job, a build, a browser on the same machine.
+    others_cpu_cores: float | None = None
+
+    @property
+    def busy(self) -> str | None:
+        """A sentence when the machine was busy with more than the run (its timings are then not to
+        be trusted), else None: others used at least half a core and a quarter of the cores."""
+        others, cores = self.others_cpu_cores, self.cores
+        if others is None or not cores or others < max(BUSY_CORES, BUSY_SHARE * cores):
+            return None
+        return (
+            f"other processes used {others:.1f} of the {cores} cores during the run: its timings "
+            "are not to be trusted (run it again on an idle machine)"
+        )
 
     def to_json(self) -> dict:
         return {
@@ -125,7 +146,8 @@ class TelemetryLog:
         self._written = 0
         self.samples = 0  # taken
         self.kept = 0  # written to the file
-        self._host_cpu, self._host_mem = _Mean(), _Mean()
+        self._host_cpu, self._host_mem, self._others = _Mean(), _Mean(), _Mean()
+        self._cores: int | None = None
         self._gpus: dict[str, _GpuTrack] = {}
         self._ranks: dict[int, tuple[_Mean, _Mean]] = {}  # rank -> (rss, cpu)
 
@@ -177,6 +199,11 @@ class TelemetryLog:
     def _add(self, snap: Snapshot) -> None:
         cores = [c for c in snap.host.cpu_percent if c is not None]
         self._host_cpu.add(sum(cores) / len(cores) if cores else None)
+        self._cores = len(snap.host.cpu_percent) or self._cores
+        ranks = [p.cpu_percent for p in snap.ranks if p.alive]
+        if cores and len(cores) == len(snap.host.cpu_percent) and ranks and None not in ranks:
+            # The host's use of all its cores, less the ranks': what else ran (in cores).
+            self._others.add(max(0.0, (sum(cores) - sum(r for r in ranks if r is not None)) / 100))
         self._host_mem.add(snap.host.memory_used)
         for g in snap.gpus:
             track = self._gpus.setdefault(g.uuid, _GpuTrack(g.name))
@@ -216,7 +243,14 @@ class TelemetryLog:
             RankFigures(rank, _int(rss.peak), cpu.mean) for rank, (rss, cpu) in sorted(self._ranks.items())
         )
         return TelemetryFigures(
-            self.samples, self.interval, self._host_cpu.mean, _int(self._host_mem.peak), gpus, ranks
+            self.samples,
+            self.interval,
+            self._host_cpu.mean,
+            _int(self._host_mem.peak),
+            gpus,
+            ranks,
+            cores=self._cores,
+            others_cpu_cores=None if self._others.mean is None else round(self._others.mean, 2),
         )
 
 

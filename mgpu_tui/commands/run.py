@@ -153,6 +153,8 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, script_line(summary))
     if summary.note:
         notes.insert(0, f"note: {summary.note}")
+    if summary.telemetry and summary.telemetry.busy:
+        notes.insert(0, f"BUSY MACHINE: {summary.telemetry.busy}.")
     if summary.verify:
         notes.insert(0, f"verify {'ok' if summary.verify.ok else 'FAILED'}: {summary.verify.describe()}")
     uncounted = [r.rank for r in summary.ranks if r.last_step and r.samples_per_s is None]

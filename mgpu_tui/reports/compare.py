@@ -117,6 +117,8 @@ def compare_table(comparison: Comparison) -> str:
             lines.append(plain(f"{r.name} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
         elif r.note:
             lines.append(f"{r.name}: {r.note}")
+        if r.busy:
+            lines.append(f"BUSY MACHINE, {r.name}: {r.busy}.")
     if comparison.parallel:
         lines.append("Note: the modes ran at the same time and shared this host: not a fair race.")
     return "\n".join(lines)
@@ -176,6 +178,9 @@ def scale_notes(comparison: Comparison) -> list[str]:
     if settings.sweep != "batch":
         notes.append("efficiency = throughput(N) / (N x throughput(1)), against the smallest count that ran.")
         over = [p for p in comparison.points() if p.efficiency is not None and p.efficiency > OVER_LINEAR]
+        for r in comparison.rows:
+            if r.busy:
+                notes.append(f"BUSY MACHINE at {r.world_size} rank(s), batch {r.batch_size}: {r.busy}.")
         if over:  # more than linear: the timings, not the ranks (a busy machine, a slow first point)
             counts = ", ".join(f"{p.nproc} ranks ({_fmt_pct(p.efficiency)})" for p in over)
             notes.append(

@@ -27,3 +27,22 @@ def test_ranks_of_a_real_cpu_run_show_their_processes(tmp_path):
         assert r.gpu_uuid is None  # CPU ranks have no GPU
     after = sampler.sample().ranks
     assert not any(r.alive for r in after)
+
+
+def test_a_run_on_a_busy_machine_says_its_timings_are_not_to_be_trusted(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import only_run_dir, read_summary, run_cli
+
+    # Another job on the machine: a process that spins a core for the whole run.
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        result = run_cli("run", "single", "--steps", "300", "--device", "cpu", "--run-dir", str(tmp_path))
+    finally:
+        burner.kill()
+        burner.wait()
+    assert result.returncode == 0, result.stderr
+    assert "BUSY MACHINE: other processes used " in result.stdout
+    telemetry = read_summary(only_run_dir(tmp_path) / "summary.json").telemetry
+    assert telemetry is not None and telemetry.cores and telemetry.others_cpu_cores >= 0.5

@@ -118,3 +118,15 @@ def test_pcie_rates_are_read_one_gpu_per_sample_in_turn(h100_box):
     assert all(g.pcie_age_s is not None for g in last.gpus)
     assert last.gpus[0].readings.pcie_tx_bps == 1000 * 1024  # kept from its turn
     assert last.gpus[0].pcie_age_s > 0 and last.gpus[7].pcie_age_s == 0
+
+
+def test_a_machine_is_busy_when_others_use_half_a_core_and_a_quarter_of_the_cores():
+    from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
+
+    def figures(others, cores):
+        return TelemetryFigures(10, 1.0, 50.0, 1 << 30, cores=cores, others_cpu_cores=others)
+
+    assert figures(None, 2).busy is None and figures(1.0, None).busy is None  # not measured: not said
+    assert figures(0.4, 2).busy is None  # mgpu-tui's own processes and a shell: not busy
+    assert figures(0.5, 2).busy.startswith("other processes used 0.5 of the 2 cores")
+    assert figures(1.5, 8).busy is None and figures(2.0, 8).busy is not None  # a quarter of 8
