@@ -58,9 +58,7 @@ class TensorPeak:
 
     def after_step(self, last: bool) -> int | None:
         """Called after each step; ``last``: read the peak and stop watching (then it is returned)."""
-        if self.tracker is None:
-            return None
-        if not last:
+        if self.tracker is None or not last:
             return None
         peak = sum(snap.get("Total", 0) for snap in self.tracker.get_tracker_snapshot("peak").values())
         self.stop()

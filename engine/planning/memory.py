@@ -17,15 +17,17 @@ shards it, so on the CPU it is what the ranks really hold; activations are an es
   4 s b h bytes, where the embeddings are.
 
 Each figure holds at a named moment (MOMENTS): the state at rest, after the optimizer step; the
-total at the peak, which is as backward begins (every activation held, the loss's gradients made,
-no parameter's gradient yet: the demos' zero_grad sets them to None) or, when the state outweighs
-the activations, as backward ends (every gradient made, the activations freed).
+total at the peak, the largest of: as backward begins (every activation held, the loss's gradients
+made, no parameter's gradient yet: the demos' zero_grad sets them to None), in an FSDP unit's
+backward (the unit gathered, its unsharded gradients and their reduce-scatter copy), or as
+backward ends (every gradient made, the activations freed), which wins when the state outweighs
+the activations.
 
 Buffers are what a mode adds on top: DDP's gradient buckets (a second copy of the gradients,
 unless gradient_as_bucket_view; they stay between steps), FSDP's gathered unit and its unsharded
 gradients, and without resharding after forward every unit's parameters whole from forward to
 backward (both only at the peak). Parameters and gradients are float32: autocast computes in 16
-bits but keeps float32 weights, which are their own master copy (BYTE_SPLIT); the 16-bit copy of
+bits but keeps float32 weights, which are their own master copy (byte_split); the 16-bit copy of
 each weight a matmul reads is kept for backward (2 bytes a weight, whole under FSDP, which casts
 the gathered weight). SGD with momentum keeps one float32 buffer a parameter, Adam two plus a
 float32 `step` a tensor.
@@ -44,20 +46,7 @@ FLOAT32 = 4
 HALF = 2  # autocast's float16 or bfloat16
 OPTIMIZERS = ("sgd", "adam")
 # The modes a plan covers, in the catalogue's order (the user's own script has no shape to plan).
-PLANNED_MODES = (
-    "single",
-    "dp",
-    "ddp",
-    "zero1",
-    "mp",
-    "ddp_mp",
-    "pipeline",
-    "fsdp",
-    "fsdp_grad_op",
-    "rpc",
-    "tp",
-    "hybrid",
-)
+PLANNED_MODES = tuple(MODES)
 # The moments the figures hold at (a plan's JSON carries them).
 MOMENTS = {
     "at_rest": "after the optimizer step, until the next step's zero_grad: parameters, gradients, "

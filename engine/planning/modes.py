@@ -269,6 +269,16 @@ def availability(mode: Mode, host: Host) -> Availability:
     return Availability(True, "cpu", f"on the CPU{backend}")
 
 
+def variant(mode: Mode, demo_args: tuple[str, ...] | list[str]) -> Mode:
+    """The catalogue's mode that ``mode``'s demo with ``demo_args`` is: ``fsdp`` given
+    ``--no-reshard-after-forward`` is ``fsdp_grad_op``, whose demo_flags those are."""
+    given = set(demo_args)
+    return next(
+        (m for m in MODES.values() if m.demo == mode.demo and m.demo_flags and set(m.demo_flags) <= given),
+        mode,
+    )
+
+
 def unknown_mode(name: str) -> str:
     """The sentence for a mode that is not one, with the nearest modes when any is near (dpp: dp
     or ddp; fdsp: fsdp)."""

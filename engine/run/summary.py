@@ -57,6 +57,7 @@ from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
+from mgpu_tui.engine.planning.modes import variant
 from mgpu_tui.engine.protocol.folder import finite_only
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
@@ -155,8 +156,8 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[RankMemory, ...]
         schedule=schedule,
         accum=1 if resolved.mode.microbatched else spec.accum,
     )
-    # fsdp told not to reshard after forward is fsdp_grad_op, and planned as it.
-    mode = "fsdp_grad_op" if "--no-reshard-after-forward" in spec.demo_args else resolved.mode.name
+    # A variant asked for by its flags (fsdp --no-reshard-after-forward) is planned as that mode.
+    mode = variant(resolved.mode, spec.demo_args).name
     predicted = predicted_per_rank(mode, resolved.workload, resolved.world_size, training, stages=spec.stages)
     measured = {r.rank: r for r in stats.ranks}
     rows = []

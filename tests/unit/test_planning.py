@@ -175,3 +175,12 @@ def test_plan_without_a_gpu_or_with_a_bad_model_is_one_sentence(capsys):
     assert code == 2 and "say how many to plan for with --gpus N" in err
     code, _, err = cli_in_process(capsys, "plan", "--model", "gpt-9", "--gpus", "2")
     assert code == 2 and "unknown model 'gpt-9'" in err
+
+
+def test_a_variant_asked_for_by_its_flags_is_planned_as_its_own_mode():
+    from mgpu_tui.engine.planning.modes import MODES, variant
+
+    fsdp = MODES["fsdp"]
+    assert variant(fsdp, ["--seed", "1", "--no-reshard-after-forward"]) is MODES["fsdp_grad_op"]
+    assert variant(fsdp, ["--reshard-after-forward"]) is fsdp and variant(fsdp, []) is fsdp
+    assert variant(MODES["ddp"], ["--no-reshard-after-forward"]) is MODES["ddp"]
