@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast install lint bench clean gpu-check
+.PHONY: run test test-fast test-slurm install lint bench clean gpu-check
 
 run: $(VENV)/.installed-app
 	$(BIN)/mgpu-tui $(ARGS)
@@ -19,6 +19,11 @@ test: install
 # The unit tests alone (tests/unit: no process started), in seconds.
 test-fast: install
 	$(BIN)/python -m pytest tests/unit -q
+
+# A real Slurm cluster on this machine (root; Debian's slurm-wlm and munge): sbatch, scancel, the time
+# limit, a node that dies (tests/integration/test_slurm.py). About 90 s; CI runs it after `make test`.
+test-slurm: install
+	$(BIN)/python -m pytest -m slurm tests/integration/test_slurm.py
 
 install: $(VENV)/.installed
 

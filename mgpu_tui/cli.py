@@ -221,9 +221,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
     nodes.add_argument(
-        "--nnodes", type=whole_number(1, MAX_NODES), default=1, help="nodes in the job (default 1)"
+        "--nnodes",
+        type=whole_number(1, MAX_NODES),
+        help="nodes in the job (default 1; in a Slurm step: the step's)",
     )
-    nodes.add_argument("--node-rank", type=whole_number(0, MAX_NODES - 1), default=0, help="this node's rank")
+    nodes.add_argument(
+        "--node-rank",
+        type=whole_number(0, MAX_NODES - 1),
+        help="this node's rank (default 0; in a Slurm step: SLURM_NODEID)",
+    )
     nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
     nodes.add_argument(
         "--rdzv-id", type=run_name, metavar="ID", help="the job's id, the same on every node (a name)"
@@ -433,7 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
         "run still going (started in another terminal, or by a scheduler) is "
         "followed live, and quitting leaves it running.",
     )
-    opening.add_argument("run", metavar="RUN", help="a run folder, or `latest` (the newest under --run-dir)")
+    opening.add_argument(
+        "run",
+        metavar="RUN",
+        help="a run folder, `latest` (the newest under --run-dir), or a Slurm job id (its newest step's run)",
+    )
     opening.add_argument(
         "--run-dir",
         default="runs",
@@ -496,6 +506,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     planning.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe", help="pipeline schedule")
     planning.add_argument("--json", action="store_true", help="print JSON")
+
+    batch = commands.add_parser(
+        "slurm",
+        help="print an sbatch script that runs a mode or your script on several nodes",
+        description="Print a complete sbatch script: one `mgpu-tui run` per node, which reads the "
+        "nodes, its rank and the rendezvous from Slurm. Arguments after -- go to `mgpu-tui run` "
+        "(for example -- --steps 1000).",
+    )
+    batch.add_argument("mode", metavar="MODE", nargs="?", help="a mode from `mgpu-tui list`")
+    batch.add_argument("--script", metavar="FILE", help="your own torchrun script instead of a mode")
+    batch.add_argument("--nodes", type=whole_number(1, MAX_NODES), default=2, help="nodes (default 2)")
+    batch.add_argument(
+        "--gpus-per-node", type=whole_number(1, MAX_RANKS), metavar="G", help="GPUs a node (--gpus-per-node)"
+    )
+    batch.add_argument(
+        "--nproc",
+        type=whole_number(1, MAX_RANKS),
+        help="ranks a node (default: its GPUs, as Slurm gives them)",
+    )
+    batch.add_argument("--time", default="01:00:00", metavar="HH:MM:SS", help="time limit (default 01:00:00)")
+    batch.add_argument("--partition", metavar="NAME", help="Slurm partition (default: the cluster's)")
+    batch.add_argument("--account", metavar="NAME", help="Slurm account to charge")
+    batch.add_argument("--job-name", metavar="NAME", help="the job's name (default: the mode or script)")
+    batch.add_argument(
+        "--output",
+        default="mgpu-tui-%j.out",
+        metavar="FILE",
+        help="the job's output (default mgpu-tui-%%j.out)",
+    )
+    batch.add_argument(
+        "--run-dir",
+        metavar="DIR",
+        help="run folder on a filesystem every node mounts (default: the submit directory's runs/)",
+    )
 
     listing = commands.add_parser("list", help="the modes, and whether each can run here")
     listing.add_argument("--json", action="store_true", help='print JSON: {"modes": [...]}')
@@ -592,12 +636,16 @@ def _main(argv: list[str]) -> int:
             from mgpu_tui.commands.tui import tui_command
 
             return tui_command(None, run_root=Path(args.app_run_dir))
-        if demo_args and args.command != "run":
-            raise UsageError("arguments after -- are only for `mgpu-tui run`.")
+        if demo_args and args.command not in ("run", "slurm"):
+            raise UsageError("arguments after -- are only for `mgpu-tui run` and `mgpu-tui slurm`.")
         if args.command == "run":
             from mgpu_tui.commands.run import run_command
 
             return run_command(args, demo_args)
+        if args.command == "slurm":
+            from mgpu_tui.commands.slurm import slurm_command
+
+            return slurm_command(args, demo_args)
         if args.command in ("compare", "scale"):
             from mgpu_tui.commands.compare import compare_command, scale_command
 

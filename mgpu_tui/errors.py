@@ -40,8 +40,17 @@ def exit_code_for(error: BaseException) -> ExitCode | None:
     return None
 
 
+_SIGNALS_SEEN: list[int] = []
+
+
 def _raise_interrupt(signum, frame) -> None:
+    _SIGNALS_SEEN.append(signum)
     raise KeyboardInterrupt
+
+
+def terminated() -> bool:
+    """Whether a SIGTERM interrupted this command (a scheduler stopping it, not a person's Ctrl-C)."""
+    return signal.SIGTERM in _SIGNALS_SEEN
 
 
 def interrupt_on_term_and_hup() -> None:

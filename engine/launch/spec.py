@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.memory import tied_apart
@@ -97,6 +98,8 @@ class LaunchSpec:
     # torchrun's own settings that mgpu-tui does not model (--monitor-interval 1, --role trainer),
     # passed to torchrun as given (mgpu-tui torchrun: commands/torchrun.py).
     launcher_args: tuple[str, ...] = ()
+    # The Slurm job and step this node runs in (launch/slurm.py), where its options came from Slurm.
+    slurm: SlurmJob | None = None
 
 
 @dataclass(frozen=True)

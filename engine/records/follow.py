@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
+from mgpu_tui.engine.machine.slurm import cancel_job
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.protocol.folder import loads, read_json
@@ -141,9 +142,9 @@ class FollowedRun(IngestReadings):
         self.summary: RunSummary | None = None
         self.state = FollowState.RUNNING
         self.telemetry = TelemetrySeries()
-        self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts)
-        self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self.nnodes = spec.nnodes
+        self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts, log_dirs=self._log_dirs)
+        self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
         self.live_at_open = self.followed()
 
@@ -166,6 +167,18 @@ class FollowedRun(IngestReadings):
         if again.mode not in MODES or again.device not in ("auto", "cpu", "cuda") or spec.program:
             return None
         return again, spec.nproc or self.world_size
+
+    def _log_dirs(self) -> list[tuple[RunDir, int]]:
+        """Every node's logs in the folder the nodes share, each with its first global rank; one
+        node's run has its own logs only."""
+        if self.nnodes < 2 or self.world_size % self.nnodes:
+            return [(self.run_dir, 0)]
+        per_node = self.world_size // self.nnodes
+        return [
+            (RunDir(self.path, node=n), n * per_node)
+            for n in sorted(self.run_dir.node_specs())
+            if n < self.nnodes
+        ]
 
     def followed(self) -> bool:
         """Whether a process follows the run now (and so it may still change)."""
@@ -274,6 +287,14 @@ class FollowedRun(IngestReadings):
                 "so nothing was sent."
             )
         monitor.ask_to_stop()
+
+    def cancel_slurm_job(self) -> str | None:
+        """``scancel`` the Slurm job this run is (every node then stops, saying "cancelled"); None
+        once Slurm took it, else its sentence why not."""
+        job = self.recorded_spec.slurm
+        if job is None:
+            return "this run is no Slurm job's."
+        return cancel_job(job.job_id)
 
     def close(self) -> None:
         """Let go of the files; the run itself goes on."""

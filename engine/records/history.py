@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
 from mgpu_tui.engine.protocol.typed import Invalid, build
 from mgpu_tui.engine.run.monitor import is_followed
@@ -60,6 +61,7 @@ class RecordedSpec:
     stages: int = 1
     lr: float | None = None
     name: str | None = None  # the user's name for the run (--name)
+    slurm: SlurmJob | None = None  # the Slurm job it ran in (launch/slurm.py)
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD:
@@ -110,6 +112,7 @@ class RunRecord:
     model: str | None = None  # a mode's workload (mlp, gpt-tiny...); None for a script, or unrecorded
 
     name: str | None = None  # the user's name for it (--name)
+    slurm_job: str | None = None  # the Slurm job it ran in
 
     @property
     def label(self) -> str:
@@ -126,6 +129,7 @@ class RunRecord:
             "what": self.what,
             "model": self.model,
             "name": self.name,
+            "slurm_job": self.slurm_job,
             "world_size": self.world_size,
             "nnodes": self.nnodes,
             "status": self.status,
@@ -150,20 +154,41 @@ def read_run(path: Path) -> RunRecord:
     suffix = "" if node is None else f"-node{node}"
     what, world, nnodes = spec.what, spec.world_size, spec.nnodes
     model, named = None if spec.program else spec.model, spec.name
+    job = spec.slurm.job_id if spec.slurm else None
     summary_path = path / f"summary{suffix}.json"
     try:
         summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
     except FileNotFoundError:
         lock = path / f"monitor{suffix}.lock"
         status = "unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off"
-        return RunRecord(str(path), created, what, world, nnodes, status, model=model, name=named)
+        return RunRecord(
+            str(path), created, what, world, nnodes, status, model=model, name=named, slurm_job=job
+        )
     except (OSError, ValueError) as exc:
         reason = _unreadable("summary.json", exc)
         return RunRecord(
-            str(path), created, what, world, nnodes, "broken", reason=reason, model=model, name=named
+            str(path),
+            created,
+            what,
+            world,
+            nnodes,
+            "broken",
+            reason=reason,
+            model=model,
+            name=named,
+            slurm_job=job,
         )
     return RunRecord(
-        str(path), created, what, world, nnodes, summary.status, summary, model=model, name=named
+        str(path),
+        created,
+        what,
+        world,
+        nnodes,
+        summary.status,
+        summary,
+        model=model,
+        name=named,
+        slurm_job=job,
     )
 
 

@@ -22,6 +22,7 @@ import os
 import stat
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, Step, parse_line
@@ -169,8 +170,18 @@ class Ingest:
     and a rank says hello once (once per attempt when torchrun may restart it). The rest is
     counted as malformed and never reaches the figures."""
 
-    def __init__(self, run_dir: RunDir, world_size: int, restarts: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: RunDir,
+        world_size: int,
+        restarts: bool = False,
+        log_dirs: Callable[[], Iterable[tuple[RunDir, int]]] | None = None,
+    ) -> None:
+        """``log_dirs``: where the ranks' logs are, each folder with the first global rank of its
+        local ranks (several nodes' logs read from their shared folder); default ``run_dir``'s, by
+        local rank."""
         self.run_dir = run_dir
+        self._log_dirs = log_dirs or (lambda: ((run_dir, 0),))
         self.world_size = world_size
         self.restarts = restarts
         self.aggregator = Aggregator()
@@ -213,19 +224,20 @@ class Ingest:
                 for event in events:
                     self.aggregator.add(event)
                 self.malformed_events += malformed + tail.dropped_long_lines - before
-        for local, files in self.run_dir.rank_files(self.world_size).items():
-            for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
-                known = self._log_tails.get((local, stream))
-                if known is None or known.path != path:  # a new attempt has new files
-                    if known is not None:
-                        known.close()
-                    known = self._log_tails[(local, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
-                tail = known
-                lines = [shown_line(line) for line in tail.read_lines()]
-                if lines:
-                    with self._lock:
-                        self._new_lines.extend((local, stream, line) for line in lines)
-                        self._new_lines_seen += len(lines)
+        for logs, offset in self._log_dirs():
+            for local, files in logs.rank_files(self.world_size - offset).items():
+                rank = local + offset
+                for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
+                    known = self._log_tails.get((rank, stream))
+                    if known is None or known.path != path:  # a new attempt has new files
+                        if known is not None:
+                            known.close()
+                        known = self._log_tails[(rank, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
+                    lines = [shown_line(line) for line in known.read_lines()]
+                    if lines:
+                        with self._lock:
+                            self._new_lines.extend((rank, stream, line) for line in lines)
+                            self._new_lines_seen += len(lines)
         return any(tail.behind for tail in [*self._event_tails.values(), *self._log_tails.values()])
 
     def _fits(self, event, file_rank: int) -> bool:

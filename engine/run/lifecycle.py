@@ -126,6 +126,7 @@ class Run(IngestReadings):
         self._fr_read_at = 0.0
         self._started_at = 0.0
         self._stop_requested = False
+        self._stopped_by: str | None = None  # Slurm's word for who stopped it (stop())
         self._node_cause: RootCause | None = None  # what ended the run from another node, or its absence
         self._watchdog = Watchdog(
             resolved,
@@ -153,6 +154,8 @@ class Run(IngestReadings):
             name = f"{name}-{folder_name(spec.name)}"
         if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
             run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
+        elif spec.slurm is not None:  # one node of a Slurm job: named by its job and step, not the clock
+            run_dir = RunDir.create(spec.run_root, name, shared=spec.slurm.run_id)
         else:
             run_dir = RunDir.create(spec.run_root, name)
         run = None
@@ -299,8 +302,10 @@ class Run(IngestReadings):
             on_poll(self)
         return self.state
 
-    def stop(self, grace: float = 5.0) -> RunState:
-        """Stop every process of the run: SIGTERM, ``grace`` seconds, then SIGKILL."""
+    def stop(self, grace: float = 5.0, *, stopped_by: str | None = None) -> RunState:
+        """Stop every process of the run: SIGTERM, ``grace`` seconds, then SIGKILL. ``stopped_by``:
+        who asked, where it was not the user (Slurm's "cancelled" or "time limit"): the summary says it."""
+        self._stopped_by = self._stopped_by or stopped_by
         if self.state is RunState.VERIFYING and self._verification is not None:
             self._stop_requested = True
             self._verification.stop()
@@ -506,6 +511,7 @@ class Run(IngestReadings):
             telemetry=telemetry,
             nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None,
             nodes=nodes,
+            stopped_by=self._stopped_by,
         )
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())

@@ -43,6 +43,11 @@
 - ``mgpu_tui_version``: the release of mgpu-tui that ran it (also in ``spec.json``);
 - ``nodes``: several nodes, every node of the job as this one last heard it: node, host, ranks,
   state (ok, failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/watch.py); [] for one node.
+- ``slurm``: under Slurm, the job this node ran in: job_id, step_id (null: the batch script),
+  restart_count, nodelist, nnodes, node_id, ntasks, tasks_per_node, procid, localid, partition,
+  cluster, gpus_on_node (launch/slurm.py); null outside Slurm;
+- ``stopped_by``: an interrupted run that Slurm ended: "cancelled" (scancel) or "time limit"
+  (machine/slurm.py); null for any other end.
 
 aggregate.py defines every figure.
 """
@@ -54,6 +59,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 from mgpu_tui import __version__
+from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
@@ -235,6 +241,8 @@ class RunSummary:
     mgpu_tui_version: str | None = None  # the release that ran it (None: read from an older summary)
     batch_size_source: str | None = None  # a script's: where its batch was counted
     finished_training: bool | None = None  # a script's: every rank here ran it to its end
+    slurm: SlurmJob | None = None  # the Slurm job, step and task this node was (launch/slurm.py)
+    stopped_by: str | None = None  # who stopped an interrupted run: "cancelled" or "time limit" (Slurm)
 
     @property
     def ok(self) -> bool:
@@ -260,6 +268,7 @@ class RunSummary:
         telemetry: TelemetryFigures | None = None,
         nccl: NcclFigures | None = None,
         nodes: tuple[NodeView, ...] = (),
+        stopped_by: str | None = None,
     ) -> RunSummary:
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
         host; others are not shown."""
@@ -323,6 +332,8 @@ class RunSummary:
             tokens_per_s=stats.tokens_per_s,
             memory=memory_of(resolved, stats),
             mgpu_tui_version=__version__,
+            slurm=spec.slurm,
+            stopped_by=stopped_by if status == "interrupted" else None,
         )
 
     def to_json(self) -> dict:
@@ -338,6 +349,7 @@ class RunSummary:
         document["nodes"] = [n.to_json() for n in self.nodes]
         document["nccl"] = None if self.nccl is None else asdict(self.nccl)
         document["memory"] = [asdict(m) for m in self.memory]
+        document["slurm"] = None if self.slurm is None else asdict(self.slurm)
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod

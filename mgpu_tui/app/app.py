@@ -322,35 +322,11 @@ class MgpuApp(App):
             self.notify("Stopping the comparison: every rank…")
 
     def _stop_followed(self) -> None:
-        """A run started elsewhere: say who follows it, ask, and only then ask its monitor to stop it."""
-        run = self.controller.followed()
-        if run is None:
-            return
-        monitor = run.monitor()
-        if monitor is None:
-            self.notify("Nothing follows this run any more: it has ended.", severity="warning")
-            return
-        if reason := monitor.why_not_stoppable():
-            self.notify(plain(reason), title="Cannot stop", severity="error", timeout=8, markup=False)
-            return
+        """A run started elsewhere: app/stop_followed.py asks, then stops it (scancel for a Slurm job's)."""
+        if (run := self.controller.followed()) is not None:
+            from mgpu_tui.app.stop_followed import stop_followed
 
-        def answered(yes: bool | None) -> None:
-            if not yes:
-                return
-            try:
-                run.stop(monitor)  # that very process, checked again: it may have ended since
-            except (PermissionError, ProcessLookupError) as exc:
-                self.notify(plain(str(exc)), title="Cannot stop", severity="error", timeout=8, markup=False)
-                return
-            self.notify("Asked the run's monitor to stop every rank…")
-
-        from mgpu_tui.app.views.confirm import Confirm
-
-        question = (
-            f"This run was started elsewhere (its monitor is pid {monitor.pid}, "
-            f"user {monitor.owner}). Stop it and every rank?"
-        )
-        self.push_screen(Confirm(question), answered)
+            stop_followed(self, run)
 
     def deliver_screenshot(
         self, filename: str | None = None, path: str | None = None, time_format: str | None = None

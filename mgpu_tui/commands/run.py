@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from mgpu_tui.commands.slurm import from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, status_word, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
@@ -18,7 +19,7 @@ from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary
-from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
+from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
 from mgpu_tui.reports.memory import memory_lines
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
 
@@ -168,6 +169,8 @@ def summary_text(summary: RunSummary) -> str:
     notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]
     if summary.nccl:
         notes.insert(0, f"NCCL: {summary.nccl.summary}")
+    if summary.slurm:
+        notes.insert(0, summary.slurm.describe(summary.stopped_by))
     if summary.nodes:
         each = [f"node {n.node} {n.host or '?'} ranks {n.ranks} {n.state}" for n in summary.nodes]
         notes.insert(0, "nodes: " + "; ".join(each))
@@ -265,6 +268,7 @@ def _rank_output(
 
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     program_args = _program_args(args, demo_args)
+    job, from_slurm_said = from_slurm(args)
     spec = LaunchSpec(
         mode=args.mode or "script",
         script=args.script,
@@ -299,9 +303,10 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
         verify=args.verify,
         demo_args=tuple(program_args),
         instrument=not getattr(args, "no_instrument", False),
+        slurm=job,
         **model_fields(args),
     )
-    return follow(spec, args)
+    return follow(spec, args, (from_slurm_said,) if from_slurm_said else ())
 
 
 def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
@@ -387,11 +392,14 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
             run.start()
             run.wait(on_poll=on_poll)
         except KeyboardInterrupt:
-            progress.end()
-            print("mgpu-tui: interrupted; stopping every rank", file=sys.stderr)
-            # A second Ctrl-C must not abandon the ranks half-stopped.
+            # A second Ctrl-C (or Slurm's SIGTERM to every process) must not abandon the ranks half-stopped.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
-            run.stop()
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            progress.end()
+            by = why_slurm_stopped(spec.slurm) if terminated() else None
+            ended = spec.slurm.describe(by) if spec.slurm and by else "interrupted"
+            print(plain(f"mgpu-tui: {ended}; stopping every rank"), file=sys.stderr)
+            run.stop(stopped_by=by)
         else:
             if not progress.said_verifying:
                 progress.end()

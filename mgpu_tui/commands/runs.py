@@ -31,6 +31,14 @@ def open_command(args: argparse.Namespace) -> int:
         if not usable:
             raise UsageError(f"there is no run under {root} to open (mgpu-tui run MODE makes one).")
         path = Path(usable[0].path)
+    elif args.run.isdigit() and not Path(args.run).exists():  # a Slurm job id
+        steps = [r for r in list_runs(root) if r.slurm_job == args.run and r.status != "broken"]
+        if not steps:
+            raise UsageError(
+                f"no run of Slurm job {args.run} under {root}: give the job's --run-dir (a folder every "
+                "node mounts), or the run folder itself."
+            )
+        path = Path(steps[0].path)  # the newest step
     else:
         path = Path(args.run)
         if not path.is_dir():
@@ -77,13 +85,25 @@ def delete_old_runs(root: Path, days: float, yes: bool) -> int:
     return ExitCode.OK
 
 
+def slurm_queue(records: list) -> dict[str, str]:
+    """The state squeue gives each Slurm job of ``records`` still unended here; {} without Slurm."""
+    live = sorted({r.slurm_job for r in records if r.slurm_job and r.status not in DELETABLE[:3]})
+    if not live:
+        return {}
+    from mgpu_tui.engine.machine.slurm import queue_states
+
+    return queue_states(live)
+
+
 def runs_command(args: argparse.Namespace) -> int:
     root = _root(args)
     if args.delete_older_than is not None:
         return delete_old_runs(root, args.delete_older_than, args.yes)
     records = list_runs(root)
+    queue = slurm_queue(records)
     if args.json:
-        print(strict_json({"run_dir": str(root), "runs": [r.to_json() for r in records]}))
+        runs = [{**r.to_json(), "slurm_state": queue.get(r.slurm_job or "")} for r in records]
+        print(strict_json({"run_dir": str(root), "runs": runs}))
         return ExitCode.OK
     if not records:
         print(plain(f"no runs under {root} yet (mgpu-tui run MODE --run-dir {root} makes one)"))
@@ -95,6 +115,10 @@ def runs_command(args: argparse.Namespace) -> int:
         nodes = f" on {r.nnodes}" if (r.nnodes or 1) > 1 else ""
         ranks = "?" if r.world_size is None else f"{r.world_size}{nodes}"
         detail = r.reason or (s.root_cause.headline() if s and s.root_cause else "")
+        if r.slurm_job:  # the job as the scheduler has it now, where it still answers
+            state = queue.get(r.slurm_job) or (s.stopped_by if s else None)  # squeue's, else how it ended
+            job = f"Slurm job {r.slurm_job}" + (f" {state}" if state else "")
+            detail = f"{job}; {detail}" if detail else job
         rows.append(
             [
                 when,

@@ -85,3 +85,28 @@ def test_a_reopened_run_gives_the_form_its_own_model_and_settings(tmp_path):
         2,
     )
     run.close()
+
+
+def test_a_folder_that_nodes_share_gives_every_nodes_rank_logs_by_global_rank(tmp_path):
+    """Issue #29: `open` of a Slurm job's folder from the login node showed node 0's logs alone."""
+    import json
+    import time
+
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    path = tmp_path / "slurm-7-0-ddp"
+    (path / "events").mkdir(parents=True)
+    for node in (0, 1):
+        spec = {"mode": "ddp", "world_size": 4, "nproc": 2, "nnodes": 2, "steps": 10, "device": "cpu"}
+        document = {"spec": spec, "created_at": time.time(), "machine": {"hostname": f"bn-host{node + 1}"}}
+        (path / f"spec-node{node}.json").write_text(json.dumps(document))
+        for local in (0, 1):
+            logs = path / "logs" / f"node{node}" / "slurm-7-0_x" / "attempt_0" / str(local)
+            logs.mkdir(parents=True)
+            (logs / "stdout.log").write_text(f"node {node} local {local}\n")
+            (logs / "stderr.log").write_text("")
+    run = FollowedRun(path)
+    run.poll()
+    lines, dropped = run.drain_log_lines()
+    assert sorted(lines) == [(r, "stdout", f"node {r // 2} local {r % 2}") for r in range(4)] and not dropped
+    run.close()

@@ -155,10 +155,12 @@ def result_panel(summary: RunSummary) -> Text:
         figures.append(f"GPU energy {sum(known):,.0f} J")
     title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
+    job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
         (f"{title}: ", "bold"),
         plain(" · ".join(figures)),
         (plain(slow), "magenta"),
+        plain(job),
         *(part for line in memory for part in ("\n", plain(line[0].upper() + line[1:]))),
         "\n",
         ("Run directory: ", "bold"),

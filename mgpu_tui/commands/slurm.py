@@ -1,0 +1,122 @@
+"""Slurm: `mgpu-tui run` inside a step takes its node options from Slurm (:func:`from_slurm`), a
+run that Slurm stops says why (:func:`why_slurm_stopped`), and `mgpu-tui slurm` writes the
+batch script of a job (:func:`slurm_command`). What Slurm's variables mean: engine/launch/slurm.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from mgpu_tui.engine.launch.slurm import SlurmEnvironmentError, SlurmJob, node_options, slurm_job
+from mgpu_tui.engine.planning.defaults import DEFAULTS as D
+from mgpu_tui.errors import UsageError
+
+NODE_FLAGS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "nproc")
+SIGNAL_LEAD_S = 120  # the generated script's early SIGTERM before the time limit
+
+
+def from_slurm(
+    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+) -> tuple[SlurmJob | None, str | None]:
+    """Inside a Slurm step, fill the node options the user left out from Slurm's environment
+    (``args`` changed in place; explicit flags win); the job, and the line that says what came from
+    Slurm. Outside Slurm: (None, None), and ``args`` as given (--nnodes 1, --node-rank 0)."""
+    try:
+        job = slurm_job(environ)
+    except SlurmEnvironmentError as exc:
+        raise UsageError(f"Slurm's environment does not read as Slurm writes it: {exc}.") from None
+    given = frozenset(flag for flag in NODE_FLAGS if getattr(args, flag) is not None)
+    if job is None or job.step_id is None:  # outside a step (a batch script's own line): one node
+        args.nnodes = 1 if args.nnodes is None else args.nnodes
+        args.node_rank = 0 if args.node_rank is None else args.node_rank
+        return job, None
+    if not job.one_task_per_node and not {"nnodes", "node_rank"} <= given:
+        raise UsageError(
+            f"this Slurm step runs {job.ntasks} tasks on {job.nnodes} node(s); `mgpu-tui run` starts "
+            "a node's ranks itself, so give it one task per node (srun --ntasks-per-node=1)."
+        )
+    from mgpu_tui.engine.machine.slurm import node_address
+
+    ask = job.nnodes > 1 and "rdzv_endpoint" not in given  # the first node, as Slurm reaches it
+    options = node_options(job, node_address(job.hosts[0]) if ask else None)
+    for flag in NODE_FLAGS:
+        if flag not in given:
+            setattr(args, flag, getattr(options, flag))
+    return job, options.said(job, frozenset(f.replace("_", "-") for f in given))
+
+
+def why_slurm_stopped(job: SlurmJob | None) -> str | None:
+    """Under Slurm, after a SIGTERM: "cancelled" or "time limit", as the controller tells it."""
+    if job is None:
+        return None
+    from mgpu_tui.engine.machine.slurm import job_state, why_ended
+
+    st = job_state(job.job_id)
+    import sys as _s
+
+    print(f"DEBUG {st} now={time.time()}", file=_s.stderr)
+    return why_ended(st, time.time())
+
+
+def batch_script(args: argparse.Namespace, run_args: list[str]) -> str:
+    """The sbatch script of a job that runs ``mgpu-tui run`` on ``args.nodes`` nodes."""
+    what = ["--script", args.script] if args.script else [args.mode]
+    join = D.join_timeout + 2 * args.nodes  # rendezvous grows with the nodes
+    sbatch = [
+        f"--job-name={args.job_name or (Path(args.script).stem if args.script else args.mode)}",
+        f"--nodes={args.nodes}",
+        "--ntasks-per-node=1",  # one mgpu-tui per node; it starts the node's ranks
+        f"--time={args.time}",
+        # SIGTERM to every process of the step 2 min before the limit: each node stops its ranks,
+        # writes its summary and says "time limit" (a scancel is said as "cancelled").
+        f"--signal=TERM@{SIGNAL_LEAD_S}",
+        f"--output={args.output}",
+    ]
+    if args.gpus_per_node:
+        sbatch.append(f"--gpus-per-node={args.gpus_per_node}")
+    if args.partition:
+        sbatch.append(f"--partition={args.partition}")
+    if args.account:
+        sbatch.append(f"--account={args.account}")
+    nproc = ["--nproc", str(args.nproc)] if args.nproc else []
+    step = ["srun", "mgpu-tui", "run", *what, *nproc, *run_args, "--join-timeout", str(int(join)), "--json"]
+    # The default run folder is the submit directory's, which the shell expands on the node.
+    run_dir = shlex.quote(args.run_dir) if args.run_dir else '"$SLURM_SUBMIT_DIR/runs"'
+    line = " ".join(map(shlex.quote, step)) + f" --run-dir {run_dir}"
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            *(f"#SBATCH {option}" for option in sbatch),
+            "#",
+            "# Written by `mgpu-tui slurm`. Each node's mgpu-tui reads the job from Slurm: the nodes,",
+            "# this node's rank, the first node as the rendezvous (port and id from the job and step),",
+            "# and its GPUs as its ranks. The run folder must be on a filesystem every node mounts.",
+            "# Follow it from the login node: mgpu-tui open $SLURM_JOB_ID --run-dir <the same folder>",
+            "",
+            "# mgpu-tui sets these for every rank already; change them here if you want others:",
+            "#   TORCH_FR_BUFFER_SIZE=2000 (the flight recorder, whose records explain a hang),",
+            "#   NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV, into the run folder.",
+            "export TORCH_NCCL_DUMP_ON_TIMEOUT=1  # NCCL's watchdog dumps the flight records on a timeout",
+            "",
+            line,
+            "",
+        ]
+    )
+
+
+def slurm_command(args: argparse.Namespace, run_args: list[str]) -> int:
+    if bool(args.mode) == bool(args.script):
+        raise UsageError("give a mode (ddp, fsdp, ...) or --script FILE, one of them.")
+    if args.mode:
+        from mgpu_tui.engine.planning.modes import MODES, unknown_mode
+
+        if args.mode not in MODES:
+            raise UsageError(unknown_mode(args.mode))
+    sys.stdout.write(batch_script(args, run_args))
+    return 0
