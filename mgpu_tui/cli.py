@@ -511,8 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
         "slurm",
         help="print an sbatch script that runs a mode or your script on several nodes",
         description="Print a complete sbatch script: one `mgpu-tui run` per node, which reads the "
-        "nodes, its rank and the rendezvous from Slurm. Arguments after -- go to `mgpu-tui run` "
-        "(for example -- --steps 1000).",
+        "nodes, its rank and the rendezvous from Slurm. Arguments after -- end each node's "
+        "`mgpu-tui run` line as given: its options, and after a second -- the script's own "
+        "(for example -- --steps 1000, or -- -- --epochs 3).",
     )
     batch.add_argument("mode", metavar="MODE", nargs="?", help="a mode from `mgpu-tui list`")
     batch.add_argument("--script", metavar="FILE", help="your own torchrun script instead of a mode")

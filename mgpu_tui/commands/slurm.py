@@ -85,10 +85,12 @@ def batch_script(args: argparse.Namespace, run_args: list[str]) -> str:
     if args.account:
         sbatch.append(f"--account={args.account}")
     nproc = ["--nproc", str(args.nproc)] if args.nproc else []
-    step = ["srun", "mgpu-tui", "run", *what, *nproc, *run_args, "--join-timeout", str(int(join)), "--json"]
+    step = ["srun", "mgpu-tui", "run", *what, *nproc, "--join-timeout", str(int(join)), "--json"]
     # The default run folder is the submit directory's, which the shell expands on the node.
     run_dir = shlex.quote(args.run_dir) if args.run_dir else '"$SLURM_SUBMIT_DIR/runs"'
     line = " ".join(map(shlex.quote, step)) + f" --run-dir {run_dir}"
+    if run_args:  # run's own options as given, and after a second --, the program's
+        line += " " + " ".join(map(shlex.quote, run_args))
     return "\n".join(
         [
             "#!/bin/bash",

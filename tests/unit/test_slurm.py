@@ -231,6 +231,9 @@ def test_the_batch_script_runs_one_mgpu_tui_a_node_whose_line_the_cli_reads():
 
 def test_the_batch_script_of_a_script_keeps_a_path_with_spaces_whole():
     args = build_parser().parse_args(["slurm", "--script", "my train.py", "--run-dir", "/shared/my runs"])
-    step = next(line for line in batch_script(args, []).splitlines() if line.startswith("srun "))
+    step = next(
+        line for line in batch_script(args, ["--", "--epochs", "3"]).splitlines() if line.startswith("srun ")
+    )
     words = shlex.split(step)
-    assert words[3:5] == ["--script", "my train.py"] and words[-2:] == ["--run-dir", "/shared/my runs"]
+    assert words[3:5] == ["--script", "my train.py"]
+    assert words[-5:] == ["--run-dir", "/shared/my runs", "--", "--epochs", "3"]  # the script's own, last

@@ -35,6 +35,24 @@ def test_both_spellings_and_pet_variables_mean_what_they_mean_to_torchrun(monkey
     assert (t["nproc"], t["max_restarts"], t["module"], t["program"]) == (2, 1, True, "pkg.train")
 
 
+def test_a_kubernetes_pods_torchrun_environment_is_read_as_torchrun_reads_it(monkeypatch):
+    """What the Kubeflow training operator's elastic PyTorchJob sets in each pod (PET_*): the
+    unchanged `mgpu-tui torchrun train.py` is then one node of the job (docs/multi-node.md)."""
+    pod = {
+        "PET_NNODES": "2",
+        "PET_NODE_RANK": "1",
+        "PET_NPROC_PER_NODE": "8",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_RDZV_ENDPOINT": "myjob-master-0:29400",
+        "PET_RDZV_ID": "myjob",
+    }
+    for name, value in pod.items():
+        monkeypatch.setenv(name, value)
+    t = read("train.py")["torchrun"]
+    assert (t["nnodes"], t["node_rank"], t["nproc"], t["rdzv_backend"]) == (2, 1, 8, "c10d")
+    assert (t["rdzv_endpoint"], t["rdzv_id"], t["program"]) == ("myjob-master-0:29400", "myjob", "train.py")
+
+
 def test_what_mgpu_tui_does_its_own_way_and_what_it_passes_on():
     got = read(
         "--tee",
