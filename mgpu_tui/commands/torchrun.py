@@ -10,13 +10,16 @@ a static rendezvous of several nodes held by mgpu-tui's c10d one.
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 from mgpu_tui.commands.run import follow
+from mgpu_tui.commands.slurm import from_slurm
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
+from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
 from mgpu_tui.errors import UsageError
 
@@ -63,6 +66,22 @@ def read_torchrun_line(argv: list[str]) -> dict:
     return answer
 
 
+def _nodes_from_slurm(
+    t: dict, endpoint: str | None
+) -> tuple[SlurmJob | None, argparse.Namespace, str | None]:
+    """The node options of torchrun's line (nnodes, node_rank, rdzv_endpoint, rdzv_id, nproc):
+    inside a Slurm step, where the line names no node (torchrun's defaults: one node, no
+    endpoint, port or id), Slurm's (commands/slurm.py); the job, and the line that says so."""
+    given = {"nnodes": t["nnodes"], "node_rank": t["node_rank"], "rdzv_endpoint": endpoint}
+    nodes = argparse.Namespace(**given, rdzv_id=t["rdzv_id"], nproc=t["nproc"])
+    if t["nnodes"] != 1 or t["node_rank"] or endpoint or t["master_port"] or t["rdzv_id"]:
+        return None, nodes, None  # the line says where the nodes meet: as given
+    # What torchrun's defaults leave open, Slurm's environment says (where there is one).
+    nodes.nnodes = nodes.node_rank = nodes.rdzv_endpoint = None
+    job, said = from_slurm(nodes)
+    return job, nodes, said
+
+
 def torchrun_command(argv: list[str]) -> int:
     from mgpu_tui.cli import build_torchrun_parser
 
@@ -96,6 +115,9 @@ def torchrun_command(argv: list[str]) -> int:
                 f"--rdzv-conf {key.strip()}: mgpu-tui sets the rendezvous itself; only "
                 "join_timeout is taken (see docs/multi-node.md)."
             )
+    job, nodes, from_slurm_said = _nodes_from_slurm(t, endpoint)
+    if from_slurm_said:
+        said.append(from_slurm_said)
     filter_ranks = t["local_ranks_filter"]
     if filter_ranks and not args.quiet:
         args.ranks_filter = filter_ranks
@@ -104,14 +126,17 @@ def torchrun_command(argv: list[str]) -> int:
         mode="script",
         script=None if t["module"] else program,
         module=program if t["module"] else None,
-        nproc=t["nproc"],
-        nnodes=t["nnodes"],
-        node_rank=t["node_rank"],
-        rdzv_endpoint=endpoint if t["nnodes"] > 1 or t["rdzv_backend"] == "c10d" and endpoint else None,
-        rdzv_id=t["rdzv_id"],
+        nproc=nodes.nproc,
+        nnodes=nodes.nnodes,
+        node_rank=nodes.node_rank,
+        rdzv_endpoint=nodes.rdzv_endpoint
+        if nodes.nnodes > 1 or t["rdzv_backend"] == "c10d" and nodes.rdzv_endpoint
+        else None,
+        rdzv_id=nodes.rdzv_id,
         join_timeout=join_timeout,
         max_restarts=t["max_restarts"],
-        master_port=t["master_port"] if t["nnodes"] == 1 else None,
+        master_port=t["master_port"] if nodes.nnodes == 1 else None,
+        slurm=job,
         name=args.name,
         stall_timeout=args.stall_timeout,
         on_stall=args.on_stall,

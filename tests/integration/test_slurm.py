@@ -54,7 +54,12 @@ def batch(tmp_path: Path, *run_args: str, steps: int) -> Path:
 
 
 def summaries(tmp_path: Path, job: str) -> dict[int, dict]:
-    folder = tmp_path / "runs" / f"slurm-{job}-0-ddp"
+    """Each node's summary in the job's one run folder (step 0), as far as written."""
+    folders = sorted((tmp_path / "runs").glob(f"slurm-{job}-0-*"))
+    assert len(folders) <= 1, folders
+    if not folders:
+        return {}
+    folder = folders[0]
     found = {}
     for node in (0, 1):
         path = folder / f"summary-node{node}.json"
@@ -100,6 +105,31 @@ def test_a_two_node_sbatch_job_with_no_node_flags_is_one_job_of_world_size_two(c
     )
     # The first node as Slurm reaches it (its NodeAddr), on the port the job derives.
     assert f"--rdzv-endpoint {cluster.nodes[0].address}:" in said
+
+
+def test_an_unchanged_script_under_srun_torchrun_is_one_job_with_no_node_flags(cluster, tmp_path):
+    """The PyTorch tutorial's trainer, its torchrun line with one word added, no node named."""
+    script = tmp_path / "job.sh"
+    trainer = Path(__file__).parents[1] / "scripts" / "ddp_trainer.py"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"#SBATCH --nodes=2 --ntasks-per-node=1 --output={tmp_path}/job-%j.out\n"
+        f"srun mgpu-tui torchrun --nproc-per-node 1 --run-dir {tmp_path}/runs --json "
+        f"{trainer} 2 1 --batch_size 32\n"
+    )
+    job = cluster.submit(script)
+    assert cluster.wait_state(job, ENDED, timeout=120) == "COMPLETED", output(tmp_path, job) + cluster.logs()
+    found = summaries(tmp_path, job)
+    assert sorted(found) == [0, 1], output(tmp_path, job)
+    for node, summary in found.items():
+        assert (summary["status"], summary["world_size"], summary["steps"], summary["batch_size"]) == (
+            "ok",
+            2,
+            16,
+            64,
+        )
+        assert (summary["slurm"]["job_id"], summary["slurm"]["node_id"]) == (job, node)
+    assert f"Slurm job {job}, step 0, on bn-host[1-2]" in output(tmp_path, job)
 
 
 def test_scancel_ends_every_node_within_killwait_each_saying_cancelled(cluster, tmp_path):
