@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-slurm install lint bench clean gpu-check
+.PHONY: run test test-fast test-hosts install lint bench clean gpu-check
 
 run: $(VENV)/.installed-app
 	$(BIN)/mgpu-tui $(ARGS)
@@ -20,10 +20,11 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest tests/unit -q
 
-# A real Slurm cluster on this machine (root; Debian's slurm-wlm and munge): sbatch, scancel, the time
-# limit, a node that dies (tests/integration/test_slurm.py). About 90 s; CI runs it after `make test`.
-test-slurm: install
-	$(BIN)/python -m pytest -m slurm tests/integration/test_slurm.py
+# Separate hosts on this machine (root: network namespaces), and a real Slurm cluster on them
+# (Debian's slurm-wlm and munge): one job over several hosts, a lost host, sbatch, scancel, the time
+# limit, a node that dies. About 4 minutes; CI runs it after `make test`.
+test-hosts: install
+	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
 
 install: $(VENV)/.installed
 

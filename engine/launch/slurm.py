@@ -206,6 +206,7 @@ class NodeOptions:
 
     def said(self, job: SlurmJob, given: frozenset[str]) -> str:
         """The one line that says what came from Slurm (``given``: the flags the user gave, which win)."""
+        per_task = "" if job.one_task_per_node else f" (one rank a task, {job.tasks_per_node} tasks a node)"
         taken = [
             f"--{flag} {value}"
             for flag, value in (
@@ -218,21 +219,37 @@ class NodeOptions:
             if value is not None and flag not in given
         ]
         what = " ".join(taken) if taken else "nothing (every node option was given)"
-        return f"{job.describe()}: from Slurm {what}"
+        return f"{job.describe()}: from Slurm {what}{per_task}"
 
 
 def node_options(job: SlurmJob, head_address: str | None) -> NodeOptions:
-    """The node options of a step with one task per node: the step's nodes, this node's index, the
-    first node (at ``head_address``, how Slurm reaches it; its name where that is not known) as the
-    rendezvous endpoint on the port the job derives, and the node's GPUs as its ranks where the
-    job asked for GPUs (else None: run's own default, one rank a visible GPU)."""
-    multi = job.nnodes > 1
+    """The node options of a step: the first node (at ``head_address``, how Slurm reaches it; its
+    name where that is not known) as the rendezvous endpoint on the port the job derives.
+
+    One task a node: the step's nodes, this node's index, and the node's GPUs as its ranks where
+    the job asked for GPUs (else None: run's own default, one rank a visible GPU). Several tasks a
+    node (srun --ntasks-per-node=8, one task a rank): every task is a node of one rank to
+    mgpu-tui, the task's global index its node rank, so its rank is SLURM_PROCID; the tasks of a
+    host share its rendezvous store as nodes on one machine do (nodes/watch.py)."""
+    per_task = not job.one_task_per_node
     host = head_address or job.hosts[0]
     endpoint = f"[{host}]:{job.port}" if ":" in host else f"{host}:{job.port}"
     return NodeOptions(
-        nnodes=job.nnodes,
-        node_rank=job.node_id,
-        rdzv_endpoint=endpoint if multi else None,
+        nnodes=job.ntasks if per_task else job.nnodes,
+        node_rank=job.procid if per_task else job.node_id,
+        rdzv_endpoint=endpoint if (job.ntasks if per_task else job.nnodes) > 1 else None,
         rdzv_id=job.run_id,
-        nproc=job.gpus_on_node,
+        nproc=1 if per_task else job.gpus_on_node,
     )
+
+
+def task_device(job: SlurmJob, visible: str | None) -> str | None:
+    """With several tasks a node, the one GPU this task's rank uses (``CUDA_VISIBLE_DEVICES`` for
+    it): the node's SLURM_LOCALID-th visible device, as ``srun --gpus-per-task=1`` would bind it;
+    None where Slurm bound one already (or there is one task a node)."""
+    if job.one_task_per_node:
+        return None
+    devices = [d.strip() for d in visible.split(",") if d.strip()] if visible is not None else None
+    if devices is not None and len(devices) <= 1:
+        return None  # Slurm (or the user) gave this task its device
+    return devices[job.localid % len(devices)] if devices else str(job.localid)

@@ -74,9 +74,14 @@ class FileTail:
                 return self.read_lines(max_bytes) if self._open() is not None else []
             return []
         data = os.pread(fd, min(size - self.offset, max_bytes), self.offset)
-        self.offset += len(data)
-        self.behind = self.offset < size
-        return self._split(data)
+        whole = data.rstrip(b"\0")
+        # Zeros at the end of what was read: on a shared filesystem (NFS) a file read from another
+        # host may show its new size before its new bytes. They are read again at the next call,
+        # once there, rather than taken as zeros (zeros that a line follows are read as written).
+        hole = len(whole) < len(data)
+        self.offset += len(whole)
+        self.behind = self.offset < size and not hole
+        return self._split(whole)
 
     def _open(self) -> int | None:
         """Open the file if it is there and is a regular file; its descriptor. A rank may put anything

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from mgpu_tui.commands.slurm import from_slurm, why_slurm_stopped
+from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, status_word, table
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
@@ -269,6 +269,7 @@ def _rank_output(
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     program_args = _program_args(args, demo_args)
     job, from_slurm_said = from_slurm(args)
+    bind_task_gpu(job)
     spec = LaunchSpec(
         mode=args.mode or "script",
         script=args.script,

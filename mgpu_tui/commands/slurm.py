@@ -10,10 +10,10 @@ import os
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
-from mgpu_tui.engine.launch.slurm import SlurmEnvironmentError, SlurmJob, node_options, slurm_job
+from mgpu_tui.engine.launch.slurm import SlurmEnvironmentError, SlurmJob, node_options, slurm_job, task_device
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.errors import UsageError
 
@@ -22,7 +22,9 @@ SIGNAL_LEAD_S = 120  # the generated script's early SIGTERM before the time limi
 
 
 def from_slurm(
-    args: argparse.Namespace, environ: Mapping[str, str] = os.environ
+    args: argparse.Namespace,
+    environ: Mapping[str, str] = os.environ,
+    address_of: Callable[[str], str | None] | None = None,
 ) -> tuple[SlurmJob | None, str | None]:
     """Inside a Slurm step, fill the node options the user left out from Slurm's environment
     (``args`` changed in place; explicit flags win); the job, and the line that says what came from
@@ -36,19 +38,30 @@ def from_slurm(
         args.nnodes = 1 if args.nnodes is None else args.nnodes
         args.node_rank = 0 if args.node_rank is None else args.node_rank
         return job, None
-    if not job.one_task_per_node and not {"nnodes", "node_rank"} <= given:
+    if not job.one_task_per_node and (args.nproc or 1) != 1:
         raise UsageError(
-            f"this Slurm step runs {job.ntasks} tasks on {job.nnodes} node(s); `mgpu-tui run` starts "
-            "a node's ranks itself, so give it one task per node (srun --ntasks-per-node=1)."
+            f"this Slurm step runs {job.tasks_per_node} tasks a node, each one rank: leave out --nproc "
+            "(or start one task a node, srun --ntasks-per-node=1, and give its ranks with --nproc)."
         )
-    from mgpu_tui.engine.machine.slurm import node_address
+    if address_of is None:  # Slurm's controller, asked (machine/slurm.py)
+        from mgpu_tui.engine.machine.slurm import node_address
 
-    ask = job.nnodes > 1 and "rdzv_endpoint" not in given  # the first node, as Slurm reaches it
-    options = node_options(job, node_address(job.hosts[0]) if ask else None)
+        address_of = node_address
+    ask = job.ntasks > 1 and "rdzv_endpoint" not in given  # the first node, as Slurm reaches it
+    options = node_options(job, address_of(job.hosts[0]) if ask else None)
     for flag in NODE_FLAGS:
         if flag not in given:
             setattr(args, flag, getattr(options, flag))
     return job, options.said(job, frozenset(f.replace("_", "-") for f in given))
+
+
+def bind_task_gpu(job: SlurmJob | None, environ: MutableMapping[str, str] = os.environ) -> None:
+    """A step of several tasks a node: this task's rank gets its own GPU of the node
+    (CUDA_VISIBLE_DEVICES), unless Slurm bound one already (launch/slurm.py: task_device)."""
+    if job is None or job.step_id is None:
+        return
+    if (device := task_device(job, environ.get("CUDA_VISIBLE_DEVICES"))) is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = device
 
 
 def why_slurm_stopped(job: SlurmJob | None) -> str | None:

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from mgpu_tui.commands.run import follow
-from mgpu_tui.commands.slurm import from_slurm
+from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
@@ -79,6 +79,7 @@ def _nodes_from_slurm(
     # What torchrun's defaults leave open, Slurm's environment says (where there is one).
     nodes.nnodes = nodes.node_rank = nodes.rdzv_endpoint = None
     job, said = from_slurm(nodes)
+    bind_task_gpu(job)
     return job, nodes, said
 
 

@@ -192,11 +192,12 @@ MpiDefault=none
         daemon.wait(10)
 
     def pids_on(self, node: Host) -> list[int]:
-        """The processes still on a compute host, slurmd aside."""
+        """The processes of a job still on a compute host: Slurm's own (slurmd, and the slurmstepd
+        that waits to report a step to a dead node's peers) aside."""
         daemon = self._daemons.get(f"slurmd-{node.hostname}")
         keep = {daemon.pid} if daemon else set()
         pids = set(self.hosts.pids_in(node)) - keep
-        return sorted(p for p in pids if _command(p) not in ("", "slurmd", "sh"))
+        return sorted(p for p in pids if _command(p) not in ("", "slurmd", "slurmstepd", "sh"))
 
     def logs(self) -> str:
         return "\n".join(

@@ -21,6 +21,8 @@ import pytest
 from tests.conftest import CLI
 from tests.integration.separate_hosts import Host, HostsUnavailable, SeparateHosts
 
+# Real hosts are slow to make and to lose: run apart from the suite (make test-hosts; CI runs them).
+pytestmark = pytest.mark.hosts
 ENDPOINT = "bn-host0:29400"
 CUT_DEADLINE_S = 15  # the promise: the other host ends within this long of the loss
 

@@ -1,7 +1,7 @@
 """Under a real Slurm cluster (slurm_cluster.py): sbatch from the login node, one `mgpu-tui run`
 per node through srun with no node flag, and the ways Slurm ends a job: scancel, the time limit's
-early signal, a node that dies. Marked ``slurm``: `make test` leaves them out (about a minute
-and a half on two cores); `make test-slurm` and CI run them. Without root or without slurm-wlm
+early signal, a node that dies. Marked ``slurm``: `make test` leaves them out (about two and a
+half minutes on two cores); `make test-hosts` and CI run them. Without root or without slurm-wlm
 and munge, each skips saying why.
 """
 
@@ -53,7 +53,7 @@ def batch(tmp_path: Path, *run_args: str, steps: int) -> Path:
     return script
 
 
-def summaries(tmp_path: Path, job: str) -> dict[int, dict]:
+def summaries(tmp_path: Path, job: str, nodes: int = 2) -> dict[int, dict]:
     """Each node's summary in the job's one run folder (step 0), as far as written."""
     folders = sorted((tmp_path / "runs").glob(f"slurm-{job}-0-*"))
     assert len(folders) <= 1, folders
@@ -61,7 +61,7 @@ def summaries(tmp_path: Path, job: str) -> dict[int, dict]:
         return {}
     folder = folders[0]
     found = {}
-    for node in (0, 1):
+    for node in range(nodes):
         path = folder / f"summary-node{node}.json"
         if path.exists():
             found[node] = json.loads(path.read_text())
@@ -105,6 +105,23 @@ def test_a_two_node_sbatch_job_with_no_node_flags_is_one_job_of_world_size_two(c
     )
     # The first node as Slurm reaches it (its NodeAddr), on the port the job derives.
     assert f"--rdzv-endpoint {cluster.nodes[0].address}:" in said
+
+
+def test_one_task_a_rank_is_the_same_job_each_task_its_rank(cluster, tmp_path):
+    """srun --ntasks-per-node=2 (as Lightning and Megatron launch): each task is one rank, its
+    SLURM_PROCID; the four ranks of two hosts train one job."""
+    job = cluster.submit(batch(tmp_path, steps=20), "--ntasks-per-node=2")
+    assert cluster.wait_state(job, ENDED, timeout=150) == "COMPLETED", output(tmp_path, job) + cluster.logs()
+    found = summaries(tmp_path, job, nodes=4)
+    assert sorted(found) == [0, 1, 2, 3], output(tmp_path, job)
+    for task, summary in found.items():
+        assert (summary["status"], summary["world_size"], summary["steps"]) == ("ok", 4, 20)
+        slurm = summary["slurm"]
+        assert (slurm["procid"], slurm["tasks_per_node"], slurm["node_id"]) == (task, 2, task // 2)
+        assert [r["rank"] for r in summary["ranks"]] == [0, 1, 2, 3]
+        hosts = {n["node"]: n["host"] for n in summary["nodes"]}
+        assert hosts == {0: "bn-host1", 1: "bn-host1", 2: "bn-host2", 3: "bn-host2"}
+    assert output(tmp_path, job).count("(one rank a task, 2 tasks a node)") == 4
 
 
 def test_an_unchanged_script_under_srun_torchrun_is_one_job_with_no_node_flags(cluster, tmp_path):
@@ -175,9 +192,12 @@ def test_a_node_that_dies_is_named_by_the_other_within_15_s(cluster, tmp_path):
     cause = found[0]["root_cause"]
     assert found[0]["status"] == "failed" and cause is not None
     assert dead.hostname in json.dumps(cause), cause
-    # Slurm itself learns of the node only after SlurmdTimeout: the job is ended by hand.
+    # Slurm itself learns of the node only after SlurmdTimeout: the job is ended by hand, and node
+    # 0's processes of the run are gone (the fixture checks), whatever Slurm still waits for.
     cluster.on_head("scancel", job)
-    cluster.wait_state(job, ENDED, timeout=KILL_WAIT_S + 20)
+    deadline = time.monotonic() + KILL_WAIT_S + 5
+    while cluster.pids_on(cluster.nodes[0]) and time.monotonic() < deadline:
+        time.sleep(0.3)
 
 
 def screen(session: str) -> str:

@@ -27,6 +27,27 @@ def test_partial_last_line_waits_for_its_newline(tmp_path):
         assert tail.read_lines() == [b"third"]
 
 
+def test_a_size_seen_before_its_bytes_is_read_once_the_bytes_are_there(tmp_path):
+    """A shared filesystem (NFS) may show another host's file grown before its new bytes: zeros at
+    the end. They are not taken for the record; the record is read once it is there (issue #29)."""
+    import os
+
+    path = tmp_path / "rank1.jsonl"
+    path.write_bytes(b'{"a": 1}\n')
+    tail = FileTail(path)
+    record = b'{"b": 2}\n'
+    os.truncate(path, 9 + len(record))  # the new size, its bytes not yet there: a hole of zeros
+    assert tail.read_lines() == [b'{"a": 1}'] and tail.offset == 9 and not tail.behind
+    assert tail.read_lines() == []
+    fd = os.open(path, os.O_WRONLY)
+    os.pwrite(fd, record, 9)  # the bytes arrive
+    os.close(fd)
+    assert tail.read_lines() == [b'{"b": 2}']
+    with open(path, "ab") as f:  # zeros that a line follows are what was written: read as such
+        f.write(b"x\0y\n")
+    assert tail.read_lines() == [b"x\0y"]
+
+
 def test_reads_incrementally_never_from_the_start(tmp_path):
     path = tmp_path / "f"
     path.write_bytes(b"a\n")

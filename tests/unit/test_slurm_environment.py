@@ -13,7 +13,7 @@ import shlex
 import pytest
 
 from mgpu_tui.cli import build_parser
-from mgpu_tui.commands.slurm import batch_script, from_slurm
+from mgpu_tui.commands.slurm import batch_script, bind_task_gpu, from_slurm
 from mgpu_tui.engine.launch.slurm import (
     PORTS,
     SlurmEnvironmentError,
@@ -21,6 +21,7 @@ from mgpu_tui.engine.launch.slurm import (
     expand_hostlist,
     node_options,
     slurm_job,
+    task_device,
 )
 from mgpu_tui.engine.machine.slurm import JobState, field, parse_time, why_ended
 from mgpu_tui.errors import UsageError
@@ -171,12 +172,51 @@ def test_outside_slurm_run_is_one_node_as_before():
     assert (args.nnodes, args.node_rank, args.rdzv_endpoint, args.rdzv_id) == (1, 0, None, None)
 
 
-def test_a_step_of_several_tasks_a_node_is_refused_in_one_sentence():
-    env = {**STEP_ENV, "SLURM_STEP_NUM_TASKS": "4", "SLURM_STEP_TASKS_PER_NODE": "2(x2)"}
-    with pytest.raises(UsageError, match="srun --ntasks-per-node=1"):
-        from_slurm(_run_args(), env)
+# srun --ntasks-per-node=2 on two nodes: the second task of the second node.
+TASK_ENV = {
+    **STEP_ENV,
+    "SLURM_STEP_NUM_TASKS": "4",
+    "SLURM_STEP_TASKS_PER_NODE": "2(x2)",
+    "SLURM_PROCID": "3",
+    "SLURM_LOCALID": "1",
+}
+
+
+def test_a_step_of_several_tasks_a_node_makes_every_task_a_node_of_one_rank():
+    args = _run_args()
+    job, said = from_slurm(args, TASK_ENV, address_of={"bn-host1": "10.77.5.2"}.get)
+    assert job is not None and not job.one_task_per_node and said is not None
+    assert (args.nnodes, args.node_rank, args.nproc, args.rdzv_id) == (
+        4,
+        3,
+        1,
+        "slurm-2-0",
+    )  # rank 3: SLURM_PROCID
+    assert f"--rdzv-endpoint 10.77.5.2:{job.port}" in said  # the first node, at Slurm's address for it
+    assert said.endswith("--nproc 1 (one rank a task, 2 tasks a node)")
+    with pytest.raises(UsageError, match="each one rank: leave out --nproc"):
+        from_slurm(_run_args("--nproc", "2"), TASK_ENV, address_of=lambda name: None)
     with pytest.raises(UsageError, match="does not read as Slurm writes it"):
         from_slurm(_run_args(), {**STEP_ENV, "SLURM_NODEID": "x"})
+
+
+@pytest.mark.parametrize(
+    ("visible", "device"),
+    [
+        (None, "1"),  # the node's GPUs, none bound: the task's own, by SLURM_LOCALID
+        ("0,1,2,3", "1"),
+        ("GPU-a,GPU-b", "GPU-b"),
+        ("3", None),  # Slurm bound one (--gpus-per-task=1): kept
+    ],
+)
+def test_each_task_of_a_node_gets_its_own_gpu(visible, device):
+    job = slurm_job(TASK_ENV)
+    assert job is not None and task_device(job, visible) == device
+    env = {} if visible is None else {"CUDA_VISIBLE_DEVICES": visible}
+    bind_task_gpu(job, env)
+    assert env.get("CUDA_VISIBLE_DEVICES") == (device or visible)
+    one_a_node = slurm_job(STEP_ENV)
+    assert one_a_node is not None and task_device(one_a_node, "0,1") is None
 
 
 # `scontrol show job -o` on the test cluster, while Slurm killed the job's processes.
