@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import psutil
@@ -37,6 +39,22 @@ def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.
     """Run mgpu-tui; ``env`` (default: this process's) goes without torchrun's PET_* variables."""
     env = {k: v for k, v in (os.environ if env is None else env).items() if not k.startswith("PET_")}
     return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+def screen(session: str) -> str:
+    """What a tmux session's terminal shows now."""
+    done = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True)
+    return done.stdout
+
+
+def wait_screen(session: str, pattern: str, timeout: float = 20) -> bool:
+    """Wait until the tmux session's screen matches ``pattern`` (a regular expression)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(pattern, screen(session)):
+            return True
+        time.sleep(0.2)
+    return False
 
 
 def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:

@@ -121,6 +121,29 @@ def _number(value) -> float | None:
     return float(value) if abs(value) <= MAX_FIGURE else None
 
 
+@dataclass(frozen=True)
+class NodeMachine:
+    """A node's host as its own telemetry last said it (``telemetry-node<N>.jsonl``, which each
+    node writes into the folder the nodes share): what the app shows beside the node's ranks."""
+
+    cpu_percent: float | None
+    mem_used_bytes: float | None
+    gpu_util_percent: float | None  # the mean over its GPUs; None without GPUs
+
+    @classmethod
+    def of(cls, line: dict) -> NodeMachine:
+        """From one telemetry line (a rank can write it: every figure checked, None if not one)."""
+        raw = line.get("host")
+        host: dict = raw if isinstance(raw, dict) else {}
+        gpus = [g for g in line.get("gpus") or () if isinstance(g, dict)][:64]
+        utils = [u for g in gpus if (u := _number(g.get("util"))) is not None]
+        return cls(
+            _number(host.get("cpu")),
+            _number(host.get("mem_used")),
+            sum(utils) / len(utils) if utils else None,
+        )
+
+
 class FollowedRun(IngestReadings):
     """One run directory, read as it is and as it grows (stats, series, log lines: IngestReadings)."""
 
@@ -146,6 +169,8 @@ class FollowedRun(IngestReadings):
         self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts, log_dirs=self._log_dirs)
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
+        self._node_tails: dict[int, FileTail] = {}  # several nodes: each node's telemetry file
+        self._machines: dict[int, NodeMachine] = {}
         self.live_at_open = self.followed()
 
     def launch_spec(self) -> tuple[LaunchSpec, int] | None:
@@ -200,6 +225,7 @@ class FollowedRun(IngestReadings):
             if not self._ingest.read():
                 break
         self._read_telemetry()
+        self._read_node_telemetry()
         summary_path = self.run_dir.summary_path
         if summary_path.exists():
             try:
@@ -227,6 +253,32 @@ class FollowedRun(IngestReadings):
                     self.telemetry.add(line)
             if not self._telemetry_tail.behind:
                 return
+
+    def _read_node_telemetry(self) -> None:
+        """Several nodes: each node's latest host figures, from its own telemetry file."""
+        if self.nnodes < 2:
+            return
+        for node in sorted(self.run_dir.node_specs()):
+            if node >= self.nnodes:
+                continue
+            tail = self._node_tails.get(node)
+            if tail is None:
+                path = RunDir(self.path, node=node).telemetry_path
+                tail = self._node_tails[node] = FileTail(path, max_line=MAX_TELEMETRY_LINE)
+            for _ in range(READS_PER_POLL):
+                for raw in tail.read_lines():
+                    try:
+                        line = loads(raw)
+                    except ValueError:
+                        continue
+                    if isinstance(line, dict) and isinstance(line.get("host"), dict):
+                        self._machines[node] = NodeMachine.of(line)
+                if not tail.behind:
+                    break
+
+    def node_machines(self) -> dict[int, NodeMachine]:
+        """Several nodes: each node's host as its telemetry last said (the CPU, memory, GPUs)."""
+        return dict(self._machines)
 
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Nothing: another process owns this run's ranks, and pids read from its files are not ours
@@ -300,3 +352,5 @@ class FollowedRun(IngestReadings):
         """Let go of the files; the run itself goes on."""
         self._ingest.close()
         self._telemetry_tail.close()
+        for tail in self._node_tails.values():
+            tail.close()

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import cast
+from typing import Any, cast
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.command import Launch, build_command
@@ -378,6 +378,11 @@ class Run(IngestReadings):
     def nodes(self) -> tuple[NodeView, ...]:
         """Several nodes: every node of the job as this one hears them; () for one node."""
         return self._nodes.view() if self._nodes is not None else ()
+
+    def node_machines(self) -> dict[int, Any]:
+        """Nothing: the run's own node is the Dashboard's; the others' hosts are read from the
+        shared folder by whoever follows the job (records/follow.py: NodeMachine)."""
+        return {}
 
     def node_role(self) -> str | None:
         """Several nodes: this node's part in the rendezvous, in words; None for one node."""

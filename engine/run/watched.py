@@ -4,7 +4,8 @@ through this Protocol, and the one thread that owns the run is the only one that
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.protocol.rundir import RunDir
@@ -46,6 +47,8 @@ class WatchedRun(Protocol):
     def stall_timeout(self) -> float: ...
 
     def nodes(self) -> tuple[NodeView, ...]: ...
+
+    def node_machines(self) -> Mapping[int, Any]: ...
 
     def stalled_ranks(self) -> frozenset[int] | None: ...
 

@@ -212,7 +212,13 @@ class MgpuApp(App):
         if view is None:
             return
         view.show(
-            message.stats, message.series, message.stall_after, message.whole, message.nodes, message.stalled
+            message.stats,
+            message.series,
+            message.stall_after,
+            message.whole,
+            message.nodes,
+            message.stalled,
+            message.machines,
         )
         if message.telemetry is not None:
             view.show_telemetry(message.telemetry)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not with the app
+    from collections.abc import Mapping
     from pathlib import Path
 
     from mgpu_tui.engine.compare.comparison import Comparison, Row
@@ -21,7 +22,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
     from mgpu_tui.engine.nodes.watch import NodeView
-    from mgpu_tui.engine.records.follow import TelemetrySeries
+    from mgpu_tui.engine.records.follow import NodeMachine, TelemetrySeries
     from mgpu_tui.engine.records.history import RunRecord
     from mgpu_tui.engine.run.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
@@ -59,9 +60,11 @@ class RunUpdated(LatestOnly):
         whole: tuple[list[int], list[float], list[float | None]] | None = None,
         nodes: tuple[NodeView, ...] = (),
         stalled: frozenset[int] | None = None,
+        machines: Mapping[int, NodeMachine] | None = None,
     ) -> None:
         super().__init__()
         self.stats = stats
+        self.machines = machines or {}  # several nodes, followed: each node's host (records/follow.py)
         # A script's run: the ranks of the stall found (its other quiet ranks are only silent);
         # None: the run's silence is a stall (a mode's).
         self.stalled = stalled

@@ -183,6 +183,7 @@ class RunController:
                 whole=run.whole_series(),
                 nodes=run.nodes(),
                 stalled=run.stalled_ranks(),
+                machines=run.node_machines(),
             )
         )
 

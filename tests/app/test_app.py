@@ -563,7 +563,9 @@ async def test_the_screenshot_goes_to_the_current_folder_where_there_is_no_downl
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(80, 24)) as pilot:
         app.action_screenshot()
-        assert await wait_for(pilot, lambda: list(here.glob("*.svg")), timeout=10)
+        # The file is there once opened, its picture once written: wait for the picture whole.
+        whole = lambda: [p for p in here.glob("*.svg") if p.read_text().rstrip().endswith("</svg>")]  # noqa: E731
+        assert await wait_for(pilot, whole, timeout=10)
     (shot,) = here.glob("*.svg")
     assert "<svg" in shot.read_text()[:2000] and not (home / "Downloads").exists()
 

@@ -6,22 +6,7 @@ import time
 
 import pytest
 
-from conftest import CLI
-
-
-def screen(session: str) -> str:
-    done = subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True)
-    return done.stdout
-
-
-def wait_screen(session: str, pattern: str, timeout: float = 20) -> bool:
-    """Wait until the screen matches ``pattern`` (a regular expression)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if re.search(pattern, screen(session)):
-            return True
-        time.sleep(0.2)
-    return False
+from conftest import CLI, screen, wait_screen
 
 
 def start(args: str, tmp_path) -> tuple[str, object]:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CLI, run_cli
+from tests.conftest import CLI, run_cli, screen, wait_screen
 from tests.integration.separate_hosts import HostsUnavailable
 from tests.integration.slurm_cluster import KILL_WAIT_S, SlurmCluster
 
@@ -200,21 +200,6 @@ def test_a_node_that_dies_is_named_by_the_other_within_15_s(cluster, tmp_path):
         time.sleep(0.3)
 
 
-def screen(session: str) -> str:
-    return subprocess.run(
-        ["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True
-    ).stdout
-
-
-def wait_screen(session: str, pattern: str, timeout: float = 30) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if re.search(pattern, screen(session)):
-            return True
-        time.sleep(0.3)
-    return False
-
-
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 def test_open_jobid_on_the_login_node_follows_every_node_and_stops_the_job_through_scancel(cluster, tmp_path):
     job = cluster.submit(batch(tmp_path, steps=100_000))
@@ -232,8 +217,9 @@ def test_open_jobid_on_the_login_node_follows_every_node_and_stops_the_job_throu
     )
     try:
         # Live: both nodes, each by its host, each with its rank stepping, and both nodes' logs.
-        assert wait_screen(session, r"node 0 · bn-host1 · ranks 0"), screen(session)
-        assert wait_screen(session, r"node 1 · bn-host2 · ranks 1"), screen(session)
+        assert wait_screen(session, r"node 0 · bn-host1 · ranks 0", timeout=30), screen(session)
+        # Each node's host as its own telemetry says, from the folder the nodes share.
+        assert wait_screen(session, r"node 1 · bn-host2 · ranks 1 · CPU \d+% · mem \d"), screen(session)
         assert wait_screen(session, r"rank 1  running +\d+"), screen(session)
         assert wait_screen(session, r"rank 1 ddp on cpu, rank 1 of 2"), screen(session)
         subprocess.run(["tmux", "send-keys", "-t", session, "s"], check=True)

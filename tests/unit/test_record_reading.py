@@ -105,8 +105,40 @@ def test_a_folder_that_nodes_share_gives_every_nodes_rank_logs_by_global_rank(tm
             logs.mkdir(parents=True)
             (logs / "stdout.log").write_text(f"node {node} local {local}\n")
             (logs / "stderr.log").write_text("")
+    # Each node's own telemetry in the shared folder: its host as it last said (a rank may write
+    # anything there: a figure that is not one is None).
+    samples = {
+        0: [{"t": 1, "host": {"cpu": 10.0, "mem_used": 1 << 30}, "gpus": []}],
+        1: [
+            {
+                "t": 1,
+                "host": {"cpu": 50.0, "mem_used": 1 << 30},
+                "gpus": [{"i": 0, "util": 40}, {"i": 1, "util": 60}],
+            },
+            {
+                "t": 2,
+                "host": {"cpu": "hot", "mem_used": 2 << 30},
+                "gpus": [{"i": 0, "util": 90}, {"i": 1, "util": 70}],
+            },
+        ],
+    }
+    for node, lines in samples.items():
+        (path / f"telemetry-node{node}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     run = FollowedRun(path)
     run.poll()
     lines, dropped = run.drain_log_lines()
     assert sorted(lines) == [(r, "stdout", f"node {r // 2} local {r % 2}") for r in range(4)] and not dropped
+    machines = run.node_machines()
+    assert (machines[0].cpu_percent, machines[0].gpu_util_percent) == (10.0, None)
+    assert (machines[1].cpu_percent, machines[1].mem_used_bytes, machines[1].gpu_util_percent) == (
+        None,
+        2 << 30,
+        80.0,
+    )
+    from mgpu_tui.app.views.run import node_heading
+
+    node = run.nodes()[1]
+    assert (
+        node_heading(node, machines[1]) == "node 1 · bn-host2 · ranks 2-3 · CPU n/a · mem 2.0 GiB · GPUs 80%"
+    )
     run.close()

@@ -34,8 +34,10 @@ from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
-    from mgpu_tui.engine.records.follow import FollowedRun, TelemetrySeries
+    from mgpu_tui.engine.records.follow import FollowedRun, NodeMachine, TelemetrySeries
     from mgpu_tui.engine.run.summary import RunSummary
 
 STATE_STYLE = {
@@ -117,9 +119,15 @@ def rank_state(
     return "running"
 
 
-def node_heading(node: NodeView) -> str:
-    """The row over a node's ranks: which node, on which host, and how it is as heard from here."""
+def node_heading(node: NodeView, machine: NodeMachine | None = None) -> str:
+    """The row over a node's ranks: which node, on which host, how it is as heard from here, and
+    (a job followed from its folder) its host's CPU, memory and GPUs as its telemetry last said."""
     heading = f"node {node.node} · {node.host or 'not heard from'} · ranks {node.ranks}"
+    if machine is not None:
+        cpu = "n/a" if machine.cpu_percent is None else f"{machine.cpu_percent:.0f}%"
+        heading += f" · CPU {cpu} · mem {fmt_bytes(machine.mem_used_bytes)}"
+        if machine.gpu_util_percent is not None:
+            heading += f" · GPUs {machine.gpu_util_percent:.0f}%"
     if node.here:
         heading += " · this node"
     if node.state in ("lost", "missing", "failed", "interrupted"):
@@ -323,6 +331,7 @@ class RunView(Widget):
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
         self.stalled: frozenset[int] | None = None  # a script's run: the ranks of its stall (rank_state)
         self.nodes: tuple[NodeView, ...] = ()
+        self.machines: Mapping[int, NodeMachine] = {}
         self.ended_ok = False
         self.label, self.hint = label, hint
         self._noted = None
@@ -369,12 +378,14 @@ class RunView(Widget):
         whole=None,
         nodes: tuple = (),
         stalled: frozenset[int] | None = None,
+        machines: Mapping[int, NodeMachine] | None = None,
     ) -> None:
         """The run's figures now; ``series``: the latest steps, ``whole``: the whole run (thinned);
         ``stall_after``: the engine's stall timeout (watchdog.py's rule); ``nodes``: several nodes,
         each as heard from here (its ranks are grouped under it); ``stalled``: rank_state's."""
         self.stall_after, self.stalled = stall_after, stalled
         self.nodes = nodes
+        self.machines = machines or self.machines  # a node's last word stays once it has ended
         self._series, self._whole = series, whole or series
         status = (
             f"{self.label} {self.hint}   step {stats.steps:,}{of_steps(self.steps)}   "  # the key first:
@@ -415,7 +426,7 @@ class RunView(Widget):
         ]
         for node, ranks in groups or [(None, range(self.world_size))]:
             if node is not None:
-                rows.append((node_heading(node),))
+                rows.append((node_heading(node, self.machines.get(node.node)),))
             for rank in ranks:  # the job's ranks, by their own number
                 r = by_rank.get(rank)
                 if r is None and node is not None and not node.here:  # only its node's word for it
