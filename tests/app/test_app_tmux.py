@@ -244,9 +244,9 @@ def test_make_run_at_80x24_guides_a_first_user_and_enter_starts_a_run(tmp_path):
         keys(session, "r")
         assert wait_screen(session, r"What it does:"), screen(session)
         keys(session, "Enter")  # the mode's list opens; up twice from ddp is single (one process: quick)
-        time.sleep(0.5)
+        assert wait_screen(session, r"esc Dismiss menu"), screen(session)  # open: keys now move in it
         keys(session, "Up", "Up", "Enter")
-        assert wait_screen(session, r"single: on the CPU"), screen(session)
+        assert wait_screen(session, r"single: on the CPU +▼"), screen(session)  # chosen, and closed
         keys(session, "Tab", "Tab", "Enter")  # past the model to the ranks field; Enter starts
         assert wait_screen(session, r"rank 0 +running +\d+", timeout=120), screen(session)
         assert wait_screen(session, r"throughput"), screen(session)

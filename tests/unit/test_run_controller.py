@@ -54,6 +54,7 @@ class StandInRun:
     series = whole_series = lambda self: ([], [], [])
     stall_timeout = lambda self: 30.0  # noqa: E731
     nodes = lambda self: ()  # noqa: E731
+    node_machines = lambda self: {}  # noqa: E731
     stalled_ranks = lambda self: None  # noqa: E731
 
 
