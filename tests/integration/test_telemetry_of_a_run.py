@@ -38,7 +38,10 @@ def test_a_run_on_a_busy_machine_says_its_timings_are_not_to_be_trusted(tmp_path
     # Another job on the machine: a process that spins a core for the whole run.
     burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        result = run_cli("run", "single", "--steps", "300", "--device", "cpu", "--run-dir", str(tmp_path))
+        # Sampled 5 times a second, over about 3 s of steps: the rank's CPU is known from its second
+        # sample after its hello (a shorter run, on a loaded machine, may end before: n/a, not busy).
+        sampled = ("--steps", "600", "--sample-interval", "0.2", "--device", "cpu")
+        result = run_cli("run", "single", *sampled, "--run-dir", str(tmp_path))
     finally:
         burner.kill()
         burner.wait()
