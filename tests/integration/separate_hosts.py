@@ -79,8 +79,12 @@ class SeparateHosts:
             for n in range(count)
         ]
 
+    def why_not(self) -> str | None:
+        """Why these hosts cannot be made here, or None (what they run may need more)."""
+        return why_unavailable()
+
     def __enter__(self) -> SeparateHosts:
-        reason = why_unavailable()
+        reason = self.why_not()
         if reason:
             raise HostsUnavailable(reason)
         try:

@@ -21,7 +21,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.integration.separate_hosts import Host, HostsUnavailable, SeparateHosts, why_unavailable
+from tests.integration.separate_hosts import Host, SeparateHosts, why_unavailable
 
 KILL_WAIT_S = 10  # scancel: SIGTERM, then SIGKILL this long after (production default 30)
 # Slurm marks a silent node DOWN after this; mgpu-tui names a lost host long before (nodes/watch.py).
@@ -46,31 +46,24 @@ def why_no_slurm() -> str | None:
     return None
 
 
-class SlurmCluster:
+class SlurmCluster(SeparateHosts):
     """``nodes`` compute hosts and a head host, with Slurm running on them; a context manager."""
 
     def __init__(self, folder: Path, nodes: int = 2) -> None:
+        super().__init__(nodes + 1)
         self.folder = folder
-        self.hosts = SeparateHosts(nodes + 1)
-        self.head: Host = self.hosts.hosts[0]
-        self.nodes: list[Host] = self.hosts.hosts[1:]
+        self.head: Host = self.hosts[0]
+        self.nodes: list[Host] = self.hosts[1:]
         self.conf = folder / "slurm.conf"
         self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
         self._daemons: dict[str, subprocess.Popen] = {}
 
-    def __enter__(self) -> SlurmCluster:
-        if reason := why_no_slurm():
-            raise HostsUnavailable(reason)
-        self.hosts.__enter__()
-        try:
-            self._start()
-        except BaseException:
-            self.close()
-            raise
-        return self
+    def why_not(self) -> str | None:
+        return why_no_slurm()
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def _make(self) -> None:
+        super()._make()  # the hosts, then Slurm on them
+        self._start()
 
     def _write_conf(self) -> None:
         d = self.folder
@@ -184,7 +177,7 @@ MpiDefault=none
     def kill_node(self, node: Host) -> None:
         """The node dies: its slurmd and every process on the host, at once."""
         daemon = self._daemons.pop(f"slurmd-{node.hostname}")
-        for pid in self.hosts.pids_in(node):
+        for pid in self.pids_in(node):
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:
@@ -196,7 +189,7 @@ MpiDefault=none
         that waits to report a step to a dead node's peers) aside."""
         daemon = self._daemons.get(f"slurmd-{node.hostname}")
         keep = {daemon.pid} if daemon else set()
-        pids = set(self.hosts.pids_in(node)) - keep
+        pids = set(self.pids_in(node)) - keep
         return sorted(p for p in pids if _command(p) not in ("", "slurmd", "slurmstepd", "sh"))
 
     def logs(self) -> str:
@@ -214,7 +207,7 @@ MpiDefault=none
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        self.hosts.close()
+        super().close()
 
 
 def _command(pid: int) -> str:
