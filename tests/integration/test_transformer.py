@@ -22,32 +22,21 @@ def test_the_demos_gpt_has_the_planners_parameters_tensor_by_tensor():
         assert real == planned and sum(real) == shape.params
 
 
+def compare_on_cpu(tmp_path, *args: str, steps: int) -> tuple[list[dict], str]:
+    """`compare ARGS` on 2 CPU ranks for ``steps`` steps, which must succeed: its rows and output."""
+    out = tmp_path / "r.json"
+    ours = ("--nproc", "2", "--steps", str(steps), "--device", "cpu", "--out", str(out))
+    result = run_cli("compare", *args, *ours, "--run-dir", str(tmp_path / "runs"), timeout=240)
+    assert result.returncode == 0, result.stderr
+    return json.loads(out.read_text())["rows"], result.stdout
+
+
 def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_predicted_memory(tmp_path):
     # ddp and fsdp are held to torch's own trackers in test_memory_tracker.py; here the two ZeRO
     # stages between them, and the modes that split the model.
-    out = tmp_path / "r.json"
-    result = run_cli(
-        "compare",
-        "zero1",
-        "fsdp_grad_op",
-        "tp",
-        "pipeline",
-        "--model",
-        "gpt-tiny",
-        "--nproc",
-        "2",
-        "--steps",
-        "10",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-        "--run-dir",
-        str(tmp_path / "runs"),
-        timeout=240,
+    rows, printed = compare_on_cpu(
+        tmp_path, "zero1", "fsdp_grad_op", "tp", "pipeline", "--model", "gpt-tiny", steps=10
     )
-    assert result.returncode == 0, result.stderr
-    rows = json.loads(out.read_text())["rows"]
     assert [r["mode"] for r in rows] == ["zero1", "fsdp_grad_op", "tp", "pipeline"]
     seq_len = MODELS["gpt-tiny"].seq_len
     for r in rows:
@@ -71,7 +60,7 @@ def test_compare_of_four_modes_on_gpt_tiny_gives_tokens_flops_equal_losses_and_p
                 assert m["peak_bytes"] > m["tensor_peak_bytes"]
     losses = [r["final_loss"] for r in rows]
     assert max(losses) - min(losses) < 1e-4  # the same function trained: float32 on the CPU
-    assert "state/rank" in result.stdout and "=" in result.stdout
+    assert "state/rank" in printed and "=" in printed
 
 
 def test_tensor_parallel_gpt_in_the_megatron_pattern_equals_the_single_device_baseline(tmp_path):
@@ -125,28 +114,7 @@ def test_a_gpt_shape_that_cannot_be_is_one_sentence(tmp_path):
 def test_a_head_tied_to_the_embeddings_stays_one_matrix_under_fsdp_and_tp(tmp_path):
     # gpt-125m's head is tied (GPT-2's 124M); shrunk to gpt-tiny's size, it stays tied.
     shape = ["--model", "gpt-125m", "--layers", "2", "--d-model", "64", "--heads", "4", "--seq-len", "32"]
-    out = tmp_path / "r.json"
-    result = run_cli(
-        "compare",
-        "fsdp",
-        "tp",
-        *shape,
-        "--vocab",
-        "256",
-        "--nproc",
-        "2",
-        "--steps",
-        "6",
-        "--device",
-        "cpu",
-        "--out",
-        str(out),
-        "--run-dir",
-        str(tmp_path / "runs"),
-        timeout=240,
-    )
-    assert result.returncode == 0, result.stderr
-    rows = json.loads(out.read_text())["rows"]
+    rows, _ = compare_on_cpu(tmp_path, "fsdp", "tp", *shape, "--vocab", "256", steps=6)
     for r in rows:
         # One matrix, as the plan counts it: a head with a copy of its own would hold 256 x 64 more.
         assert all(m["predicted_state_bytes"] == m["measured_state_bytes"] for m in r["memory"]), r["mode"]
