@@ -13,6 +13,7 @@ with their own rendezvous id (the run folder's name) and port.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import zlib
 from collections.abc import Mapping
@@ -205,18 +206,13 @@ class NodeOptions:
     nproc: int | None
 
     def said(self, job: SlurmJob, given: frozenset[str]) -> str:
-        """The one line that says what came from Slurm (``given``: the flags the user gave, which win)."""
+        """The one line that says what came from Slurm (``given``: the options the user gave, by
+        field name, which win)."""
         per_task = "" if job.one_task_per_node else f" (one rank a task, {job.tasks_per_node} tasks a node)"
         taken = [
-            f"--{flag} {value}"
-            for flag, value in (
-                ("nnodes", self.nnodes),
-                ("node-rank", self.node_rank),
-                ("rdzv-endpoint", self.rdzv_endpoint),
-                ("rdzv-id", self.rdzv_id),
-                ("nproc", self.nproc),
-            )
-            if value is not None and flag not in given
+            f"--{f.name.replace('_', '-')} {value}"
+            for f in dataclasses.fields(self)
+            if (value := getattr(self, f.name)) is not None and f.name not in given
         ]
         what = " ".join(taken) if taken else "nothing (every node option was given)"
         return f"{job.describe()}: from Slurm {what}{per_task}"

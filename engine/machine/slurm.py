@@ -19,14 +19,22 @@ TIMEOUT_S = 5.0
 TIME_LIMIT_WINDOW_S = 300.0
 
 
-def _ask(*argv: str, timeout: float = TIMEOUT_S) -> str | None:
+def _run(*argv: str) -> subprocess.CompletedProcess | None:
+    """One Slurm command, bounded by TIMEOUT_S; None where it is not installed or did not answer."""
     if shutil.which(argv[0]) is None:
         return None
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
     except (OSError, subprocess.SubprocessError):
         return None
-    return done.stdout if done.returncode == 0 else None
+
+
+def _ask(*argv: str) -> str | None:
+    """What a Slurm command printed, or None where it failed or did not answer."""
+    done = _run(*argv)
+    return done.stdout if done is not None and done.returncode == 0 else None
 
 
 def field(record: str, key: str) -> str | None:
@@ -93,12 +101,9 @@ def cancel_job(job_id: str) -> str | None:
         return f"{job_id[:40]!r} is not a Slurm job id."
     if shutil.which("scancel") is None:
         return "scancel is not installed here: cancel the job from a host of the cluster."
-    try:
-        done = subprocess.run(
-            ["scancel", job_id], capture_output=True, text=True, timeout=TIMEOUT_S, stdin=subprocess.DEVNULL
-        )
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"scancel {job_id} did not answer ({type(exc).__name__})."
+    done = _run("scancel", job_id)
+    if done is None:
+        return f"scancel {job_id} did not answer within {TIMEOUT_S:.0f} s."
     if done.returncode:
         return f"scancel {job_id} refused: {done.stderr.strip()[:300] or done.returncode}."
     return None

@@ -169,6 +169,7 @@ class FollowedRun(IngestReadings):
         self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts, log_dirs=self._log_dirs)
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
+        self._written: set[int] = set()  # several nodes: those whose spec is in the folder, as last listed
         self._node_tails: dict[int, FileTail] = {}  # several nodes: each node's telemetry file
         self._machines: dict[int, NodeMachine] = {}
         self.live_at_open = self.followed()
@@ -199,11 +200,7 @@ class FollowedRun(IngestReadings):
         if self.nnodes < 2 or self.world_size % self.nnodes:
             return [(self.run_dir, 0)]
         per_node = self.world_size // self.nnodes
-        return [
-            (RunDir(self.path, node=n), n * per_node)
-            for n in sorted(self.run_dir.node_specs())
-            if n < self.nnodes
-        ]
+        return [(RunDir(self.path, node=n), n * per_node) for n in sorted(self._written) if n < self.nnodes]
 
     def followed(self) -> bool:
         """Whether a process follows the run now (and so it may still change)."""
@@ -221,6 +218,8 @@ class FollowedRun(IngestReadings):
             return self.state
         # Looked at before reading, so that what a monitor wrote before it let go is read below.
         alive = self.followed()
+        if self.nnodes > 1:  # one listing a poll, for the logs, the telemetry and the nodes it reads
+            self._written = self.run_dir.node_specs()
         for _ in range(READS_PER_POLL):
             if not self._ingest.read():
                 break
@@ -258,7 +257,7 @@ class FollowedRun(IngestReadings):
         """Several nodes: each node's latest host figures, from its own telemetry file."""
         if self.nnodes < 2:
             return
-        for node in sorted(self.run_dir.node_specs()):
+        for node in sorted(self._written):
             if node >= self.nnodes:
                 continue
             tail = self._node_tails.get(node)
@@ -306,7 +305,7 @@ class FollowedRun(IngestReadings):
         per_node = self.world_size // self.nnodes
         steps = {r.rank: r.last_step for r in self.stats().ranks}
         rows = []
-        written = self.run_dir.node_specs()  # one listing, not a look-up a node (a spec may claim thousands)
+        written = self._written  # poll's one listing, not a look-up a node (a spec may claim thousands)
         for node in range(self.nnodes):
             if node not in self._hosts and node in written:
                 try:

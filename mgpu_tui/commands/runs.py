@@ -54,7 +54,8 @@ def open_command(args: argparse.Namespace) -> int:
 
 # What deleting may remove: runs that ended, however they ended. Never one that goes (running), nor
 # a folder that is not a run, or one unreadable (broken: it may be anything of the user's).
-DELETABLE = ("ok", "failed", "interrupted", "cut off", "unfinished")
+ENDED = ("ok", "failed", "interrupted")  # a summary says how it ended
+DELETABLE = (*ENDED, "cut off", "unfinished")
 
 
 def delete_old_runs(root: Path, days: float, yes: bool) -> int:
@@ -87,7 +88,7 @@ def delete_old_runs(root: Path, days: float, yes: bool) -> int:
 
 def slurm_queue(records: list) -> dict[str, str]:
     """The state squeue gives each Slurm job of ``records`` still unended here; {} without Slurm."""
-    live = sorted({r.slurm_job for r in records if r.slurm_job and r.status not in DELETABLE[:3]})
+    live = sorted({r.slurm_job for r in records if r.slurm_job and r.status not in ENDED})
     if not live:
         return {}
     from mgpu_tui.engine.machine.slurm import queue_states

@@ -6,6 +6,7 @@ batch script of a job (:func:`slurm_command`). What Slurm's variables mean: engi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import sys
@@ -13,11 +14,18 @@ import time
 from collections.abc import Callable, Mapping, MutableMapping
 from pathlib import Path
 
-from mgpu_tui.engine.launch.slurm import SlurmEnvironmentError, SlurmJob, node_options, slurm_job, task_device
+from mgpu_tui.engine.launch.slurm import (
+    NodeOptions,
+    SlurmEnvironmentError,
+    SlurmJob,
+    node_options,
+    slurm_job,
+    task_device,
+)
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.errors import UsageError
 
-NODE_FLAGS = ("nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "nproc")
+NODE_FLAGS = tuple(f.name for f in dataclasses.fields(NodeOptions))  # run's dests, NodeOptions' fields
 SIGNAL_LEAD_S = 120  # the generated script's early SIGTERM before the time limit
 
 
@@ -52,7 +60,7 @@ def from_slurm(
     for flag in NODE_FLAGS:
         if flag not in given:
             setattr(args, flag, getattr(options, flag))
-    return job, options.said(job, frozenset(f.replace("_", "-") for f in given))
+    return job, options.said(job, given)
 
 
 def bind_task_gpu(job: SlurmJob | None, environ: MutableMapping[str, str] = os.environ) -> None:
