@@ -431,11 +431,16 @@ class ScriptWatch:
     def _say_about(self, batch: int) -> None:
         self._about_said = True
         torch = self.torch
-        device, uuid = "cpu", None
-        if self._device is not None and self._device.type == "cuda" and torch.cuda.is_initialized():
+        device, uuid = "unknown", None
+        if self._device is None:
+            # No loss seen (no backward yet, or none at all): a process that never started CUDA ran
+            # on the CPU; one that did may have used either, so it is not said (a script that failed
+            # in its first forward on a GPU was called a CPU run).
+            device = "unknown" if torch.cuda.is_initialized() else "cpu"
+        elif self._device.type == "cuda" and torch.cuda.is_initialized():
             index = self._device.index if self._device.index is not None else torch.cuda.current_device()
             device, uuid = f"cuda:{index}", f"GPU-{torch.cuda.get_device_properties(index).uuid}"
-        elif self._device is not None:
+        else:
             device = str(self._device)
         self._see_group()
         fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": self._backend}
@@ -487,8 +492,12 @@ class ScriptWatch:
         main = threading.main_thread().ident
         last = None
         while not self._stopped.wait(BEAT_S):
-            frame = sys._current_frames().get(main) if main is not None else None
-            signature, where = _signature(frame, self.program)
+            # The main thread's frames are read and let go at once, never held until the next beat:
+            # a frame kept alive keeps its locals alive, and code that counts on a local's end then
+            # sees it end at a random moment, on this thread. torch's DDPOptimizer does: a guard's
+            # __del__ turns off its compile state, so torch.compile of a DDP model failed on a GPU
+            # ("Cannot access data pointer of Tensor") when a beat had held an earlier frame.
+            signature, where = _signature(_main_frame(main), self.program)
             moved = last is not None and signature != last
             last = signature
             if moved and time.monotonic() - self._last_event_at >= BEAT_S:
@@ -533,6 +542,11 @@ def _first_tensor(values: tuple, depth: int = 0) -> Any:
 
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _main_frame(main: int | None) -> FrameType | None:
+    """The main thread's innermost frame now: for the caller to read and drop at once."""
+    return sys._current_frames().get(main) if main is not None else None
 
 
 def _signature(frame: FrameType | None, program: str) -> tuple[tuple, str | None]:

@@ -1,0 +1,35 @@
+"""What a script's rank says it ran on when no loss told it (engine/rank/script_watch.py's about):
+the CPU only where CUDA was never started; else unknown. On a GPU, a script that failed in its first
+forward was summarised as a CPU run (docs/gpu-validation.md)."""
+
+import torch
+
+from mgpu_tui.engine.rank.script_watch import ScriptWatch
+
+
+class Reporter:
+    def __init__(self) -> None:
+        self.said: list[dict] = []
+
+    def about(self, **fields) -> None:
+        self.said.append(fields)
+
+
+def about_with_no_loss(monkeypatch, cuda_started: bool) -> dict:
+    reporter = Reporter()
+    watch = ScriptWatch(reporter, "train.py")
+    watch.torch = torch  # as after the script's import torch; no hook is installed here
+    # The one fact a GPU process differs in here: CUDA was started (absent hardware on this machine).
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda_started)
+    watch._say_about(0)
+    (said,) = reporter.said
+    return said
+
+
+def test_a_process_that_never_started_cuda_ran_on_the_cpu(monkeypatch):
+    assert about_with_no_loss(monkeypatch, cuda_started=False)["device"] == "cpu"
+
+
+def test_a_process_that_started_cuda_and_saw_no_loss_says_unknown(monkeypatch):
+    said = about_with_no_loss(monkeypatch, cuda_started=True)
+    assert said["device"] == "unknown" and said["device_uuid"] is None
