@@ -271,6 +271,10 @@ def save_gathered_params(model: nn.Module, directory: str | None, rank: int) -> 
     all_gather segfaults in gloo on CUDA tensors (ranks sharing a GPU; torch 2.11 on an H100),
     so each rank's shard travels to the others in host memory.
     """
+    # Nothing to save, nothing to gather (every rank has the same arguments, so none does): gathering
+    # gpt-1.3b's shards in host memory took over 30 s, and a run was called stalled after its last step.
+    if not directory:
+        return
     from torch.distributed.tensor import DTensor, Shard
 
     def whole(value: DTensor) -> torch.Tensor:

@@ -109,11 +109,17 @@ class Reporting:
     ) -> None:
         """``task``: the demo's data (harness.SyntheticTask), whose time on each batch is reported."""
         self.args, self.rank, self.task = args, rank, task
-        self.device = device or torch.device("cpu")
+        # Where memory is counted: this device, or (None) the first that hello names.
+        self._memory_device = device
         self.reporter = Reporter()
         # What to measure after the first optimizer step (watch_state).
         self._state: tuple[torch.nn.Module, torch.optim.Optimizer] | None = None
         self._tensor_peak: TensorPeak | None = None  # on the CPU, over the first steps
+
+    @property
+    def device(self) -> torch.device:
+        """Where this rank's memory is counted."""
+        return self._memory_device or torch.device("cpu")
 
     def __enter__(self) -> Reporting:
         self.reporter.__enter__()
@@ -130,6 +136,10 @@ class Reporting:
         """Say who this rank is: its mode, the devices it trains on (default: the one its memory is
         counted on; the first GPU among them names it to the app), and settings beyond its arguments."""
         devices = devices or (self.device,)
+        if self._memory_device is None:
+            # A one-process demo names its device here: its memory is the allocator's there. Counted
+            # on the CPU instead, a single run on a GPU showed its process's resident set as its peak.
+            self._memory_device = torch.device(devices[0])
         gpu = next((torch.device(d) for d in devices if torch.device(d).type == "cuda"), None)
         uuid = None if gpu is None else f"GPU-{torch.cuda.get_device_properties(gpu).uuid}"
         settings = {k: v for k, v in vars(self.args).items() if k not in ("save_params", "log_rate", "shape")}
