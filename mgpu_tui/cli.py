@@ -36,6 +36,7 @@ from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
 DEVICES = ("auto", "cpu", "cuda")
+AMP_DTYPES = ("fp16", "bf16")  # --amp-dtype: run, compare and scale
 
 
 MAX_SEED = 2**32 - 1  # the demos derive each step's data seed from it: it must stay in 64 bits
@@ -193,7 +194,7 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument(
         "--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, bf16 on the CPU"
     )
-    training.add_argument("--amp-dtype", choices=("fp16", "bf16"), help="override the autocast dtype")
+    training.add_argument("--amp-dtype", choices=AMP_DTYPES, help="override the autocast dtype")
     training.add_argument(
         "--accum", type=whole_number(1, MAX_MICRO), default=D.accum, help="micro-batches per step"
     )
@@ -291,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         )
         command.add_argument(
             "--amp", action="store_true", help="mixed precision (fp16 on CUDA, bf16 on the CPU)"
+        )
+        command.add_argument(
+            "--amp-dtype", choices=AMP_DTYPES, help="with --amp: override the autocast dtype (as run's)"
         )
         command.add_argument(
             "--share-gpus",

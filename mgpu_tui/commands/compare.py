@@ -37,6 +37,7 @@ def _template(args: argparse.Namespace, nproc: int | None, batch_size: int, lr: 
         width=args.width,
         depth=args.depth,
         share_gpus=args.share_gpus,
+        demo_args=("--amp-dtype", args.amp_dtype) if args.amp_dtype else (),
         **model_fields(args),
     )
 
