@@ -2,6 +2,7 @@
 
     make gpu-check                                   # or: .venv/bin/python scripts/gpu_check.py
     .venv/bin/python scripts/gpu_check.py --only modes,oom --out /tmp/gpu-check
+    .venv/bin/python scripts/gpu_check.py --only script --pairs 5    # more pairs: a steadier ratio
 
 Prints the machine (GPU, driver, CUDA, torch, NCCL), then one PASS/FAIL line per check:
 
@@ -11,6 +12,13 @@ Prints the machine (GPU, driver, CUDA, torch, NCCL), then one PASS/FAIL line per
                    two ranks for the multi-process modes, sharing GPUs where the box has too few
     oom            the out-of-memory fault: named, no rank left, the GPU's memory free again (NVML)
     compare        `mgpu-tui compare` on the GPU: every row ok, TFLOP/s and MFU from the GPU's peak
+    transformer    gpt-125m and gpt-1.3b in bf16 and fp16: tokens/s, MFU against the datasheet peak,
+                   the allocator's peak against the plan; the energy counter against nvidia-smi's power
+    nccl           a one-rank NCCL job's own log read by `mgpu-tui nccl` and by the summary; two NCCL
+                   ranks on one GPU refused (a known limit, recorded)
+    script         an unchanged GPT script with torch.compile through `run --script` and the torchrun
+                   drop-in, against --no-instrument and bare torchrun: speed, figures, graph breaks
+    fr-hang        ranks sharing the GPU over gloo, one stuck: the verdict and torch's fr_trace
     topology       `mgpu-tui topo` against `nvidia-smi topo -m` on this box: the same matrix
     telemetry      the sampler against `nvidia-smi --query-gpu` at the same moments, under load
     sampler-cost   what one telemetry sample costs with the real driver, and NVML's slow calls
@@ -29,10 +37,13 @@ import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,11 +65,32 @@ CHECKS = (
     "oom",
     "compare",
     "transformer",
+    "nccl",
+    "script",
+    "fr-hang",
     "topology",
     "telemetry",
     "sampler-cost",
     "app",
 )
+# The transformer runs: (model, global batch, steps, autocast dtype, modes), each on one GPU. gpt-1.3b
+# in bf16 is the largest GPT that trains on one 80 GB GPU with SGD (47 GiB planned at batch 8).
+TRANSFORMER_RUNS = (
+    ("gpt-1.3b", 8, 20, "bf16", ("single", "ddp", "fsdp")),
+    ("gpt-1.3b", 8, 20, "fp16", ("single",)),
+    ("gpt-125m", 16, 30, "bf16", ("single", "ddp", "fsdp")),
+    ("gpt-125m", 16, 30, "fp16", ("single",)),
+)
+ENERGY_TOLERANCE = 0.10  # NVML's energy counter against nvidia-smi's power integrated, 4 readings a second
+# The unchanged script on the GPU: a GPT big enough that a step is not launch-bound, compiled.
+SCRIPT_ARGS = [
+    "--compile",
+    "--n-layer", "6", "--n-embd", "512", "--n-head", "8", "--block-size", "256",
+    "--batch-size", "32", "--grad-accum", "2", "--max-iters", "60",
+    "--eval-interval", "30", "--eval-iters", "4",
+]  # fmt: skip
+SCRIPT_PAIRS = 3
+ITER_LINE = re.compile(r"iter (\d+): loss ([\d.]+), time ([\d.]+)ms(?:, mem ([\d.]+)MiB)?")
 # Telemetry against nvidia-smi, read a fraction of a second apart: how far each field may differ.
 TOLERANCE = {"memory_used_mib": 256, "util_pct": 15, "temperature_c": 3, "power_w_rel": 0.15}
 
@@ -77,6 +109,8 @@ class Checker:
         self.out, self.jobs, self.python = out, jobs, python
         self.results: list[Result] = []
         self.gpus = 0
+        self.runs_of_transformer: list[str] = []
+        self.pairs = SCRIPT_PAIRS  # the script check's pairs of runs
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -105,6 +139,15 @@ class Checker:
             f"--- stdout\n{done.stdout}\n--- stderr\n{done.stderr}"
         )
         return done
+
+    def write_report(self, machine: dict, started: float) -> None:
+        report = {
+            "machine": machine,
+            "seconds": time.monotonic() - started,
+            "passed": not any(r.ok is False for r in self.results),
+            "results": [asdict(r) for r in self.results],
+        }
+        (self.out / "report.json").write_text(json.dumps(report, indent=1, default=str))
 
     def add(self, result: Result) -> None:
         self.results.append(result)
@@ -358,46 +401,325 @@ class Checker:
         metrics = {"rows": [{k: r[k] for k in keep} for r in rows]}
         return Result("compare", ok, detail, time.monotonic() - start, metrics)
 
-    def transformer(self) -> Result:
-        """gpt-125m in fp16: the plan (NVML's memory), then single, ddp and fsdp on one rank each:
-        MFU against the dense fp16 peak, and the allocator's peak against the predicted total."""
+    def transformer(self) -> list[Result]:
+        """GPTs on one GPU, each precision: the plan, then compare's rows (tokens/s, MFU against the
+        datasheet's dense peak, the allocator's peak against the plan's total). nvidia-smi's power is
+        read all the while, for the energy check (NVML's counter against its integral)."""
+        power = PowerLog()
+        power.start()
+        results = []
+        try:
+            for model, batch, steps, precision, modes in TRANSFORMER_RUNS:
+                results.append(self._transformer(model, batch, steps, precision, modes))
+        finally:
+            power.stop()
+        (self.out / "nvidia-smi-power.json").write_text(json.dumps(power.samples))
+        results.append(self._energy(power.samples))
+        return results
+
+    def _transformer(self, model: str, batch: int, steps: int, precision: str, modes: tuple) -> Result:
+        name = f"transformer:{model}:{precision}"
         start = time.monotonic()
-        model = ["--model", "gpt-125m", "--batch-size", "8", "--amp"]
-        planned = self.sh("transformer-plan", self.mgpu("plan", *model, "--json"), 120)
+        shape = ["--model", model, "--batch-size", str(batch), "--amp"]
+        planned = self.sh(f"plan-{model}", self.mgpu("plan", *shape, "--json"), 120)
         try:
             plan = {m["mode"]: m for m in json.loads(planned.stdout)["modes"]}
         except (ValueError, KeyError):
-            return Result(
-                "transformer", False, f"no plan (exit {planned.returncode}); see transformer-plan.log"
-            )
-        argv = ["single", "ddp", "fsdp", "--device", "cuda", "--nproc", "1", "--steps", "30", *model]
-        rows, ok, code = self.run_compare("transformer", argv, 600)
+            return Result(name, False, f"no plan (exit {planned.returncode}); see plan-{model}.log")
+        argv = [*modes, "--device", "cuda", "--nproc", "1", "--steps", str(steps), *shape]
+        rows, ok, code = self.run_compare(name.replace(":", "-"), [*argv, "--amp-dtype", precision], 300)
         if rows is None:
-            return Result("transformer", False, f"no report (exit {code}); see transformer.log")
+            return Result(name, False, f"no report (exit {code}); see {name.replace(':', '-')}.log")
         measured = []
         for r in rows:
             rank0 = r["memory"][0] if r["memory"] else {}
-            state = (rank0.get("predicted_state_bytes"), rank0.get("measured_state_bytes"))
+            predicted, peak = rank0.get("predicted_total_bytes"), rank0.get("peak_bytes")
+            self.runs_of_transformer.append(r["run_dir"])
             measured.append(
                 {
                     "mode": r["mode"],
+                    "status": r["status"],
                     "mfu": r["mfu"],
                     "tokens_per_s": r["tokens_per_s"],
-                    "predicted_total_bytes": rank0.get("predicted_total_bytes"),
-                    "peak_bytes": rank0.get("peak_bytes"),
+                    "tflops_per_device": r["tflops_per_device"],
+                    "step_time_s_median": r["step_time_s_median"],
+                    "predicted_total_bytes": predicted,
+                    "peak_bytes": peak,
+                    "peak_vs_plan": peak / predicted - 1 if peak and predicted else None,
+                    "tensor_peak_bytes": rank0.get("tensor_peak_bytes"),
+                    "predicted_state_bytes": rank0.get("predicted_state_bytes"),
+                    "measured_state_bytes": rank0.get("measured_state_bytes"),
                     "fits": plan.get(r["mode"], {}).get("fits"),
-                    "predicted_state_bytes": state[0],
-                    "measured_state_bytes": state[1],
+                    "final_loss": r["final_loss"],
+                    "run_dir": r["run_dir"],
+                    "root_cause": r["root_cause"],
                 }
             )
         gib = 2**30
         detail = "; ".join(
-            f"{m['mode']} MFU {100 * (m['mfu'] or 0):.1f}%, peak "
-            f"{(m['peak_bytes'] or 0) / gib:.2f} GiB vs predicted "
+            f"{m['mode']} {m['tokens_per_s'] or 0:,.0f} tokens/s, MFU {100 * (m['mfu'] or 0):.1f}%, peak "
+            f"{(m['peak_bytes'] or 0) / gib:.2f} GiB vs plan "
             f"{(m['predicted_total_bytes'] or 0) / gib:.2f} GiB"
+            + (f" ({100 * m['peak_vs_plan']:+.0f}%)" if m["peak_vs_plan"] is not None else "")
             for m in measured
         )
-        return Result("transformer", ok, detail, time.monotonic() - start, {"rows": measured, "plan": plan})
+        return Result(name, ok, detail, time.monotonic() - start, {"rows": measured, "plan": plan})
+
+    def _energy(self, power: list[list[float]]) -> Result:
+        """Each transformer run's joules from NVML's total energy counter (its telemetry, first sample
+        to last) against nvidia-smi's power.draw, read about 4 times a second and integrated over the
+        same seconds."""
+        start, checked = time.monotonic(), []
+        for run_dir in self.runs_of_transformer:
+            samples = []
+            for line in (Path(run_dir) / "telemetry.jsonl").read_text().splitlines():
+                record = json.loads(line)
+                gpu = record["gpus"][0] if record.get("gpus") else {}
+                if gpu.get("energy_mj") is not None:
+                    samples.append((record["t"], gpu["energy_mj"]))
+            if len(samples) < 2:
+                continue
+            (t0, e0), (t1, e1) = samples[0], samples[-1]
+            inside = [(t, w) for t, w in power if t0 <= t <= t1]
+            if len(inside) < 4 or t1 - t0 < 5:
+                continue
+            smi = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(inside, inside[1:]))
+            smi *= (t1 - t0) / (inside[-1][0] - inside[0][0])  # the edges, at the mean power
+            summary = json.loads((Path(run_dir) / "summary.json").read_text())
+            checked.append(
+                {
+                    "run": Path(run_dir).name,
+                    "seconds": t1 - t0,
+                    "counter_j": (e1 - e0) / 1000,
+                    "summary_energy_j": summary["telemetry"]["gpus"][0]["energy_j"],
+                    "nvidia_smi_j": smi,
+                    "mean_power_w": (e1 - e0) / 1000 / (t1 - t0),
+                }
+            )
+        if not checked:
+            return Result("energy", False, "no transformer run had an energy counter and power readings")
+        worst = max(abs(c["counter_j"] / c["nvidia_smi_j"] - 1) for c in checked)
+        ok = worst <= ENERGY_TOLERANCE and all(
+            c["summary_energy_j"] is not None and abs(c["summary_energy_j"] - c["counter_j"]) < 1
+            for c in checked
+        )
+        detail = (
+            f"{len(checked)} runs: "
+            + "; ".join(
+                f"{c['counter_j'] / 1000:.2f} kJ by the counter vs {c['nvidia_smi_j'] / 1000:.2f} kJ by "
+                f"nvidia-smi over {c['seconds']:.0f} s ({c['mean_power_w']:.0f} W)"
+                for c in checked[:4]
+            )
+            + f"; worst difference {100 * worst:.1f}% (<= {100 * ENERGY_TOLERANCE:.0f}%)"
+        )
+        return Result("energy", ok, detail, time.monotonic() - start, {"runs": checked})
+
+    def nccl(self) -> list[Result]:
+        """One rank on NCCL: its own log (NCCL_DEBUG=INFO, which runs on NCCL write into the run folder)
+        read by `mgpu-tui nccl` and in the summary; then two NCCL ranks on the one GPU, which NCCL
+        refuses as a duplicate GPU: the known limit, named as the run's root cause."""
+        start, runs = time.monotonic(), self.out / "runs-nccl"
+        done = self.sh(
+            "nccl-run",
+            self.mgpu(
+                "run",
+                "ddp",
+                "--nproc",
+                "1",
+                "--device",
+                "cuda",
+                "--steps",
+                "20",
+                "--json",
+                "--run-dir",
+                str(runs),
+            ),
+            180,
+        )
+        summary = last_summary(done.stdout)
+        logs = sorted(Path(summary.run_dir).glob("nccl-*.log")) if summary else []
+        results = []
+        if summary is None or not logs:
+            results.append(Result("nccl:log", False, f"no summary or no NCCL log (exit {done.returncode})"))
+        else:
+            read = self.sh("nccl-read", self.mgpu("nccl", *map(str, logs), "--json"), 60)
+            self.sh("nccl-read-text", self.mgpu("nccl", *map(str, logs)), 60)
+            try:
+                reading = json.loads(read.stdout)
+            except ValueError:
+                reading = {}
+            figures = summary.nccl
+            version = reading.get("versions") or reading.get("version")
+            ok = (
+                read.returncode == 0
+                and summary.status == "ok"
+                and figures is not None
+                and bool(figures.versions)
+                and bool(version)
+                and str(figures.versions[0]) in json.dumps(version)
+            )
+            detail = (
+                f"{len(logs)} log(s); nccl: {str(reading.get('summary') or read.stdout.strip()[:160])}; "
+                f"summary: {figures.summary if figures else None}"
+            )
+            results.append(Result("nccl:log", ok, detail, time.monotonic() - start, {"reading": reading}))
+        start = time.monotonic()
+        script = self.out / "two_nccl_ranks_one_gpu.py"
+        script.write_text(TWO_RANKS_ONE_GPU)
+        done = self.sh(
+            "nccl-duplicate-gpu",
+            self.mgpu("torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", str(script)),
+            180,
+        )
+        summary = last_summary(done.stdout)
+        cause = summary.root_cause.message if summary and summary.root_cause else ""
+        said = cause + done.stderr
+        refused = "Duplicate GPU" in said or "invalid usage" in said.lower()
+        detail = f"exit {done.returncode}; root cause: {cause[:200] or 'none'}"
+        results.append(
+            Result("nccl:duplicate-gpu", done.returncode == 1 and refused, detail, time.monotonic() - start)
+        )
+        return results
+
+    def script(self) -> list[Result]:
+        """tests/scripts/gpt_train.py, unchanged, with torch.compile and bf16 autocast: through
+        `run --script` against `run --script --no-instrument`, and `mgpu-tui torchrun` against bare
+        torchrun, SCRIPT_PAIRS pairs each, in turn. Speed from the script's own "time" lines (the same
+        measure for both); steps, tokens/s, loss and memory shown against the script's own log;
+        Dynamo's graph breaks and recompiles counted in every run."""
+        path, runs = str(ROOT / "tests" / "scripts" / "gpt_train.py"), self.out / "runs-script"
+        env = {"TORCH_LOGS": "graph_breaks,recompiles"}
+        own = [*SCRIPT_ARGS, "--out-dir", str(self.out / "ckpt")]
+        variants = {
+            "run": self.mgpu(
+                "run", "--script", path, "--nproc", "1", "--run-dir", str(runs), "--json", "--", *own
+            ),
+            "run-bare": self.mgpu(
+                "run",
+                "--script",
+                path,
+                "--nproc",
+                "1",
+                "--no-instrument",
+                "--run-dir",
+                str(runs),
+                "--json",
+                "--",
+                *own,
+            ),
+            "torchrun": self.mgpu(
+                "torchrun", "--nproc-per-node", "1", "--run-dir", str(runs), "--json", path, *own
+            ),
+            "torchrun-bare": [
+                self.python,
+                "-m",
+                "torch.distributed.run",
+                "--nproc-per-node",
+                "1",
+                path,
+                *own,
+            ],
+        }
+        warm = self.sh("script-warm-up", variants["torchrun-bare"], 300, env=env)  # fills the compile cache
+        if warm.returncode != 0:
+            return [
+                Result(
+                    "script",
+                    False,
+                    f"the script failed bare (exit {warm.returncode}); see script-warm-up.log",
+                )
+            ]
+        seen: dict[str, list[dict]] = {v: [] for v in variants}
+        for pair in range(self.pairs):
+            for variant, argv in variants.items():
+                done = self.sh(f"script-{variant}-{pair}", argv, 300, env=env)
+                summary = last_summary(done.stdout) if variant != "torchrun-bare" else None
+                seen[variant].append(script_figures(done, summary))
+        (self.out / "script.json").write_text(json.dumps(seen, indent=1, default=str))
+        results = []
+        for ours, bare in (("run", "run-bare"), ("torchrun", "torchrun-bare")):
+            ratios = [
+                b["median_ms"] / o["median_ms"]
+                for o, b in zip(seen[ours], seen[bare])
+                if o["median_ms"] and b["median_ms"]
+            ]
+            shown = [o for o in seen[ours] if o.get("summary")]
+            agree = [o["agree"] for o in shown]
+            breaks = (sum(o["graph_breaks"] for o in seen[ours]), sum(b["graph_breaks"] for b in seen[bare]))
+            recompiles = (sum(o["recompiles"] for o in seen[ours]), sum(b["recompiles"] for b in seen[bare]))
+            ratio = statistics.median(ratios) if ratios else None
+            ok = (
+                ratio is not None
+                and ratio >= 0.99
+                and len(ratios) == self.pairs
+                and len(agree) == self.pairs
+                and all(a == [] for a in agree)
+                and breaks[0] == breaks[1]
+                and recompiles[0] == recompiles[1]
+            )
+            first = shown[0]["summary"] if shown else {}
+            detail = (
+                f"speed {ours}/{bare} per pair {', '.join(f'{r:.3f}' for r in ratios)} (median "
+                f"{ratio if ratio is None else round(ratio, 3)}, goal >= 0.99); shown vs the script's log: "
+                f"{first}; disagreements {[a for a in agree if a]}; graph breaks {breaks[0]} vs {breaks[1]}, "
+                f"recompiles {recompiles[0]} vs {recompiles[1]}"
+            )
+            results.append(Result(f"script:{ours}", ok, detail, 0.0, {"ratios": ratios, "runs": seen[ours]}))
+        return results
+
+    def fr_hang(self) -> Result:
+        """Two ranks share the GPU over gloo (CUDA tensors); rank 1 stops before a collective. The
+        verdict names it within the stall timeout, and torch's fr_trace reads the flight recorder's dumps."""
+        start, runs = time.monotonic(), self.out / "runs-hang"
+        script = self.out / "shared_gpu_hang.py"
+        script.write_text(SHARED_GPU_HANG)
+        proc = subprocess.Popen(
+            self.mgpu(
+                "torchrun",
+                "--nproc-per-node",
+                "2",
+                "--stall-timeout",
+                "5",
+                "--run-dir",
+                str(runs),
+                "--json",
+                str(script),
+            ),
+            cwd=self.out,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        said, deadline = "", time.monotonic() + 120
+        while time.monotonic() < deadline and "the run goes on" not in said:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            said += line
+        time.sleep(2)  # the dumps are written
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+        (self.out / "fr-hang.log").write_text(
+            f"(exit {proc.returncode})\n--- stdout\n{out}\n--- stderr\n{said}{err}"
+        )
+        summary = last_summary(out)
+        stall = summary.stall if summary else None
+        if summary is None or stall is None:
+            return Result("fr-hang", False, f"no stall verdict (exit {proc.returncode}); see fr-hang.log")
+        readable = Path(summary.run_dir) / "fr" / "torch-readable"
+        read = self.sh(
+            "fr-trace",
+            [self.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(readable)],
+            120,
+        )
+        report = read.stdout + read.stderr
+        traced = read.returncode == 0 and "Traceback" not in report and "missing ranks: {1}" in report
+        ok = proc.returncode == 130 and stall.culprit == 1 and traced
+        detail = (
+            f"verdict: {stall.verdict[:220]}; fr_trace: exit {read.returncode}, "
+            f"missing ranks {{1}} named: {traced}"
+        )
+        return Result("fr-hang", ok, detail, time.monotonic() - start)
 
     def topology(self) -> Result:
         start = time.monotonic()
@@ -619,6 +941,116 @@ class Checker:
         print(f"gpu-check: screenshot {'saved as ' + str(target) if done.returncode == 0 else 'FAILED'}")
 
 
+class PowerLog:
+    """nvidia-smi's power.draw of GPU 0, about 4 times a second, on a thread: [[time, watts], ...]."""
+
+    def __init__(self) -> None:
+        self.samples: list[list[float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            done = subprocess.run(
+                ["nvidia-smi", "--id=0", "--query-gpu=power.draw", "--format=csv,noheader,nounits"],
+                capture_output=True,
+                text=True,
+            )
+            try:
+                self.samples.append([time.time(), float(done.stdout.strip())])
+            except ValueError:
+                pass
+            self._stop.wait(0.25)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def script_figures(done: subprocess.CompletedProcess, summary) -> dict:
+    """What the GPT script's own log says (its "iter" lines: median time after the first 5, which
+    hold the compilation; last loss; allocator peak), and where a summary is given, what mgpu-tui
+    showed beside it, with the disagreements named."""
+    text = done.stdout
+    if summary is not None:
+        logs = sorted(Path(summary.run_dir).glob("logs/*/attempt_*/0/stdout.log"))
+        text = logs[-1].read_text() if logs else ""
+    iters = [m.groups() for m in ITER_LINE.finditer(text)]
+    times = [float(t) for _, _, t, _ in iters[5:]]
+    figures: dict = {
+        "exit": done.returncode,
+        "iters": len(iters),
+        "median_ms": statistics.median(times) if times else None,
+        "last_loss": float(iters[-1][1]) if iters else None,
+        "mem_mib": float(iters[-1][3]) if iters and iters[-1][3] else None,
+        "graph_breaks": len(re.findall(r"Graph break", done.stderr + text)),
+        "recompiles": len(re.findall(r"Recompiling function", done.stderr + text)),
+    }
+    if summary is None or not summary.steps:
+        return figures
+
+    def flag(name: str) -> int:
+        return int(SCRIPT_ARGS[SCRIPT_ARGS.index(name) + 1])
+
+    tokens = flag("--batch-size") * flag("--block-size") * flag("--grad-accum")
+    shown = {
+        "status": summary.status,
+        "steps": summary.steps,
+        "step_ms": 1000 * summary.step_time_s_median if summary.step_time_s_median else None,
+        "tokens_per_s": summary.tokens_per_s,
+        "loss": summary.final_loss,
+        "peak_mib": summary.peak_mem_bytes[0] / 2**20 if summary.peak_mem_bytes[0] else None,
+    }
+    own = {
+        "steps": len(iters),
+        "step_ms": figures["median_ms"],
+        # mgpu-tui's rate: the steady steps' tokens over their summed seconds, the evaluation's included.
+        "tokens_per_s": tokens * len(times) / sum(times) * 1000 if times else None,
+        "loss": figures["last_loss"],
+        "peak_mib": figures["mem_mib"],
+    }
+    # Tolerances: the step's time and tokens/s are timed by the two at different points of the step;
+    # mgpu-tui's loss is the step's, over its micro-batches, the script prints its last micro-batch's.
+    close = {"steps": 0, "step_ms": 0.05, "tokens_per_s": 0.05, "loss": 0.05, "peak_mib": 0.01}
+    agree = [
+        key
+        for key, tolerance in close.items()
+        if shown[key] is None or own[key] is None or abs(shown[key] - own[key]) > tolerance * abs(own[key])
+    ]
+    return {**figures, "summary": shown, "own": own, "agree": agree}
+
+
+TWO_RANKS_ONE_GPU = """
+import torch, torch.distributed as dist
+dist.init_process_group("nccl", device_id=torch.device("cuda", 0))
+x = torch.ones(4, device="cuda:0")
+dist.all_reduce(x)
+torch.cuda.synchronize()
+dist.destroy_process_group()
+"""
+
+SHARED_GPU_HANG = """
+import os, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+model = DDP(torch.nn.Linear(256, 256).cuda(0))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for step in range(10_000):
+    if rank == 1 and step == 8:
+        while True:  # a data loader that never delivers
+            time.sleep(3600)
+    loss = model(torch.randn(64, 256, device="cuda:0")).square().mean()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    time.sleep(0.02)
+"""
+
+
 def last_summary(output: str):
     """The RunSummary of a ``run --json``'s output (its last line), or None."""
     from mgpu_tui.engine.run.summary import RunSummary  # the package: only once there is a GPU
@@ -646,6 +1078,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", help=f"a comma-separated subset of: {', '.join(CHECKS)}")
     parser.add_argument("--jobs", type=int, default=8, help="mode runs at a time (default 8)")
     parser.add_argument(
+        "--pairs", type=int, default=SCRIPT_PAIRS, help=f"the script check's pairs (default {SCRIPT_PAIRS})"
+    )
+    parser.add_argument(
         "--gpu-or-exit",
         action="store_true",
         help="only say whether there is a GPU: exit 3 with one sentence when not",
@@ -664,6 +1099,7 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "runs" / time.strftime("gpu-check-%Y%m%dT%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     checker = Checker(out.resolve(), args.jobs, sys.executable)
+    checker.pairs = args.pairs
     info = checker.machine()
     print("gpu-check: " + "; ".join(info["gpus"]))
     print(
@@ -687,6 +1123,9 @@ def main(argv: list[str] | None = None) -> int:
             ("oom", checker.oom),
             ("compare", checker.compare),
             ("transformer", checker.transformer),
+            ("nccl", checker.nccl),
+            ("script", checker.script),
+            ("fr-hang", checker.fr_hang),
             ("topology", checker.topology),
             ("sampler-cost", checker.sampler_cost),
             ("telemetry", checker.telemetry),
@@ -701,19 +1140,14 @@ def main(argv: list[str] | None = None) -> int:
                 outcome = Result(name, False, f"the check itself broke: {type(exc).__name__}: {exc}")
             for result in outcome if isinstance(outcome, list) else [outcome]:
                 checker.add(result)
+            checker.write_report(info, started)  # after each check: a cut-off run keeps what it found
     except KeyboardInterrupt:
         print("gpu-check: interrupted", file=sys.stderr)
         return 130
     failed = [r.name for r in checker.results if r.ok is False]
     passed = sum(r.ok is True for r in checker.results)
     skipped = sum(r.ok is None for r in checker.results)
-    report = {
-        "machine": info,
-        "seconds": time.monotonic() - started,
-        "passed": not failed,
-        "results": [asdict(r) for r in checker.results],
-    }
-    (out / "report.json").write_text(json.dumps(report, indent=1))
+    checker.write_report(info, started)
     print(
         f"gpu-check: {passed} passed, {len(failed)} failed, {skipped} skipped in "
         f"{time.monotonic() - started:.0f} s" + (f"; failed: {', '.join(failed)}" if failed else "")

@@ -2,7 +2,8 @@
 torchrun's environment, gradient accumulation with the gradient sync only on the last micro-step,
 AdamW with weight decay on the matrices, a cosine learning rate with warm-up, autocast and a
 GradScaler, periodic evaluation on a held-out split, a checkpoint from the master process,
-optional torch.compile, and an "iter N: loss X, time Y ms" log line.
+optional torch.compile, an "iter N: loss X, time Y ms" log line (with the allocator's peak on a GPU),
+and its size in flags (--n-layer, --n-embd, --n-head: a step worth timing on a GPU).
 
 It knows nothing of mgpu-tui (tests/integration/test_unchanged_scripts.py runs it unchanged). The
 last few flags make it misbehave on purpose, as real jobs do: a rank that hangs or is slow in its
@@ -29,6 +30,9 @@ parser.add_argument("--grad-accum", type=int, default=4)
 parser.add_argument("--eval-interval", type=int, default=20)
 parser.add_argument("--eval-iters", type=int, default=4)
 parser.add_argument("--lr", type=float, default=3e-3)
+parser.add_argument("--n-layer", type=int, default=2)
+parser.add_argument("--n-embd", type=int, default=64)
+parser.add_argument("--n-head", type=int, default=4)
 parser.add_argument("--compile", action="store_true")
 parser.add_argument("--compile-backend", default="inductor")
 parser.add_argument("--out-dir", default="out")
@@ -110,7 +114,7 @@ def get_batch(split, it=0):
     return x.to(device), y.to(device)
 
 
-model = GPT(block=args.block_size).to(device)
+model = GPT(block=args.block_size, d=args.n_embd, heads=args.n_head, layers=args.n_layer).to(device)
 decay = [p for p in model.parameters() if p.dim() >= 2]
 no_decay = [p for p in model.parameters() if p.dim() < 2]
 groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
@@ -181,7 +185,9 @@ for it in range(args.max_iters + 1):
     optimizer.zero_grad(set_to_none=True)
     t1 = time.time()
     if master:
-        print(f"iter {it}: loss {loss.item() * grad_accum:.4f}, time {(t1 - t0) * 1000:.2f}ms", flush=True)
+        mem = f", mem {torch.cuda.max_memory_allocated() / 2**20:.1f}MiB" if device_type == "cuda" else ""
+        lossf = loss.item() * grad_accum
+        print(f"iter {it}: loss {lossf:.4f}, time {(t1 - t0) * 1000:.2f}ms{mem}", flush=True)
     t0 = t1
 
 if ddp:
