@@ -8,6 +8,7 @@ anywhere in the app process, imports torch.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -613,6 +614,11 @@ def _report(exc: BaseException) -> int:
     code = exit_code_for(exc)
     if code is None:
         raise exc  # a bug: its traceback is the useful report
+    if isinstance(exc, BrokenPipeError):
+        # `mgpu-tui plan | head`: nothing more to say to a reader that is gone, and the output that is
+        # still buffered goes nowhere (Python flushes it at exit, which would fail again).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return code
     if code is not ExitCode.INTERRUPTED:
         print(f"mgpu-tui: {plain(str(exc))}", file=sys.stderr)  # it may quote a path or a rank
     return code

@@ -33,6 +33,8 @@ def exit_code_for(error: BaseException) -> ExitCode | None:
 
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.INTERRUPTED
+    if isinstance(error, BrokenPipeError):
+        return ExitCode.FAILED  # the reader of the output went away (`| head`): as Python itself ends
     if isinstance(error, (UsageError, SpecError, RunDirError, TopologyParseError)):
         return ExitCode.USAGE
     if isinstance(error, (EnvironmentUnusable, NvmlCallFailed, GpuLost)):

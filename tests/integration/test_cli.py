@@ -1,10 +1,12 @@
 """The command line's contract: usage errors are one sentence and exit 2, never a traceback."""
 
 import json
+import os
+import subprocess
 
 import pytest
 
-from conftest import run_cli
+from conftest import CLI, run_cli
 
 
 @pytest.mark.parametrize(
@@ -62,3 +64,19 @@ def test_help_and_version():
     assert result.returncode == 0 and "run" in result.stdout and "Exit codes:" in result.stdout
     assert run_cli("--version").stdout.startswith("mgpu-tui ")
     assert run_cli("run", "--help").returncode == 0
+
+
+def test_a_reader_that_goes_away_ends_it_quietly():
+    """`mgpu-tui plan ... | head -1`: the rest of the output has nowhere to go. No traceback, no
+    sentence to a reader that is gone, and exit 1 as Python itself ends on a broken pipe."""
+    reader, writer = os.pipe()
+    os.close(reader)  # gone before the first line, as head is after its first
+    done = subprocess.run(
+        [*CLI, "plan", "--model", "gpt-125m", "--gpus", "2"],
+        stdout=writer,
+        stderr=subprocess.PIPE,
+        text=True,
+        timeout=60,
+    )
+    os.close(writer)
+    assert done.returncode == 1 and done.stderr == ""
