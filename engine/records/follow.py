@@ -175,11 +175,14 @@ class FollowedRun(IngestReadings):
         self.live_at_open = self.followed()
 
     def launch_spec(self) -> tuple[LaunchSpec, int] | None:
-        """(the spec to run it again, its ranks) for a run of a built-in mode; None otherwise."""
+        """(the spec to run it again, its ranks) for a run of a built-in mode or of a script of one
+        node; None otherwise. A script's comes with its own arguments, bare or not, and its stall
+        settings, as it ran."""
         spec = self.recorded_spec
+        program = {"script": spec.script, "module": spec.module} if spec.program else {}
         try:
             again = LaunchSpec(
-                mode=str(spec.mode),
+                mode="script" if program else str(spec.mode),
                 steps=spec.steps or 0,
                 batch_size=spec.batch_size or 0,
                 amp=spec.amp,
@@ -187,11 +190,18 @@ class FollowedRun(IngestReadings):
                 share_gpus=spec.share_gpus,
                 model=spec.model or "mlp",  # an older record has no --model: the MLP
                 model_args=spec.model_args,
+                **program,
+                demo_args=spec.demo_args,
+                instrument=spec.instrument,
+                stall_timeout=spec.stall_timeout,
+                on_stall=spec.on_stall,
             )
         except (TypeError, ValueError):
             return None
-        if again.mode not in MODES or again.device not in ("auto", "cpu", "cuda") or spec.program:
+        if again.device not in ("auto", "cpu", "cuda") or (not program and again.mode not in MODES):
             return None
+        if program and spec.nnodes > 1:
+            return None  # a job of several nodes starts on each of them, not from here
         return again, spec.nproc or self.world_size
 
     def _log_dirs(self) -> list[tuple[RunDir, int]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
@@ -62,6 +63,9 @@ class RecordedSpec:
     lr: float | None = None
     name: str | None = None  # the user's name for the run (--name)
     slurm: SlurmJob | None = None  # the Slurm job it ran in (launch/slurm.py)
+    # A mode's further demo flags, or a script's own arguments (what runs it again).
+    demo_args: tuple[str, ...] = ()
+    on_stall: Literal["stop", "report"] | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD:

@@ -599,3 +599,41 @@ async def test_every_model_name_fits_its_dropdown_on_one_row(size):
                 await pilot.pause()
                 label = select.query_one("SelectCurrent #label")
                 assert label.region.height == 1 and label.region.width >= len(name), (field, name)
+
+
+async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path):
+    """Issue #31: a script run reopened showed ddp and 1000 steps, so Start ran a demo. The form now
+    shows the script with its arguments as the mode list's last entry, steps and batch off (a script
+    says its own), and Start's spec is the script's on the form's ranks and device."""
+    from textual.widgets._select import SelectCurrent
+
+    from mgpu_tui.app.views.run_form import RunForm
+    from mgpu_tui.engine.launch.spec import LaunchSpec
+
+    ran = LaunchSpec(
+        mode="script", script="train.py", demo_args=("--max-iters", "10"), nproc=2, stall_timeout=9.0
+    )
+    app = create_app(telemetry=[], topology=None, run_root=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        form = app.query_one(RunForm)
+        form.fill(ran, 2)
+        await pilot.pause()
+        mode = app.query_one("#mode", Select)
+        assert mode.value == "script"
+        shown = str(mode.query_one(SelectCurrent).label)  # what the closed list shows
+        assert shown == "your script: train.py --max-iters 10", shown
+        assert app.query_one("#steps", Input).disabled and app.query_one("#batch", Input).disabled
+        app.query_one("#nproc", Input).value = "3"
+        again = form.spec()
+        assert (again.script, again.demo_args, again.nproc, again.stall_timeout) == (
+            "train.py",
+            ("--max-iters", "10"),
+            3,
+            9.0,
+        )
+        assert again.run_root == tmp_path and again.nice == UI_RANK_NICE
+        mode.value = "ddp"  # a demo again: its steps and batch count
+        await pilot.pause()
+        assert not app.query_one("#steps", Input).disabled
+        assert form.spec().mode == "ddp" and form.spec().script is None

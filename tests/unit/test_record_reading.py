@@ -2,9 +2,12 @@
 
 import math
 
+import pytest
+
 from mgpu_tui.app.widgets.bars import fit
 from mgpu_tui.app.widgets.chart import chart_title
 from mgpu_tui.engine.records.follow import MAX_TELEMETRY_POINTS, TelemetrySeries
+from mgpu_tui.engine.records.history import RecordError
 
 
 def sample(t, cpu=50.0, gpus=()):
@@ -85,6 +88,38 @@ def test_a_reopened_run_gives_the_form_its_own_model_and_settings(tmp_path):
         2,
     )
     run.close()
+
+
+def test_a_reopened_script_run_gives_its_program_arguments_and_stall_settings(tmp_path):
+    """Issue #31: a script run reopened as ddp with 1000 steps, so Start ran a demo, not the script."""
+    import json
+
+    from test_hostile_folder import good_run
+
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    path = good_run(tmp_path / "runs", "20260101-000000-script")
+    document = json.loads((path / "spec.json").read_text())
+    document["spec"] |= {
+        "mode": "script",
+        "script": "train.py",
+        "demo_args": ["--max-iters", "10"],
+        "instrument": False,
+        "stall_timeout": 12.5,
+        "on_stall": "stop",
+        "device_requested": "auto",
+    }
+    (path / "spec.json").write_text(json.dumps(document))
+    run = FollowedRun(path)
+    spec, nproc = run.launch_spec()
+    said = (spec.mode, spec.script, spec.demo_args, spec.instrument, spec.stall_timeout, spec.on_stall)
+    assert said == ("script", "train.py", ("--max-iters", "10"), False, 12.5, "stop")
+    assert (spec.device, nproc) == ("auto", 2)
+    run.close()
+    document["spec"] |= {"on_stall": "explode"}  # a rank can write this file: then it is no spec, named
+    (path / "spec.json").write_text(json.dumps(document))
+    with pytest.raises(RecordError, match=r"spec\.on_stall: not one of stop, report"):
+        FollowedRun(path)
 
 
 def test_a_folder_that_nodes_share_gives_every_nodes_rank_logs_by_global_rank(tmp_path):

@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
 from textual.widgets import Select, Static
 
-from mgpu_tui.app.views.run_form import RunForm, chosen
+from mgpu_tui.app.views.run_form import NARROW, RunForm, chosen
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.mode_guide import ModeGuide
@@ -203,6 +203,26 @@ class RunView(Widget):
     #charts Chart {
         height: 5;
     }
+    /* Under 120 columns the charts go under the ranks, side by side, each half the width: beside the
+       table they had 20 columns at 80x24, their titles cut. */
+    RunView.narrow #run-middle {
+        layout: vertical;
+    }
+    RunView.narrow #ranks {
+        width: 1fr;
+        max-width: 100%;
+        max-height: 8;
+    }
+    RunView.narrow #charts {
+        layout: horizontal;
+        height: 5;
+    }
+    RunView.narrow #charts Chart {
+        width: 1fr;
+    }
+    RunView.narrow #throughput {
+        margin-right: 2;
+    }
     #root-cause {
         display: none;
         height: auto;
@@ -254,6 +274,9 @@ class RunView(Widget):
         # (v brings the guide back, to read the code while it runs).
         yield ModeGuide(self.host, id="guide")
         yield LogView(id="logs")
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width < NARROW, "narrow")
 
     def on_mount(self) -> None:
         self.query_one(LogView).display = False

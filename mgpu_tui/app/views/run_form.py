@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
 from textual.widget import Widget
@@ -16,7 +18,7 @@ from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
-from mgpu_tui.engine.planning.modes import MODES, availability
+from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability
 from mgpu_tui.engine.planning.shapes import MODELS
 from mgpu_tui.errors import UsageError
 
@@ -25,6 +27,19 @@ MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]  # the workloads (en
 NARROW = 120  # columns under which the form takes two rows
 # A run started from the app is watched: long enough to see the loss fall and the rates settle.
 WATCHED_STEPS = 1000
+
+
+def one_row(label: str) -> Text:
+    """A list entry that stays on one row, cut with … where it is too long."""
+    return Text(label, no_wrap=True, overflow="ellipsis")
+
+
+def program_label(spec: LaunchSpec) -> str:
+    """The mode list's entry for a user's own program: what Start runs, with its arguments."""
+    program = spec.script or f"-m {spec.module}"
+    said = " ".join([program, *spec.demo_args])
+    bare = ", bare" if not spec.instrument else ""
+    return f"your script{bare}: {said}"
 
 
 def chosen(select: Select) -> str:
@@ -76,8 +91,16 @@ class RunForm(Horizontal):
     RunForm #mode {
         width: 38;
     }
+    /* A row an entry in the open list: a long reason is cut, not wrapped (the guide says it whole). */
+    RunForm #mode SelectOverlay {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
     RunForm.narrow #mode {
         width: 1fr;
+    }
+    RunForm #device {
+        width: 12;
     }
     RunForm #model {
         width: 16;  /* the longest name (gpt-1.3b) on one row: at 14 it wrapped to "gpt-1." / "3b" */
@@ -85,17 +108,32 @@ class RunForm(Horizontal):
     RunForm Input {
         width: 10;
     }
+    /* Narrow: borderless fields (compact), each as wide as its longest usual value and a space. */
     RunForm.narrow Input {
-        width: 8;
-    }
-    RunForm.narrow #steps {
-        width: 10;
-    }
-    RunForm.narrow TickBox {
+        width: 6;
         padding: 0 1;
     }
-    RunForm #device {
-        width: 12;
+    RunForm.narrow #nproc {
+        width: 4;
+    }
+    RunForm.narrow #steps {
+        width: 8;
+    }
+    RunForm.narrow TickBox {
+        padding: 0;
+        margin-left: 1;
+    }
+    RunForm.narrow #device {
+        width: 9;
+        margin-left: 1;
+    }
+    RunForm.narrow Label {
+        padding: 0 0 0 1;
+    }
+    RunForm.narrow Button {
+        margin-left: 1;
+        min-width: 7;
+        width: 7;
     }
     """
 
@@ -103,22 +141,39 @@ class RunForm(Horizontal):
         super().__init__(**kwargs)
         self.host = host
         self.run_root = run_root
+        # A user's own program shown in the form (a run of it started or reopened): the mode list's
+        # SCRIPT entry, which Start runs again with the ranks and device of the form.
+        self.program: LaunchSpec | None = None
 
-    def compose(self) -> ComposeResult:
+    def _mode_options(self) -> list[tuple[Text, str]]:
+        """The mode list's entries, a row each: a long reason is cut (…) rather than wrapped, which
+        made the open list change height from one entry to the next (the guide has it whole)."""
         options = []
         for mode in MODES.values():
             here = availability(mode, self.host)
             label = f"{mode.name}: {'' if here.runnable else 'cannot run: '}{here.reason}"
-            options.append((label, mode.name))
+            options.append((one_row(label), mode.name))
+        if self.program is not None:
+            options.append((one_row(program_label(self.program)), SCRIPT.name))
+        return options
+
+    def compose(self) -> ComposeResult:
         # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
         with Horizontal(id="mode-row"):
-            yield Select(options, value="ddp", allow_blank=False, id="mode", type_to_search=False)
+            yield Select(
+                self._mode_options(), value="ddp", allow_blank=False, id="mode", type_to_search=False
+            )
             yield Select(MODEL_OPTIONS, value="mlp", allow_blank=False, id="model", type_to_search=False)
         with Horizontal(id="form-fields"):
             yield from self._fields()
 
     def on_resize(self) -> None:
-        self.set_class(self.size.width < NARROW, "narrow")
+        narrow = self.size.width < NARROW
+        self.set_class(narrow, "narrow")
+        # Narrow (80x24): fields without borders, a row each instead of three, so that after a run
+        # the result panel under the form is not cut (it showed two lines at 80x24).
+        for field in self.query("Input, Select, Button, Checkbox"):
+            field.compact = narrow
 
     def _fields(self) -> ComposeResult:
         yield Label("ranks")
@@ -154,8 +209,15 @@ class RunForm(Horizontal):
 
     def spec(self) -> LaunchSpec:
         """The launch the form describes; UsageError with one sentence when a field is wrong."""
+        name = chosen(self.query_one("#mode", Select))
+        if name == SCRIPT.name and self.program is not None:  # the script as it ran, on these ranks
+            ranks = whole_numbers(self, {"nproc": "ranks"})["nproc"]
+            device = as_device(chosen(self.query_one("#device", Select)))
+            return replace(
+                self.program, nproc=ranks, device=device, nice=UI_RANK_NICE, run_root=self.run_root
+            )
         numbers = whole_numbers(self, {"nproc": "ranks", "steps": "steps", "batch": "batch"})
-        mode = MODES[chosen(self.query_one("#mode", Select))]
+        mode = MODES[name]
         return LaunchSpec(
             mode=mode.name,
             nproc=numbers["nproc"] if mode.multi_process else None,
@@ -174,9 +236,15 @@ class RunForm(Horizontal):
         return found.first(Checkbox) if found else None
 
     def fill(self, spec: LaunchSpec, nproc: int) -> None:
-        """Show a run started from elsewhere (``mgpu-tui run ... --tui``) as the form's values."""
-        if spec.mode in MODES:  # a user's own script is no entry of the catalogue
-            self.query_one("#mode", Select).value = spec.mode
+        """Show a run started from elsewhere (``mgpu-tui run ... --tui``) or reopened as the form's
+        values, so that Start runs it again; a user's own script becomes the mode list's last entry."""
+        mode = self.query_one("#mode", Select)
+        if spec.script or spec.module:
+            self.program = spec
+            mode.set_options(self._mode_options())
+            mode.value = SCRIPT.name
+        elif spec.mode in MODES:
+            mode.value = spec.mode
         if spec.model in dict(MODEL_OPTIONS) and not spec.model_args:  # a shape of its own is no entry
             self.query_one("#model", Select).value = spec.model
         self.query_one("#nproc", Input).value = str(nproc)
@@ -186,6 +254,12 @@ class RunForm(Horizontal):
         self.query_one("#amp", Checkbox).value = spec.amp
         if (share := self._share_gpus()) is not None:
             share.value = spec.share_gpus
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        """A script says its own steps and batch: those fields are off while it is chosen."""
+        if event.select.id == "mode":
+            for field in ("#steps", "#batch"):
+                self.query_one(field, Input).disabled = event.value == SCRIPT.name
 
     def running(self, active: bool) -> None:
         # Out of the way while a run goes (s stops it): its fields cannot change a running
