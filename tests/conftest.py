@@ -153,3 +153,62 @@ def unit_tests_start_no_process(request, monkeypatch):
         )
 
     monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+
+
+def pinned_comparison():
+    """A finished comparison of ddp, fsdp and pipeline on gpt-tiny, every figure pinned: what the
+    Compare view shows after a run, drawn the same each time."""
+    import math
+
+    from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row
+    from mgpu_tui.engine.run.summary import RankMemory
+
+    def row(mode: str, rate: float, peak: int, tensors: int, plan: int, loss_end: float) -> Row:
+        losses = [[s, 5.6 - (5.6 - loss_end) * (1 - math.exp(-s / 15))] for s in range(1, 61)]
+        rates = [[s, rate * (0.6 if s < 5 else 1.0 + 0.02 * math.sin(s))] for s in range(1, 61)]
+        return Row(
+            mode=mode,
+            status="ok",
+            world_size=2,
+            devices=2,
+            samples_per_s=rate,
+            samples_per_s_per_device=rate / 2,
+            tokens_per_s=rate * 64,
+            step_time_s_median=64 / rate,
+            step_time_s_p10_p90=[0.9 * 64 / rate, 1.2 * 64 / rate],
+            tflops_per_device=None,
+            mfu=None,
+            peak_mem_bytes=peak,
+            peak_mem_bytes_per_rank=[peak, peak - (3 << 20)],
+            final_loss=loss_end,
+            loss_curve=losses,
+            throughput_curve=rates,
+            duration_s=12.0,
+            run_dir=f"runs/20261125T120000Z-{mode}",
+            root_cause=None,
+            note=None,
+            memory=[RankMemory(r, 1_618_944, 1_618_944, plan, tensors, peak) for r in range(2)],
+            batch_size=64,
+            lr=0.02,
+        )
+
+    settings = CompareSettings(
+        nproc=2,
+        steps=60,
+        batch_size=64,
+        lr=0.02,
+        device="cpu",
+        amp=False,
+        width=256,
+        depth=4,
+        model="gpt-tiny",
+        model_shape=None,
+        flops_per_sample=1.0e8,
+        modes=("ddp", "fsdp", "pipeline"),
+    )
+    rows = [
+        row("ddp", 1840.0, 402 << 20, 25 << 20, 26 << 20, 4.91),
+        row("fsdp", 1210.0, 396 << 20, 19 << 20, 21 << 20, 4.91),
+        row("pipeline", 960.0, 371 << 20, 14 << 20, 15 << 20, 4.92),
+    ]
+    return Comparison("compare", settings, rows, started_at=0.0, ended_at=40.0)

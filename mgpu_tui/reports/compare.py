@@ -12,6 +12,7 @@ import dataclasses
 import io
 import itertools
 import math
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -24,6 +25,8 @@ from mgpu_tui.engine.protocol.folder import dumps as strict_json
 FORMATS = (".json", ".md", ".csv")
 SPARKS = "▁▂▃▄▅▆▇█"
 BAR_WIDTH = 30
+SPARK_WIDTH = 40
+MIN_BAR = 8  # the narrowest bar or sparkline that still tells its rows apart
 
 
 def _fmt_tflops(x: float | None) -> str:
@@ -204,6 +207,7 @@ def scale_table(comparison: Comparison) -> str:
 
 
 def bars(labels: Sequence[str], values: Sequence[float | None], fmt: Callable, width: int = BAR_WIDTH) -> str:
+    """A bar a label, ``width`` columns for the largest value."""
     top = max((v for v in values if v), default=0)
     pad = max(len(label) for label in labels)
     lines = []
@@ -213,14 +217,22 @@ def bars(labels: Sequence[str], values: Sequence[float | None], fmt: Callable, w
     return "\n".join(lines)
 
 
-def _peak_bars(labels: Sequence[str], peaks: Sequence[tuple[int, int | None] | None]) -> str:
+def fitted_bars(
+    labels: Sequence[str], values: Sequence[float | None], fmt: Callable, width: int | None
+) -> str:
+    """:func:`bars` in ``width`` columns (None: the usual BAR_WIDTH), figures included."""
+    return bars(labels, values, fmt, room(width, labels, [fmt(v) for v in values], BAR_WIDTH))
+
+
+def _peak_bars(
+    labels: Sequence[str], peaks: Sequence[tuple[int, int | None] | None], width: int | None = None
+) -> str:
     """Bars of the measured tensor peaks, each labelled with the plan's figure beside it."""
     values = [p[0] if p else None for p in peaks]
-    lines = bars(labels, values, fmt_bytes).splitlines()
-    return "\n".join(
-        line if p is None or p[1] is None else f"{line} (plan {fmt_bytes(p[1])})"
-        for line, p in zip(lines, peaks)
-    )
+    plans = ["" if p is None or p[1] is None else f" (plan {fmt_bytes(p[1])})" for p in peaks]
+    said = [fmt_bytes(v) + plan for v, plan in zip(values, plans)]
+    lines = bars(labels, values, fmt_bytes, room(width, labels, said, BAR_WIDTH)).splitlines()
+    return "\n".join(line + plan for line, plan in zip(lines, plans))
 
 
 def sparkline(values: Sequence[float], lo: float, hi: float, width: int = 40) -> str:
@@ -233,7 +245,16 @@ def sparkline(values: Sequence[float], lo: float, hi: float, width: int = 40) ->
     return "".join(SPARKS[min(7, max(0, int((v - lo) / span * 7.999)))] for v in picks)
 
 
-def curves(rows: Sequence[Row], which: str) -> str:
+def room(width: int | None, labels: Sequence[str], texts: Sequence[str], most: int) -> int:
+    """Columns for a bar or a sparkline between its label and its figure, in ``width`` columns
+    (None: ``most``): never more than ``most``, never under MIN_BAR."""
+    if width is None:
+        return most
+    used = max((len(t) for t in labels), default=0) + max((len(t) for t in texts), default=0) + 4
+    return max(MIN_BAR, min(most, width - used))
+
+
+def curves(rows: Sequence[Row], which: str, width: int | None = None) -> str:
     series = {r.name: [v for _, v in getattr(r, which)] for r in rows if getattr(r, which)}
     if not series:
         return "(no steps)"
@@ -241,9 +262,10 @@ def curves(rows: Sequence[Row], which: str) -> str:
     lo, hi = min(every), max(every)
     pad = max(len(m) for m in series)
     fmt = fmt_loss if which == "loss_curve" else fmt_rate
+    ends = {mode: f"{fmt(vs[0])} -> {fmt(vs[-1])}" for mode, vs in series.items()}
+    columns = room(width, list(series), list(ends.values()), SPARK_WIDTH)
     return "\n".join(
-        f"{mode:<{pad}}  {sparkline(vs, lo, hi)}  {fmt(vs[0])} -> {fmt(vs[-1])}"
-        for mode, vs in series.items()
+        f"{mode:<{pad}}  {sparkline(vs, lo, hi, columns)}  {ends[mode]}" for mode, vs in series.items()
     )
 
 
@@ -255,29 +277,39 @@ def _tensor_peak(r: Row) -> tuple[int, int | None] | None:
     return max(known, key=lambda pair: pair[0]) if known else None
 
 
-def compare_charts(comparison: Comparison) -> str:
+def compare_charts(comparison: Comparison, width: int | None = None) -> str:
+    """The comparison's charts as text; ``width``: the columns they must fit in, no line longer
+    (bars and sparklines shrink; None: their usual widths)."""
     rows = comparison.rows
     labels = [r.name for r in rows]
     peaks = [_tensor_peak(r) for r in rows]
+
+    def title(text: str) -> str:
+        return textwrap.fill(text, width) if width else text
+
     tensors = (
-        ["live tensors at their peak (largest rank), the plan's beside", _peak_bars(labels, peaks), ""]
+        [
+            title("live tensors at their peak (largest rank), the plan's beside"),
+            _peak_bars(labels, peaks, width),
+            "",
+        ]
         if any(peaks)
         else []
     )
     return "\n".join(
         [
             "samples/s",
-            bars(labels, [r.samples_per_s for r in rows], fmt_rate),
+            fitted_bars(labels, [r.samples_per_s for r in rows], fmt_rate, width),
             "",
             *tensors,
-            "peak memory (largest rank)" + (": the whole process" if tensors else ""),
-            bars(labels, [r.peak_mem_bytes for r in rows], fmt_bytes),
+            title("peak memory (largest rank)" + (": the whole process" if tensors else "")),
+            fitted_bars(labels, [r.peak_mem_bytes for r in rows], fmt_bytes, width),
             "",
-            "loss over steps (one scale for all)",
-            curves(rows, "loss_curve"),
+            title("loss over steps (one scale for all)"),
+            curves(rows, "loss_curve", width),
             "",
-            "samples/s over steps (one scale for all)",
-            curves(rows, "throughput_curve"),
+            title("samples/s over steps (one scale for all)"),
+            curves(rows, "throughput_curve", width),
         ]
     )
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pynvml as real
 import pytest
 
-from conftest import TOPOLOGIES
+from conftest import TOPOLOGIES, pinned_comparison
 from mgpu_tui.app import create_app
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.host import Host
@@ -150,3 +150,21 @@ async def test_a_gpu_cards_fields_never_touch_or_run_past_its_width(gpus, size):
 
 def host_name(gpus: int) -> str:
     return "Tesla V100-SXM3-32GB" if gpus == 16 else "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("size", list(SIZES))
+def test_the_compare_views_results_at_both_sizes(snap_compare, size):
+    """Issue #31: side by side, the results table was cut after five columns at 80x24 and the bars
+    wrapped; at 160x50 it stopped at "peak" with empty rows below. The table over the charts, each
+    as wide as the view, the bars and curves fitted to it."""
+    from mgpu_tui.app.views.compare import CompareView
+
+    snapshots, topology, host = recorded(0)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+
+    async def results(pilot):
+        await pilot.press("c")
+        app.query_one(CompareView).ended(pinned_comparison())
+        await pilot.pause(0.3)  # the charts are drawn again once the box has its width
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=results)

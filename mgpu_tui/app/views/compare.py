@@ -100,11 +100,15 @@ class CompareView(Widget):
         height: 1fr;
     }
     #compare-table {
-        width: 3fr;
+        height: auto;
+        max-height: 100%;
     }
     #compare-charts-box {
-        width: 2fr;
-        padding: 0 1;
+        height: auto;
+        padding: 1 1 0 1;
+    }
+    #compare-guide {
+        margin-top: 1;
     }
     """
 
@@ -120,6 +124,7 @@ class CompareView(Widget):
         self.greyed: set[str] = set()  # the modes the plan says cannot fit
         self.gpu_mem: int | None = None  # the smallest GPU's memory, from the telemetry
         self.host_mem: int | None = None
+        self.shown: Comparison | None = None  # the comparison whose results are on screen
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="compare-form"):
@@ -167,9 +172,12 @@ class CompareView(Widget):
                     "data and batch. Below: the memory each needs.",
                     id="compare-status",
                 )
-        with Horizontal(id="compare-results"):
+        # The table, then the charts under it, each as tall as it needs and as wide as the view: side
+        # by side the table was cut after five columns at 80x24 and left rows empty at 160x50. At
+        # 80x24 the results scroll (the mouse, or Tab to them and the arrows).
+        with VerticalScroll(id="compare-results"):
             yield DataTable(id="compare-table", cursor_type="none")
-            with VerticalScroll(id="compare-charts-box"):
+            with Vertical(id="compare-charts-box"):
                 yield Static("", id="compare-charts")
                 yield Static("", id="compare-guide")  # the highlighted mode, explained
                 yield Static("", id="compare-code")  # and its demo's source (v hides or shows it)
@@ -242,6 +250,7 @@ class CompareView(Widget):
         if found is None:
             return
         template, plans, shared, what = found
+        self.shown = None  # the plan takes the results' place
         # On the CPU every rank (and each stage of mp) lives in the host's memory: they add up.
         # The verdict first: a narrow terminal shows the first columns.
         headers = [
@@ -312,6 +321,7 @@ class CompareView(Widget):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120, "narrow")
+        self.call_after_refresh(self._draw_charts)  # once the box has its new width
 
     def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
         self._explain(event.selection.value)
@@ -374,6 +384,7 @@ class CompareView(Widget):
         self.query_one("#compare-progress", ProgressBar).update(total=self.total, progress=0)
         self.query_one("#compare-status", TextPanel).update(f"comparing {', '.join(modes)}: starting…")
         self._set_busy(True)
+        self.shown = None
         self.show_rows([])
         self.query_one("#compare-charts", Static).update("")
 
@@ -408,7 +419,16 @@ class CompareView(Widget):
                 f"{r.mode} {r.status}: {r.root_cause or 'no cause found'}" for r in failed
             )
         self.query_one("#compare-status", TextPanel).update(verdict + "   * best in its column")
-        charts = compare_output.compare_charts(comparison) if comparison.rows else ""
+        self.shown = comparison
+        self._draw_charts()
+
+    def _draw_charts(self) -> None:
+        """The shown comparison's charts, as wide as the view (drawn again when it is resized)."""
+        comparison = self.shown
+        if comparison is None:
+            return
+        width = self.query_one("#compare-charts-box").content_region.width or None
+        charts = compare_output.compare_charts(comparison, width) if comparison.rows else ""
         self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup
 
     def _set_busy(self, active: bool) -> None:
