@@ -76,6 +76,10 @@ def fmt_bytes(n: float | None) -> str:
     raise AssertionError("unreachable")
 
 
+def fmt_percent(x: float) -> str:
+    return f"{x:.0f}%"
+
+
 def fmt_rate(x: float | None) -> str:
     return "n/a" if x is None else f"{x:,.0f}"
 

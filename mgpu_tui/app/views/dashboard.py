@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from mgpu_tui.app.widgets.bars import bar
+from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.gpu_card import GpuCard
 from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.console import fmt_bytes, plain
+from mgpu_tui.console import fmt_bytes, fmt_percent, plain
 from mgpu_tui.reports.host import layout_lines
 
 if TYPE_CHECKING:  # psutil loads with the sampler, after the first frame
@@ -46,6 +47,8 @@ def first_steps(layout: HostLayout) -> Text:
 
 
 HISTORY = 60
+HOST_HISTORY = 600  # samples of the host kept for its charts (ten minutes at the usual one a second)
+HISTORY_MIN_ROWS = 34  # the dashboard's rows under which the host's charts are left out (80x24)
 
 
 class Dashboard(Widget):
@@ -68,9 +71,21 @@ class Dashboard(Widget):
         height: 1fr;
     }
     #first-steps {
+        height: auto;
+        padding: 1 1 0 1;
+        display: none;
+    }
+    /* With no GPU: the host's CPU and memory over the last minutes fill the room the cards would
+       (at 160x50 the guide alone left some 28 rows empty); shown where they get rows enough. */
+    #host-history {
         height: 1fr;
         padding: 1 1 0 1;
         display: none;
+    }
+    #host-history Chart {
+        width: 1fr;
+        height: 1fr;
+        margin-right: 2;
     }
     .section-title {
         text-style: bold;
@@ -86,6 +101,9 @@ class Dashboard(Widget):
         super().__init__(**kwargs)
         self.host_layout = host_layout  # the host's layout: read on the first sample without a GPU
         self._util: dict[str, collections.deque[float]] = {}
+        self._host_cpu: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
+        self._host_mem: collections.deque[float] = collections.deque(maxlen=HOST_HISTORY)
+        self._no_gpu = False  # as the last sample said
         self._rank_rows: list[tuple] | None = None
         self._banner: str | None = ""
 
@@ -94,6 +112,9 @@ class Dashboard(Widget):
         yield TextPanel("waiting for the first sample…", id="host")
         yield VerticalScroll(id="gpus")
         yield TextPanel("", id="first-steps")
+        with Horizontal(id="host-history"):
+            yield Chart("host CPU", fmt_percent, unit="sample", id="host-cpu")
+            yield Chart("host memory", fmt_bytes, unit="sample", id="host-mem")
         yield Static("Rank processes of the current run", id="ranks-title", classes="section-title")
         table: DataTable[str] = DataTable(id="rank-processes", cursor_type="none")
         table.add_columns("rank", "pid", "CPU %", "memory (RSS)", "threads", "GPU")
@@ -129,8 +150,23 @@ class Dashboard(Widget):
                 f"{host.load_avg[2]:.2f}\n      cores {cores}",
             )
         )
+        if None not in host.cpu_percent:
+            self._host_cpu.append(sum(c for c in host.cpu_percent if c is not None) / max(1, n))
+        self._host_mem.append(host.memory_used)
         self._show_gpus(snap)
+        self._show_history(not snap.gpus)
         self._show_ranks(snap)
+
+    def on_resize(self) -> None:
+        self._show_history(self._no_gpu)
+
+    def _show_history(self, no_gpu: bool) -> None:
+        self._no_gpu = no_gpu
+        history = self.query_one("#host-history")
+        history.display = no_gpu and self.size.height >= HISTORY_MIN_ROWS
+        if history.display:
+            self.query_one("#host-cpu", Chart).update(list(self._host_cpu))
+            self.query_one("#host-mem", Chart).update(list(self._host_mem))
 
     def _show_gpus(self, snap: Snapshot) -> None:
         guide = self.query_one("#first-steps", TextPanel)

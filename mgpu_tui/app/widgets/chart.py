@@ -26,15 +26,17 @@ def chart_title(
     *,
     span: str | None = None,
     width: int | None = None,
+    unit: str = "step",
 ) -> Text:
-    """``title, last N steps · now X · range LOW to HIGH``: the figures behind the bars below.
-    ``span`` replaces "last N steps" (a whole series says how much it covers). Within ``width``,
-    the range goes first, then the latest value: the title stays on its one row."""
+    """``title, last N steps · now X · range LOW to HIGH``: the figures behind the bars below (``unit``:
+    what a value is, a step or a second). ``span`` replaces "last N steps" (a whole series says how
+    much it covers). Within ``width``, the range goes first, then the latest value: the title stays
+    on its one row."""
     if width is not None and 1 < width < len(title):
         return Text(title[: width - 1] + "…", style="bold")  # one row, whatever the width
     text = Text(title, style="bold")
     if values:
-        span = span or f"last {len(values):,} step{'s' if len(values) != 1 else ''}"
+        span = span or f"last {len(values):,} {unit}{'s' if len(values) != 1 else ''}"
         if width is not None and len(text) + len(span) + 2 > width:
             return text  # the axis below says which steps are drawn
         text.append(f", {span}", style="bold")
@@ -81,6 +83,7 @@ class Chart(Widget):
         *,
         whole: str | None = None,
         smoothed: bool = False,
+        unit: str = "step",
         **kwargs,
     ) -> None:
         """``whole``: draw the whole series (fitted to the width), and say so with this text
@@ -91,6 +94,7 @@ class Chart(Widget):
         self.fmt = fmt
         self.whole = whole
         self.smoothed = smoothed
+        self.unit = unit  # what one value is: a step, or a sample of the machine
         self.values: list[float] = []
         self.steps: list[int] = []
 
@@ -111,7 +115,7 @@ class Chart(Widget):
         else:
             shown = self.values[-width:] if width > 0 else []
             steps = self.steps[-width:]
-            title = chart_title(self.title, shown, self.fmt, width=width)
+            title = chart_title(self.title, shown, self.fmt, width=width, unit=self.unit)
         line = smooth(shown) if self.smoothed and len(shown) > 2 else None
         bars = spark_rows(shown, width, rows, line=line, line_style=LINE_STYLE)
         parts: list[str | Text] = [title, "\n", bars]

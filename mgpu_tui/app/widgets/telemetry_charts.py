@@ -8,16 +8,12 @@ from typing import TYPE_CHECKING
 from textual.containers import Horizontal
 
 from mgpu_tui.app.widgets.chart import Chart
-from mgpu_tui.console import fmt_bytes
+from mgpu_tui.console import fmt_bytes, fmt_percent
 
 if TYPE_CHECKING:
     from textual.app import ComposeResult
 
     from mgpu_tui.engine.records.follow import TelemetrySeries
-
-
-def _percent(value: float) -> str:
-    return f"{value:.0f}%"
 
 
 def _watts(value: float) -> str:
@@ -49,10 +45,10 @@ class TelemetryCharts(Horizontal):
         self._series: TelemetrySeries | None = None
 
     def compose(self) -> ComposeResult:
-        yield Chart("host CPU", _percent, whole="whole run", id="tm-cpu")
+        yield Chart("host CPU", fmt_percent, whole="whole run", id="tm-cpu")
         yield Chart("host memory", fmt_bytes, whole="whole run", id="tm-mem")
         yield Chart("GPU memory", fmt_bytes, whole="whole run", id="tm-gpu-mem")
-        yield Chart("GPU util", _percent, whole="whole run", id="tm-gpu-util")
+        yield Chart("GPU util", fmt_percent, whole="whole run", id="tm-gpu-util")
         yield Chart("GPU power", _watts, whole="whole run", id="tm-gpu-power")
 
     def show(self, series: TelemetrySeries) -> None:
