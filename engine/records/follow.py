@@ -179,7 +179,7 @@ class FollowedRun(IngestReadings):
         node; None otherwise. A script's comes with its own arguments, bare or not, and its stall
         settings, as it ran."""
         spec = self.recorded_spec
-        program = {"script": spec.script, "module": spec.module} if spec.program else {}
+        program = spec.program is not None
         try:
             again = LaunchSpec(
                 mode="script" if program else str(spec.mode),
@@ -190,7 +190,8 @@ class FollowedRun(IngestReadings):
                 share_gpus=spec.share_gpus,
                 model=spec.model or "mlp",  # an older record has no --model: the MLP
                 model_args=spec.model_args,
-                **program,
+                script=spec.script,
+                module=spec.module,
                 demo_args=spec.demo_args,
                 instrument=spec.instrument,
                 stall_timeout=spec.stall_timeout,

@@ -172,7 +172,13 @@ class RunForm(Horizontal):
         self.set_class(narrow, "narrow")
         # Narrow (80x24): fields without borders, a row each instead of three, so that after a run
         # the result panel under the form is not cut (it showed two lines at 80x24).
-        for field in self.query("Input, Select, Button, Checkbox"):
+        fields: list[Input | Select | Button | Checkbox] = [
+            *self.query(Input),
+            *self.query(Select),
+            *self.query(Button),
+            *self.query(Checkbox),
+        ]
+        for field in fields:
             field.compact = narrow
 
     def _fields(self) -> ComposeResult:
