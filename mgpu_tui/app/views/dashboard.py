@@ -121,6 +121,8 @@ class Dashboard(Widget):
         yield table
 
     def show(self, snap: Snapshot) -> None:
+        if not self.query("#host"):
+            return  # a late sample while the app closes: its widgets are already gone
         text = None
         if not snap.nvml.ok:
             text = f"No NVIDIA GPU here ({snap.nvml.detail}): ranks run on the CPU with gloo."
