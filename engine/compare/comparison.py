@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from secrets import token_hex
 
 from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve, workload_of
@@ -210,6 +211,10 @@ class RunsSettings:
     differences: tuple[str, ...]  # what differs between them, each in a sentence
 
 
+def new_comparison_id() -> str:
+    return f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{token_hex(2)}"
+
+
 @dataclass
 class Comparison:
     kind: str  # "compare" or "scale"
@@ -219,6 +224,11 @@ class Comparison:
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
     interrupted: bool = False
+    # What its runs record as theirs (LaunchSpec.comparison): its start in UTC and a few random
+    # letters, a NAME (two comparisons started in the same second stay apart).
+    id: str = field(
+        default_factory=lambda: f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{token_hex(2)}"
+    )
 
     @property
     def failed(self) -> bool:
@@ -238,6 +248,7 @@ class Comparison:
     def to_json(self) -> dict:
         document = {
             "kind": self.kind,
+            "id": self.id,
             "settings": dataclasses.asdict(self.settings),
             "parallel": self.parallel,
             "note": PARALLEL_NOTE if self.parallel else None,
@@ -282,7 +293,7 @@ class Runner:
         on_update: Callable[[Comparison, Sequence[Run]], None] | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> None:
-        self.specs = list(specs)
+        self.specs = [dataclasses.replace(spec, comparison=comparison.id) for spec in specs]  # its rows
         self.comparison = comparison
         self.host = host
         self.on_update = on_update or (lambda comparison, running: None)

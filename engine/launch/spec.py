@@ -80,6 +80,9 @@ class LaunchSpec:
     master_port: int | None = None
     # The user's name for the run (a NAME: engine/protocol/rundir.py): it ends the run folder's name.
     name: str | None = None
+    # The comparison (compare or scale) this run is one row of: its id, kept in spec.json, so that the
+    # listings name it and the app can show that comparison again from its runs.
+    comparison: str | None = None
     # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
     stall_timeout: float | None = None
     # What a stall does: "stop" the run or "report" it and go on. None: stop a mode's demo; report

@@ -11,12 +11,15 @@ by (made by an mgpu-tui from before the lock).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
+from mgpu_tui.engine.protocol.rundir import NAME
 from mgpu_tui.engine.protocol.typed import Invalid, build
 from mgpu_tui.engine.run.monitor import is_followed
 from mgpu_tui.engine.run.summary import RunSummary
@@ -66,6 +69,7 @@ class RecordedSpec:
     # A mode's further demo flags, or a script's own arguments (what runs it again).
     demo_args: tuple[str, ...] = ()
     on_stall: Literal["stop", "report"] | None = None
+    comparison: str | None = None  # the comparison it was a row of (LaunchSpec.comparison)
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD:
@@ -73,6 +77,8 @@ class RecordedSpec:
         if not 1 <= self.nnodes <= min(self.world_size, MAX_NNODES):
             bound = f"between 1 and the world size (at most {MAX_NNODES:,})"
             raise Invalid(f"nnodes: {self.nnodes} is not {bound}")
+        if self.comparison is not None and not NAME.fullmatch(self.comparison):
+            raise Invalid("comparison: not a name (letters, digits, '.', '_' and '-', at most 64)")
 
     @property
     def program(self) -> str | None:
@@ -117,6 +123,7 @@ class RunRecord:
 
     name: str | None = None  # the user's name for it (--name)
     slurm_job: str | None = None  # the Slurm job it ran in
+    comparison: str | None = None  # the comparison it was a row of (compare, scale, the app's Compare)
 
     @property
     def label(self) -> str:
@@ -134,6 +141,7 @@ class RunRecord:
             "model": self.model,
             "name": self.name,
             "slurm_job": self.slurm_job,
+            "comparison": self.comparison,
             "world_size": self.world_size,
             "nnodes": self.nnodes,
             "status": self.status,
@@ -157,43 +165,27 @@ def read_run(path: Path) -> RunRecord:
     spec, created = document.spec, document.created_at
     suffix = "" if node is None else f"-node{node}"
     what, world, nnodes = spec.what, spec.world_size, spec.nnodes
-    model, named = None if spec.program else spec.model, spec.name
-    job = spec.slurm.job_id if spec.slurm else None
-    summary_path = path / f"summary{suffix}.json"
-    try:
-        summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
-    except FileNotFoundError:
-        lock = path / f"monitor{suffix}.lock"
-        status = "unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off"
-        return RunRecord(
-            str(path), created, what, world, nnodes, status, model=model, name=named, slurm_job=job
-        )
-    except (OSError, ValueError) as exc:
-        reason = _unreadable("summary.json", exc)
-        return RunRecord(
-            str(path),
-            created,
-            what,
-            world,
-            nnodes,
-            "broken",
-            reason=reason,
-            model=model,
-            name=named,
-            slurm_job=job,
-        )
-    return RunRecord(
+    record = functools.partial(
+        RunRecord,
         str(path),
         created,
         what,
         world,
         nnodes,
-        summary.status,
-        summary,
-        model=model,
-        name=named,
-        slurm_job=job,
+        model=None if spec.program else spec.model,
+        name=spec.name,
+        slurm_job=spec.slurm.job_id if spec.slurm else None,
+        comparison=spec.comparison,
     )
+    summary_path = path / f"summary{suffix}.json"
+    try:
+        summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
+    except FileNotFoundError:
+        lock = path / f"monitor{suffix}.lock"
+        return record("unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off")
+    except (OSError, ValueError) as exc:
+        return record("broken", reason=_unreadable("summary.json", exc))
+    return record(summary.status, summary)
 
 
 def _spec_document(path: Path) -> tuple[SpecDocument, int | None]:
@@ -222,6 +214,13 @@ def read_spec(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, int | N
     except (OSError, ValueError) as exc:
         raise RecordError(f"{path}: its spec.json is unreadable ({_why(exc)}).") from None
     return document.spec, document.machine, node
+
+
+def comparison_runs(records: Sequence[RunRecord], comparison: str) -> list[Path]:
+    """The run folders of one comparison, in the order they ran (the oldest first), among
+    ``records``: the rows to show it again with (compare/records.py)."""
+    members = [r for r in records if r.comparison == comparison and r.status != "broken"]
+    return [Path(r.path) for r in sorted(members, key=lambda r: r.created_at or 0.0)]
 
 
 def list_runs(root: Path) -> list[RunRecord]:

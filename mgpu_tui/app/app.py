@@ -28,6 +28,7 @@ from mgpu_tui.app.messages import (
     CompareEnded,
     CompareRequested,
     CompareUpdated,
+    ComparisonRequested,
     OpenRequested,
     RunEnded,
     RunUpdated,
@@ -300,6 +301,12 @@ class MgpuApp(App):
 
     async def on_open_requested(self, message: OpenRequested) -> None:
         await self.open_run(message.path)
+
+    async def on_comparison_requested(self, message: ComparisonRequested) -> None:
+        """The Runs view's m: that comparison again, in the Compare view (which reads it back)."""
+        await self.action_show_tab("compare")
+        if view := self._compare_view():
+            view.show_past(message.comparison, message.paths)
 
     def on_compare_requested(self, message: CompareRequested) -> None:
         if self.busy:

@@ -83,6 +83,24 @@ class OpenRequested(Message):
         self.path = path
 
 
+class ComparisonRequested(Message):
+    """Show a past comparison again, from the runs that were its rows (the Runs view's m)."""
+
+    def __init__(self, comparison: str, paths: list[Path]) -> None:
+        super().__init__()
+        self.comparison = comparison
+        self.paths = paths
+
+
+class ComparisonRead(Message):
+    """A past comparison read back from its runs by a worker (engine/compare/records.py), or why not."""
+
+    def __init__(self, comparison: Comparison | None, error: str | None = None) -> None:
+        super().__init__()
+        self.comparison = comparison
+        self.error = error
+
+
 class RunsListed(Message):
     """The past runs of the run folder, read by a worker (engine/records/history.py)."""
 

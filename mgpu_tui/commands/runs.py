@@ -134,5 +134,9 @@ def runs_command(args: argparse.Namespace) -> int:
             ]
         )
     headers = ["started", "what", "ranks", "status", "took", "samples/s", "loss", "folder", "why"]
+    if any(r.comparison for r in records):  # the comparison each run was a row of, where any was
+        headers.insert(-1, "comparison")
+        for row, r in zip(rows, records):
+            row.insert(-1, r.comparison or "")
     print(plain(table(headers, rows, right=(2, 4, 5, 6))))  # names and causes from the runs: text only
     return ExitCode.OK

@@ -136,9 +136,10 @@ def test_rank_states_read_as_a_user_expects():
 
 
 async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypatch):
-    from textual.widgets import SelectionList, Static
+    from textual.widgets import DataTable, SelectionList, Static
 
     from mgpu_tui.app.views.compare import CompareView
+    from mgpu_tui.app.views.runs import COLUMNS as RUNS_COLUMNS
 
     monkeypatch.chdir(tmp_path)
     app = create_app()
@@ -175,6 +176,21 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         assert single.note is None and "every stage sits on the one CPU" in mp.note
         # The same numbers as the CLI: the rows the engine made.
         assert rows[0][3].rstrip(" *") == fmt_rate(comparison.rows[0].samples_per_s)
+        # Issue #31: the Runs view names each run's comparison, and m shows that comparison again,
+        # read back from its runs' folders.
+        await pilot.press("h")
+        runs = app.query_one("#runs-table", DataTable)
+        assert await wait_for(pilot, lambda: runs.row_count == 2, timeout=10)
+        column = list(RUNS_COLUMNS).index("comparison")
+        assert {str(runs.get_row_at(i)[column]) for i in range(2)} == {comparison.id}
+        view.query_one("#compare-charts", Static).update("")  # gone, to be drawn again from the folders
+        await pilot.press("m")
+        assert await wait_for(pilot, lambda: app.query_one("#views").current == "compare-view", timeout=5)
+        status = view.query_one("#compare-status", TextPanel)
+        assert await wait_for(pilot, lambda: "read back from their folders" in str(status.render()), 20)
+        again = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+        assert [r[0] for r in again] == ["single", "mp"] and [r[3] for r in again] == [r[3] for r in rows]
+        assert "loss over steps" in str(view.query_one("#compare-charts", Static).render())
     for row in comparison.rows:
         assert live_processes_of(Path(row.run_dir)) == []
 
@@ -325,7 +341,7 @@ async def test_the_runs_view_lists_past_runs_and_enter_opens_one(tmp_path):
         first, second = (table.get_row_at(i) for i in range(2))
         assert (str(first[1]), str(first[3])) == ("mp", "ok")
         assert str(first[5]) == fmt_rate(summary.samples_per_s)
-        assert (str(second[3]), str(second[7])) == ("broken", "no spec.json: not a run directory")
+        assert (str(second[3]), str(second[8])) == ("broken", "no spec.json: not a run directory")
         table.focus()
         await pilot.press("enter")  # the cursor starts on the newest run
         view = app.query_one(RunView)

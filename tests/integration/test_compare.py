@@ -69,6 +69,21 @@ def test_compare_gives_ok_rows_that_trained_the_same_function(compared):
     assert out.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
 
 
+def test_each_run_records_its_comparison_and_runs_lists_it(compared):
+    """Issue #31: nothing said which comparison a run belonged to. Each run's spec.json records the
+    comparison's id (the report's), and `mgpu-tui runs` lists it beside the run."""
+    report, out, _ = compared
+    assert re.fullmatch(r"\d{8}T\d{6}Z-[0-9a-f]{4}", report["id"]), report["id"]
+    for row in report["rows"]:
+        spec = json.loads((Path(row["run_dir"]) / "spec.json").read_text())
+        assert spec["spec"]["comparison"] == report["id"]
+    listed = run_cli("runs", "--run-dir", str(out.parent / "runs"))
+    assert listed.returncode == 0 and " comparison " in listed.stdout.splitlines()[0], listed.stdout
+    assert listed.stdout.count(report["id"]) == 2
+    as_json = json.loads(run_cli("runs", "--json", "--run-dir", str(out.parent / "runs")).stdout)
+    assert [r["comparison"] for r in as_json["runs"]] == [report["id"]] * 2
+
+
 def test_the_markdown_and_csv_reports_parse(compared):
     report = compared[0]
     rows = [build(Row, r) for r in report["rows"]]  # the report read back as the types it came from

@@ -177,3 +177,33 @@ def test_a_folder_that_nodes_share_gives_every_nodes_rank_logs_by_global_rank(tm
         node_heading(node, machines[1]) == "node 1 · bn-host2 · ranks 2-3 · CPU n/a · mem 2.0 GiB · GPUs 80%"
     )
     run.close()
+
+
+def test_a_runs_comparison_is_read_as_a_name_and_its_runs_found_in_the_order_they_ran(tmp_path):
+    """The comparison a run was a row of, as its spec.json says: a NAME or the record is broken (a
+    rank can write the file: "../x" or a megabyte of text must not reach a listing); the runs of
+    one comparison, oldest first, broken ones left out."""
+    import json
+
+    from test_hostile_folder import good_run
+
+    from mgpu_tui.engine.records.history import comparison_runs, list_runs
+
+    root = tmp_path / "runs"
+    for name, comparison, created in (
+        ("20260101-000002-fsdp", "20260101T000000Z-ab12", 2.0),
+        ("20260101-000001-ddp", "20260101T000000Z-ab12", 1.0),
+        ("20260101-000003-ddp", "20260102T000000Z-cd34", 3.0),
+        ("20260101-000004-ddp", "../../etc", 4.0),
+    ):
+        path = good_run(root, name)
+        document = json.loads((path / "spec.json").read_text())
+        document["spec"]["comparison"] = comparison
+        document["created_at"] = created
+        (path / "spec.json").write_text(json.dumps(document))
+    records = list_runs(root)
+    hostile = next(r for r in records if r.path.endswith("000004-ddp"))
+    assert hostile.status == "broken" and "comparison: not a name" in hostile.reason
+    found = comparison_runs(records, "20260101T000000Z-ab12")
+    assert [p.name for p in found] == ["20260101-000001-ddp", "20260101-000002-fsdp"]
+    assert comparison_runs(records, "nothing-of-that-name") == []

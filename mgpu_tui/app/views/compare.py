@@ -30,13 +30,13 @@ from textual.widgets import (
     Static,
 )
 
-from mgpu_tui.app.messages import CompareRequested, StopRequested
+from mgpu_tui.app.messages import CompareRequested, ComparisonRead, StopRequested
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import fmt_bytes, plain
-from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row
+from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row, RunsSettings
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device, workload_of
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
@@ -403,7 +403,10 @@ class CompareView(Widget):
         table = self.query_one("#compare-table", DataTable)
         headers, cells = compare_output.cells(rows, lambda t: Text(t + " *", style="bold green"), Text)
         table.clear(columns=True)
-        table.add_columns(*headers)
+        # Widths given, not measured (as the plan's): measured when the table is idle, they came out
+        # wider or narrower by when the screen was drawn.
+        for i, header in enumerate(headers):
+            table.add_column(header, width=max(len(header), *(len(str(c[i])) for c in cells), 0))
         for row_cells, row in zip(cells, rows):
             row_cells[1] = Text(row.status, style="green" if row.status == "ok" else "bold red")
             table.add_row(*row_cells)
@@ -430,6 +433,42 @@ class CompareView(Widget):
         width = self.query_one("#compare-charts-box").content_region.width or None
         charts = compare_output.compare_charts(comparison, width) if comparison.rows else ""
         self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup
+
+    # ---- a past comparison, read back from its runs ---------------------------------------------
+
+    def show_past(self, comparison: str, paths: list[Path]) -> None:
+        """The comparison ``comparison`` again, from the run folders that were its rows (read by a
+        worker: each run's summary and events)."""
+        if self.running:
+            self.app.notify("A comparison is going; stop it first (s).", title="Cannot show it")
+            return
+        status = self.query_one("#compare-status", TextPanel)
+        status.update(plain(f"reading comparison {comparison} back from its {len(paths)} run(s)…"))
+        self.run_worker(lambda: self._read_past(comparison, paths), thread=True, exclusive=True, group="past")
+
+    def _read_past(self, comparison: str, paths: list[Path]) -> None:
+        from mgpu_tui.engine.compare.records import comparison_from_runs
+        from mgpu_tui.engine.records.history import RecordError
+
+        if not paths:
+            self.post_message(ComparisonRead(None, f"no run of comparison {comparison} can be read."))
+            return
+        try:
+            self.post_message(ComparisonRead(comparison_from_runs(paths)))
+        except RecordError as exc:
+            self.post_message(ComparisonRead(None, str(exc)))
+
+    def on_comparison_read(self, message: ComparisonRead) -> None:
+        status = self.query_one("#compare-status", TextPanel)
+        if message.comparison is None:
+            status.update(plain(message.error or "the comparison cannot be read back."))
+            return
+        past = message.comparison
+        self.ended(past)
+        said = f"{len(past.rows)} run(s) read back from their folders   * best in its column"
+        if isinstance(past.settings, RunsSettings) and past.settings.differences:
+            said += "; they differ: " + "; ".join(past.settings.differences)
+        status.update(plain(said))
 
     def _set_busy(self, active: bool) -> None:
         self.running = active

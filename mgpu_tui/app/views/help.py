@@ -18,7 +18,8 @@ HELP = """\
       then every rank, its charts and its logs
   c   Compare: several modes on the same model and batch, one table;
       before they run, the memory each needs and whether it fits
-  h   Runs: the runs kept in the run folder; Enter opens one
+  h   Runs: the runs kept in the run folder; Enter opens one; m shows a
+      compared run's comparison again
 
 [b]Keys[/b]
   s   stop the run or comparison (every rank); a run started

@@ -12,10 +12,11 @@ from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
-from mgpu_tui.app.messages import OpenRequested, RunsListed
+from mgpu_tui.app.messages import ComparisonRequested, OpenRequested, RunsListed
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word
 
 REFRESH_S = 3.0
@@ -28,10 +29,21 @@ STATUS_STYLE = {
     "unfinished": "dim",
     "broken": "dim red",
 }
-COLUMNS = ("started", "what", "ranks", "status", "duration", "samples/s", "loss", "root cause or reason")
+COLUMNS = (
+    "started",
+    "what",
+    "ranks",
+    "status",
+    "duration",
+    "samples/s",
+    "loss",
+    "comparison",
+    "root cause or reason",
+)
 
 
 class RunsView(Widget):
+    BINDINGS = [Binding("m", "open_comparison", "Its comparison")]
     DEFAULT_CSS = """
     RunsView {
         height: 1fr;
@@ -49,6 +61,7 @@ class RunsView(Widget):
         super().__init__(**kwargs)
         self.root = root
         self.paths: list[str] = []  # the rows' run folders, in the table's order
+        self.records: list = []  # the rows' records (engine/records/history.py RunRecord), in that order
 
     def compose(self) -> ComposeResult:
         yield Static(plain(f"Runs in {self.root}: reading…"), id="runs-title", markup=False)
@@ -82,6 +95,7 @@ class RunsView(Widget):
         current = self.paths[row] if 0 <= row < len(self.paths) else None
         table.clear()
         self.paths = [r.path for r in records]
+        self.records = list(records)
         for record in records:
             table.add_row(*_cells(record), key=record.path)
         if current in self.paths:
@@ -90,11 +104,24 @@ class RunsView(Widget):
         if count:
             title = (
                 f"Runs in {self.root}: {count}, newest first. Enter opens one; a run still going "
-                "is followed live, and keeps going when you leave."
+                "is followed live, and keeps going when you leave. m shows a compared run's "
+                "comparison again."
             )
         else:
             title = f"No runs in {self.root} yet: start one in the Run view (r), or with `mgpu-tui run`."
         self.query_one("#runs-title", Static).update(plain(title))
+
+    def action_open_comparison(self) -> None:
+        """m: the comparison the run under the cursor was a row of, in the Compare view, from its runs."""
+        from mgpu_tui.engine.records.history import comparison_runs
+
+        row = self.query_one(DataTable).cursor_row
+        record = self.records[row] if 0 <= row < len(self.records) else None
+        if record is None or not record.comparison:
+            self.app.notify("This run was not part of a comparison.", title="No comparison")
+            return
+        paths = comparison_runs(self.records, record.comparison)
+        self.post_message(ComparisonRequested(record.comparison, paths))
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
@@ -124,5 +151,6 @@ def _cells(record) -> tuple:
         Text(str(record.world_size) if record.world_size else "?", justify="right"),
         Text(status_word(record.status), style=STATUS_STYLE.get(record.status, "")),
         *(Text(f, justify="right") for f in figures),
+        Text(record.comparison or ""),  # a NAME (checked as read)
         Text(plain(cause)[:120]),
     )
