@@ -54,6 +54,7 @@ class ProcessTree:
         self.proc: subprocess.Popen | None = None  # the keeper
         self.launcher: int | None = None  # torchrun (or python), the keeper's first child
         self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
+        self._sessions: dict[int, int | None] = {}  # pid -> its session when last scanned
         self._pidfd: int | None = None
         self.scanned_at = 0.0
 
@@ -95,13 +96,20 @@ class ProcessTree:
         except psutil.Error:
             return
         for child in children:
+            session = _session(child.pid)
             if child.pid not in self._known:
                 ctime = create_time(child.pid)
                 if ctime is not None:
                     self._known[child.pid] = ctime
+                    self._sessions[child.pid] = session
                     priority.lower_group(child.pid, self.nice)  # a rank's own session
                     if self.launcher is None and _parent(child) == self.started.pid:
                         self.launcher = child.pid
+            elif session != self._sessions.get(child.pid):
+                # Seen between its fork and its setsid (torchrun starts each rank in a session of
+                # its own): the group lowered then was its parent's, and its own is lowered now.
+                self._sessions[child.pid] = session
+                priority.lower_group(child.pid, self.nice)
 
     def was_rank(self, pid: int) -> bool:
         """Whether ``pid`` was recorded in this run's tree below the launcher: a rank, or a
@@ -260,6 +268,14 @@ def _parent(proc: psutil.Process) -> int | None:
     try:
         return proc.ppid()
     except psutil.Error:
+        return None
+
+
+def _session(pid: int) -> int | None:
+    """The session ``pid`` is in now; None when it is gone."""
+    try:
+        return os.getsid(pid)
+    except OSError:
         return None
 
 
