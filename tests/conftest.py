@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.summary import RankSummary, RunSummary
 
 CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
 TESTS = Path(__file__).resolve().parent
@@ -212,3 +213,38 @@ def pinned_comparison():
         row("pipeline", 960.0, 371 << 20, 14 << 20, 15 << 20, 4.92),
     ]
     return Comparison("compare", settings, rows, started_at=0.0, ended_at=40.0)
+
+
+def pinned_summary(run_dir: Path, **changes) -> RunSummary:
+    """A finished 2-rank ddp run's summary, every figure pinned; ``changes`` replace fields."""
+    rank = RankSummary(0, 10, 100.0, 0.5, 1 << 20, "cpu", os.getpid(), True)
+    fields = dict(
+        mode="ddp",
+        program=None,
+        status="ok",
+        exit_code=0,
+        device="cpu",
+        backend="gloo",
+        shared_gpus=False,
+        world_size=2,
+        nnodes=1,
+        node_rank=0,
+        steps=10,
+        steps_requested=10,
+        batch_size=64,
+        samples_per_s=1000.0,
+        step_time_s_median=0.01,
+        step_time_s_p10_p90=(0.009, 0.02),
+        final_loss=0.5,
+        peak_mem_bytes=(1 << 20, 1 << 20),
+        ranks=(rank, dataclasses.replace(rank, rank=1)),
+        launch_to_first_step_s=1.0,
+        duration_s=2.0,
+        malformed_events=0,
+        run_dir=str(run_dir),
+        root_cause=None,
+        note=None,
+        verify=None,
+        stall=None,
+    )
+    return RunSummary(**{**fields, **changes})

@@ -10,12 +10,13 @@ screenshots are copies of two of them).
 
 import dataclasses
 import functools
+import time
 from pathlib import Path
 
 import pynvml as real
 import pytest
 
-from conftest import TOPOLOGIES, pinned_comparison
+from conftest import TOPOLOGIES, pinned_comparison, pinned_summary
 from mgpu_tui.app import create_app
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.host import Host
@@ -168,3 +169,72 @@ def test_the_compare_views_results_at_both_sizes(snap_compare, size):
         await pilot.pause(0.3)  # the charts are drawn again once the box has its width
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=results)
+
+
+def pinned_run(view, finished: bool, run_dir: str = "runs/20261125T120000Z-ddp") -> None:
+    """A 2-rank ddp run of 400 steps shown in the Run view from pinned events (the engine's own
+    Aggregator over them): during it (step 240) or after it, drawn the same each time."""
+    import math
+
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.protocol.events import Done, Hello, Step
+    from mgpu_tui.engine.run.aggregate import Aggregator
+    from mgpu_tui.engine.run.summary import RankMemory
+
+    _, _, host = recorded(0)
+    spec = LaunchSpec("ddp", nproc=2, steps=400, device="cpu")
+    view.started(spec, resolve(spec, host), run_dir)
+    last = 400 if finished else 240
+    now = time.time()  # the last step just now: the ranks run, not silent
+    events = Aggregator()
+    steps, rates, losses = [], [], []
+    for rank in (0, 1):
+        events.add(Hello(rank, now - 30, rank, 2, 4000 + rank, "h", "cpu", None, "ddp"))
+    for step in range(1, last + 1):
+        loss = 0.45 + 1.8 * math.exp(-step / 60) + 0.05 * math.sin(step)
+        rate = 1900.0 + 120 * math.sin(step / 7)
+        steps.append(step)
+        rates.append(2 * rate)
+        losses.append(loss)
+        for rank in (0, 1):
+            t = now - (last - step) * 0.034
+            events.add(Step(rank, t, step, 32, 0, loss, 32 / rate, 300 << 20, 345 << 20))
+    if finished:
+        for rank in (0, 1):
+            events.add(Done(rank, now, last))
+    stats = events.stats()
+    view.show(stats, (steps, rates, losses), 30.0)
+    if finished:
+        memory = tuple(RankMemory(r, 12 << 20, 12 << 20, 16 << 20, 16 << 20, 345 << 20) for r in (0, 1))
+        view.ended(
+            pinned_summary(
+                Path(run_dir),
+                steps=400,
+                steps_requested=400,
+                samples_per_s=stats.samples_per_s,
+                final_loss=stats.final_loss,
+                duration_s=14.36,
+                peak_mem_bytes=(345 << 20, 345 << 20),
+                memory=memory,
+            ),
+            stats,
+        )
+
+
+@pytest.mark.parametrize("phase", ["during", "after"])
+@pytest.mark.parametrize("size", list(SIZES))
+def test_the_run_view_during_and_after_a_run_at_both_sizes(snap_compare, size, phase):
+    """Issue #31: at 80x24 the charts had 20 columns and the result panel was cut after two lines.
+    The ranks, the charts under them (at 80 columns) or beside them, the status line with the stop
+    key while it goes, and the result panel whole once it ended."""
+    from mgpu_tui.app.views.run import RunView
+
+    snapshots, topology, host = recorded(0)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+
+    async def run(pilot):
+        await pilot.press("r")
+        pinned_run(app.query_one(RunView), finished=phase == "after")
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=run)

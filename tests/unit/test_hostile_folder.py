@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import pinned_summary as summary
 from mgpu_tui.cli import main
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.folder import Unreadable, loads, read_json, write_atomic
@@ -29,45 +30,11 @@ from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.engine.run.aggregate import Straggler
 from mgpu_tui.engine.run.flight_records import hang_verdict, late_arrivals, read_trace
 from mgpu_tui.engine.run.rootcause import read_error_file
-from mgpu_tui.engine.run.summary import RankSummary, RunSummary
+from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.watchdog import request_flight_records
 
 ESC_OR_C1 = [chr(c) for c in (0x1B, *range(0x80, 0xA0))]
 EVIL = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202eevil\u200b[bold]x[/bold]"
-
-
-def summary(run_dir: Path, **changes) -> RunSummary:
-    rank = RankSummary(0, 10, 100.0, 0.5, 1 << 20, "cpu", os.getpid(), True)
-    fields = dict(
-        mode="ddp",
-        program=None,
-        status="ok",
-        exit_code=0,
-        device="cpu",
-        backend="gloo",
-        shared_gpus=False,
-        world_size=2,
-        nnodes=1,
-        node_rank=0,
-        steps=10,
-        steps_requested=10,
-        batch_size=64,
-        samples_per_s=1000.0,
-        step_time_s_median=0.01,
-        step_time_s_p10_p90=(0.009, 0.02),
-        final_loss=0.5,
-        peak_mem_bytes=(1 << 20, 1 << 20),
-        ranks=(rank, dataclasses.replace(rank, rank=1)),
-        launch_to_first_step_s=1.0,
-        duration_s=2.0,
-        malformed_events=0,
-        run_dir=str(run_dir),
-        root_cause=None,
-        note=None,
-        verify=None,
-        stall=None,
-    )
-    return RunSummary(**{**fields, **changes})
 
 
 def good_run(root: Path, name: str, **changes) -> Path:
