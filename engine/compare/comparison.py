@@ -226,9 +226,7 @@ class Comparison:
     interrupted: bool = False
     # What its runs record as theirs (LaunchSpec.comparison): its start in UTC and a few random
     # letters, a NAME (two comparisons started in the same second stay apart).
-    id: str = field(
-        default_factory=lambda: f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{token_hex(2)}"
-    )
+    id: str = field(default_factory=new_comparison_id)
 
     @property
     def failed(self) -> bool:

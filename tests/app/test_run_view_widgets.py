@@ -1,8 +1,11 @@
 """The Run view's own widgets with Pilot: the log pane a user reads while lines pour in, the charts."""
 
+from pathlib import Path
+
 from textual.app import App, ComposeResult
 from textual.widgets import Input, Select
 
+from conftest import pinned_summary
 from mgpu_tui.app.widgets.log_pane import LogPane, printable
 from mgpu_tui.app.widgets.log_view import SHOWN, LogView
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
@@ -172,20 +175,15 @@ ONE_GPU = Host(cpu_count=16, gpu_count=1, gpu_note="1 GPU(s)", torch_available=T
 
 
 def failed_summary(cause) -> RunSummary:
-    return RunSummary(
-        mode="ddp",
-        program=None,
+    """A ddp run on ranks that shared a GPU, failed at step 3 of 100 with ``cause``."""
+    return pinned_summary(
+        Path("/runs/x"),
         status="failed",
         exit_code=1,
         device="cuda",
-        backend="gloo",
         shared_gpus=True,
-        world_size=2,
-        nnodes=1,
-        node_rank=0,
         steps=3,
         steps_requested=100,
-        batch_size=64,
         samples_per_s=None,
         step_time_s_median=None,
         step_time_s_p10_p90=None,
@@ -194,12 +192,8 @@ def failed_summary(cause) -> RunSummary:
         ranks=(),
         launch_to_first_step_s=None,
         duration_s=1.0,
-        malformed_events=0,
-        run_dir="/runs/x",
         root_cause=cause,
         note=SHARED_GPUS_NOTE,
-        verify=None,
-        stall=None,
     )
 
 

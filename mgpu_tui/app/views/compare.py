@@ -53,6 +53,17 @@ DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
 COMPARED_STEPS = 60
 
 
+def fill_table(table: DataTable, headers: list[str], rows: list[list]) -> None:
+    """``table`` cleared and filled, the plan's or the results'. Widths given, not measured:
+    DataTable measures auto-width columns when idle, so a busy machine drew the columns at their
+    headers' widths, or at the previous table's, until then."""
+    table.clear(columns=True)
+    for i, header in enumerate(headers):
+        table.add_column(header, width=max(len(header), *(len(str(row[i])) for row in rows), 0))
+    for row in rows:
+        table.add_row(*row)
+
+
 class CompareView(Widget):
     DEFAULT_CSS = """
     #compare-form {
@@ -301,14 +312,7 @@ class CompareView(Widget):
                 modes.replace_option_prompt_at_index(index, self.prompts[p.mode])
                 modes.enable_option_at_index(index)
                 self.greyed.discard(p.mode)
-        table = self.query_one("#compare-table", DataTable)
-        table.clear(columns=True)
-        # Widths given, not measured: DataTable measures auto-width columns when idle, and a busy
-        # machine would show the first plan cut to its headers' widths until then.
-        for i, header in enumerate(headers):
-            table.add_column(header, width=max(len(header), *(len(str(r[i])) for r in rows)))
-        for row in rows:
-            table.add_row(*row)
+        fill_table(self.query_one("#compare-table", DataTable), headers, rows)
         self.query_one("#compare-charts", Static).update(
             Text(
                 f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch "
@@ -400,16 +404,10 @@ class CompareView(Widget):
         self.show_rows(rows)
 
     def show_rows(self, rows: list[Row]) -> None:
-        table = self.query_one("#compare-table", DataTable)
         headers, cells = compare_output.cells(rows, lambda t: Text(t + " *", style="bold green"), Text)
-        table.clear(columns=True)
-        # Widths given, not measured (as the plan's): measured when the table is idle, they came out
-        # wider or narrower by when the screen was drawn.
-        for i, header in enumerate(headers):
-            table.add_column(header, width=max(len(header), *(len(str(c[i])) for c in cells), 0))
         for row_cells, row in zip(cells, rows):
             row_cells[1] = Text(row.status, style="green" if row.status == "ok" else "bold red")
-            table.add_row(*row_cells)
+        fill_table(self.query_one("#compare-table", DataTable), headers, cells)
 
     def ended(self, comparison: Comparison) -> None:
         self._set_busy(False)

@@ -140,6 +140,7 @@ class Dashboard(Widget):
             cpu = sum(c for c in host.cpu_percent if c is not None) / max(1, n)
             cpu_text = Text.assemble(bar(cpu / 100), f" {cpu:3.0f}%   ")
             cores = "  ".join(f"{c:3.0f}%" for c in host.cpu_percent[:32])
+            self._host_cpu.append(cpu)
         self.query_one("#host", TextPanel).update(
             Text.assemble(
                 ("Host  ", "bold"),
@@ -152,8 +153,6 @@ class Dashboard(Widget):
                 f"{host.load_avg[2]:.2f}\n      cores {cores}",
             )
         )
-        if None not in host.cpu_percent:
-            self._host_cpu.append(sum(c for c in host.cpu_percent if c is not None) / max(1, n))
         self._host_mem.append(host.memory_used)
         self._show_gpus(snap)
         self._show_history(not snap.gpus)
