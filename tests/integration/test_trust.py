@@ -10,6 +10,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -475,3 +476,44 @@ def test_ctrl_c_stops_a_rank_that_ignores_sigterm_and_sigint_within_seconds(tmp_
     assert proc.returncode == 130, err
     assert time.monotonic() - stopped < 8, err  # the grace (5 s), then SIGKILL
     assert live_processes_of(only_run_dir(runs_root)) == []
+
+
+LAUNCHER_WITH_A_DETACHED_CHILD = """
+import subprocess, sys, time
+child = subprocess.Popen(["sleep", "300"], env={}, start_new_session=True)
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(300)
+"""
+
+
+def test_the_keeper_ends_the_whole_run_however_many_stop_signals_arrive_meanwhile(tmp_path):
+    """mgpu-tui's stop, the parent-death signal and a user's kill may all reach the keeper, in any
+    order and at any moment, also while it is already ending the run: a stop may never interrupt
+    that (CI once saw a detached grandchild outlive its run). The keeper is started bare, so the
+    signals reach it, and only it, as fast as they can be sent."""
+    marker = tmp_path / "child.pid"
+    keeper = subprocess.Popen(
+        [sys.executable, "-m", "mgpu_tui.engine.launch.keeper", "--grace", "0.3", "--"]
+        + [sys.executable, "-c", LAUNCHER_WITH_A_DETACHED_CHILD, str(marker)],
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    while keeper.poll() is None and time.monotonic() < deadline:
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            try:
+                os.kill(keeper.pid, sig)
+            except ProcessLookupError:
+                break
+        time.sleep(0.001)
+    _, stderr = keeper.communicate(timeout=30)
+    end = time.monotonic() + 5
+    while alive(child) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not alive(child), describe(child)
+    assert "Traceback" not in stderr, stderr
+    assert keeper.returncode == -signal.SIGTERM  # the launcher's own end, passed on
