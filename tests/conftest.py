@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from mgpu_tui.engine.run.summary import RankSummary, RunSummary
+from mgpu_tui.engine.run.summary import RankSummary, RunStatus, RunSummary
 
 CLI = [str(Path(sys.executable).with_name("mgpu-tui"))]
 TESTS = Path(__file__).resolve().parent
@@ -169,7 +169,7 @@ def pinned_comparison():
         rates = [[s, rate * (0.6 if s < 5 else 1.0 + 0.02 * math.sin(s))] for s in range(1, 61)]
         return Row(
             mode=mode,
-            status="ok",
+            status=RunStatus.OK,
             world_size=2,
             devices=2,
             samples_per_s=rate,
@@ -216,7 +216,8 @@ def pinned_comparison():
 
 
 def pinned_summary(run_dir: Path, **changes) -> RunSummary:
-    """A finished 2-rank ddp run's summary, every figure pinned; ``changes`` replace fields."""
+    """A finished 2-rank ddp run's summary, every figure pinned; ``changes`` replace fields (a
+    status by its value: "failed")."""
     rank = RankSummary(0, 10, 100.0, 0.5, 1 << 20, "cpu", os.getpid(), True)
     fields = dict(
         mode="ddp",
@@ -247,4 +248,6 @@ def pinned_summary(run_dir: Path, **changes) -> RunSummary:
         verify=None,
         stall=None,
     )
-    return RunSummary(**{**fields, **changes})
+    fields.update(changes)
+    fields["status"] = RunStatus(fields["status"])
+    return RunSummary(**fields)

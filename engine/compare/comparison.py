@@ -38,7 +38,7 @@ from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
-from mgpu_tui.engine.run.summary import RankMemory
+from mgpu_tui.engine.run.summary import RankMemory, RunStatus
 
 PARALLEL_NOTE = (
     "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
@@ -85,7 +85,7 @@ def devices_used(mode: str, device: str, world_size: int, nproc: int, stages: in
 @dataclass(frozen=True)
 class Row:
     mode: str
-    status: str  # ok, failed, interrupted
+    status: RunStatus
     world_size: int
     devices: int
     samples_per_s: float | None
@@ -230,7 +230,7 @@ class Comparison:
 
     @property
     def failed(self) -> bool:
-        return self.interrupted or any(r.status != "ok" for r in self.rows)
+        return self.interrupted or any(r.status is not RunStatus.OK for r in self.rows)
 
     @property
     def scale(self) -> ScaleSettings:

@@ -22,7 +22,14 @@ from mgpu_tui.engine.compare.comparison import (
     train_flops_per_sample,
 )
 from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
-from mgpu_tui.engine.records.history import RecordedMachine, RecordedSpec, RecordError, read_run, read_spec
+from mgpu_tui.engine.records.history import (
+    RecordedMachine,
+    RecordedSpec,
+    RecordError,
+    RecordStatus,
+    read_run,
+    read_spec,
+)
 from mgpu_tui.engine.run.aggregate import read_events
 
 # What must be the same for two runs' figures to be compared: (spec key, what it is called).
@@ -77,7 +84,7 @@ def _workload(spec: RecordedSpec):
 
 def _row(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, Row]:
     record = read_run(path)
-    if record.status == "broken":
+    if record.status is RecordStatus.BROKEN:
         raise RecordError(f"{path} cannot be compared: {record.reason}.")
     if record.summary is None:
         raise RecordError(f"{path} has no result yet (no summary.json): it is still going, or was cut off.")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
 from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.engine.planning.modes import MODES, unknown_mode
+from mgpu_tui.engine.run.summary import RunStatus
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.compare.comparison import Row
@@ -130,7 +131,7 @@ class ScalePoint:
     nproc: int
     batch_size: int  # 0: not recorded
     lr: float | None
-    status: str
+    status: RunStatus
     samples_per_s: float | None
     tokens_per_s: float | None
     speedup: float | None  # against the first point that ran ok
@@ -155,12 +156,12 @@ def points(rows: Sequence[Row], sweep: str, steps: int) -> list[ScalePoint]:
     batch sweep, where the ranks do not change.
     """
     ordered = sorted(rows, key=lambda r: (r.world_size, r.batch_size))
-    base = next((r for r in ordered if r.status == "ok" and r.samples_per_s), None)
+    base = next((r for r in ordered if r.status is RunStatus.OK and r.samples_per_s), None)
     budget = common_samples(rows, steps)
     out = []
     for r in rows:
         speedup = efficiency = None
-        if base and base.samples_per_s and r.status == "ok" and r.samples_per_s:
+        if base and base.samples_per_s and r.status is RunStatus.OK and r.samples_per_s:
             speedup = r.samples_per_s / base.samples_per_s
             if sweep != "batch":
                 efficiency = speedup / (r.world_size / base.world_size)

@@ -38,7 +38,7 @@ from mgpu_tui.engine.protocol.causes import RootCause, is_consequence
 from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
 from mgpu_tui.engine.protocol.events import MAX_COUNT
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
-from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeFailure, NodeRecord, parse_peer
+from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeFailure, NodeRecord, NodeState, parse_peer
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.protocol.typed import MAX_ITEMS
 
@@ -69,7 +69,7 @@ class NodeView:
     host: str | None  # None: never heard
     first_rank: int
     last_rank: int
-    state: str  # joining, running, ok, failed, interrupted; "lost" or "missing" as seen from here
+    state: NodeState  # its own word, or LOST or MISSING as seen from here
     step: int | None
     silent_s: float | None  # since its last beat (None: this node, or never heard)
     here: bool
@@ -122,7 +122,7 @@ class NodeView:
             None if data["host"] is None else text(data["host"], MAX_HOST),
             whole(data["first_rank"]),
             whole(data["last_rank"]),
-            text(data["state"], 32),
+            NodeState(data["state"]),
             None if data["step"] is None else whole(data["step"]),
             None if silent is None or not math.isfinite(silent) else float(silent),
             data["here"] is True,
@@ -150,7 +150,7 @@ class NodeWatch:
         self.join_timeout = spec.join_timeout
         ranks = resolved.ranks_here
         host = socket.gethostname()[:64]
-        self._record = NodeRecord(self.node, host, ranks.start, ranks.stop - 1, "joining")
+        self._record = NodeRecord(self.node, host, ranks.start, ranks.stop - 1, NodeState.JOINING)
         self._published: str | None = None
         self._published_at = 0.0
         self._peers: dict[int, Peer] = {}
@@ -281,7 +281,12 @@ class NodeWatch:
         return time.monotonic() - self._published_at >= PUBLISH_EVERY_S
 
     def publish(
-        self, state: str, steps: dict[int, int], failure: NodeFailure | None = None, *, force: bool = False
+        self,
+        state: NodeState,
+        steps: dict[int, int],
+        failure: NodeFailure | None = None,
+        *,
+        force: bool = False,
     ) -> None:
         """This node's record, for the others (at most once a PUBLISH_EVERY_S unless it is final)."""
         self._record = NodeRecord(
@@ -375,7 +380,9 @@ class NodeWatch:
         return "; ".join(parts)
 
     def _first_failed_peer(self) -> NodeRecord | None:
-        failed = [p.record for p in self._peers.values() if p.record.state == "failed" and p.record.failure]
+        failed = [
+            p.record for p in self._peers.values() if p.record.state is NodeState.FAILED and p.record.failure
+        ]
         primary = [r for r in failed if r.failure is not None and not r.failure.secondary]
         return min(primary or failed, key=lambda r: r.node) if failed else None
 
@@ -393,7 +400,7 @@ class NodeWatch:
 
     # ---- the end ----------------------------------------------------------------------
 
-    def settle(self, state: str, steps: dict[int, int], own: RootCause | None) -> RootCause | None:
+    def settle(self, state: NodeState, steps: dict[int, int], own: RootCause | None) -> RootCause | None:
         """Publish this node's outcome; hear the others' (waiting while one may still speak, at most
         HEARTBEAT_TIMEOUT_S and a beat); return the root cause to report for this node."""
         failure = None
@@ -408,7 +415,7 @@ class NodeWatch:
         # The store's server stays for its peers; a node that ended ok waits (bounded) for the others'
         # final word too, so its summary says how each ended ("ok", not the "running" last heard: a
         # synchronous job's nodes end within moments of each other).
-        needs_peers = self.serve or state == "ok" or (failure is not None and failure.secondary)
+        needs_peers = self.serve or state is NodeState.OK or (failure is not None and failure.secondary)
         while time.monotonic() < deadline:
             self.poll()
             link_quiet = time.monotonic() - self._link_heard_at > BEAT_S * 2.5  # blocked on a store gone
@@ -431,7 +438,7 @@ class NodeWatch:
             return self._adopt(failed.failure, own)
         if lost := self._lost(time.monotonic()):
             return _verdict(lost, LOST_HINT, own=own)
-        stopped = [p.record for p in self._peers.values() if p.record.state == "interrupted"]
+        stopped = [p.record for p in self._peers.values() if p.record.state is NodeState.INTERRUPTED]
         if stopped:
             r = min(stopped, key=lambda r: r.node)
             message = (
@@ -462,12 +469,12 @@ class NodeWatch:
                     )
                 )
             elif (peer := self._peers.get(node)) is None:
-                state = "missing" if self.ready else "joining"
+                state = NodeState.MISSING if self.ready else NodeState.JOINING
                 first = node * per_node
                 rows.append(NodeView(node, None, first, first + per_node - 1, state, None, None, False))
             else:
                 r, silent = peer.record, now - peer.heard_at
-                state = "lost" if not r.final and silent >= HEARTBEAT_TIMEOUT_S else r.state
+                state = NodeState.LOST if not r.final and silent >= HEARTBEAT_TIMEOUT_S else r.state
                 rows.append(
                     NodeView(
                         node,

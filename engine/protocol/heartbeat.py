@@ -22,9 +22,28 @@ from dataclasses import asdict, dataclass, field
 from typing import Literal, overload
 
 from mgpu_tui.engine.protocol.text import plain_line
+from mgpu_tui.engine.protocol.typed import Word
 
-STATES = ("joining", "running", "ok", "failed", "interrupted")
-FINAL_STATES = ("ok", "failed", "interrupted")
+
+class NodeState(Word):
+    """A node's state: what its own record says (the first five), or what another node concludes of
+    it (the last two: it never writes them of itself)."""
+
+    JOINING = "joining"
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    LOST = "lost"  # its beat stopped growing before it said how it ended
+    MISSING = "missing"  # the job is under way and it never wrote a record
+
+    @property
+    def final(self) -> bool:
+        return self in FINAL_STATES
+
+
+STATES = tuple(NodeState)[:5]  # what a node may say of itself
+FINAL_STATES = (NodeState.OK, NodeState.FAILED, NodeState.INTERRUPTED)
 MAX_HOST = 64
 MAX_TEXT = 600
 MAX_RANKS_SHOWN = 256  # steps of at most this many ranks per node
@@ -51,7 +70,7 @@ class NodeRecord:
     host: str
     first_rank: int
     last_rank: int
-    state: str
+    state: NodeState
     steps: dict[int, int] = field(default_factory=dict)
     failure: NodeFailure | None = None
 
@@ -62,7 +81,7 @@ class NodeRecord:
 
     @property
     def final(self) -> bool:
-        return self.state in FINAL_STATES
+        return self.state.final
 
     def ranks_text(self) -> str:
         first, last = self.first_rank, self.last_rank
@@ -99,9 +118,9 @@ def parse_record(data: dict, *, nnodes: int, world_size: int) -> NodeRecord:
     first, last = (_int(r, 0, world_size - 1) for r in data["ranks"])
     if first > last:
         raise ValueError("ranks")
-    state = data["state"]
-    if state not in STATES:
-        raise ValueError(state)
+    if data["state"] not in STATES:
+        raise ValueError(data["state"])
+    state = NodeState(data["state"])
     steps_in = data.get("steps") or {}
     if not isinstance(steps_in, dict) or len(steps_in) > MAX_RANKS_SHOWN:
         raise ValueError("steps")

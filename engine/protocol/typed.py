@@ -11,7 +11,8 @@ Kinds understood: ``int`` (not a bool; at most ``MAX_INT`` either way), ``float`
 finite float: a diverged loss may be huge; whoever draws it copes with that), ``str`` (at
 most ``MAX_STR`` characters, longer ones cut), ``bool``, ``None``, unions of those, ``tuple[X,
 ...]`` and ``tuple[X, Y]``, ``list[X]``, ``dict`` (kept as read: JSON already bounded in depth by
-protocol/folder.py, and its readers look at what they use), ``Path``, ``Literal`` and nested
+protocol/folder.py, and its readers look at what they use), ``Path``, ``Literal``, an ``Enum`` (by its
+value: a state read back) and nested
 dataclasses; a dataclass whose JSON is not its fields (``JSON_READER``: its classmethod
 ``from_json``) reads itself, and what it raises becomes Invalid. Keys the dataclass does not know
 are ignored (a newer release's); a missing key takes the field's default, or is a problem when it
@@ -21,6 +22,7 @@ has none.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 import types
@@ -37,6 +39,17 @@ T = TypeVar("T")
 
 class Invalid(ValueError):
     """A document that is not the record it claims to be; ``str()`` names the field and why."""
+
+
+class Word(str, enum.Enum):
+    """A state that is written as its value wherever it goes: JSON, f-strings, tables. (Python
+    3.11's Enum formats a str mix-in as ``Class.NAME``; ``StrEnum`` is not in 3.10.)"""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
 
 @functools.cache
@@ -75,6 +88,11 @@ def _value(kind: Any, value: Any, where: str) -> Any:
         if value in args:
             return value
         raise Invalid(f"{where}: not one of {', '.join(map(str, args))}")
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        try:
+            return kind(value)
+        except ValueError:
+            raise Invalid(f"{where}: not one of {', '.join(str(m.value) for m in kind)}") from None
     if origin in (tuple, list):
         if not isinstance(value, list) or len(value) > MAX_ITEMS:
             raise Invalid(f"{where}: not a list (of at most {MAX_ITEMS:,} items)")

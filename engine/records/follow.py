@@ -28,12 +28,13 @@ from mgpu_tui.engine.machine.slurm import cancel_job
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.protocol.folder import loads, read_json
-from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, plain
+from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeState, plain
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.records.history import (
     MAX_SPEC_BYTES,
     MAX_SUMMARY_BYTES,
     RecordError,
+    RecordStatus,
     read_run,
     read_spec,
 )
@@ -149,7 +150,7 @@ class FollowedRun(IngestReadings):
 
     def __init__(self, path: Path) -> None:
         record = read_run(path)
-        if record.status == "broken":
+        if record.status is RecordStatus.BROKEN:
             raise RecordError(f"{path} cannot be opened: {record.reason}.")
         spec, _, node = read_spec(path)
         self.world_size = spec.world_size
@@ -328,7 +329,7 @@ class FollowedRun(IngestReadings):
             first = node * per_node
             known = tuple((rank, steps[rank]) for rank in range(first, first + per_node) if rank in steps)
             step = min(s for _, s in known) if len(known) == per_node else None
-            state = "running" if node in self._hosts else "joining"
+            state = NodeState.RUNNING if node in self._hosts else NodeState.JOINING
             rows.append(
                 NodeView(
                     node, self._hosts.get(node), first, first + per_node - 1, state, step, None, False, known

@@ -20,9 +20,9 @@ from typing import Literal
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
 from mgpu_tui.engine.protocol.rundir import NAME
-from mgpu_tui.engine.protocol.typed import Invalid, build
+from mgpu_tui.engine.protocol.typed import Invalid, Word, build
 from mgpu_tui.engine.run.monitor import is_followed
-from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 
 MAX_SPEC_BYTES = 1 << 20
 MAX_SUMMARY_BYTES = 8 << 20
@@ -109,6 +109,23 @@ class SpecDocument:
     mgpu_tui_version: str | None = None
 
 
+class RecordStatus(Word):
+    """What a run folder says of its run: how it ended (a summary's RunStatus), or why it says
+    nothing of that (``runs --json``'s ``status``: the value)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+    RUNNING = "running"  # no summary yet, and its monitor still follows it
+    CUT_OFF = "cut off"  # no summary, and its monitor is gone (killed, or the machine went down)
+    UNFINISHED = "unfinished"  # no summary, and no monitor ever took it
+    BROKEN = "broken"  # its files cannot be read: ``reason`` says why
+
+    @classmethod
+    def of(cls, status: RunStatus) -> RecordStatus:
+        return cls(status.value)
+
+
 @dataclass(frozen=True)
 class RunRecord:
     path: str
@@ -116,7 +133,7 @@ class RunRecord:
     what: str  # the mode, or the user's script or module
     world_size: int | None
     nnodes: int | None
-    status: str  # ok, failed, interrupted, running, cut off, unfinished, broken
+    status: RecordStatus
     summary: RunSummary | None = None
     reason: str | None = None  # why it is broken
     model: str | None = None  # a mode's workload (mlp, gpt-tiny...); None for a script, or unrecorded
@@ -182,10 +199,12 @@ def read_run(path: Path) -> RunRecord:
         summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
     except FileNotFoundError:
         lock = path / f"monitor{suffix}.lock"
-        return record("unfinished" if not lock.exists() else "running" if is_followed(lock) else "cut off")
+        if not lock.exists():
+            return record(RecordStatus.UNFINISHED)
+        return record(RecordStatus.RUNNING if is_followed(lock) else RecordStatus.CUT_OFF)
     except (OSError, ValueError) as exc:
-        return record("broken", reason=_unreadable("summary.json", exc))
-    return record(summary.status, summary)
+        return record(RecordStatus.BROKEN, reason=_unreadable("summary.json", exc))
+    return record(RecordStatus.of(summary.status), summary)
 
 
 def _spec_document(path: Path) -> tuple[SpecDocument, int | None]:
@@ -219,7 +238,7 @@ def read_spec(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, int | N
 def comparison_runs(records: Sequence[RunRecord], comparison: str) -> list[Path]:
     """The run folders of one comparison, in the order they ran (the oldest first), among
     ``records``: the rows to show it again with (compare/records.py)."""
-    members = [r for r in records if r.comparison == comparison and r.status != "broken"]
+    members = [r for r in records if r.comparison == comparison and r.status is not RecordStatus.BROKEN]
     return [Path(r.path) for r in sorted(members, key=lambda r: r.created_at or 0.0)]
 
 
@@ -232,7 +251,7 @@ def list_runs(root: Path) -> list[RunRecord]:
 
 
 def _broken(path: Path, reason: str) -> RunRecord:
-    return RunRecord(str(path), None, "?", None, None, "broken", reason=reason)
+    return RunRecord(str(path), None, "?", None, None, RecordStatus.BROKEN, reason=reason)
 
 
 def _unreadable(name: str, exc: BaseException) -> str:

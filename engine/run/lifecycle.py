@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from enum import Enum
-from typing import Any, cast
+from typing import Any
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.command import Launch, build_command
@@ -35,13 +35,14 @@ from mgpu_tui.engine.launch.processes import ProcessTree
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
+from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import MonitorLock
 from mgpu_tui.engine.run.nccl_record import nccl_figures
 from mgpu_tui.engine.run.rootcause import RootCause, after_finishing, find_root_cause, hint_for
 from mgpu_tui.engine.run.runlog import RunLog
-from mgpu_tui.engine.run.summary import RunSummary, Status
+from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.verify import Verification, Verify
 from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
@@ -408,7 +409,7 @@ class Run(IngestReadings):
                 self._start_launcher()
             return False
         if nodes.publish_due():  # the steps are read only when due: stats() sums every step so far
-            nodes.publish("running", self._steps_here())
+            nodes.publish(NodeState.RUNNING, self._steps_here())
         if self._stop_requested or self._node_cause is not None:
             return True
         self._node_cause = nodes.check()
@@ -487,7 +488,7 @@ class Run(IngestReadings):
                 root_cause = dataclasses.replace(root_cause, host=socket.gethostname())
         nodes: tuple[NodeView, ...] = ()
         if self._nodes is not None:  # tell the others how this node ended; hear who failed first
-            root_cause = self._nodes.settle(state.value, self._steps_here(), root_cause)
+            root_cause = self._nodes.settle(NodeState(state.value), self._steps_here(), root_cause)
             nodes = self._nodes.view()
             self._nodes.close()
         if foreign := sorted(self._ingest.foreign_files):
@@ -504,7 +505,7 @@ class Run(IngestReadings):
             self.resolved,
             str(self.run_dir.path),
             self._ingest.stats(),
-            status=cast(Status, state.value),  # a finished state: ok, failed or interrupted
+            status=RunStatus(state.value),  # a finished state: ok, failed or interrupted
             exit_code=returncode,
             root_cause=root_cause,
             started_at=self._started_at,

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Literal
 
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.slurm import SlurmJob
@@ -65,7 +64,7 @@ from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
 from mgpu_tui.engine.planning.modes import variant
 from mgpu_tui.engine.protocol.folder import finite_only
-from mgpu_tui.engine.protocol.typed import build
+from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.nccl_record import NcclFigures
 from mgpu_tui.engine.run.rootcause import RootCause
@@ -183,7 +182,12 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[RankMemory, ...]
     return tuple(rows)
 
 
-Status = Literal["ok", "failed", "interrupted"]  # how a run ended
+class RunStatus(Word):
+    """How a run ended (``status`` in summary.json: the value)."""
+
+    OK = "ok"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # stopped on request (the app and the console say "stopped")
 
 
 @dataclass(frozen=True)
@@ -207,7 +211,7 @@ class RankSummary:
 class RunSummary:
     mode: str
     program: str | None
-    status: Status
+    status: RunStatus
     exit_code: int | None
     device: str
     backend: str | None
@@ -247,7 +251,7 @@ class RunSummary:
     @property
     def ok(self) -> bool:
         """The run finished, and its verification (if asked for) found it equal to the baseline."""
-        return self.status == "ok" and (self.verify is None or self.verify.ok)
+        return self.status is RunStatus.OK and (self.verify is None or self.verify.ok)
 
     @classmethod
     def build(
@@ -256,7 +260,7 @@ class RunSummary:
         run_dir: str,
         stats: RunStats,
         *,
-        status: Status,
+        status: RunStatus,
         exit_code: int | None,
         root_cause: RootCause | None,
         started_at: float,
@@ -333,7 +337,7 @@ class RunSummary:
             memory=memory_of(resolved, stats),
             mgpu_tui_version=__version__,
             slurm=spec.slurm,
-            stopped_by=stopped_by if status == "interrupted" else None,
+            stopped_by=stopped_by if status is RunStatus.INTERRUPTED else None,
         )
 
     def to_json(self) -> dict:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word, table
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
-from mgpu_tui.engine.records.history import list_runs, read_run
+from mgpu_tui.engine.records.history import RecordStatus, list_runs, read_run
 from mgpu_tui.errors import ExitCode, UsageError
 
 
@@ -27,12 +27,14 @@ def open_command(args: argparse.Namespace) -> int:
     """Check the folder before any screen opens (one sentence and exit 2 when it is no run)."""
     root = _root(args)
     if args.run == "latest":
-        usable = [r for r in list_runs(root) if r.status != "broken"]
+        usable = [r for r in list_runs(root) if r.status is not RecordStatus.BROKEN]
         if not usable:
             raise UsageError(f"there is no run under {root} to open (mgpu-tui run MODE makes one).")
         path = Path(usable[0].path)
     elif args.run.isdigit() and not Path(args.run).exists():  # a Slurm job id
-        steps = [r for r in list_runs(root) if r.slurm_job == args.run and r.status != "broken"]
+        steps = [
+            r for r in list_runs(root) if r.slurm_job == args.run and r.status is not RecordStatus.BROKEN
+        ]
         if not steps:
             raise UsageError(
                 f"no run of Slurm job {args.run} under {root}: give the job's --run-dir (a folder every "
@@ -45,7 +47,7 @@ def open_command(args: argparse.Namespace) -> int:
             what = "is not a folder" if path.exists() else "does not exist"
             raise UsageError(f"{path} {what}: give a run folder, or `latest`.")
         record = read_run(path)
-        if record.status == "broken":
+        if record.status is RecordStatus.BROKEN:
             raise UsageError(f"{path} cannot be opened: {record.reason}.")
     from mgpu_tui.commands.tui import tui_command
 

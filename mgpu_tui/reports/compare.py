@@ -21,6 +21,7 @@ from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.compare.comparison import Comparison, Row
 from mgpu_tui.engine.compare.scaling import ScalePoint
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
+from mgpu_tui.engine.run.summary import RunStatus
 
 FORMATS = (".json", ".md", ".csv")
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -72,7 +73,7 @@ COLUMNS: list[tuple[str, Callable[[Row], Any], Callable | None, Callable | None]
 def _best(rows: Sequence[Row]) -> dict[str, float]:
     best = {}
     for header, value, _, pick in COLUMNS:
-        values = [value(r) for r in rows if r.status == "ok" and value(r) is not None]
+        values = [value(r) for r in rows if r.status is RunStatus.OK and value(r) is not None]
         if pick and len(values) > 1:
             best[header] = pick(values)
     return best

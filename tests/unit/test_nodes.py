@@ -23,7 +23,7 @@ from mgpu_tui.engine.nodes.endpoint import (
     split_endpoint,
 )
 from mgpu_tui.engine.nodes.watch import HEARTBEAT_TIMEOUT_S, PEER_FAILED_GRACE_S, NodeWatch
-from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, parse_peer
+from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, NodeState, parse_peer
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.rootcause import RootCause
 
@@ -191,10 +191,10 @@ def test_an_echo_of_a_lost_peer_gives_way_to_the_node_that_failed_first(watch, m
         traceback="",
         host="bn-host0",
     )
-    cause = watch.settle("failed", {0: 5, 1: 5}, echo)
+    cause = watch.settle(NodeState.FAILED, {0: 5, 1: 5}, echo)
     assert cause.headline() == failure["headline"] and "Connection closed by peer" in cause.traceback
     mine = RootCause(rank=1, exit_code=1, signal=None, message="ValueError: mine", traceback="")
-    assert watch.settle("failed", {}, mine) is mine  # a cause of its own is kept
+    assert watch.settle(NodeState.FAILED, {}, mine) is mine  # a cause of its own is kept
 
 
 def test_an_echo_of_a_peer_that_was_stopped_by_its_user_says_so(watch, monkeypatch):
@@ -211,7 +211,7 @@ def test_an_echo_of_a_peer_that_was_stopped_by_its_user_says_so(watch, monkeypat
         traceback="",
         host="bn-host0",
     )
-    cause = watch.settle("failed", {0: 5, 1: 5}, echo)
+    cause = watch.settle(NodeState.FAILED, {0: 5, 1: 5}, echo)
     assert cause.verdict
     assert cause.headline() == (
         "host bn-host1 (node 1, ranks 2-3) was stopped (interrupted) while the job "
@@ -220,7 +220,7 @@ def test_an_echo_of_a_peer_that_was_stopped_by_its_user_says_so(watch, monkeypat
 
 
 def test_a_node_failure_record_says_whether_it_only_echoes_another():
-    r = NodeRecord(0, "h", 0, 1, "failed", {0: 3}, NodeFailure(0, "x", None, secondary=True))
+    r = NodeRecord(0, "h", 0, 1, NodeState.FAILED, {0: 3}, NodeFailure(0, "x", None, secondary=True))
     assert r.to_json()["ranks"] == [0, 1] and r.to_json()["failure"]["secondary"] is True
 
 
@@ -250,5 +250,5 @@ def test_a_node_that_ended_ok_waits_for_its_peers_final_word_before_its_summary(
         watch._lines.put({"peers": peers, "error": None, "beat": beat})
 
     monkeypatch.setattr(watch_module.time, "sleep", sleep)
-    assert watch.settle("ok", {0: 8, 1: 8}, None) is None
+    assert watch.settle(NodeState.OK, {0: 8, 1: 8}, None) is None
     assert [v.state for v in watch.view()][1] == "ok"

@@ -56,6 +56,7 @@ class StandInRun:
     nodes = lambda self: ()  # noqa: E731
     node_machines = lambda self: {}  # noqa: E731
     stalled_ranks = lambda self: None  # noqa: E731
+    drain_log_lines = lambda self: ([], 0)  # noqa: E731
 
 
 def updates_of(app: App, name: str) -> int:

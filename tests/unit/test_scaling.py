@@ -8,6 +8,7 @@ import pytest
 from mgpu_tui.engine.compare.comparison import Row
 from mgpu_tui.engine.compare.scaling import points, scale_specs, scaled_lr, sweep_of
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.run.summary import RunStatus
 
 TEMPLATE = LaunchSpec(mode="single", steps=20, batch_size=64, lr=0.02)
 
@@ -57,7 +58,7 @@ def test_rpc_is_scaled_without_a_warm_up_unless_one_is_asked_for():
 def _row(world_size: int, batch: int, rate: float, losses: list[float]) -> Row:
     return Row(
         mode="ddp",
-        status="ok",
+        status=RunStatus.OK,
         world_size=world_size,
         devices=world_size,
         samples_per_s=rate,
@@ -93,7 +94,7 @@ def test_each_point_reports_its_loss_once_it_has_seen_the_samples_of_the_first_p
 
 def test_a_batch_sweep_has_a_speedup_but_no_efficiency_and_a_failed_point_has_neither():
     small, big = _row(2, 32, 100.0, [2.0, 1.0]), _row(2, 64, 150.0, [2.0, 1.0])
-    failed = dataclasses.replace(_row(2, 128, 1.0, [2.0]), status="failed")
+    failed = dataclasses.replace(_row(2, 128, 1.0, [2.0]), status=RunStatus.FAILED)
     a, b, c = points([small, big, failed], "batch", steps=2)
     assert (b.speedup, b.efficiency) == (pytest.approx(1.5), None)
     assert (c.speedup, c.efficiency) == (None, None)

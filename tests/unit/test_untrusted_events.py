@@ -18,7 +18,7 @@ from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 from mgpu_tui.engine.run.aggregate import Aggregator
 from mgpu_tui.engine.run.ingest import Ingest
-from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 
 WORLD = 3
 CPU = Host(cpu_count=2, gpu_count=0, gpu_note="no NVIDIA GPU", torch_available=True)
@@ -265,7 +265,7 @@ def test_fuzz_the_ingest_never_raises_and_the_summary_holds_only_the_jobs_ranks(
         resolved,
         str(run_dir.path),
         stats,
-        status="ok",
+        status=RunStatus.OK,
         exit_code=0,
         root_cause=None,
         started_at=1000.0,
@@ -293,7 +293,7 @@ def test_a_one_process_mode_names_no_backend_and_a_multi_process_mode_its_own():
             resolved,
             "/runs/x",
             Aggregator().stats(),
-            status="ok",
+            status=RunStatus.OK,
             exit_code=0,
             root_cause=None,
             started_at=1000.0,

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Static
 
 from mgpu_tui.app.messages import ComparisonRequested, OpenRequested, RunsListed
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word
+from mgpu_tui.engine.records.history import RecordStatus
 
 REFRESH_S = 3.0
 STATUS_STYLE = {
@@ -134,7 +135,7 @@ def _cells(record) -> tuple:
     s = record.summary
     when = record.created_at
     started = dt.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M") if when else "?"
-    what = record.label if record.status != "broken" else Path(record.path).name
+    what = record.label if record.status is not RecordStatus.BROKEN else Path(record.path).name
     cause = (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
     figures = (
         (
