@@ -18,41 +18,43 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from platformdirs import user_downloads_path
+from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.message import Message
 from textual.widgets import Footer, Header, Tab, Tabs
 
-from mgpu_tui.app.compare_controller import CompareController
+from mgpu_tui.app.jobs import Jobs
 from mgpu_tui.app.machine_feed import MachineFeed
 from mgpu_tui.app.messages import (
     CompareEnded,
     CompareRequested,
+    CompareStarted,
     CompareUpdated,
     ComparisonRequested,
     OpenRequested,
     RunEnded,
+    RunOpened,
+    RunStarted,
     RunUpdated,
     StartRequested,
     StopRequested,
     TelemetryUpdated,
     TopologyRead,
 )
-from mgpu_tui.app.run_controller import RunController
-from mgpu_tui.app.views.dashboard import Dashboard
-from mgpu_tui.app.views.switcher import TABS, ViewSwitcher, new_view
-from mgpu_tui.console import plain
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError
+from mgpu_tui.app.views.switcher import TABS, ViewContext, ViewSwitcher, new_view
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.protocol.rundir import RunDirError
-from mgpu_tui.errors import UsageError
 
 if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sampler and the topology
-    from mgpu_tui.app.views.compare import CompareView
-    from mgpu_tui.app.views.run import RunView
     from mgpu_tui.engine.machine.telemetry import Snapshot
-    from mgpu_tui.engine.machine.topology import Topology
 
 _LIVE = object()  # "read it from this machine"
+
+# What the workers report: each view shows what it handles (on_run_updated in the Run view, ...).
+# The latest of the kinds kept is handed again to a view built later.
+NEWS = (RunStarted, RunOpened, RunUpdated, RunEnded, CompareStarted, CompareUpdated, CompareEnded)
+KEPT = (TelemetryUpdated, TopologyRead)
 
 
 def freeze_heap() -> None:
@@ -80,10 +82,12 @@ class MgpuApp(App):
         ("r", "show_tab('run')", "Run"),
         ("c", "show_tab('compare')", "Compare"),
         ("h", "show_tab('runs')", "Runs"),
-        Binding("g", "next_gpu", "Next GPU", show=False),
-        Binding("v", "toggle_guide", "Guide", show=False),
-        Binding("w", "toggle_whole", "Whole run", show=False),
-        Binding("slash", "search_logs", "Search logs", show=False),
+        # Keys of the view shown: each view has the action (action_next_gpu in the Run view, ...).
+        Binding("g", "view('next_gpu')", "Next GPU", show=False),
+        Binding("v", "view('toggle_guide')", "Guide", show=False),
+        Binding("w", "view('toggle_whole')", "Whole run", show=False),
+        Binding("slash", "view('search_logs')", "Search logs", show=False),
+        Binding("f", "view('toggle_form')", "Form", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -107,17 +111,14 @@ class MgpuApp(App):
             self.animation_level = "none"
         self.start_spec = start
         self.open_path = open_run  # a run folder to show at once (mgpu-tui open)
-        self.run_root = run_root  # where the Runs view looks
-        self.host_layout = host_layout  # given, or read from this machine when first shown
+        self.context = ViewContext(lambda: self.host, run_root, host_layout)
         self._host = host
-        # The topology to show: given, or read from this machine once the first frame is up.
-        self._topology: tuple[Topology | None, str] | None = None if topology is _LIVE else (topology, "")
+        self._latest: dict[type[Message], Message] = {}  # of the KEPT kinds, for views built later
+        if topology is not _LIVE:
+            self._latest[TopologyRead] = TopologyRead(topology, "")
         self._recorded = list(telemetry) if telemetry is not None else None
-        self._last_snapshot: Snapshot | None = None  # for a view built later (Compare's memory plan)
-        self.controller = RunController(self)
-        self.comparing = CompareController(self, lambda: self.host)
-        self.feed = MachineFeed(self, interval, self._rank_processes)
-        self._quitting = False
+        self.jobs = Jobs(self, lambda: self.host)  # the app's own run or comparison, or a followed run
+        self.feed = MachineFeed(self, interval, self.jobs.rank_processes)
 
     @property
     def host(self) -> host_module.Host:
@@ -131,53 +132,16 @@ class MgpuApp(App):
         yield Header()
         initial = "run" if self.start_spec or self.open_path else "dashboard"
         yield Tabs(*(Tab(title, id=tab) for tab, title in TABS.items()), active=initial, id="tabs")
-        with ViewSwitcher(lambda: self.host, self.run_root, initial=f"{initial}-view", id="views"):
-            yield Dashboard(host_layout=self.host_layout, id="dashboard-view")
+        with ViewSwitcher(self.context, initial=f"{initial}-view", id="views"):
+            yield new_view("dashboard", self.context)
             if initial == "run":
-                yield new_view("run", lambda: self.host, self.run_root)
+                yield new_view("run", self.context)
         yield Footer()
-
-    async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
-        """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""
-        if event.tab.id is not None:
-            await self._show_view(event.tab.id)
-
-    async def _show_view(self, tab: str) -> None:
-        views = self.query_one(ViewSwitcher)
-        _, built = await views.show(tab)
-        if not built:
-            return
-        if topology := views.topology_view():
-            topology.host_layout = self.host_layout
-            if self._topology is not None:
-                topology.show(*self._topology)
-            else:
-                topology.reading()
-        if (compare := views.compare_view()) and tab == "compare" and self._last_snapshot is not None:
-            compare.machine_memory(self._last_snapshot)
-        self.call_after_refresh(freeze_heap)
-
-    def _views(self) -> ViewSwitcher | None:
-        """The views (None after the app closed: a worker's late message then finds none)."""
-        switchers = self.query(ViewSwitcher)
-        return switchers.first() if switchers else None
-
-    def _run_view(self) -> RunView | None:
-        """The Run view; None before its tab first showed (or after the app closed)."""
-        views = self._views()
-        return views.run_view() if views else None
-
-    def _compare_view(self) -> CompareView | None:
-        views = self._views()
-        return views.compare_view() if views else None
 
     def on_mount(self) -> None:
         self.call_after_refresh(self._after_first_frame)
-        if self._recorded is not None:
-            # Recorded telemetry is shown in full, in order: no message may replace another.
-            for snapshot in self._recorded:
-                self.query_one(Dashboard).show(snapshot)
-                self._last_snapshot = snapshot
+        for snapshot in self._recorded or ():  # recorded telemetry is shown in full, in order
+            self.to_views(TelemetryUpdated(snapshot))
         if self.start_spec is not None:
             self.start_run(self.start_spec)
         elif self.open_path is not None:
@@ -188,158 +152,61 @@ class MgpuApp(App):
         freeze_heap()
         if self._recorded is None:
             self.feed.start_telemetry()
-        if self._topology is None:
+        if TopologyRead not in self._latest:
             self.feed.read_topology()
 
-    def on_topology_read(self, message: TopologyRead) -> None:
-        self._topology = (message.topology, message.reason)
-        if (views := self._views()) and (view := views.topology_view()):
-            view.show(message.topology, message.reason)
+    # ---- the views -------------------------------------------------------------------------
 
-    # ---- messages from the workers ---------------------------------------------------
+    def _views(self) -> ViewSwitcher | None:
+        """The views (None after the app closed: a worker's late message then finds none)."""
+        switchers = self.query(ViewSwitcher)
+        return switchers.first() if switchers else None
 
-    # Worker threads may post after the app began to close and its views are gone;
-    # such late messages are dropped.
+    @on(RunStarted)
+    @on(RunOpened)
+    @on(RunUpdated)
+    @on(RunEnded)
+    @on(CompareStarted)
+    @on(CompareUpdated)
+    @on(CompareEnded)
+    @on(TelemetryUpdated)
+    @on(TopologyRead)
+    def to_views(self, message: Message) -> None:
+        """A worker's news (or a request for a view), to each view built so far that handles it."""
+        if isinstance(message, KEPT):
+            self._latest[type(message)] = message
+        views = self._views()
+        for view in views.children if views else ():
+            if handler := getattr(view, message.handler_name, None):
+                handler(message)
 
-    def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
-        self._last_snapshot = message.snapshot
-        for dashboard in self.query(Dashboard):
-            dashboard.show(message.snapshot)
-        if view := self._compare_view():
-            view.machine_memory(message.snapshot)  # what its memory plan is checked against
+    async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
+        """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""
+        if event.tab.id is not None:
+            await self.action_show_tab(event.tab.id)
 
-    def on_run_updated(self, message: RunUpdated) -> None:
-        view = self._run_view()
-        if view is None:
-            return
-        view.show(
-            message.stats,
-            message.series,
-            message.stall_after,
-            message.whole,
-            message.nodes,
-            message.stalled,
-            message.machines,
-        )
-        if message.telemetry is not None:
-            view.show_telemetry(message.telemetry)
-        # Log lines are drained here, on the UI thread, not carried by the message: a newer
-        # RunUpdated replaces a waiting one, and the lines it carried would be lost.
-        view.add_log_lines(*self.controller.drain_log_lines())
+    async def action_show_tab(self, tab: str) -> None:
+        self.query_one(Tabs).active = tab
+        view, built = await self.query_one(ViewSwitcher).show(tab)
+        if built:  # what was read of the machine before it existed
+            for message in self._latest.values():
+                if handler := getattr(view, message.handler_name, None):
+                    handler(message)
+            self.call_after_refresh(freeze_heap)
 
-    def on_run_ended(self, message: RunEnded) -> None:
-        if self._quitting and not self.comparing.active:
-            self.exit()
-        view = self._run_view()
-        if view is None:
-            return
-        view.add_log_lines(*self.controller.drain_log_lines())
-        run = self.controller.run
-        view.ended(message.summary, run.stats() if run else None)
-        self.clear_notifications()  # "Stopping every rank…" is over: the result panel says how it ended
+    def action_view(self, action: str) -> None:
+        """A key of the view shown (the others ignore it)."""
+        views = self._views()
+        if views and (view := views.shown()) and (act := getattr(view, f"action_{action}", None)):
+            act()
 
-    def on_compare_updated(self, message: CompareUpdated) -> None:
-        if view := self._compare_view():
-            view.show(message.rows, message.progress)
+    def action_leave_field(self) -> None:
+        self.set_focus(None)
 
-    def on_compare_ended(self, message: CompareEnded) -> None:
-        if self._quitting and not self.controller.active:
-            self.exit()
-        if view := self._compare_view():
-            view.ended(message.comparison)
+    def action_help(self) -> None:
+        from mgpu_tui.app.views.help import HelpScreen
 
-    def _rank_processes(self) -> dict[int, tuple[int, str | None]]:
-        """The ranks the Dashboard shows: the run's, or the comparison's current run's."""
-        return self.controller.rank_processes() or self.comparing.rank_processes()
-
-    @property
-    def busy(self) -> bool:
-        """A run or comparison of the app's own is going (a run it only follows does not count)."""
-        return self.controller.owns_active or self.comparing.active
-
-    # ---- starting and stopping -----------------------------------------------------------
-
-    def start_run(self, spec: LaunchSpec) -> None:
-        if self.comparing.active:
-            self.notify("A comparison is going; stop it first (s).", title="Cannot start", severity="error")
-            return
-        try:
-            self.controller.start(spec)
-        except (SpecError, EnvironmentUnusable, RunDirError, UsageError) as exc:
-            self.notify(plain(str(exc)), title="Cannot start", severity="error", timeout=8, markup=False)
-            return
-        run = self.controller.run
-        from mgpu_tui.engine.run.lifecycle import Run  # loaded by the start, not with the first frame
-        from mgpu_tui.engine.run.summary import run_note
-
-        view = self._run_view()
-        if view is not None and isinstance(run, Run):
-            view.started(spec, run.resolved, str(run.run_dir.path), note=run_note(run.resolved))
-        self.set_focus(None)  # the form's field goes away with the form: the keys are the app's again
-        self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
-
-    def on_start_requested(self, message: StartRequested) -> None:
-        self.start_run(message.spec)
-
-    async def open_run(self, path: Path) -> None:
-        """Show a run from its folder: a finished one replayed, a live one followed (never owned)."""
-        if self.busy:
-            self.notify(
-                "A run of this app is going; stop it first (s).", title="Cannot open", severity="error"
-            )
-            return
-        from mgpu_tui.engine.records.history import RecordError
-
-        await self.action_show_tab("run")
-        try:
-            run = self.controller.follow(path)
-        except RecordError as exc:
-            self.notify(plain(str(exc)), title="Cannot open", severity="error", timeout=8, markup=False)
-            return
-        if view := self._run_view():
-            view.opened(run)
-
-    async def on_open_requested(self, message: OpenRequested) -> None:
-        await self.open_run(message.path)
-
-    async def on_comparison_requested(self, message: ComparisonRequested) -> None:
-        """The Runs view's m: that comparison again, in the Compare view (which reads it back)."""
-        await self.action_show_tab("compare")
-        if view := self._compare_view():
-            view.show_past(message.comparison, message.paths)
-
-    def on_compare_requested(self, message: CompareRequested) -> None:
-        if self.busy:
-            self.notify("A run is going; stop it first (s).", title="Cannot compare", severity="error")
-            return
-        try:
-            comparison = self.comparing.start(message.modes, message.template)
-        except (SpecError, EnvironmentUnusable) as exc:
-            self.notify(plain(str(exc)), title="Cannot compare", severity="error", timeout=8, markup=False)
-            return
-        if view := self._compare_view():
-            view.started(comparison)
-
-    def on_stop_requested(self, message: StopRequested) -> None:
-        self.action_stop_run()
-
-    def action_stop_run(self) -> None:
-        if self.controller.following:
-            self._stop_followed()
-            return
-        if self.controller.active:
-            self.controller.request_stop()
-            self.notify("Stopping every rank…")
-        if self.comparing.active:
-            self.comparing.request_stop()
-            self.notify("Stopping the comparison: every rank…")
-
-    def _stop_followed(self) -> None:
-        """A run started elsewhere: app/stop_followed.py asks, then stops it (scancel for a Slurm job's)."""
-        if (run := self.controller.followed()) is not None:
-            from mgpu_tui.app.stop_followed import stop_followed
-
-            stop_followed(self, run)
+        self.push_screen(HelpScreen())
 
     def deliver_screenshot(
         self, filename: str | None = None, path: str | None = None, time_format: str | None = None
@@ -351,62 +218,51 @@ class MgpuApp(App):
             path = str(downloads if downloads.is_dir() else Path.cwd())
         return super().deliver_screenshot(filename, path, time_format)
 
-    def action_search_logs(self) -> None:
-        """/: in the Run view, the cursor in the log search (the logs shown, if the guide was)."""
-        if self.query_one(ViewSwitcher).current == "run-view" and (view := self._run_view()):
-            view.search_logs()
+    # ---- what the views ask for: jobs.py does it ---------------------------------------------
 
-    def action_toggle_guide(self) -> None:
-        """v: in the Run view, the chosen mode's guide and demo source, or the logs; in the Compare
-        view, the highlighted mode's demo source, or not."""
-        current = self.query_one(ViewSwitcher).current
-        if current == "run-view":
-            if view := self._run_view():
-                view.show_guide()
-        elif current == "compare-view":
-            if compare := self._compare_view():
-                compare.toggle_source()
+    def start_run(self, spec: LaunchSpec) -> None:
+        if self.jobs.start(spec):
+            self.set_focus(None)  # the form's field goes away with the form: the keys are the app's again
+            self.query_one(Tabs).active = "run"  # the Run view is built: the switch follows at once
 
-    def action_toggle_whole(self) -> None:
-        if view := self._run_view():
-            view.toggle_whole()
+    def on_start_requested(self, message: StartRequested) -> None:
+        self.start_run(message.spec)
 
-    def action_next_gpu(self) -> None:
-        if view := self._run_view():
-            view.next_gpu()
+    async def open_run(self, path: Path) -> None:
+        if self.jobs.may_open():
+            await self.action_show_tab("run")
+            self.jobs.open(path)
 
-    def action_leave_field(self) -> None:
-        self.set_focus(None)
+    async def on_open_requested(self, message: OpenRequested) -> None:
+        await self.open_run(message.path)
 
-    async def action_show_tab(self, tab: str) -> None:
-        self.query_one(Tabs).active = tab
-        await self._show_view(tab)  # now, not a message later
+    async def on_comparison_requested(self, message: ComparisonRequested) -> None:
+        """The Runs view's m: that comparison again, in the Compare view (which reads it back)."""
+        await self.action_show_tab("compare")
+        self.to_views(message)
 
-    def action_help(self) -> None:
-        from mgpu_tui.app.views.help import HelpScreen
+    def on_compare_requested(self, message: CompareRequested) -> None:
+        self.jobs.compare(message.modes, message.template)
 
-        self.push_screen(HelpScreen())
+    def on_stop_requested(self, message: StopRequested) -> None:
+        self.jobs.stop()
+
+    def action_stop_run(self) -> None:
+        self.jobs.stop()
 
     def action_quit_app(self) -> None:
-        if not self.busy:
-            self.exit()
-            return
+        self.jobs.quit()
 
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._quitting = True
-                self.controller.request_stop()
-                self.comparing.request_stop()
-                self.notify("Stopping every rank, then quitting…")
+    def on_run_ended(self, message: RunEnded) -> None:
+        self.clear_notifications()  # "Stopping every rank…" is over: the result panel says how it ended
+        self.jobs.ended(run=True)
 
-        from mgpu_tui.app.views.confirm import QUIT_WHILE_RUNNING, Confirm
-
-        self.push_screen(Confirm(QUIT_WHILE_RUNNING), answered)
+    def on_compare_ended(self, message: CompareEnded) -> None:
+        self.jobs.ended(run=False)
 
     def on_unmount(self) -> None:
         self.feed.stop()
-        self.controller.close()  # whatever happened, no rank outlives the app
-        self.comparing.close()
+        self.jobs.close()
 
 
 def create_app(**kwargs) -> MgpuApp:

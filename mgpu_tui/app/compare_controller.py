@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App
 
-from mgpu_tui.app.messages import CompareEnded, CompareUpdated
+from mgpu_tui.app.messages import CompareEnded, CompareStarted, CompareUpdated
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
 
@@ -49,6 +49,7 @@ class CompareController:
         )
         runner.check()
         self.runner = runner
+        self.app.post_message(CompareStarted(comparison))  # before any update of its thread
         self._thread = threading.Thread(target=self._work, args=(runner,), name="mgpu-compare", daemon=True)
         self._thread.start()
         return comparison

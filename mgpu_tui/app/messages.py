@@ -1,10 +1,11 @@
 """The app's messages: what worker threads report, and what a view asks the app to do.
 
-Worker threads post data and never touch widgets. Telemetry and run progress arrive
-faster than they matter: a newer one replaces an older one still waiting in the queue
-(``can_replace``), so a slow frame never builds a backlog. The end of a run is never
-replaced. Views say what the user asked for (start, compare, stop) and the app, which
-owns the run and the comparison, decides.
+Worker threads post data and never touch widgets; the app hands each message to the views
+that show it (each view owns its handler: ``on_run_updated`` in the Run view, and so on).
+Telemetry and run progress arrive faster than they matter: a newer one replaces an
+older one still waiting in the queue (``can_replace``), so a slow frame never builds a
+backlog. The end of a run is never replaced. Views say what the user asked for (start,
+compare, stop) and the app, which owns the run and the comparison (jobs.py), decides.
 """
 
 from __future__ import annotations
@@ -14,15 +15,15 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not with the app
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from pathlib import Path
 
     from mgpu_tui.engine.compare.comparison import Comparison, Row
-    from mgpu_tui.engine.launch.spec import LaunchSpec
+    from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
     from mgpu_tui.engine.nodes.watch import NodeView
-    from mgpu_tui.engine.records.follow import NodeMachine, TelemetrySeries
+    from mgpu_tui.engine.records.follow import FollowedRun, NodeMachine, TelemetrySeries
     from mgpu_tui.engine.records.history import RunRecord
     from mgpu_tui.engine.run.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
@@ -50,9 +51,26 @@ class TopologyRead(Message):
         self.reason = reason
 
 
+class RunStarted(Message):
+    """The app's own run started: its settings as resolved, its folder, a note on the settings."""
+
+    def __init__(self, spec: LaunchSpec, resolved: ResolvedSpec, path: str, note: str | None) -> None:
+        super().__init__()
+        self.spec, self.resolved, self.path, self.note = spec, resolved, path, note
+
+
+class RunOpened(Message):
+    """A run from its folder: a finished one replayed, a live one followed (never owned)."""
+
+    def __init__(self, run: FollowedRun) -> None:
+        super().__init__()
+        self.run = run
+
+
 class RunUpdated(LatestOnly):
     def __init__(
         self,
+        drain: Callable[[], tuple[list[tuple[int, str, str]], int]],
         stats: RunStats,
         series: tuple[list[int], list[float], list[float | None]],
         stall_after: float,
@@ -63,6 +81,7 @@ class RunUpdated(LatestOnly):
         machines: Mapping[int, NodeMachine] | None = None,
     ) -> None:
         super().__init__()
+        self.drain = drain  # the log lines so far, taken when shown (a newer update replaces this one)
         self.stats = stats
         self.machines = machines or {}  # several nodes, followed: each node's host (records/follow.py)
         # A script's run: the ranks of the stall found (its other quiet ranks are only silent);
@@ -113,9 +132,24 @@ class RunsListed(Message):
 class RunEnded(Message):
     """The run ended; ``summary`` is None for a followed run that was cut off without one."""
 
-    def __init__(self, summary: RunSummary | None) -> None:
+    def __init__(
+        self,
+        summary: RunSummary | None,
+        stats: RunStats,
+        drain: Callable[[], tuple[list[tuple[int, str, str]], int]],
+    ) -> None:
         super().__init__()
         self.summary = summary
+        self.stats = stats  # its figures at the end, taken by the thread that owned it
+        self.drain = drain  # its last log lines
+
+
+class CompareStarted(Message):
+    """The app's comparison started (its modes checked): the plan of its runs."""
+
+    def __init__(self, comparison: Comparison) -> None:
+        super().__init__()
+        self.comparison = comparison
 
 
 class CompareUpdated(LatestOnly):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App
 
-from mgpu_tui.app.messages import RunEnded, RunUpdated
+from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
 from mgpu_tui.engine.launch.spec import LaunchSpec
 
 if TYPE_CHECKING:
@@ -96,10 +96,13 @@ class RunController:
         if self.owns_active:
             raise RuntimeError("a run is already going")
         from mgpu_tui.engine.run.lifecycle import Run  # loaded by the first run, not with the app
+        from mgpu_tui.engine.run.summary import run_note
 
         self.unfollow()
         run = Run.prepare(spec)
         run.start()
+        # Posted before the run's thread starts: the views hear of the start before any update.
+        self.app.post_message(RunStarted(spec, run.resolved, str(run.run_dir.path), run_note(run.resolved)))
         self._begin(run, owned=True)
 
     def follow(self, path: Path) -> FollowedRun:
@@ -110,6 +113,7 @@ class RunController:
 
         self.unfollow()
         run = FollowedRun(path)
+        self.app.post_message(RunOpened(run))
         self._begin(run, owned=False)
         return run
 
@@ -143,10 +147,6 @@ class RunController:
         run = self.run
         return run.rank_processes() if run is not None else {}
 
-    def drain_log_lines(self) -> tuple[list[tuple[int, str, str]], int]:
-        run = self.run
-        return run.drain_log_lines() if run is not None else ([], 0)
-
     def close(self) -> None:
         """Stop the app's own run (if any) and wait for its thread, which closes the run itself: a
         run is only ever touched by the thread that owns it. Should that thread not end in time, it
@@ -176,6 +176,7 @@ class RunController:
         telemetry = recorded.copy() if recorded is not None and not owned else None
         self.app.post_message(
             RunUpdated(
+                run.drain_log_lines,
                 run.stats(),
                 run.series(),
                 run.stall_timeout(),
@@ -200,7 +201,8 @@ class RunController:
             return  # let go of: nothing more to say about it
         self._post_update(watch)
         if not watch.closed.is_set() and self._current(watch) and (run.summary is not None or not owned):
-            self.app.post_message(RunEnded(run.summary))  # None: a followed run that was cut off
+            # summary None: a followed run that was cut off
+            self.app.post_message(RunEnded(run.summary, run.stats(), run.drain_log_lines))
 
     def _follow(self, watch: _Watch) -> None:
         run, owned = watch.run, watch.owned

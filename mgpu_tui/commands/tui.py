@@ -41,7 +41,7 @@ def tui_command(
         app.exit(return_code=ExitCode.INTERRUPTED)
 
         def force() -> None:  # the app did not end (the signal came mid start-up, say)
-            app.controller.close()
+            app.jobs.close()
             os._exit(ExitCode.INTERRUPTED)
 
         threading.Timer(5.0, force).start()
@@ -51,13 +51,13 @@ def tui_command(
     try:
         app.run()
     finally:
-        app.controller.close()  # no rank outlives the app, however it ended
+        app.jobs.close()  # no rank outlives the app, however it ended
     if app.return_code == ExitCode.INTERRUPTED:
         return ExitCode.INTERRUPTED
     if app.return_code:
         return ExitCode.FAILED
     if spec is not None:  # `run --tui`: the command's outcome is the run's, as headless
-        return run_exit_code(app.controller.run)
+        return run_exit_code(app.jobs.runs.run)
     return ExitCode.OK
 
 

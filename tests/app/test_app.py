@@ -2,13 +2,14 @@
 
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import Input, Select
 
-from conftest import live_processes_of
+from conftest import live_processes_of, pinned_comparison
 from mgpu_tui.app import create_app
 from mgpu_tui.app.views.confirm import Confirm
 from mgpu_tui.app.views.run import RunView
@@ -45,8 +46,8 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         form.query_one("#device", Select).value = "cpu"
         form.query_one("#model", Select).value = "gpt-tiny"  # the workload, as --model
         await pilot.click("#start")
-        assert app.controller.run.resolved.spec.model == "gpt-tiny"
-        run_dir = app.controller.run.run_dir.path
+        assert app.jobs.runs.run.resolved.spec.model == "gpt-tiny"
+        run_dir = app.jobs.runs.run.run_dir.path
         pane = app.query_one(LogPane)
 
         def both_ranks_on_screen() -> bool:  # the log pane's rows as drawn
@@ -62,7 +63,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         assert [row[0] for row in view.rank_rows] == ["rank 0", "rank 1"]
         # The app's runs give way to its screen: every thread of the launcher and of each
         # rank niced, and each one's session group too.
-        assert len(app.controller.rank_processes()) == 2
+        assert len(app.jobs.runs.rank_processes()) == 2
         for proc in live_processes_of(run_dir):
             assert thread_nices(proc.pid) == {UI_RANK_NICE}, proc.cmdline()
             autogroup = Path(f"/proc/{proc.pid}/autogroup")
@@ -78,9 +79,9 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         assert app.screen.query_one("#confirm").size.width > 40  # the box is drawn, not collapsed
         await pilot.press("n")  # no: the run goes on (y, in a real terminal: tests/test_app_tmux.py)
         await pilot.pause(0.3)
-        assert app.controller.active and not isinstance(app.screen, Confirm)
+        assert app.jobs.runs.active and not isinstance(app.screen, Confirm)
         await pilot.press("s")
-        assert await wait_for(pilot, lambda: not app.controller.active, timeout=30)
+        assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=30)
         await pilot.pause(0.3)
         assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
         await pilot.pause(0.3)
@@ -96,7 +97,7 @@ async def test_bad_form_input_is_one_sentence_and_starts_nothing(tmp_path, monke
         app.query_one("#steps", Input).value = ""
         await pilot.click("#start")
         await pilot.pause(0.3)
-        assert not app.controller.active
+        assert not app.jobs.runs.active
         assert any("steps must be a whole number" in str(n.message) for n in app._notifications)
     assert not (tmp_path / "runs").exists()
 
@@ -157,8 +158,8 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         view.query_one("#compare-nproc", Input).value = "2"
         view.query_one("#compare-model", Select).value = "gpt-tiny"
         await pilot.click("#compare-start")
-        assert await wait_for(pilot, lambda: app.comparing.active, timeout=10)
-        assert await wait_for(pilot, lambda: not app.comparing.active, timeout=120)
+        assert await wait_for(pilot, lambda: app.jobs.comparing.active, timeout=10)
+        assert await wait_for(pilot, lambda: not app.jobs.comparing.active, timeout=120)
         await pilot.pause(0.3)
         table = view.query_one("#compare-table")
         rows = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
@@ -168,7 +169,7 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         assert "samples/s" in charts and "loss over steps" in charts
         status = str(view.query_one("#compare-status", TextPanel).render())
         assert "2 run(s) done" in status
-        comparison = app.comparing.runner.comparison
+        comparison = app.jobs.comparing.runner.comparison
         assert [r.status for r in comparison.rows] == ["ok", "ok"]
         assert comparison.settings.model == "gpt-tiny" and all(r.tokens_per_s for r in comparison.rows)
         # mp on the CPU is degenerate, and its summary says what it does not show here.
@@ -217,20 +218,24 @@ def test_a_newer_update_replaces_a_waiting_one_of_its_kind_only():
     from mgpu_tui.app.messages import CompareUpdated, RunEnded, RunUpdated, TelemetryUpdated
 
     def updated():
-        return RunUpdated(None, ([], [], []), 30.0)
+        return RunUpdated(lambda: ([], 0), None, ([], [], []), 30.0)
+
+    def ended():
+        return RunEnded(None, None, lambda: ([], 0))
 
     run, telemetry = updated(), TelemetryUpdated(None)
     assert updated().can_replace(run)
     assert TelemetryUpdated(None).can_replace(telemetry)
     assert CompareUpdated([], []).can_replace(CompareUpdated([], []))
     assert not updated().can_replace(telemetry)
-    assert not RunEnded(None).can_replace(run) and not updated().can_replace(RunEnded(None))
+    assert not ended().can_replace(run) and not updated().can_replace(ended())
 
 
 @pytest.mark.parametrize("open_before_the_read", [True, False], ids=["opened-while-reading", "opened-after"])
 async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_before_the_read, monkeypatch):
     import threading
 
+    from mgpu_tui.app.messages import TopologyRead
     from mgpu_tui.app.views.topology import TopologyView
     from mgpu_tui.engine.machine import topology
 
@@ -251,7 +256,7 @@ async def test_the_topology_read_after_the_first_frame_reaches_its_view(open_bef
             read_done.set()
         else:
             read_done.set()
-            assert await wait_for(pilot, lambda: app._topology is not None, timeout=10)
+            assert await wait_for(pilot, lambda: TopologyRead in app._latest, timeout=10)
             await pilot.press("t")
         assert await wait_for(pilot, lambda: "reading the topology" not in shown(), timeout=10)
         # This machine has no NVIDIA driver: the view says why, as `mgpu-tui topo` does.
@@ -283,7 +288,7 @@ async def test_a_failed_rank_shows_the_root_cause_with_its_traceback(tmp_path):
         assert "RuntimeError: injected failure at step 3 on rank 1" in cause and "Traceback" in cause
         assert view.rank_rows[1][1] == "failed"
         assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
-        run_dir = app.controller.run.run_dir.path
+        run_dir = app.jobs.runs.run.run_dir.path
     assert live_processes_of(run_dir) == []
 
 
@@ -313,8 +318,8 @@ async def test_a_ranks_escapes_and_markup_in_paths_are_shown_as_plain_text(tmp_p
         screen = app.export_screenshot()  # what the terminal was sent to draw
         assert "^[]0;pwned" in screen and "\x1b]0;" not in screen
         assert "FAILED" in str(status.render())
-        assert status.text.endswith(str(root)[-40:] + "/" + app.controller.run.run_dir.path.name)  # as it is
-        run_dir = app.controller.run.run_dir.path
+        assert status.text.endswith(str(root)[-40:] + "/" + app.jobs.runs.run.run_dir.path.name)  # as it is
+        run_dir = app.jobs.runs.run.run_dir.path
     assert "[/]" in str(run_dir) and live_processes_of(run_dir) == []
 
 
@@ -352,7 +357,7 @@ async def test_the_runs_view_lists_past_runs_and_enter_opens_one(tmp_path):
         assert status.startswith("mp finished ok: 20 steps")
         telemetry = app.query_one(TelemetryCharts)
         assert telemetry.display and len(app.query_one("#tm-cpu").values) >= 2
-        assert not app.busy  # a record is no run of the app's: q quits at once
+        assert not app.jobs.busy  # a record is no run of the app's: q quits at once
 
 
 async def test_each_mode_chosen_in_the_run_view_shows_its_explanation_and_its_demos_source():
@@ -397,7 +402,7 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
         steps.value = "300"
         steps.focus()
         await pilot.press("enter")
-        assert app.controller.active
+        assert app.jobs.runs.active
         view = app.query_one(RunView)
         assert await wait_for(pilot, lambda: view.finished, timeout=90)
         await pilot.pause(0.3)
@@ -406,7 +411,7 @@ async def test_enter_in_the_form_starts_a_run_whose_charts_span_it_whole(tmp_pat
             assert chart.whole and chart.steps[0] == 1 and chart.steps[-1] == 300, chart_id
             assert str(chart.render()).splitlines()[-1].split() == ["step", "1", "─", "smoothed", "300"]
         result = str(app.query_one("#root-cause").render())
-        assert result.startswith("Finished: 300/300 steps") and str(app.controller.run.run_dir.path) in result
+        assert result.startswith("Finished: 300/300 steps") and str(app.jobs.runs.run.run_dir.path) in result
         # The tensors' peak beside the plan's, and what the process held besides (docs/run-view.md).
         said = r"Memory, rank 0: tensors at their peak ([\d.]+) MiB, planned ([\d.]+) MiB"
         memory = re.search(said, result)
@@ -582,6 +587,9 @@ async def test_the_screenshot_goes_to_the_current_folder_where_there_is_no_downl
         # The file is there once opened, its picture once written: wait for the picture whole.
         whole = lambda: [p for p in here.glob("*.svg") if p.read_text().rstrip().endswith("</svg>")]  # noqa: E731
         assert await wait_for(pilot, whole, timeout=10)
+        # Textual's saving thread then tells the app it is done: the app must still be there.
+        saving = lambda: any("save_file" in t.name for t in threading.enumerate())  # noqa: E731
+        assert await wait_for(pilot, lambda: not saving(), timeout=10)
     (shot,) = here.glob("*.svg")
     assert "<svg" in shot.read_text()[:2000] and not (home / "Downloads").exists()
 
@@ -653,3 +661,36 @@ async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path)
         await pilot.pause()
         assert not app.query_one("#steps", Input).disabled
         assert form.spec().mode == "ddp" and form.spec().script is None
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 50)])
+async def test_a_comparisons_results_get_the_screen_at_80x24_and_f_brings_the_settings_back(size):
+    """Issue #31: at 80x24 the results sat under the form's 14 rows, one table row in sight. Once a
+    comparison starts there, the form folds to its buttons and status; f unfolds it and folds it
+    again. A terminal of 50 rows keeps the whole form over the results."""
+    from textual.widgets import DataTable, SelectionList
+
+    from mgpu_tui.app.messages import CompareEnded, CompareStarted
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.2)
+        modes = app.query_one("#compare-modes", SelectionList)
+        table = app.query_one("#compare-table", DataTable)
+        assert modes.display and modes.region.height > 0
+        comparison = pinned_comparison()
+        app.to_views(CompareStarted(comparison))
+        app.to_views(CompareEnded(comparison))
+        await pilot.pause(0.3)
+        short = size[1] < 40
+        assert (modes.region.height == 0) is short
+        last_row = table.region.y + 1 + len(comparison.rows)  # the header, then each mode's row
+        if short:
+            assert last_row <= app.size.height - 1, (table.region, app.size)  # every row above the footer
+            await pilot.press("escape", "f")  # the keys are the app's, not a field's
+            await pilot.pause(0.2)
+            assert modes.region.height > 0
+            await pilot.press("f")
+            await pilot.pause(0.2)
+            assert modes.region.height == 0

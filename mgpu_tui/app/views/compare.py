@@ -30,7 +30,16 @@ from textual.widgets import (
     Static,
 )
 
-from mgpu_tui.app.messages import CompareRequested, ComparisonRead, StopRequested
+from mgpu_tui.app.messages import (
+    CompareEnded,
+    CompareRequested,
+    CompareStarted,
+    CompareUpdated,
+    ComparisonRead,
+    ComparisonRequested,
+    StopRequested,
+    TelemetryUpdated,
+)
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
@@ -42,6 +51,7 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.memory import ModePlan, Training, fit, needed, plan_run
 from mgpu_tui.engine.planning.modes import MODES, availability
+from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
 
@@ -51,6 +61,7 @@ if TYPE_CHECKING:
 DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
 # Long enough for steady rates past the warm-up, short enough to compare several modes in a minute.
 COMPARED_STEPS = 60
+FOLD_BELOW_ROWS = 40  # a terminal shorter than this shows results with the form folded
 
 
 def fill_table(table: DataTable, headers: list[str], rows: list[list]) -> None:
@@ -69,6 +80,25 @@ class CompareView(Widget):
     #compare-form {
         height: 14;
         padding: 0 1;
+    }
+    /* Results on a short terminal (80x24): the form folds to its buttons and status, f unfolds it. */
+    CompareView.folded #compare-form, CompareView.folded #compare-settings {
+        height: auto;
+    }
+    CompareView.folded #compare-modes, CompareView.folded .compare-setting {
+        display: none;
+    }
+    #compare-unfold {
+        display: none;
+        width: auto;
+        margin: 1 0 0 2;
+        color: $text-muted;
+    }
+    CompareView.folded #compare-unfold {
+        display: block;
+    }
+    CompareView.folded #compare-progress Bar {
+        width: 20;
     }
     #compare-modes {
         width: 64;
@@ -102,7 +132,7 @@ class CompareView(Widget):
         width: 16;
     }
     #compare-progress {
-        padding: 1 0 0 2;
+        margin: 1 0 0 2;  /* a margin: the bar is one row high, and a padding pushed it out of sight */
     }
     #compare-status {
         height: 3;
@@ -136,6 +166,7 @@ class CompareView(Widget):
         self.gpu_mem: int | None = None  # the smallest GPU's memory, from the telemetry
         self.host_mem: int | None = None
         self.shown: Comparison | None = None  # the comparison whose results are on screen
+        self.results_first = False  # results are shown: on a short terminal the form folds
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="compare-form"):
@@ -149,7 +180,7 @@ class CompareView(Widget):
                 )
             yield TickList(*choices, id="compare-modes")
             with Vertical(id="compare-settings"):
-                with Horizontal(classes="compare-field"):
+                with Horizontal(classes="compare-field compare-setting"):
                     yield Label("ranks")
                     yield Input(str(DEFAULTS.cpu_ranks), id="compare-nproc", restrict=r"[0-9]*", max_length=3)
                     yield Label("steps")
@@ -158,7 +189,7 @@ class CompareView(Widget):
                     yield Input(
                         str(DEFAULTS.batch_size), id="compare-batch", restrict=r"[0-9]*", max_length=7
                     )
-                with Horizontal(classes="compare-field"):
+                with Horizontal(classes="compare-field compare-setting"):
                     yield Select(
                         DEVICE_OPTIONS,
                         value="auto",
@@ -177,6 +208,7 @@ class CompareView(Widget):
                 with Horizontal(classes="compare-field"):
                     yield Button("Compare", id="compare-start", variant="success")
                     yield Button("Stop", id="compare-stop", variant="error", disabled=True)
+                    yield Static("f settings", id="compare-unfold")
                     yield ProgressBar(total=1, id="compare-progress", show_eta=False)
                 yield TextPanel(
                     "Choose modes (space), then Compare: one after another, on the same model, "
@@ -198,6 +230,9 @@ class CompareView(Widget):
         self.show_plan()
 
     # ---- the plan, before anything runs ---------------------------------------------------------
+
+    def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
+        self.machine_memory(message.snapshot)
 
     def machine_memory(self, snapshot: Snapshot) -> None:
         """The memory the plan is checked against, from the app's telemetry."""
@@ -323,8 +358,19 @@ class CompareView(Widget):
             )
         )
 
+    def _fold(self, results_first: bool) -> None:
+        """Results first (a comparison started, or a past one shown): on a short terminal the form
+        folds to its buttons and status, so the table and charts have the rows (f unfolds it)."""
+        self.results_first = results_first
+        self.set_class(results_first and self.app.size.height < FOLD_BELOW_ROWS, "folded")
+
+    def action_toggle_form(self) -> None:
+        """f: the settings again (or folded away again, for the results)."""
+        self._fold(not self.results_first)
+
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120, "narrow")
+        self._fold(self.results_first)  # a terminal made taller unfolds the form, shorter folds it
         self.call_after_refresh(self._draw_charts)  # once the box has its new width
 
     def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
@@ -338,7 +384,7 @@ class CompareView(Widget):
             )
             self.query_one("#compare-code", Static).update(demo_code(mode))
 
-    def toggle_source(self) -> None:
+    def action_toggle_guide(self) -> None:
         """v: the highlighted mode's demo source, under its explanation, or not."""
         code = self.query_one("#compare-code", Static)
         code.display = not code.display
@@ -379,6 +425,17 @@ class CompareView(Widget):
             run_root=self.run_root,
         )
 
+    # ---- the comparison's news (the app hands each message of its thread here) -----------------
+
+    def on_compare_started(self, message: CompareStarted) -> None:
+        self.started(message.comparison)
+
+    def on_compare_updated(self, message: CompareUpdated) -> None:
+        self.show(message.rows, message.progress)
+
+    def on_compare_ended(self, message: CompareEnded) -> None:
+        self.ended(message.comparison)
+
     def started(self, comparison: Comparison) -> None:
         settings = comparison.settings
         assert isinstance(settings, CompareSettings)  # the view starts compares only
@@ -388,6 +445,7 @@ class CompareView(Widget):
         self.query_one("#compare-progress", ProgressBar).update(total=self.total, progress=0)
         self.query_one("#compare-status", TextPanel).update(f"comparing {', '.join(modes)}: starting…")
         self._set_busy(True)
+        self._fold(True)
         self.shown = None
         self.show_rows([])
         self.query_one("#compare-charts", Static).update("")
@@ -406,14 +464,14 @@ class CompareView(Widget):
     def show_rows(self, rows: list[Row]) -> None:
         headers, cells = compare_output.cells(rows, lambda t: Text(t + " *", style="bold green"), Text)
         for row_cells, row in zip(cells, rows):
-            row_cells[1] = Text(row.status, style="green" if row.status == "ok" else "bold red")
+            row_cells[1] = Text(row.status, style="green" if row.status is RunStatus.OK else "bold red")
         fill_table(self.query_one("#compare-table", DataTable), headers, cells)
 
     def ended(self, comparison: Comparison) -> None:
         self._set_busy(False)
         self.show_rows(comparison.rows)
         self.query_one("#compare-progress", ProgressBar).update(progress=self.total)
-        failed = [r for r in comparison.rows if r.status != "ok"]
+        failed = [r for r in comparison.rows if r.status is not RunStatus.OK]
         verdict = "stopped" if comparison.interrupted else f"{len(comparison.rows)} run(s) done"
         if failed:
             verdict += "; " + "; ".join(
@@ -433,6 +491,10 @@ class CompareView(Widget):
         self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup
 
     # ---- a past comparison, read back from its runs ---------------------------------------------
+
+    def on_comparison_requested(self, message: ComparisonRequested) -> None:
+        """The Runs view's m (the app showed this view first)."""
+        self.show_past(message.comparison, message.paths)
 
     def show_past(self, comparison: str, paths: list[Path]) -> None:
         """The comparison ``comparison`` again, from the run folders that were its rows (read by a
@@ -462,6 +524,7 @@ class CompareView(Widget):
             status.update(plain(message.error or "the comparison cannot be read back."))
             return
         past = message.comparison
+        self._fold(True)
         self.ended(past)
         said = f"{len(past.rows)} run(s) read back from their folders   * best in its column"
         if isinstance(past.settings, RunsSettings) and past.settings.differences:

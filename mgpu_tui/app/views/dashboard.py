@@ -15,6 +15,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
+from mgpu_tui.app.messages import TelemetryUpdated
 from mgpu_tui.app.widgets.bars import bar
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.gpu_card import GpuCard
@@ -119,6 +120,9 @@ class Dashboard(Widget):
         table: DataTable[str] = DataTable(id="rank-processes", cursor_type="none")
         table.add_columns("rank", "pid", "CPU %", "memory (RSS)", "threads", "GPU")
         yield table
+
+    def on_telemetry_updated(self, message: TelemetryUpdated) -> None:
+        self.show(message.snapshot)
 
     def show(self, snap: Snapshot) -> None:
         if not self.query("#host"):

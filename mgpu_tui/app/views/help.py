@@ -24,7 +24,9 @@ HELP = """\
 [b]Keys[/b]
   s   stop the run or comparison (every rank); a run started
       elsewhere is stopped by its own monitor, after you say yes
-  v   Run view: the mode's guide and code, or the logs
+  v   Run view: the mode's guide and code, or the logs; Compare view:
+      the highlighted mode's demo source, or not
+  f   Compare view on a short terminal: its settings, or its results
   w   Run view: the charts over the whole run, or the latest steps
   /   Run view: search the logs (Escape leaves the search)
   g   an opened run's telemetry: the next GPU

@@ -18,6 +18,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
 from textual.widgets import Select, Static
 
+from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
 from mgpu_tui.app.views.run_form import NARROW, RunForm, chosen
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
@@ -29,7 +30,10 @@ from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.protocol.heartbeat import NodeState
+from mgpu_tui.engine.protocol.typed import Word
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
+from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 from mgpu_tui.reports.memory import memory_lines
 
@@ -40,27 +44,43 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.records.follow import FollowedRun, NodeMachine, TelemetrySeries
     from mgpu_tui.engine.run.summary import RunSummary
 
+
+class RankState(Word):
+    """A rank as the Run view's table says it (docs/run-view.md: "States")."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    STALLED = "stalled"
+    SILENT = "silent"  # a script's rank past the stall timeout, with no evidence it hangs
+    STOPPED = "stopped"
+    SLOW = "slow"  # a straggler: the others wait for it at every collective
+    LOST = "lost"
+    MISSING = "missing"
+
+
 STATE_STYLE = {
-    "starting": "dim",
-    "running": "green",
-    "done": "bold green",
-    "failed": "bold red",
-    "stalled": "bold yellow",
-    "silent": "yellow",  # a script's rank past the stall timeout, with no evidence it hangs
-    "stopped": "yellow",
-    "slow": "bold magenta",
-    "lost": "bold red",
-    "missing": "bold yellow",
+    RankState.STARTING: "dim",
+    RankState.RUNNING: "green",
+    RankState.DONE: "bold green",
+    RankState.FAILED: "bold red",
+    RankState.STALLED: "bold yellow",
+    RankState.SILENT: "yellow",
+    RankState.STOPPED: "yellow",
+    RankState.SLOW: "bold magenta",
+    RankState.LOST: "bold red",
+    RankState.MISSING: "bold yellow",
 }
 # A rank of another node, by what its node last said (engine/nodes/watch.py's states).
 NODE_RANK_STATE = {
-    "joining": "starting",
-    "running": "running",
-    "ok": "done",
-    "failed": "failed",
-    "interrupted": "stopped",
-    "lost": "lost",
-    "missing": "missing",
+    NodeState.JOINING: RankState.STARTING,
+    NodeState.RUNNING: RankState.RUNNING,
+    NodeState.OK: RankState.DONE,
+    NodeState.FAILED: RankState.FAILED,
+    NodeState.INTERRUPTED: RankState.STOPPED,
+    NodeState.LOST: RankState.LOST,
+    NodeState.MISSING: RankState.MISSING,
 }
 WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
@@ -79,7 +99,7 @@ def rank_table(rows: list[tuple[str, ...]]) -> Text:
             text.append(cells[0], style="bold cyan")
             continue
         for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
-            style = STATE_STYLE[cell] if i == 1 else ""
+            style = STATE_STYLE[RankState(cell)] if i == 1 else ""
             text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
     return text
 
@@ -93,8 +113,8 @@ def rank_state(
     ok: bool = False,
     number: int | None = None,
     stalled: frozenset[int] | None = None,
-) -> str:
-    """starting, running, done, failed, stalled (no event for ``stall_after`` s), silent, stopped.
+) -> RankState:
+    """STARTING, RUNNING, DONE, FAILED, STALLED (no event for ``stall_after`` s), SILENT, STOPPED.
 
     ``ok``: the run ended ok, so a rank that reported nothing (a script without the
     reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
@@ -104,19 +124,19 @@ def rank_state(
     moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
     if rank is None or (rank.last_step == 0 and not rank.done and not moving):
         if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
-            return "failed"  # a script without the reporter says nothing, but torchrun named it
+            return RankState.FAILED  # a script without the reporter says nothing, but torchrun named it
         if finished:
-            return "done" if ok else "stopped"
-        return "starting"
+            return RankState.DONE if ok else RankState.STOPPED
+        return RankState.STARTING
     if rank.error or rank.rank == failed_rank:
-        return "failed"
+        return RankState.FAILED
     if rank.done or (finished and ok):
-        return "done"
+        return RankState.DONE
     if finished:
-        return "stopped"
+        return RankState.STOPPED
     if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
-        return "stalled" if stalled is None or rank.rank in stalled else "silent"
-    return "running"
+        return RankState.STALLED if stalled is None or rank.rank in stalled else RankState.SILENT
+    return RankState.RUNNING
 
 
 def node_heading(node: NodeView, machine: NodeMachine | None = None) -> str:
@@ -130,9 +150,9 @@ def node_heading(node: NodeView, machine: NodeMachine | None = None) -> str:
             heading += f" · GPUs {machine.gpu_util_percent:.0f}%"
     if node.here:
         heading += " · this node"
-    if node.state in ("lost", "missing", "failed", "interrupted"):
+    if node.state in (NodeState.LOST, NodeState.MISSING, NodeState.FAILED, NodeState.INTERRUPTED):
         heading += f" · {node.state}"
-    if node.state == "lost" and node.silent_s is not None:
+    if node.state is NodeState.LOST and node.silent_s is not None:
         heading += f" {node.silent_s:.0f} s"
     return plain(heading)  # another machine's words: text only
 
@@ -161,7 +181,9 @@ def result_panel(summary: RunSummary) -> Text:
     known = [e for e in energy if e is not None]
     if energy and len(known) == len(energy):
         figures.append(f"GPU energy {sum(known):,.0f} J")
-    title = {"ok": "Finished", "interrupted": "Stopped", "failed": "Failed"}[summary.status]
+    title = {RunStatus.OK: "Finished", RunStatus.INTERRUPTED: "Stopped", RunStatus.FAILED: "Failed"}[
+        summary.status
+    ]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
@@ -300,10 +322,46 @@ class RunView(Widget):
         guide.display = shown
         self.query_one(LogView).display = not shown
 
-    def search_logs(self) -> None:
-        """The logs shown (not the guide), the cursor in their search."""
+    # ---- keys (the app's bindings name the action; the view shown carries it out) ----------
+
+    def action_search_logs(self) -> None:
+        """/: the logs shown (not the guide), the cursor in their search."""
         self.show_guide(False)
         self.query_one(LogView).focus_search()
+
+    def action_toggle_guide(self) -> None:
+        """v: the chosen mode's guide and demo source, or the logs."""
+        self.show_guide()
+
+    def action_next_gpu(self) -> None:
+        """g: the telemetry charts' next GPU."""
+        self.query_one(TelemetryCharts).next_gpu()
+
+    def action_toggle_whole(self) -> None:
+        """w: the charts show the whole run, or the latest steps that fit."""
+        for chart_id in ("#throughput", "#loss"):
+            chart = self.query_one(chart_id, Chart)
+            chart.whole = None if chart.whole else WHOLE
+        self._draw_charts()
+
+    # ---- the run's news (the app hands each message of the run's thread here) -----------
+
+    def on_run_started(self, message: RunStarted) -> None:
+        self.started(message.spec, message.resolved, message.path, note=message.note)
+
+    def on_run_opened(self, message: RunOpened) -> None:
+        self.opened(message.run)
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        m = message
+        self.show(m.stats, m.series, m.stall_after, m.whole, m.nodes, m.stalled, m.machines)
+        if m.telemetry is not None:
+            self.show_telemetry(m.telemetry)
+        self.add_log_lines(*m.drain())
+
+    def on_run_ended(self, message: RunEnded) -> None:
+        self.add_log_lines(*message.drain())
+        self.ended(message.summary, message.stats)
 
     @property
     def form(self) -> RunForm:
@@ -386,9 +444,6 @@ class RunView(Widget):
         # On a short terminal the run's own rows, charts and logs come first.
         charts.display = charts.display and self.app.size.height >= TELEMETRY_MIN_HEIGHT
 
-    def next_gpu(self) -> None:
-        self.query_one(TelemetryCharts).next_gpu()
-
     def add_log_lines(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
         if lines or dropped:
             self.query_one(LogView).add(lines, dropped)
@@ -431,13 +486,6 @@ class RunView(Widget):
         known = [(s, x) for s, x in zip(steps, losses) if x is not None]
         loss.update([x for _, x in known], [s for s, _ in known])
 
-    def toggle_whole(self) -> None:
-        """w: the charts show the whole run, or the latest steps that fit."""
-        for chart_id in ("#throughput", "#loss"):
-            chart = self.query_one(chart_id, Chart)
-            chart.whole = None if chart.whole else WHOLE
-        self._draw_charts()
-
     def _fill_table(self, stats: RunStats | None) -> None:
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
         slow = {s.rank for s in stats.stragglers} if stats else set()
@@ -457,7 +505,7 @@ class RunView(Widget):
                     rows.append(
                         (
                             f"rank {rank}",
-                            NODE_RANK_STATE.get(node.state, "starting"),
+                            NODE_RANK_STATE[node.state],
                             "n/a" if step is None else str(step),
                             "n/a",
                             "n/a",
@@ -475,8 +523,8 @@ class RunView(Widget):
                     number=rank,
                     stalled=self.stalled,
                 )
-                if state == "running" and rank in slow:
-                    state = "slow"  # a straggler: the others wait for it at every collective
+                if state is RankState.RUNNING and rank in slow:
+                    state = RankState.SLOW
                 if r is None:
                     rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
                     continue
@@ -510,13 +558,15 @@ class RunView(Widget):
             self.query_one(RunForm).running(False)
             self._fill_table(stats)
             return
-        self.ended_ok = summary.status == "ok"
+        self.ended_ok = summary.status is RunStatus.OK
         if summary.nodes:  # each node as this one last heard it
             here = {n.node for n in self.nodes if n.here}  # a run opened from its folder has none
             self.nodes = tuple(dataclasses.replace(v, here=v.node in here) for v in summary.nodes)
         cause = summary.root_cause
         self.failed_rank = cause.rank if cause else None
-        verdict = {"ok": "finished ok", "failed": "FAILED", "interrupted": "stopped"}[summary.status]
+        verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "stopped"}[
+            summary.status
+        ]
         if summary.verify is not None:
             verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
         self.query_one("#run-status", StatusLine).update(

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from mgpu_tui.app.messages import TopologyRead
 from mgpu_tui.engine.machine.topology import PATH, Topology, describe, numa_summary, p2p_summary
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.machine.host_layout import HostLayout
 
 STYLE = {"PIX": "cyan", "PXB": "cyan", "PHB": "yellow", "NODE": "yellow", "SYS": "red", "X": "dim"}
 
@@ -22,11 +28,14 @@ class TopologyView(Static):
         padding: 1 2;
     }
     """
-    host_layout = None  # the host's layout; read from this machine when not given (tests give one)
 
-    def reading(self) -> None:
-        """Until the read is done: nothing is said of GPUs before it is known (a big box takes a while)."""
-        self.update(Text("reading the topology through NVML…", style="dim"))
+    def __init__(self, host_layout: HostLayout | None = None, **kwargs) -> None:
+        # Until the read is done nothing is said of GPUs: a big box takes a while.
+        super().__init__(Text("reading the topology through NVML…", style="dim"), **kwargs)
+        self.host_layout = host_layout  # the host's layout; read from this machine when not given
+
+    def on_topology_read(self, message: TopologyRead) -> None:
+        self.show(message.topology, message.reason)
 
     def show(self, topology: Topology | None, reason: str = "") -> None:
         if topology is None or not topology.gpus:
