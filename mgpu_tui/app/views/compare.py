@@ -97,6 +97,9 @@ class CompareView(Widget):
     CompareView.folded #compare-unfold {
         display: block;
     }
+    CompareView.narrow #compare-progress Bar {
+        width: 4;  /* and its percentage: the settings column has 44 columns at 80 */
+    }
     CompareView.folded #compare-progress Bar {
         width: 20;
     }
@@ -133,6 +136,10 @@ class CompareView(Widget):
     }
     #compare-progress {
         margin: 1 0 0 2;  /* a margin: the bar is one row high, and a padding pushed it out of sight */
+        visibility: hidden;  /* until a comparison starts */
+    }
+    CompareView.compared #compare-progress {
+        visibility: visible;
     }
     #compare-status {
         height: 3;
@@ -446,6 +453,7 @@ class CompareView(Widget):
         self.query_one("#compare-status", TextPanel).update(f"comparing {', '.join(modes)}: starting…")
         self._set_busy(True)
         self._fold(True)
+        self.add_class("compared")  # its progress shows from now on
         self.shown = None
         self.show_rows([])
         self.query_one("#compare-charts", Static).update("")
