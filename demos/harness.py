@@ -44,6 +44,7 @@ from mgpu_tui.demos.model import (  # noqa: F401
     loss,
     n_layers,
 )
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.planning.placement import PlacementError, rank_devices, shares_gpus
@@ -64,38 +65,13 @@ def parse_args(
     known_only: bool = False,
 ) -> argparse.Namespace:
     """The arguments every demo takes; ``mode_args`` adds a mode's own."""
-    # The defaults come from the engine's one list of them; %(default)s shows each in --help.
-    parser = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.ArgumentDefaultsHelpFormatter
-    )
-    parser.add_argument("--steps", type=int, default=DEFAULTS.steps, help="optimizer steps")
-    parser.add_argument(
-        "--batch-size", type=int, default=DEFAULTS.batch_size, help="the global batch: all ranks together"
-    )
-    parser.add_argument("--lr", type=float, default=DEFAULTS.lr, help="SGD learning rate")
-    parser.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=0,
-        help="ramp the learning rate up linearly over this many first steps",
-    )
-    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="seed for weights and data")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    parser.add_argument("--amp", action="store_true", help="mixed precision (autocast)")
-    parser.add_argument(
-        "--amp-dtype",
-        choices=("fp16", "bf16"),
-        default=None,
-        help="autocast dtype (default: fp16 with GradScaler on CUDA, bf16 on the CPU)",
-    )
-    parser.add_argument("--accum", type=int, default=DEFAULTS.accum, help="micro-batches per step")
-    parser.add_argument(
-        "--share-gpus",
-        action="store_true",
-        help="let ranks share GPUs round-robin when there are too few (they talk over gloo)",
-    )
-    parser.add_argument("--width", type=int, default=DEFAULTS.width, help="hidden width")
-    parser.add_argument("--depth", type=int, default=DEFAULTS.depth, help="hidden blocks")
+    # The flags a demo shares with `mgpu-tui run`, declared once (engine/launch/options.py), which
+    # passes them on as given; a demo run by hand gets the same defaults and checks.
+    parser = argparse.ArgumentParser(description=description)
+    options.add(parser, "steps", "batch_size", "warmup_steps", "device", "amp", "amp_dtype", "accum")
+    options.add(parser, "share_gpus", "width", "depth")
+    options.add(parser, "lr", default=DEFAULTS.lr)
+    options.add(parser, "seed", default=DEFAULTS.seed)
     parser.add_argument(
         "--model",
         default="mlp",
@@ -110,9 +86,6 @@ def parse_args(
     if mode_args is not None:
         mode_args(parser)
     args = parser.parse_known_args(argv)[0] if known_only else parser.parse_args(argv)
-    for name in ("steps", "batch_size", "accum", "width", "depth"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
     try:
         args.shape = gpt_shape(args)
     except ShapeError as exc:

@@ -18,9 +18,7 @@ from mgpu_tui.demos.reporting import Reporting
 @record
 def main() -> None:
     def mp_args(parser):
-        parser.add_argument(
-            "--stages", type=int, default=harness.DEFAULTS.stages, help="GPUs to spread the model over"
-        )
+        harness.options.add(parser, "stages")
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=mp_args)
     stage_devices = harness.place("mp", args)  # stage s on cuda:s (all "cpu" without CUDA)

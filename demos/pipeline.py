@@ -24,9 +24,7 @@ from mgpu_tui.engine.planning.placement import split_layers
 def main() -> None:
     def pipeline_args(parser):
         parser.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe")
-        parser.add_argument(
-            "--microbatches", type=int, default=harness.DEFAULTS.microbatches, help="micro-batches per step"
-        )
+        harness.options.add(parser, "microbatches")
 
     args = harness.parse_args(__doc__.splitlines()[0], mode_args=pipeline_args)
     d = harness.start_distributed("pipeline", args)

@@ -16,87 +16,36 @@ from pathlib import Path
 from mgpu_tui import __version__
 from mgpu_tui.arguments import (
     MAX_BATCH,
-    MAX_DEPTH,
     MAX_MICRO,
     MAX_NODES,
     MAX_RANKS,
-    MAX_RESTARTS,
-    MAX_STEPS,
-    MAX_WIDTH,
     Parser,
     positive_float,
-    run_name,
-    seconds_or_off,
     whole_number,
     whole_numbers,
 )
 from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain, plain_output
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
-DEVICES = ("auto", "cpu", "cuda")
-AMP_DTYPES = ("fp16", "bf16")  # --amp-dtype: run, compare and scale
-
-
-MAX_SEED = 2**32 - 1  # the demos derive each step's data seed from it: it must stay in 64 bits
+DEVICES, AMP_DTYPES = options.DEVICES, options.AMP_DTYPES  # their one home: engine/launch/options.py
+RUNS_HELP = "the folder of runs (default ./runs)"
 
 
 def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
     """The options of how mgpu-tui follows a run (`run` and `torchrun` alike); the group of the
     console's rank output, to which `run` adds --ranks-filter."""
-    command.add_argument(
-        "--run-dir", default="runs", metavar="DIR", help="where the run's folder goes (default ./runs)"
-    )
-    command.add_argument(
-        "--name",
-        type=run_name,
-        metavar="NAME",
-        help="a name for the run: it ends the folder's name (runs/<time>-<mode>-NAME); the listings show it",
-    )
+    options.add(command, "run_dir", "name")
     command.add_argument("--json", action="store_true", help="end with one JSON summary line on stdout")
     output = command.add_mutually_exclusive_group()
     output.add_argument("--quiet", action="store_true", help="show none of the ranks' own output")
     command.add_argument(
         "--tui", action="store_true", help="open the app on the Run view with this run started"
     )
-    command.add_argument(
-        "--stall-timeout",
-        type=positive_float,
-        metavar="S",
-        help="a rank silent this long is silent (default max(30 s, 10 x the median step)); a silent "
-        "mode is stalled; your own script's silence is a stall once nothing moves (docs/your-script.md)",
-    )
-    command.add_argument(
-        "--on-stall",
-        choices=("stop", "report"),
-        default=None,
-        help="stop the run with exit 1, or report the stall and go on (default: stop a mode; report for "
-        "your own script, whose long quiet spells mgpu-tui cannot know)",
-    )
-    command.add_argument(
-        "--sample-interval",
-        type=seconds_or_off,
-        metavar="S",
-        default=1.0,
-        help="sample the GPUs, the host and the ranks every S seconds into the run's "
-        "telemetry.jsonl (default 1; 0: none)",
-    )
-    command.add_argument(
-        "--nice",
-        type=whole_number(0),
-        metavar="N",
-        help="lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
-        "screen answers keys on a machine whose cores the ranks fill)",
-    )
-    command.add_argument(
-        "--join-timeout",
-        type=positive_float,
-        metavar="S",
-        default=D.join_timeout,
-        help=f"several nodes: seconds they wait for each other to join (default {D.join_timeout:.0f})",
-    )
+    options.add(command, "stall_timeout", "on_stall", "sample_interval", "nice", "join_timeout")
     return output
 
 
@@ -126,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--run-dir",
-        default="runs",
+        default=str(options.RUN_ROOT),
         metavar="DIR",
         dest="app_run_dir",
         help="with no COMMAND: where the app's runs go and where its Runs view looks (default ./runs)",
@@ -142,37 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("mode", metavar="MODE", nargs="?", help="a mode from `mgpu-tui list`")
     run.add_argument("--script", metavar="PATH", help="run your own training script (as torchrun would)")
     run.add_argument("--module", metavar="NAME", help="run your own module instead (python -m NAME)")
-    run.add_argument(
-        "--nproc",
-        "--nproc-per-node",
-        type=whole_number(1),
-        default=None,
-        help=f"ranks to start (default: one per GPU, or {D.cpu_ranks} on the CPU; 1 for one-process modes)",
-    )
-    run.add_argument(
-        "--steps",
-        type=whole_number(1, MAX_STEPS),
-        default=D.steps,
-        help=f"training steps (default {D.steps})",
-    )
-    run.add_argument(
-        "--batch-size",
-        type=whole_number(1, MAX_BATCH),
-        default=D.batch_size,
-        help=f"the global batch (default {D.batch_size})",
-    )
-    run.add_argument(
-        "--device",
-        choices=DEVICES,
-        default="auto",
-        help="auto: CUDA when there are GPUs, else the CPU (gloo)",
-    )
-    run.add_argument(
-        "--share-gpus",
-        action="store_true",
-        help="let ranks share GPUs round-robin when the mode needs more than there are "
-        "(they talk over gloo; timings then say nothing about a real multi-GPU box)",
-    )
+    options.add(run, "nproc", "steps", "batch_size", "device", "share_gpus")
     output = add_watch_options(run)
     output.add_argument(
         "--ranks-filter",
@@ -192,67 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="afterwards, compare the trained parameters with the single-device baseline",
     )
     training = run.add_argument_group("training (the same for every mode)")
-    training.add_argument(
-        "--amp", action="store_true", help="mixed precision: fp16 + GradScaler on CUDA, bf16 on the CPU"
-    )
-    training.add_argument("--amp-dtype", choices=AMP_DTYPES, help="override the autocast dtype")
-    training.add_argument(
-        "--accum", type=whole_number(1, MAX_MICRO), default=D.accum, help="micro-batches per step"
-    )
-    training.add_argument("--lr", type=positive_float, help=f"learning rate (default {D.lr})")
-    training.add_argument(
-        "--warmup-steps",
-        type=whole_number(0, MAX_STEPS),
-        default=0,
-        help="ramp the learning rate up linearly over these first steps (default 0)",
-    )
-    training.add_argument(
-        "--seed", type=whole_number(0, MAX_SEED), help=f"weights and data seed (default {D.seed})"
-    )
-    training.add_argument(
-        "--width", type=whole_number(1, MAX_WIDTH), default=D.width, help=f"hidden width (default {D.width})"
-    )
-    training.add_argument(
-        "--depth", type=whole_number(1, MAX_DEPTH), default=D.depth, help=f"hidden blocks (default {D.depth})"
-    )
+    options.add(training, "amp", "amp_dtype", "accum", "lr", "warmup_steps", "seed", "width", "depth")
     add_model_arguments(training)
-    run.add_argument(
-        "--force",
-        action="store_true",
-        help=f"start more than {D.cpu_ranks_per_core} CPU ranks per core anyway",
-    )
+    options.add(run, "force")
     nodes = run.add_argument_group("torchrun options (torchrun's names and meanings)")
-    nodes.add_argument(
-        "--nnodes",
-        type=whole_number(1, MAX_NODES),
-        help="nodes in the job (default 1; in a Slurm step: the step's)",
-    )
-    nodes.add_argument(
-        "--node-rank",
-        type=whole_number(0, MAX_NODES - 1),
-        help="this node's rank (default 0; in a Slurm step: SLURM_NODEID)",
-    )
-    nodes.add_argument("--rdzv-endpoint", metavar="HOST:PORT", help="c10d rendezvous, alike on every node")
-    nodes.add_argument(
-        "--rdzv-id", type=run_name, metavar="ID", help="the job's id, the same on every node (a name)"
-    )
-    nodes.add_argument(
-        "--max-restarts", type=whole_number(0, MAX_RESTARTS), default=0, help="restarts on failure"
-    )
-    nodes.add_argument("--master-port", type=whole_number(1), help="one node: this port, not a free one")
+    options.add(nodes, "nnodes", "node_rank", "rdzv_endpoint", "rdzv_id", "max_restarts", "master_port")
     modes = run.add_argument_group("mode options")
-    modes.add_argument(
-        "--stages",
-        type=whole_number(1, MAX_RANKS),
-        default=D.stages,
-        help=f"mp: GPUs to spread over (default {D.stages})",
-    )
-    modes.add_argument(
-        "--microbatches",
-        type=whole_number(1, MAX_MICRO),
-        default=D.microbatches,
-        help=f"pipeline (default {D.microbatches})",
-    )
+    options.add(modes, "stages", "microbatches")
     modes.add_argument("--schedule", choices=("gpipe", "1f1b"), help="pipeline schedule (default gpipe)")
     modes.add_argument(
         "--manual",
@@ -267,54 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     def add_shared(command: argparse.ArgumentParser, batch_help: str | None = None) -> None:
-        command.add_argument(
-            "--steps",
-            type=whole_number(1, MAX_STEPS),
-            default=D.steps,
-            help=f"steps per run (default {D.steps})",
-        )
+        options.add(command, "steps", help=f"steps per run (default {D.steps})")
         if batch_help is None:
-            command.add_argument(
-                "--batch-size",
-                type=whole_number(1, MAX_BATCH),
-                default=D.batch_size,
+            options.add(
+                command,
+                "batch_size",
                 help=f"the global batch, the same for every run (default {D.batch_size})",
             )
         else:  # scale sweeps it
-            command.add_argument(
-                "--batch-size",
+            options.add(
+                command,
+                "batch_size",
                 type=whole_numbers,
                 default=[D.batch_size],
                 metavar="B[,B,...]",
                 help=batch_help,
             )
-        command.add_argument(
-            "--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs"
-        )
-        command.add_argument(
-            "--amp", action="store_true", help="mixed precision (fp16 on CUDA, bf16 on the CPU)"
-        )
-        command.add_argument(
-            "--amp-dtype", choices=AMP_DTYPES, help="with --amp: override the autocast dtype (as run's)"
-        )
-        command.add_argument(
-            "--share-gpus",
-            action="store_true",
-            help="let ranks share GPUs round-robin (gloo); timings then say nothing "
-            "about a real multi-GPU box",
-        )
-        command.add_argument(
-            "--width",
-            type=whole_number(1, MAX_WIDTH),
-            default=D.width,
-            help=f"hidden width (default {D.width})",
-        )
-        command.add_argument(
-            "--depth",
-            type=whole_number(1, MAX_DEPTH),
-            default=D.depth,
-            help=f"hidden blocks (default {D.depth})",
-        )
+        options.add(command, "device", "amp", "amp_dtype", "share_gpus", "width", "depth")
         add_model_arguments(command)
         command.add_argument(
             "--out",
@@ -322,9 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="write a report: .json, .md or .csv (and a .png beside it when matplotlib is installed)",
         )
         command.add_argument("--json", action="store_true", help="print the report as one JSON line")
-        command.add_argument(
-            "--run-dir", default="runs", metavar="DIR", help="where each run's folder goes (default ./runs)"
-        )
+        options.add(command, "run_dir", help="where each run's folder goes (default ./runs)")
 
     comparing = commands.add_parser(
         "compare",
@@ -340,10 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
         nargs="+",
         help="compare finished runs from their folders instead, running nothing",
     )
-    comparing.add_argument(
-        "--nproc",
-        type=whole_number(1),
-        default=None,
+    options.add(
+        comparing,
+        "nproc",
         help=f"ranks for the multi-process modes (default: one per GPU, or {D.cpu_ranks} on the CPU)",
     )
     comparing.add_argument(
@@ -374,11 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="weak scaling: --batch-size is per rank, so the global batch grows with the ranks",
     )
-    scaling.add_argument(
-        "--lr",
-        type=positive_float,
-        default=D.lr,
-        help=f"SGD's learning rate at the first point's batch (default {D.lr})",
+    options.add(
+        scaling, "lr", default=D.lr, help=f"SGD's learning rate at the first point's batch (default {D.lr})"
     )
     scaling.add_argument(
         "--lr-rule",
@@ -387,9 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how the learning rate follows the global batch: linear (k x the batch, k x "
         "the lr; Goyal et al. 2017), sqrt, or none (default linear)",
     )
-    scaling.add_argument(
-        "--warmup-steps",
-        type=whole_number(0, MAX_STEPS),
+    options.add(
+        scaling,
+        "warmup_steps",
         default=None,
         help="ramp the learning rate up over these first steps (default: none for strong "
         "scaling, where the batch stays; else a fifth of --steps)",
@@ -423,9 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ranks, status, duration, samples/s, final loss, and why a run failed. "
         "Folders that are not runs, or half-written ones, are listed as broken.",
     )
-    history.add_argument(
-        "--run-dir", default="runs", metavar="DIR", help="the folder of runs (default ./runs)"
-    )
+    options.add(history, "run_dir", help=RUNS_HELP)
     history.add_argument("--json", action="store_true", help='print JSON: {"runs": [...]}')
     history.add_argument(
         "--delete-older-than",
@@ -449,11 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN",
         help="a run folder, `latest` (the newest under --run-dir), or a Slurm job id (its newest step's run)",
     )
-    opening.add_argument(
-        "--run-dir",
-        default="runs",
-        metavar="DIR",
-        help="the folder of runs, for `latest` and the Runs view (default ./runs)",
+    options.add(
+        opening, "run_dir", help="the folder of runs, for `latest` and the Runs view (default ./runs)"
     )
 
     reading = commands.add_parser(
@@ -573,22 +396,14 @@ def build_check_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="fail, not skip, when fewer than N GPUs are usable",
     )
-    parser.add_argument(
-        "--nproc",
-        type=whole_number(1),
-        help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)",
-    )
-    parser.add_argument("--device", choices=DEVICES, default="auto", help="auto: CUDA when there are GPUs")
+    options.add(parser, "nproc", help=f"ranks (default: one per GPU, or {D.cpu_ranks} on the CPU)")
+    options.add(parser, "device", help="auto: CUDA when there are GPUs")
     parser.add_argument("--modes", metavar="M,M,...", help="smoke-run (and verify) only these modes")
-    parser.add_argument(
-        "--share-gpus",
-        action="store_true",
-        help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo",
+    options.add(
+        parser, "share_gpus", help="let --nproc exceed the GPUs: ranks share them round-robin, over gloo"
     )
     add_model_arguments(parser)  # what the smoke and verify runs train
-    parser.add_argument(
-        "--run-dir", default="runs", metavar="DIR", help="where the ranks' logs go (default ./runs)"
-    )
+    options.add(parser, "run_dir", help="where the ranks' logs go (default ./runs)")
     return parser
 
 

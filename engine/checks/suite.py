@@ -26,6 +26,7 @@ from mgpu_tui.engine.checks.environment import Environment, gather, level_one
 from mgpu_tui.engine.checks.expected_bandwidth import Expectation, expectation_for_gpus, graded
 from mgpu_tui.engine.checks.rank_launch import COLLECTIVES, RankLaunch, check_name
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
+from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.spec import (
     EnvironmentUnusable,
     LaunchSpec,
@@ -57,7 +58,7 @@ class CheckOptions:
     nproc: int | None = None  # default: one per GPU, or 2 on the CPU
     device: str = "auto"
     require_gpus: int = 0
-    run_root: Path = Path("runs")
+    run_root: Path = RUN_ROOT
     smoke_steps: int = SMOKE_STEPS
     bandwidth_bytes: int | None = None  # default: 16 MiB on the CPU, 256 MiB on GPUs
     modes: tuple[str, ...] | None = None  # smoke (and verify) only these; default: every mode

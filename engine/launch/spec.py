@@ -13,8 +13,9 @@ import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
+from mgpu_tui.engine.launch.options import DEVICES, RUN_ROOT
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
@@ -22,15 +23,13 @@ from mgpu_tui.engine.planning.memory import tied_apart
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, Mode, unknown_mode
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape, ShapeError, model_shape
 
-Device = Literal["auto", "cpu", "cuda"]
-DEVICES = ("auto", "cpu", "cuda")
+Device = Literal["auto", "cpu", "cuda"]  # DEVICES (launch/options.py), as a type
 
 
 def as_device(value: object) -> Device:
     """A --device value read back from a record (ValueError when it is not one)."""
-    for device in ("auto", "cpu", "cuda"):
-        if value == device:
-            return device
+    if isinstance(value, str) and value in DEVICES:
+        return cast(Device, value)
     raise ValueError(f"not a device: {value!r}")
 
 
@@ -51,7 +50,7 @@ class LaunchSpec:
     lr: float = DEFAULTS.lr  # SGD's learning rate (scale --weak raises it with the batch)
     warmup_steps: int = 0  # the learning rate ramps up linearly over these first steps
     device: Device = "auto"
-    run_root: Path = Path("runs")
+    run_root: Path = RUN_ROOT
     width: int = DEFAULTS.width
     depth: int = DEFAULTS.depth  # hidden blocks; the model has depth + 1 layers (the blocks and the head)
     # The workload: "mlp" (width, depth), or a GPT of a named size (engine/planning/shapes.py) with

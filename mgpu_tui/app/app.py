@@ -43,6 +43,7 @@ from mgpu_tui.app.messages import (
     TopologyRead,
 )
 from mgpu_tui.app.views.switcher import TABS, ViewContext, ViewSwitcher, new_view
+from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
 
@@ -101,7 +102,7 @@ class MgpuApp(App):
         interval: float = 1.0,
         host: host_module.Host | None = None,
         open_run: Path | None = None,
-        run_root: Path = Path("runs"),
+        run_root: Path = RUN_ROOT,
         host_layout=None,
     ) -> None:
         super().__init__()

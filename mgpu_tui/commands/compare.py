@@ -15,6 +15,7 @@ from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_rate, fmt_seconds, plain, redraw
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.compare import scaling
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
@@ -26,17 +27,11 @@ from mgpu_tui.reports.files import ensure_writable, write_atomic
 
 def _template(args: argparse.Namespace, nproc: int | None, batch_size: int, lr: float = D.lr) -> LaunchSpec:
     return LaunchSpec(
+        **options.spec_values(args, "steps", "device", "amp", "width", "depth", "share_gpus", "run_dir"),
         mode="single",
         nproc=nproc,
-        steps=args.steps,
         batch_size=batch_size,
         lr=lr,
-        device=args.device,
-        run_root=Path(args.run_dir),
-        amp=args.amp,
-        width=args.width,
-        depth=args.depth,
-        share_gpus=args.share_gpus,
         demo_args=("--amp-dtype", args.amp_dtype) if args.amp_dtype else (),
         **model_fields(args),
     )

@@ -6,15 +6,14 @@ import argparse
 import signal
 import sys
 import time
-from pathlib import Path
 
 from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, status_word, table
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
-from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
@@ -266,46 +265,28 @@ def _rank_output(
     )
 
 
+def launch_nice(args: argparse.Namespace) -> int:
+    """--nice as given, else 10 with --tui (the screen answers keys while the ranks fill the cores)."""
+    return args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0)
+
+
 def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     program_args = _program_args(args, demo_args)
     job, from_slurm_said = from_slurm(args)
     bind_task_gpu(job)
     spec = LaunchSpec(
-        mode=args.mode or "script",
-        script=args.script,
-        module=args.module,
-        nnodes=args.nnodes,
-        node_rank=args.node_rank,
-        rdzv_endpoint=args.rdzv_endpoint,
-        rdzv_id=args.rdzv_id,
-        join_timeout=args.join_timeout,
-        max_restarts=args.max_restarts,
-        master_port=args.master_port,
-        name=args.name,
-        stall_timeout=args.stall_timeout,
-        sample_interval=args.sample_interval,
-        on_stall=args.on_stall,
-        nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
-        share_gpus=args.share_gpus,
-        force=args.force,
-        nproc=args.nproc,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        lr=D.lr if args.lr is None else args.lr,
-        warmup_steps=args.warmup_steps,
-        device=args.device,
-        run_root=Path(args.run_dir),
-        width=args.width,
-        depth=args.depth,
-        amp=args.amp,
-        accum=args.accum,
-        stages=args.stages,
-        microbatches=args.microbatches,
-        verify=args.verify,
-        demo_args=tuple(program_args),
-        instrument=not getattr(args, "no_instrument", False),
-        slurm=job,
-        **model_fields(args),
+        **{
+            **options.spec_values(args),  # every declared option (engine/launch/options.py)
+            "mode": args.mode or "script",
+            "script": args.script,
+            "module": args.module,
+            "nice": launch_nice(args),
+            "verify": args.verify,
+            "demo_args": tuple(program_args),
+            "instrument": not getattr(args, "no_instrument", False),
+            "slurm": job,
+            **model_fields(args),
+        }
     )
     return follow(spec, args, (from_slurm_said,) if from_slurm_said else ())
 

@@ -16,9 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mgpu_tui.commands.run import follow
+from mgpu_tui.commands.run import follow, launch_nice
 from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm
-from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
 from mgpu_tui.errors import UsageError
@@ -142,7 +141,7 @@ def torchrun_command(argv: list[str]) -> int:
         stall_timeout=args.stall_timeout,
         on_stall=args.on_stall,
         sample_interval=args.sample_interval,
-        nice=args.nice if args.nice is not None else (UI_RANK_NICE if args.tui else 0),
+        nice=launch_nice(args),
         run_root=Path(args.run_dir),
         instrument=instrument,
         demo_args=tuple(t["args"]),

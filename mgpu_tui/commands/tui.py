@@ -9,15 +9,14 @@ import signal
 import threading
 from pathlib import Path
 
+from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.errors import ExitCode
 from mgpu_tui.logs import start_app_log
 
 
-def tui_command(
-    spec: LaunchSpec | None, *, open_run: Path | None = None, run_root: Path = Path("runs")
-) -> int:
+def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_root: Path = RUN_ROOT) -> int:
     host = None  # bare `mgpu-tui`: the app probes the machine once its first frame is up
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.

@@ -46,6 +46,7 @@ from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import fmt_bytes, plain
 from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row, RunsSettings
+from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device, workload_of
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
@@ -160,7 +161,7 @@ class CompareView(Widget):
     }
     """
 
-    def __init__(self, host: Host, run_root: Path = Path("runs"), **kwargs) -> None:
+    def __init__(self, host: Host, run_root: Path = RUN_ROOT, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
         self.run_root = run_root  # where the compared runs go
@@ -419,7 +420,7 @@ class CompareView(Widget):
     def template(self) -> LaunchSpec:
         """The spec every compared mode starts from; UsageError with one sentence when wrong."""
         numbers = whole_numbers(
-            self, {"compare-nproc": "ranks", "compare-steps": "steps", "compare-batch": "batch"}
+            self, {"compare-nproc": "nproc", "compare-steps": "steps", "compare-batch": "batch"}
         )
         return LaunchSpec(
             mode="single",

@@ -27,6 +27,7 @@ from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
+from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
@@ -265,7 +266,7 @@ class RunView(Widget):
     }
     """
 
-    def __init__(self, host: Host, run_root: Path = Path("runs"), **kwargs) -> None:
+    def __init__(self, host: Host, run_root: Path = RUN_ROOT, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
         self.run_root = run_root  # where a run of the form goes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from textual.widgets import Button, Checkbox, Input, Label, Select
 from mgpu_tui.app.messages import StartRequested
 from mgpu_tui.app.widgets.tick_box import TickBox
 from mgpu_tui.console import plain
+from mgpu_tui.engine.launch import options
+from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.host import Host
@@ -50,17 +53,23 @@ def chosen(select: Select) -> str:
     return value
 
 
-def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
-    """The Input with id ``field`` for each ``{field: name}``, as a number of at least 1.
+# A number field of the forms: its label, and the launch option whose type and bounds it takes
+# (engine/launch/options.py: the command line's own checks).
+NUMBER_FIELDS = {"nproc": ("ranks", "nproc"), "steps": ("steps", "steps"), "batch": ("batch", "batch_size")}
 
-    Raises UsageError with one sentence naming the first field that is not.
-    """
+
+def whole_numbers(form: Widget, fields: dict[str, str]) -> dict[str, int]:
+    """The Input with id ``field`` for each ``{field: kind}`` (a key of NUMBER_FIELDS), checked as
+    the command line checks its flag. Raises UsageError with one sentence naming the first field
+    that is not a number it takes."""
     numbers = {}
-    for field, name in fields.items():
+    for field, kind in fields.items():
+        label, option = NUMBER_FIELDS[kind]
         text = form.query_one(f"#{field}", Input).value.strip()
-        if not text.isdigit() or int(text) < 1:
-            raise UsageError(f"{name} must be a whole number of at least 1.")
-        numbers[field] = int(text)
+        try:
+            numbers[field] = options.OPTIONS[option].type(text)  # type: ignore[misc]
+        except argparse.ArgumentTypeError as exc:
+            raise UsageError(f"{label} {exc}.") from None
     return numbers
 
 
@@ -137,7 +146,7 @@ class RunForm(Horizontal):
     }
     """
 
-    def __init__(self, host: Host, run_root: Path = Path("runs"), **kwargs) -> None:
+    def __init__(self, host: Host, run_root: Path = RUN_ROOT, **kwargs) -> None:
         super().__init__(**kwargs)
         self.host = host
         self.run_root = run_root
@@ -217,12 +226,12 @@ class RunForm(Horizontal):
         """The launch the form describes; UsageError with one sentence when a field is wrong."""
         name = chosen(self.query_one("#mode", Select))
         if name == SCRIPT.name and self.program is not None:  # the script as it ran, on these ranks
-            ranks = whole_numbers(self, {"nproc": "ranks"})["nproc"]
+            ranks = whole_numbers(self, {"nproc": "nproc"})["nproc"]
             device = as_device(chosen(self.query_one("#device", Select)))
             return replace(
                 self.program, nproc=ranks, device=device, nice=UI_RANK_NICE, run_root=self.run_root
             )
-        numbers = whole_numbers(self, {"nproc": "ranks", "steps": "steps", "batch": "batch"})
+        numbers = whole_numbers(self, {"nproc": "nproc", "steps": "steps", "batch": "batch"})
         mode = MODES[name]
         return LaunchSpec(
             mode=mode.name,
