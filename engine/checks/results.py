@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum
 
+from mgpu_tui.engine.protocol.typed import build
+
 SCHEMA = "mgpu-tui/check/1"
 
 
@@ -39,6 +41,60 @@ class CheckResult:
             "metrics": self.metrics,
             "seconds": round(self.seconds, 4),
         }
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One size of the all_reduce sweep (nccl-tests' columns)."""
+
+    size_bytes: int
+    count: int
+    type: str
+    time_us: float
+    algbw_GBps: float  # noqa: N815 (the JSON's name, unit in it)
+    busbw_GBps: float  # noqa: N815
+
+
+@dataclass(frozen=True)
+class ScalingPoint:
+    """One rank count of the ddp scaling check."""
+
+    nproc: int
+    samples_per_s: float
+    speedup: float
+    efficiency: float
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    points: list[SweepPoint]
+
+
+@dataclass(frozen=True)
+class _Scaling:
+    points: list[ScalingPoint]
+
+
+@dataclass(frozen=True)
+class _CopyMatrix:
+    matrix_GBps: list[list[float | None]]  # noqa: N815
+
+
+# The level-3 checks' figures, each read from its metrics and checked as it is (protocol/typed.py:
+# Invalid, a ValueError, names what is wrong): a rank's task wrote them.
+
+
+def sweep_points(result: CheckResult) -> list[SweepPoint]:
+    return build(_Sweep, result.metrics, result.name).points
+
+
+def scaling_points(result: CheckResult) -> list[ScalingPoint]:
+    return build(_Scaling, result.metrics, result.name).points
+
+
+def copy_matrix(result: CheckResult) -> list[list[float | None]]:
+    """GPU to GPU copy bandwidth in GB/s, a row per source (None: no path)."""
+    return build(_CopyMatrix, result.metrics, result.name).matrix_GBps
 
 
 @dataclass

@@ -12,7 +12,16 @@ import time
 import xml.etree.ElementTree as ET
 
 from mgpu_tui.console import plain
-from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
+from mgpu_tui.engine.checks.results import (
+    CheckReport,
+    CheckResult,
+    ScalingPoint,
+    Status,
+    SweepPoint,
+    copy_matrix,
+    scaling_points,
+    sweep_points,
+)
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 
 NAME_WIDTH = 26
@@ -41,7 +50,7 @@ def footer(report: CheckReport) -> str:
     return text
 
 
-def sweep_table(points: list[dict], nproc: int | None) -> str:
+def sweep_table(points: list[SweepPoint], nproc: int | None) -> str:
     """The all_reduce sweep as nccl-tests prints it: size, count, type, time, algbw, busbw."""
     lines = [
         f"all_reduce sweep on {nproc} rank(s), in place, sum (nccl-tests columns)",
@@ -50,19 +59,16 @@ def sweep_table(points: list[dict], nproc: int | None) -> str:
     ]
     for p in points:
         lines.append(
-            f"{p['size_bytes']:>12} {p['count']:>12} {p['type']:>8} {p['time_us']:>12.1f} "
-            f"{p['algbw_GBps']:>13.2f} {p['busbw_GBps']:>13.2f}"
+            f"{p.size_bytes:>12} {p.count:>12} {p.type:>8} {p.time_us:>12.1f} "
+            f"{p.algbw_GBps:>13.2f} {p.busbw_GBps:>13.2f}"
         )
     return "\n".join(lines)
 
 
-def scaling_table(points: list[dict]) -> str:
+def scaling_table(points: list[ScalingPoint]) -> str:
     lines = [f"{'ranks':>5} {'samples/s':>12} {'speedup':>8} {'efficiency':>10}"]
     for p in points:
-        lines.append(
-            f"{p['nproc']:>5} {p['samples_per_s']:>12,.0f} {p['speedup']:>7.2f}x "
-            f"{100 * p['efficiency']:>9.0f}%"
-        )
+        lines.append(f"{p.nproc:>5} {p.samples_per_s:>12,.0f} {p.speedup:>7.2f}x {100 * p.efficiency:>9.0f}%")
     return "\n".join(lines)
 
 
@@ -84,17 +90,16 @@ def details(report: CheckReport) -> str:
     for result in report.results:
         if result.status is not Status.PASS:
             continue
-        if result.name == "sweep:all_reduce":
-            parts.append(sweep_table(result.metrics["points"], report.nproc))
-        elif result.name == "scaling:ddp":
-            parts.append(
-                "ddp scaling, "
-                + result.detail.split(":", 1)[0]
-                + "\n"
-                + scaling_table(result.metrics["points"])
-            )
-        elif result.name == "copy_matrix":
-            parts.append(copy_matrix_table(result.metrics["matrix_GBps"]))
+        try:
+            if result.name == "sweep:all_reduce":
+                parts.append(sweep_table(sweep_points(result), report.nproc))
+            elif result.name == "scaling:ddp":
+                heading = "ddp scaling, " + result.detail.split(":", 1)[0]
+                parts.append(heading + "\n" + scaling_table(scaling_points(result)))
+            elif result.name == "copy_matrix":
+                parts.append(copy_matrix_table(copy_matrix(result)))
+        except ValueError as exc:  # Invalid: a rank's figures that are not what the table needs
+            parts.append(plain(f"{result.name}: its figures cannot be shown ({exc})"))
     return "\n\n".join(parts)
 
 
