@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
+import pickle
 import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 import pytest
@@ -34,6 +38,27 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 # The app's log goes under XDG_STATE_HOME: here, not in the user's home.
 os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="mgpu-tui-state-"))
+
+
+T = TypeVar("T")
+
+
+def once_per_session(tmp_path_factory, name: str, make: Callable[[Path], T]) -> T:
+    """``make(folder)``'s result, made once however many xdist workers ask for it (a module fixture
+    runs once on each worker its tests land on: two real runs where one does). The first worker
+    makes it in a folder of this session's, under a lock; the others wait, then read it."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return make(tmp_path_factory.mktemp(name))
+    shared = tmp_path_factory.getbasetemp().parent  # this session's, beside each worker's own
+    folder, result = shared / name, shared / f"{name}.pickle"
+    with open(shared / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if result.exists():
+            return pickle.loads(result.read_bytes())
+        folder.mkdir(exist_ok=True)
+        made = make(folder)
+        result.write_bytes(pickle.dumps(made))
+        return made
 
 
 def run_cli(*args: str, timeout: float = 120, env=None, **kwargs) -> subprocess.CompletedProcess:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import once_per_session
 from mgpu_tui.engine.planning.memory import Training, plan_mode
 
 HERE = Path(__file__).parent
@@ -23,12 +24,15 @@ BATCHES = (8, 16)
 
 @pytest.fixture(scope="module")
 def tracked(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("tracker") / "figures.json"
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    argv += [str(HERE / "memory_tracker_ranks.py"), str(out), *map(str, BATCHES)]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=out.parent)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return json.loads(out.read_text())
+    def track(folder: Path) -> dict:
+        out = folder / "figures.json"
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+        argv += [str(HERE / "memory_tracker_ranks.py"), str(out), *map(str, BATCHES)]
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=240, cwd=folder)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return json.loads(out.read_text())
+
+    return once_per_session(tmp_path_factory, "tracker", track)
 
 
 @pytest.mark.parametrize("mode", ["ddp", "fsdp"])

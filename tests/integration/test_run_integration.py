@@ -6,16 +6,18 @@ import sys
 
 import pytest
 
-from conftest import live_processes_of, only_run_dir, read_summary, run_cli, summary_from
+from conftest import live_processes_of, once_per_session, only_run_dir, read_summary, run_cli, summary_from
 
 
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("runs")
-    result = run_cli(
-        "run", "ddp", "--nproc", "2", "--steps", "30", "--device", "cpu", "--run-dir", str(root), "--json"
-    )
-    return result, only_run_dir(root)
+    def run(root):
+        result = run_cli(
+            "run", "ddp", "--nproc", "2", "--steps", "30", "--device", "cpu", "--run-dir", str(root), "--json"
+        )
+        return result, only_run_dir(root)
+
+    return once_per_session(tmp_path_factory, "ddp-run", run)
 
 
 def test_ddp_run_ends_with_an_ok_json_summary(ddp_run):
