@@ -13,29 +13,27 @@ from mgpu_tui.errors import ExitCode
 
 def list_command(args: argparse.Namespace) -> int:
     host = host_module.probe()
-    rows = []
-    for mode in MODES.values():
-        here = availability(mode, host)
-        rows.append(
-            {
-                "name": mode.name,
-                "title": mode.title,
-                "launcher": mode.launcher,
-                "devices_per_rank": mode.devices_per_rank,
-                "cpu_path": mode.cpu_path,
-                "teaches": mode.teaches,
-                "choose": mode.choose,
-                "costs": mode.costs,
-                "runnable": here.runnable,
-                "device": here.device,
-                "reason": here.reason,
-            }
-        )
+    modes = [(mode, availability(mode, host)) for mode in MODES.values()]
     if args.json:
         print(
             strict_json(
                 {
-                    "modes": rows,
+                    "modes": [
+                        {
+                            "name": mode.name,
+                            "title": mode.title,
+                            "launcher": mode.launcher,
+                            "devices_per_rank": mode.devices_per_rank,
+                            "cpu_path": mode.cpu_path,
+                            "teaches": mode.teaches,
+                            "choose": mode.choose,
+                            "costs": mode.costs,
+                            "runnable": here.runnable,
+                            "device": here.device,
+                            "reason": here.reason,
+                        }
+                        for mode, here in modes
+                    ],
                     "host": {
                         "cpu_count": host.cpu_count,
                         "gpu_count": host.gpu_count,
@@ -51,13 +49,8 @@ def list_command(args: argparse.Namespace) -> int:
         table(
             ["mode", "what", "launcher", "here"],
             [
-                [
-                    str(r["name"]),
-                    str(r["title"]),
-                    str(r["launcher"]),
-                    f"{'yes' if r['runnable'] else 'no'}: {r['reason']}",
-                ]
-                for r in rows
+                [mode.name, mode.title, mode.launcher, f"{'yes' if here.runnable else 'no'}: {here.reason}"]
+                for mode, here in modes
             ],
         )
     )

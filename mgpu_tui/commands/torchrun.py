@@ -14,15 +14,47 @@ import argparse
 import json
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_tui.commands.run import follow, launch_nice
 from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
+from mgpu_tui.engine.protocol.typed import Invalid, build
 from mgpu_tui.errors import UsageError
 
 PARSE_TIMEOUT_S = 120  # torch's import, on a slow file system
+
+
+@dataclass(frozen=True)
+class TorchrunLine:
+    """What torchrun's own parser read of the line (engine/rank/torchrun_args.py's "torchrun")."""
+
+    program: str
+    args: list[str]
+    module: bool
+    no_python: bool
+    nproc: int
+    nnodes: int
+    node_rank: int
+    rdzv_backend: str
+    rdzv_endpoint: str | None
+    rdzv_id: str | None
+    rdzv_conf: str
+    standalone: bool
+    max_restarts: int
+    master_addr: str | None
+    master_port: int | None
+    local_ranks_filter: str | None
+
+
+@dataclass(frozen=True)
+class TorchrunAnswer:
+    torchrun: TorchrunLine
+    ours: list[str]  # mgpu-tui's own options found among torchrun's, for its parser
+    passthrough: list[str]  # torchrun's settings mgpu-tui does not model, given as they were
+    ignored: list[str]  # torchrun's output options, which mgpu-tui replaces with the run folder
 
 
 def _our_options() -> list[tuple[str, int, str]]:
@@ -36,7 +68,7 @@ def _our_options() -> list[tuple[str, int, str]]:
     ]
 
 
-def read_torchrun_line(argv: list[str]) -> dict:
+def read_torchrun_line(argv: list[str]) -> TorchrunAnswer:
     """torchrun's arguments read by torchrun's parser (the child's JSON); UsageError for bad input."""
     try:
         done = subprocess.run(
@@ -59,21 +91,24 @@ def read_torchrun_line(argv: list[str]) -> dict:
                 "torch is not installed in this Python environment (see the README)."
             ) from None
         raise EnvironmentUnusable(f"torchrun's parser could not run: {last}") from None
-    if "error" in answer:
+    if isinstance(answer, dict) and "error" in answer:
         text = str(answer["error"]).replace("unrecognized arguments:", "torchrun does not know")
         raise UsageError(f"{text} (see mgpu-tui torchrun --help)")
-    return answer
+    try:
+        return build(TorchrunAnswer, answer)
+    except Invalid as exc:  # parsed at the boundary: the child's answer, checked field by field
+        raise EnvironmentUnusable(f"torchrun's parser gave an answer mgpu-tui cannot read ({exc}).") from None
 
 
 def _nodes_from_slurm(
-    t: dict, endpoint: str | None
+    t: TorchrunLine, endpoint: str | None
 ) -> tuple[SlurmJob | None, argparse.Namespace, str | None]:
     """The node options of torchrun's line (nnodes, node_rank, rdzv_endpoint, rdzv_id, nproc):
     inside a Slurm step, where the line names no node (torchrun's defaults: one node, no
     endpoint, port or id), Slurm's (commands/slurm.py); the job, and the line that says so."""
-    given = {"nnodes": t["nnodes"], "node_rank": t["node_rank"], "rdzv_endpoint": endpoint}
-    nodes = argparse.Namespace(**given, rdzv_id=t["rdzv_id"], nproc=t["nproc"])
-    if t["nnodes"] != 1 or t["node_rank"] or endpoint or t["master_port"] or t["rdzv_id"]:
+    given = {"nnodes": t.nnodes, "node_rank": t.node_rank, "rdzv_endpoint": endpoint}
+    nodes = argparse.Namespace(**given, rdzv_id=t.rdzv_id, nproc=t.nproc)
+    if t.nnodes != 1 or t.node_rank or endpoint or t.master_port or t.rdzv_id:
         return None, nodes, None  # the line says where the nodes meet: as given
     # What torchrun's defaults leave open, Slurm's environment says (where there is one).
     nodes.nnodes = nodes.node_rank = nodes.rdzv_endpoint = None
@@ -86,27 +121,27 @@ def torchrun_command(argv: list[str]) -> int:
     from mgpu_tui.cli import build_torchrun_parser
 
     answer = read_torchrun_line(argv)
-    args = build_torchrun_parser().parse_args(answer["ours"])
-    t = answer["torchrun"]
+    args = build_torchrun_parser().parse_args(answer.ours)
+    t = answer.torchrun
     said = []
-    if answer["ignored"]:
-        said.append(f"{', '.join(answer['ignored'])}: every rank's output is kept in the run folder instead")
-    launcher_args = list(answer["passthrough"])
+    if answer.ignored:
+        said.append(f"{', '.join(answer.ignored)}: every rank's output is kept in the run folder instead")
+    launcher_args = list(answer.passthrough)
     instrument = not args.no_instrument
-    if t["no_python"]:
+    if t.no_python:
         launcher_args.append("--no-python")
         instrument = False
         said.append("--no-python: the program runs bare (the bootstrap needs Python)")
-    endpoint = t["rdzv_endpoint"]
-    if t["nnodes"] > 1 and not endpoint and t["master_port"]:
-        endpoint = f"{t['master_addr']}:{t['master_port']}"
+    endpoint = t.rdzv_endpoint
+    if t.nnodes > 1 and not endpoint and t.master_port:
+        endpoint = f"{t.master_addr}:{t.master_port}"
         said.append(
             f"the nodes meet at {endpoint} through c10d (torchrun's static rendezvous, mgpu-tui's way)"
         )
-    if t["nnodes"] == 1 and not t["standalone"] and not t["master_port"]:
+    if t.nnodes == 1 and not t.standalone and not t.master_port:
         said.append("one node: a free port for the rendezvous (torchrun alone would take 29500)")
     join_timeout = args.join_timeout
-    for item in filter(None, t["rdzv_conf"].split(",")):
+    for item in filter(None, t.rdzv_conf.split(",")):
         key, _, value = item.partition("=")
         if key.strip() == "join_timeout":
             join_timeout = float(value)
@@ -118,24 +153,24 @@ def torchrun_command(argv: list[str]) -> int:
     job, nodes, from_slurm_said = _nodes_from_slurm(t, endpoint)
     if from_slurm_said:
         said.append(from_slurm_said)
-    filter_ranks = t["local_ranks_filter"]
+    filter_ranks = t.local_ranks_filter
     if filter_ranks and not args.quiet:
         args.ranks_filter = filter_ranks
-    program = t["program"]
+    program = t.program
     spec = LaunchSpec(
         mode="script",
-        script=None if t["module"] else program,
-        module=program if t["module"] else None,
+        script=None if t.module else program,
+        module=program if t.module else None,
         nproc=nodes.nproc,
         nnodes=nodes.nnodes,
         node_rank=nodes.node_rank,
         rdzv_endpoint=nodes.rdzv_endpoint
-        if nodes.nnodes > 1 or t["rdzv_backend"] == "c10d" and nodes.rdzv_endpoint
+        if nodes.nnodes > 1 or t.rdzv_backend == "c10d" and nodes.rdzv_endpoint
         else None,
         rdzv_id=nodes.rdzv_id,
         join_timeout=join_timeout,
-        max_restarts=t["max_restarts"],
-        master_port=t["master_port"] if nodes.nnodes == 1 else None,
+        max_restarts=t.max_restarts,
+        master_port=t.master_port if nodes.nnodes == 1 else None,
         slurm=job,
         name=args.name,
         stall_timeout=args.stall_timeout,
@@ -144,7 +179,7 @@ def torchrun_command(argv: list[str]) -> int:
         nice=launch_nice(args),
         run_root=Path(args.run_dir),
         instrument=instrument,
-        demo_args=tuple(t["args"]),
+        demo_args=tuple(t.args),
         launcher_args=tuple(launcher_args),
     )
     return follow(spec, args, said=tuple(said))
