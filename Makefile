@@ -14,7 +14,7 @@ run: $(VENV)/.installed-app
 # so two overlap well even on two cores (three are no faster, and starve the app tests). A worker
 # that runs out of tests takes some of the other's, so neither idles at the end.
 test: install
-	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=12
+	$(BIN)/python -m pytest -n 2 --dist worksteal --durations=30
 
 # The unit tests alone (tests/unit: no process started), in seconds.
 test-fast: install
