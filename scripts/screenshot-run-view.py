@@ -15,6 +15,7 @@ import asyncio
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from mgpu_tui.app import create_app
 from mgpu_tui.engine.launch.spec import LaunchSpec
@@ -28,17 +29,17 @@ async def main(args: argparse.Namespace) -> None:
         spec = LaunchSpec(
             "ddp",
             nproc=2,
-            steps=1_000_000,
+            steps=args.total,  # a run with an end: the picture shows its progress and its log lines
             device=args.device,
             run_root=Path(runs),
             share_gpus=args.share_gpus,
         )
-        live = {} if args.device == "cuda" else {"telemetry": [], "topology": None}
+        live: dict[str, Any] = {} if args.device == "cuda" else {"telemetry": [], "topology": None}
         app = create_app(start=spec, **live)
         async with app.run_test(size=(160, 50)) as pilot:
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:  # until the charts have a few hundred steps
-                run = app.controller.run
+                run = app.jobs.runs.run
                 if run is not None and run.stats().steps >= args.steps:
                     break
                 await pilot.pause(0.5)
@@ -46,7 +47,7 @@ async def main(args: argparse.Namespace) -> None:
                 raise SystemExit(f"the run did not reach {args.steps} steps in 2 minutes")
             await pilot.pause(1.0)
             app.save_screenshot(out.name, str(out.parent))
-            app.controller.close()  # stop every rank before the app goes
+            app.jobs.close()  # stop every rank before the app goes
     print(f"saved {out}")
 
 
@@ -54,6 +55,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--share-gpus", action="store_true", help="two ranks on fewer GPUs (gloo)")
-    parser.add_argument("--steps", type=int, default=400, help="take it once the run is this far")
+    parser.add_argument("--steps", type=int, default=280, help="take it once the run is this far")
+    parser.add_argument("--total", type=int, default=400, help="the run's steps")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     asyncio.run(main(parser.parse_args()))

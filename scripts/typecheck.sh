@@ -16,3 +16,5 @@ ln -s "$PWD/engine" "$tree/mgpu_tui/engine"
 ln -s "$PWD/demos" "$tree/mgpu_tui/demos"
 cd "$tree"
 "$OLDPWD/$mypy" --config-file "$OLDPWD/pyproject.toml" -p mgpu_tui
+# The scripts that drive the app (a renamed attribute broke one unseen: it runs only on a GPU box).
+"$OLDPWD/$mypy" --config-file "$OLDPWD/pyproject.toml" "$OLDPWD/scripts/screenshot-run-view.py"
