@@ -118,7 +118,7 @@ async def test_help_lists_the_keys_and_closes_on_escape():
 
 
 def test_rank_states_read_as_a_user_expects():
-    from mgpu_tui.app.views.run import rank_state
+    from mgpu_tui.app.views.run_text import rank_state
     from mgpu_tui.engine.run.aggregate import RankStats
 
     def rank(step, last_t=100.0, done=False, error=None):

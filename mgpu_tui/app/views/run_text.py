@@ -1,0 +1,171 @@
+"""What the Run view says in text: each rank's state and its table, a node's heading, and a finished
+run's result panel. Pure functions of the run's figures (the view draws them; tests read them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
+from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.protocol.heartbeat import NodeState
+from mgpu_tui.engine.protocol.typed import Word
+from mgpu_tui.engine.run.aggregate import RankStats
+from mgpu_tui.engine.run.summary import RunStatus
+from mgpu_tui.reports.memory import memory_lines
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.records.follow import NodeMachine
+    from mgpu_tui.engine.run.summary import RunSummary
+
+
+class RankState(Word):
+    """A rank as the Run view's table says it (docs/run-view.md: "States")."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    STALLED = "stalled"
+    SILENT = "silent"  # a script's rank past the stall timeout, with no evidence it hangs
+    STOPPED = "stopped"
+    SLOW = "slow"  # a straggler: the others wait for it at every collective
+    LOST = "lost"
+    MISSING = "missing"
+
+
+STATE_STYLE = {
+    RankState.STARTING: "dim",
+    RankState.RUNNING: "green",
+    RankState.DONE: "bold green",
+    RankState.FAILED: "bold red",
+    RankState.STALLED: "bold yellow",
+    RankState.SILENT: "yellow",
+    RankState.STOPPED: "yellow",
+    RankState.SLOW: "bold magenta",
+    RankState.LOST: "bold red",
+    RankState.MISSING: "bold yellow",
+}
+# A rank of another node, by what its node last said (engine/nodes/watch.py's states).
+NODE_RANK_STATE = {
+    NodeState.JOINING: RankState.STARTING,
+    NodeState.RUNNING: RankState.RUNNING,
+    NodeState.OK: RankState.DONE,
+    NodeState.FAILED: RankState.FAILED,
+    NodeState.INTERRUPTED: RankState.STOPPED,
+    NodeState.LOST: RankState.LOST,
+    NodeState.MISSING: RankState.MISSING,
+}
+RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
+
+
+def rank_table(rows: list[tuple[str, ...]]) -> Text:
+    """The per-rank rows under a bold header; text columns left, numbers right. A row of one cell
+    heads a node's ranks (a job over several nodes)."""
+    text = Text()
+    for i, (name, width) in enumerate(RANK_COLUMNS):
+        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + " ", style="bold")
+    for cells in rows:
+        text.append("\n")
+        if len(cells) == 1:
+            text.append(cells[0], style="bold cyan")
+            continue
+        for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
+            style = STATE_STYLE[RankState(cell)] if i == 1 else ""
+            text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
+    return text
+
+
+def rank_state(
+    rank: RankStats | None,
+    now: float,
+    stall_after: float,
+    failed_rank: int | None,
+    finished: bool,
+    ok: bool = False,
+    number: int | None = None,
+    stalled: frozenset[int] | None = None,
+) -> RankState:
+    """STARTING, RUNNING, DONE, FAILED, STALLED (no event for ``stall_after`` s), SILENT, STOPPED.
+
+    ``ok``: the run ended ok, so a rank that reported nothing (a script without the
+    reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
+    ``stalled``: a script's run (whose silence is a stall only on evidence: watchdog.py), the ranks
+    of the stall found; its other quiet ranks are silent. None: silence is a stall (a mode's run).
+    """
+    moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
+    if rank is None or (rank.last_step == 0 and not rank.done and not moving):
+        if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
+            return RankState.FAILED  # a script without the reporter says nothing, but torchrun named it
+        if finished:
+            return RankState.DONE if ok else RankState.STOPPED
+        return RankState.STARTING
+    if rank.error or rank.rank == failed_rank:
+        return RankState.FAILED
+    if rank.done or (finished and ok):
+        return RankState.DONE
+    if finished:
+        return RankState.STOPPED
+    if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
+        return RankState.STALLED if stalled is None or rank.rank in stalled else RankState.SILENT
+    return RankState.RUNNING
+
+
+def node_heading(node: NodeView, machine: NodeMachine | None = None) -> str:
+    """The row over a node's ranks: which node, on which host, how it is as heard from here, and
+    (a job followed from its folder) its host's CPU, memory and GPUs as its telemetry last said."""
+    heading = f"node {node.node} · {node.host or 'not heard from'} · ranks {node.ranks}"
+    if machine is not None:
+        cpu = "n/a" if machine.cpu_percent is None else f"{machine.cpu_percent:.0f}%"
+        heading += f" · CPU {cpu} · mem {fmt_bytes(machine.mem_used_bytes)}"
+        if machine.gpu_util_percent is not None:
+            heading += f" · GPUs {machine.gpu_util_percent:.0f}%"
+    if node.here:
+        heading += " · this node"
+    if node.state in (NodeState.LOST, NodeState.MISSING, NodeState.FAILED, NodeState.INTERRUPTED):
+        heading += f" · {node.state}"
+    if node.state is NodeState.LOST and node.silent_s is not None:
+        heading += f" {node.silent_s:.0f} s"
+    return plain(heading)  # another machine's words: text only
+
+
+def of_steps(requested: int | None) -> str:
+    """The total after a step count ("/300"), or nothing for a script, which says none."""
+    return "" if requested is None else f"/{requested:,}"
+
+
+def result_panel(summary: RunSummary) -> Text:
+    """A finished run's figures in two lines, and where its files are."""
+    peaks = [p for p in summary.peak_mem_bytes if p is not None]
+    # On the CPU the rank's resident set: the runtime besides its tensors (the memory line).
+    peak = "process peak" if summary.device == "cpu" else "peak"
+    figures = [
+        f"{summary.steps:,}{of_steps(summary.steps_requested)} steps in {fmt_seconds(summary.duration_s)}",
+        f"{fmt_rate(summary.samples_per_s)} samples/s",
+        f"step {fmt_seconds(summary.step_time_s_median)}",
+        f"loss {fmt_loss(summary.final_loss)}",
+        f"{peak} {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank",
+    ]
+    memory = memory_lines(summary)  # the tensors' peak beside the plan's, where the run had a plan
+    if summary.verify is not None:
+        figures.append(f"verify {summary.verify.describe()}")
+    energy = [g.energy_j for g in summary.telemetry.gpus] if summary.telemetry else []
+    known = [e for e in energy if e is not None]
+    if energy and len(known) == len(energy):
+        figures.append(f"GPU energy {sum(known):,.0f} J")
+    title = {RunStatus.OK: "Finished", RunStatus.INTERRUPTED: "Stopped", RunStatus.FAILED: "Failed"}[
+        summary.status
+    ]
+    slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
+    job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
+    return Text.assemble(  # verify's error and a straggler's words come from the run's files
+        (f"{title}: ", "bold"),
+        plain(" · ".join(figures)),
+        (plain(slow), "magenta"),
+        plain(job),
+        *(part for line in memory for part in ("\n", plain(line[0].upper() + line[1:]))),
+        "\n",
+        ("Run directory: ", "bold"),
+        plain(summary.run_dir),
+    )
