@@ -31,9 +31,6 @@ from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
 
-DEVICES, AMP_DTYPES = options.DEVICES, options.AMP_DTYPES  # their one home: engine/launch/options.py
-RUNS_HELP = "the folder of runs (default ./runs)"
-
 
 def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
     """The options of how mgpu-tui follows a run (`run` and `torchrun` alike); the group of the
@@ -251,7 +248,7 @@ def build_parser() -> argparse.ArgumentParser:
         "ranks, status, duration, samples/s, final loss, and why a run failed. "
         "Folders that are not runs, or half-written ones, are listed as broken.",
     )
-    options.add(history, "run_dir", help=RUNS_HELP)
+    options.add(history, "run_dir", help="the folder of runs (default ./runs)")
     history.add_argument("--json", action="store_true", help='print JSON: {"runs": [...]}')
     history.add_argument(
         "--delete-older-than",

@@ -23,7 +23,6 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from mgpu_tui.engine.launch.options import DEVICES
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.slurm import cancel_job
 from mgpu_tui.engine.nodes.watch import NodeView
@@ -201,7 +200,7 @@ class FollowedRun(IngestReadings):
             )
         except (TypeError, ValueError):
             return None
-        if again.device not in DEVICES or (not program and again.mode not in MODES):
+        if not program and again.mode not in MODES:  # (as_device refused a device that is not one)
             return None
         if program and spec.nnodes > 1:
             return None  # a job of several nodes starts on each of them, not from here

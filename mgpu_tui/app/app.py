@@ -22,6 +22,7 @@ from textual import on
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Footer, Header, Tab, Tabs
 
 from mgpu_tui.app.jobs import Jobs
@@ -52,10 +53,14 @@ if TYPE_CHECKING:  # psutil and NVML load after the first frame, with the sample
 
 _LIVE = object()  # "read it from this machine"
 
-# What the workers report: each view shows what it handles (on_run_updated in the Run view, ...).
-# The latest of the kinds kept is handed again to a view built later.
-NEWS = (RunStarted, RunOpened, RunUpdated, RunEnded, CompareStarted, CompareUpdated, CompareEnded)
+# What was read of the machine: the latest of each kind is handed again to a view built later.
 KEPT = (TelemetryUpdated, TopologyRead)
+
+
+def hand(view: Widget, message: Message) -> None:
+    """``message`` to ``view``'s own handler of it (on_run_updated in the Run view, ...), if any."""
+    if handler := getattr(view, message.handler_name, None):
+        handler(message)
 
 
 def freeze_heap() -> None:
@@ -178,8 +183,7 @@ class MgpuApp(App):
             self._latest[type(message)] = message
         views = self._views()
         for view in views.children if views else ():
-            if handler := getattr(view, message.handler_name, None):
-                handler(message)
+            hand(view, message)
 
     async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""
@@ -191,8 +195,7 @@ class MgpuApp(App):
         view, built = await self.query_one(ViewSwitcher).show(tab)
         if built:  # what was read of the machine before it existed
             for message in self._latest.values():
-                if handler := getattr(view, message.handler_name, None):
-                    handler(message)
+                hand(view, message)
             self.call_after_refresh(freeze_heap)
 
     def action_view(self, action: str) -> None:
