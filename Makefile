@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-hosts install lint bench clean gpu-check
+.PHONY: run test test-fast test-hosts test-frameworks install lint bench clean gpu-check
 
 run: $(VENV)/.installed-app
 	$(BIN)/mgpu-tui $(ARGS)
@@ -26,7 +26,16 @@ test-fast: install
 test-hosts: install
 	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
 
+# Real frameworks under mgpu-tui, each against its own log (tests/frameworks): Lightning, accelerate
+# and transformers are installed for it alone; CI runs it after `make test`.
+test-frameworks: $(VENV)/.installed-frameworks
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m frameworks --durations=12 tests/frameworks
+
 install: $(VENV)/.installed
+
+$(VENV)/.installed-frameworks: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -e '.[dev,frameworks]'
+	touch $@
 
 # Reinstall when the dependencies change: the app's first, then the dev tools.
 # The tree is byte-compiled, as pip compiles a wheel: where PYTHONDONTWRITEBYTECODE is set (this

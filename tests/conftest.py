@@ -97,6 +97,17 @@ def summary_from(output: str) -> RunSummary:
     return RunSummary.from_json(json.loads(output.strip().splitlines()[-1]))
 
 
+def results_of(text: str) -> dict[int, dict]:
+    """Each rank's ``RESULT {json}`` line, by rank: a test script's own account of its training,
+    the truth mgpu-tui's figures are held to (found anywhere in a line: a launcher may prefix it)."""
+    found = {}
+    for line in text.splitlines():
+        if "RESULT {" in line:
+            result, _ = json.JSONDecoder().raw_decode(line, line.index("RESULT {") + 7)
+            found[result["rank"]] = result
+    return found
+
+
 def read_summary(path: Path) -> RunSummary:
     return RunSummary.from_json(json.loads(path.read_text()))
 
@@ -156,6 +167,7 @@ KINDS = {
     "unit": "no process started",
     "integration": "real processes: torchrun launches, the CLI",
     "app": "the Textual app: Pilot, snapshots, a real terminal",
+    "frameworks": "real frameworks' own launch lines (make test-frameworks)",
 }
 
 

@@ -140,92 +140,76 @@ class ScriptWatch:
         self._beats.start()
 
     def _install(self, torch: ModuleType) -> None:
+        """Each wrapper passes its arguments through exactly as called (_around: positional or
+        keyword, under any name, the wrapped signature kept) and does its own part quietly."""
         self.torch = torch
         optimizers = importlib.import_module("torch.optim.optimizer")
         optimizers.register_optimizer_step_post_hook(self._after_optimizer_step)
-        backward = torch.autograd.backward
+        torch.autograd.backward = self._watched_backward(torch.autograd.backward)
+        scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
+        scaler.scale = _around(
+            scaler.scale, after=lambda a, k, out: self._remember_scaled(_argument(a, k, 1, "outputs"), out)
+        )
+        scaler.step = _around(
+            scaler.step, after=lambda a, k, out: self._after_scaler_step(_argument(a, k, 1, "optimizer"))
+        )
+        ddp = torch.nn.parallel.DistributedDataParallel
+        ddp.__init__ = _around(ddp.__init__, after=lambda a, k, out: self._hook_root(a[0], "ddp"))
+        dist = torch.distributed
+        if dist.is_available():
+            # Every module that bound the function by name (torch.distributed, distributed_c10d,
+            # device_mesh, which init_device_mesh calls it through) gets the watched one.
+            _rebind(
+                dist.init_process_group,
+                _around(dist.init_process_group, after=lambda a, k, out: self._see_group()),
+            )
+            _rebind(
+                dist.destroy_process_group,
+                _around(dist.destroy_process_group, before=lambda a, k: self._before_destroy()),
+            )
+
+    def _watched_backward(self, backward: Any) -> Any:
+        """torch.autograd.backward (Tensor.backward calls it): the outer call of a backward is a
+        micro-batch, and its one-element tensor the loss; a backward inside it (reentrant
+        checkpointing) is not another."""
 
         @functools.wraps(backward)
-        def watched_backward(tensors, *args, **kwargs):
+        def watched_backward(*args: Any, **kwargs: Any) -> Any:
             outer = not self._in_backward
             if outer:
-                self._on_backward(tensors)
+                self._on_backward(_argument(args, kwargs, 0, "tensors"))
                 self._in_backward = True
             try:
-                return backward(tensors, *args, **kwargs)
+                return backward(*args, **kwargs)
             finally:
                 if outer:
                     self._in_backward = False
 
-        torch.autograd.backward = watched_backward
-        scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
-        scale, scaler_step = scaler.scale, scaler.step
+        return watched_backward
 
-        @functools.wraps(scale)
-        def watched_scale(scaler_self, outputs):
-            result = scale(scaler_self, outputs)
-            self._remember_scaled(outputs, result)
-            return result
-
-        @functools.wraps(scaler_step)
-        def watched_scaler_step(scaler_self, optimizer, *args, **kwargs):
-            out = scaler_step(scaler_self, optimizer, *args, **kwargs)
-            self._after_scaler_step(optimizer)
-            return out
-
-        scaler.scale, scaler.step = watched_scale, watched_scaler_step
-        ddp = torch.nn.parallel.DistributedDataParallel
-        ddp_init = ddp.__init__
-
-        @functools.wraps(ddp_init)
-        def watched_ddp_init(module, *args, **kwargs):
-            ddp_init(module, *args, **kwargs)
-            self._hook_root(module, "ddp")
-
-        ddp.__init__ = watched_ddp_init
-        dist = torch.distributed
-        if dist.is_available():
-            init, destroy = dist.init_process_group, dist.destroy_process_group
-
-            @functools.wraps(init)
-            def watched_init(*args, **kwargs):
-                out = init(*args, **kwargs)
-                self._see_group()
-                return out
-
-            @functools.wraps(destroy)
-            def watched_destroy(*args, **kwargs):
-                self._see_group()  # a group made some other way is named before it goes
-                self.reporter.dump_flight_records()  # its last collectives, while they are there
-                return destroy(*args, **kwargs)
-
-            dist.init_process_group, dist.destroy_process_group = watched_init, watched_destroy
+    @_quiet
+    def _before_destroy(self) -> None:
+        self._see_group()  # a group made some other way is named before it goes
+        self.reporter.dump_flight_records()  # its last collectives, while they are there
 
     def _install_fsdp(self, fsdp: ModuleType) -> None:
         """FSDP2's fully_shard (wherever a script imports it from) and FSDP1's class."""
         shard = getattr(fsdp, "fully_shard", None)
         if shard is not None:
 
-            @functools.wraps(shard)
-            def watched_fully_shard(module, *args, **kwargs):
-                out = shard(module, *args, **kwargs)
+            def after_shard(args: tuple, kwargs: dict, out: Any) -> None:
+                module = _argument(args, kwargs, 0, "module")
                 self._hook_root(out if out is not None else module, "fsdp")
-                return out
 
+            watched = _around(shard, after=after_shard)
             for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
                 if getattr(sys.modules.get(name), "fully_shard", None) is shard:
-                    setattr(sys.modules[name], "fully_shard", watched_fully_shard)  # noqa: B010
+                    setattr(sys.modules[name], "fully_shard", watched)  # noqa: B010
         fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
         if fsdp1 is not None:
-            fsdp1_init = fsdp1.__init__
+            fsdp1.__init__ = _around(fsdp1.__init__, after=lambda a, k, out: self._hook_root(a[0], "fsdp"))
 
-            @functools.wraps(fsdp1_init)
-            def watched_fsdp1_init(module, *args, **kwargs):
-                fsdp1_init(module, *args, **kwargs)
-                self._hook_root(module, "fsdp")
-
-            fsdp1.__init__ = watched_fsdp1_init
-
+    @_quiet
     def _hook_root(self, module: Any, kind: str) -> None:
         """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied
         to the layers first, then to the root); another model wrapped later is left alone."""
@@ -259,14 +243,9 @@ class ScriptWatch:
                 if module is not None and handle.id in hooks:
                     hooks[handle.id] = dynamo.disable(hooks[handle.id])
         compiled = importlib.import_module("torch._dynamo.eval_frame").OptimizedModule
-        compiled_init = compiled.__init__
-
-        @functools.wraps(compiled_init)
-        def watched_compiled_init(module, *args, **kwargs):
-            compiled_init(module, *args, **kwargs)
-            self._move_root(getattr(module, "_orig_mod", None), module)
-
-        compiled.__init__ = watched_compiled_init
+        compiled.__init__ = _around(
+            compiled.__init__, after=lambda a, k, out: self._move_root(getattr(a[0], "_orig_mod", None), a[0])
+        )
 
     @_quiet
     def _move_root(self, inner: Any, outer: Any) -> None:
@@ -443,7 +422,8 @@ class ScriptWatch:
         else:
             device = str(self._device)
         self._see_group()
-        fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": self._backend}
+        backend = _backend_for(self._backend, device)
+        fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": backend}
         if batch and self._root_kind:
             fields.update(batch=batch, batch_source=BATCH_SOURCE[self._root_kind])
         self.reporter.about(**fields)
@@ -482,6 +462,8 @@ class ScriptWatch:
             alive = bool(dist.is_available() and dist.is_initialized())
             if alive and self._backend is None:
                 self._backend = str(dist.get_backend())
+                if self._backend == "undefined":  # made without a backend: one for each device type
+                    self._backend = str(dist.get_backend_config())  # "cpu:gloo,cuda:nccl"
         except Exception:  # noqa: BLE001 (a group torn down between the two calls)
             return False
         return alive
@@ -523,6 +505,56 @@ def _guarded(install: Any) -> Any:
             )
 
     return guarded
+
+
+def _backend_for(backend: str | None, device: str) -> str | None:
+    """The backend a device uses: a group made without naming one has one per device type
+    (torch's config, "cpu:gloo,cuda:nccl"), and the rank's device picks it."""
+    if backend is None or ":" not in backend:
+        return backend
+    pairs = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
+    return pairs.get(device.split(":")[0], backend)
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
+    """The argument a function was given at ``index`` or by ``name``, however it was called."""
+    return args[index] if len(args) > index else kwargs.get(name)
+
+
+def _around(original: Any, *, before: Any = None, after: Any = None) -> Any:
+    """``original`` with mgpu-tui's part before or after it. The arguments pass through exactly as
+    called (``*args, **kwargs``: no name of the wrapper's can collide with a keyword, as ``module``
+    did with ``DDP(module=...)``, which Lightning and Fabric call); ``functools.wraps`` keeps the
+    wrapped signature for ``inspect``. ``before(args, kwargs)`` and ``after(args, kwargs, result)``
+    must be quiet themselves (ScriptWatch's hooks are: @_quiet); a failure of theirs that escapes
+    anyway is swallowed here, so it never becomes the user's exception."""
+
+    @functools.wraps(original)
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        if before is not None:
+            _swallow(before, args, kwargs)
+        result = original(*args, **kwargs)
+        if after is not None:
+            _swallow(after, args, kwargs, result)
+        return result
+
+    return watched
+
+
+def _swallow(part: Any, *args: Any) -> None:
+    try:
+        part(*args)
+    except Exception:  # noqa: BLE001 (mgpu-tui's part of a wrapper never fails the script's call)
+        pass
+
+
+def _rebind(original: Any, watched: Any) -> None:
+    """Put ``watched`` in place of ``original`` in every torch module that bound it by name."""
+    for name, module in list(sys.modules.items()):
+        if (name == "torch" or name.startswith("torch.")) and getattr(
+            module, original.__name__, None
+        ) is original:
+            setattr(module, original.__name__, watched)
 
 
 def _first_tensor(values: tuple, depth: int = 0) -> Any:

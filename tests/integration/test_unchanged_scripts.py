@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, summary_from
+from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, summary_from
 
 SCRIPTS = REPO / "tests" / "scripts"
 
@@ -295,3 +295,39 @@ def test_the_torchrun_drop_in_reads_torchruns_own_flags_and_environment(tmp_path
     )
     assert refused.returncode == 2 and "torchrun does not know --bogus" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+
+
+def test_every_wrapped_api_called_with_keywords_computes_what_bare_torchrun_does(tmp_path):
+    """DDP(module=...) from a subclass, FSDP(module=...), fully_shard(module=...), GradScaler's and
+    backward's keywords, a group made by init_device_mesh, and a batch the root hook fails on: the
+    script computes under the watch exactly what it computes under plain torchrun (Lightning's
+    DDP strategy crashed on the first of these), and mgpu-tui says once what it could not read."""
+    script = str(SCRIPTS / "keyword_calls.py")
+    bare = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert bare.returncode == 0, bare.stderr
+    runs = tmp_path / "runs"
+    watched = subprocess.run(
+        [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    summary = summary_from(watched.stdout)
+    assert summary.status == "ok", watched.stderr
+    truth = results_of(bare.stdout)
+    assert sorted(truth) == [0, 1] and results_of(watched.stderr + watched.stdout) == truth
+    assert summary.world_size == 2 and summary.backend == "gloo"  # the mesh's group, its backend for the CPU
+    for rank in summary.ranks:
+        assert rank.last_step == 6 and abs(rank.loss - truth[rank.rank]["losses"][-1]) < 1e-5
+    # The hook that could not read the batch said so once a rank, and nothing more.
+    said = "mgpu-tui: some figures of this rank will be missing: before forward failed"
+    assert watched.stderr.count(said) == 2, watched.stderr
+    assert "Traceback" not in watched.stderr
+    assert live_processes_of(only_run_dir(runs)) == []

@@ -1,0 +1,71 @@
+"""A LightningModule trained by Lightning's Trainer with strategy="ddp", in the shape of
+Lightning's own docs (a LightningModule, a DataLoader, Trainer.fit). It knows nothing of mgpu-tui.
+
+Launched by torchrun (Lightning sees the environment and starts no process of its own) or alone
+(Lightning's own launcher starts the other ranks by running this script again). Each rank prints
+its own account at the end, the truth the tests compare mgpu-tui's figures with:
+    RESULT {"rank": 0, "world_size": 2, "steps": 12, "batch": 8, "loss": 0.123}
+"""
+
+import argparse
+import json
+import sys
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Regressor(L.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+        self.last_loss = None
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        loss = F.mse_loss(self.net(x), y)
+        self.last_loss = float(loss.detach())
+        self.log("train_loss", loss)
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.05)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--samples", type=int, default=96)
+    args = parser.parse_args()
+    L.seed_everything(0, verbose=False)
+    x = torch.randn(args.samples, 16)
+    data = TensorDataset(x, x.sum(dim=1, keepdim=True) * 0.1)
+    model = Regressor()
+    trainer = L.Trainer(
+        accelerator="cpu",
+        devices=args.devices,
+        strategy="ddp",
+        max_epochs=args.epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    trainer.fit(model, DataLoader(data, batch_size=args.batch))
+    result = {
+        "rank": trainer.global_rank,
+        "world_size": trainer.world_size,
+        "steps": trainer.global_step,
+        "batch": args.batch,
+        "loss": model.last_loss,
+    }
+    sys.stdout.write(f"RESULT {json.dumps(result)}\n")  # one write: the ranks may share a pipe
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
