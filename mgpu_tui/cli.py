@@ -235,6 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
         add_help=False,
     )
 
+    commands.add_parser(
+        "exec",
+        help="any command line, every rank followed: mgpu-tui exec -- python train.py (mp.spawn, "
+        "Lightning, accelerate launch, deepspeed ...)",
+        description="The command runs as given; every Python process that joins a process group or "
+        "steps an optimizer is a rank. `mgpu-tui exec --help` lists its options.",
+        add_help=False,
+    )
+
     topo = commands.add_parser(
         "topo", help="the GPU interconnect (NVLink, PCIe, NUMA), like nvidia-smi topo -m, and its reading"
     )
@@ -412,11 +421,16 @@ def _split_demo_args(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _dispatch_torchrun(argv: list[str]) -> int:
+def _dispatch_whole_line(command: str, argv: list[str]) -> int:
+    """torchrun and exec read their lines whole: the program's own arguments may hold "--"."""
     try:
-        from mgpu_tui.commands.torchrun import torchrun_command
+        if command == "torchrun":
+            from mgpu_tui.commands.torchrun import torchrun_command
 
-        return torchrun_command(argv)
+            return torchrun_command(argv)
+        from mgpu_tui.commands.exec import exec_command
+
+        return exec_command(argv)
     except (Exception, KeyboardInterrupt) as exc:
         return _report(exc)
 
@@ -443,8 +457,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: list[str]) -> int:
-    if argv[:1] == ["torchrun"]:  # torchrun's own line, whole: its script's arguments may hold "--"
-        return _dispatch_torchrun(argv[1:])
+    if argv[:1] in (["torchrun"], ["exec"]):  # a launch line, whole: its program's arguments may hold "--"
+        return _dispatch_whole_line(argv[0], argv[1:])
     ours, demo_args = _split_demo_args(argv)
     parser = build_parser()
     try:

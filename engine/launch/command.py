@@ -7,15 +7,43 @@ is tested exactly as it will run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.planning.defaults import DEFAULTS
-from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV, RUN_ID_ENV
+from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV, RUN_ID_ENV, WATCH_PATHS_ENV
 from mgpu_tui.engine.protocol.rundir import RunDir
 
 BOOTSTRAP = "mgpu_tui.engine.rank.bootstrap"
+# mgpu-tui exec: the folder whose sitecustomize every Python process of the command runs
+# (engine/rank/sitewatch/sitecustomize.py), and where that finds mgpu-tui's own packages.
+SITEWATCH_DIR = str(Path(__file__).resolve().parent.parent / "rank" / "sitewatch")
+WATCH_PATHS = ";".join(
+    f"{name}={Path(folder).resolve()}"
+    for name, folder in (
+        ("mgpu_tui", Path(__file__).parents[2] / "mgpu_tui"),
+        ("mgpu_tui.engine", Path(__file__).parents[1]),
+    )
+)
+# What a torchrun worker's environment holds (torch.distributed.elastic's agent sets them): a command
+# run by mgpu-tui exec from inside such a worker must not take them for its own (mp.spawn's ranks
+# would wait for the agent's store, which never comes).
+TORCHRUN_WORKER_ENV = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_NAME",
+    "ROLE_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 SHUTDOWN_TIMEOUT_S = 5
 
 
@@ -24,6 +52,7 @@ class Launch:
     argv: tuple[str, ...]
     env: dict[str, str]  # the whole environment for the child
     env_changes: dict[str, str | None]  # what differs from the parent's (None: removed)
+    python: str  # the interpreter of the run's keeper (launch/keeper.py): mgpu-tui's, whatever runs below it
 
 
 def demo_argv(resolved: ResolvedSpec, run_dir: RunDir) -> list[str]:
@@ -130,6 +159,8 @@ def build_command(
 
     ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint."""
     mode, spec = resolved.mode, resolved.spec
+    if mode.launcher == "command":
+        return _command_launch(resolved, run_dir, run_id, base_env, python)
     if mode.multi_process:
         argv = [
             python,
@@ -179,7 +210,7 @@ def build_command(
         changes["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(SHUTDOWN_TIMEOUT_S)
     if "OMP_NUM_THREADS" not in base_env:
         # Share the cores out, so ranks do not fight over them.
-        changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.world_size))
+        changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.ranks))
     if resolved.backend == "nccl" and "NCCL_DEBUG" not in base_env:
         # NCCL's own account of how the ranks talk, kept with the run (engine/run/nccl_record.py
         # reads it back): into files of the run directory, not the ranks' logs.
@@ -197,6 +228,38 @@ def build_command(
         # @record writes its error file where the engine looks for it.
         changes["TORCHELASTIC_ERROR_FILE"] = str(run_dir.python_rank_dir() / "error.json")
 
+    return _launch(argv, base_env, changes, python)
+
+
+def _launch(
+    argv: list[str], base_env: Mapping[str, str], changes: dict[str, str | None], python: str
+) -> Launch:
     env = {k: v for k, v in base_env.items() if changes.get(k, "") is not None}
     env.update({k: v for k, v in changes.items() if v is not None})
-    return Launch(tuple(argv), env, changes)
+    return Launch(tuple(argv), env, changes, python)
+
+
+def _command_launch(
+    resolved: ResolvedSpec, run_dir: RunDir, run_id: str, base_env: Mapping[str, str], python: str
+) -> Launch:
+    """mgpu-tui exec: the command as given, never inside a torchrun worker. Its environment is the
+    user's, with none of a torchrun worker's (should mgpu-tui itself run in one) and, unless
+    ``--no-instrument``, the sitewatch folder first on PYTHONPATH."""
+    changes: dict[str, str | None] = {}
+    inside_a_worker = "TORCHELASTIC_RUN_ID" in base_env
+    for name in base_env:
+        if name.startswith(("TORCHELASTIC_", "PET_")) or (inside_a_worker and name in TORCHRUN_WORKER_ENV):
+            changes[name] = None
+    changes[RUN_DIR_ENV] = str(run_dir.path)
+    changes[RUN_ID_ENV] = run_id
+    changes["PYTHONUNBUFFERED"] = "1"  # the output reaches its file (and the screen) as it is printed
+    if resolved.spec.instrument:
+        path = base_env.get("PYTHONPATH")
+        changes["PYTHONPATH"] = SITEWATCH_DIR + (os.pathsep + path if path else "")
+        changes[WATCH_PATHS_ENV] = WATCH_PATHS
+    if not any(name in base_env for name in FR_BUFFER_ENV):
+        for name in FR_BUFFER_ENV:
+            changes[name] = str(FR_BUFFER_ENTRIES)
+    if resolved.backend == "nccl" and "TORCH_NCCL_ENABLE_TIMING" not in base_env:
+        changes["TORCH_NCCL_ENABLE_TIMING"] = "1"
+    return _launch(list(resolved.spec.command), base_env, changes, python)

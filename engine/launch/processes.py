@@ -22,16 +22,35 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import psutil
 
 from mgpu_tui.engine.launch import priority
 from mgpu_tui.engine.launch.command import Launch
 from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
+from mgpu_tui.engine.protocol.text import short_line
 
 _PR_SET_PDEATHSIG = 1
+MAX_PROCESSES_KEPT = 256  # a command's processes told in its summary (the busiest first)
+COMMAND_CHARS = 200  # of a process's command line, kept
 KEEPER_MODULE = "mgpu_tui.engine.launch.keeper"
 STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL: torchrun's own 30 s is too long
+
+
+@dataclass(frozen=True)
+class ProcessSeen:
+    """A process of a command's tree (mgpu-tui exec), as the kernel told it: its command line (its
+    first COMMAND_CHARS), its CPU seconds and its peak resident memory when last seen, the rank it
+    was (its hello, for a process of this tree), or the rank it belongs to (a rank's data-loader
+    or compile worker: the nearest rank above it); None for both: the launcher's own."""
+
+    pid: int
+    command: str
+    cpu_s: float | None
+    rss_peak_bytes: int | None
+    rank: int | None = None
+    of_rank: int | None = None
 
 
 class ProcessTree:
@@ -57,13 +76,14 @@ class ProcessTree:
         self._sessions: dict[int, int | None] = {}  # pid -> its session when last scanned
         self._pidfd: int | None = None
         self.scanned_at = 0.0
+        # pid -> (parent pid, command line, CPU seconds, peak RSS) as last scanned: what a command ran.
+        self._seen: dict[int, tuple[int | None, str, float | None, int | None]] = {}
 
     # ---- start -----------------------------------------------------------------------
 
     def start(self, stdout, stderr) -> None:
-        python = self.launch.argv[0]  # the run's own interpreter, whatever the launcher is
         self.proc = subprocess.Popen(
-            [python, "-m", KEEPER_MODULE, "--grace", str(STOP_GRACE_S), "--", *self.launch.argv],
+            [self.launch.python, "-m", KEEPER_MODULE, "--grace", str(STOP_GRACE_S), "--", *self.launch.argv],
             env=self.launch.env,
             stdin=subprocess.DEVNULL,
             stdout=stdout,
@@ -96,6 +116,7 @@ class ProcessTree:
         except psutil.Error:
             return
         for child in children:
+            self._note(child)
             session = _session(child.pid)
             if child.pid not in self._known:
                 ctime = create_time(child.pid)
@@ -110,6 +131,62 @@ class ProcessTree:
                 # its own): the group lowered then was its parent's, and its own is lowered now.
                 self._sessions[child.pid] = session
                 priority.lower_group(child.pid, self.nice)
+
+    def _note(self, proc: psutil.Process) -> None:
+        """What a process is and has used so far (one /proc read or three), for processes_seen."""
+        try:
+            with proc.oneshot():
+                ppid = proc.ppid()
+                times = proc.cpu_times()
+                rss = proc.memory_info().rss
+                known = self._seen.get(proc.pid)
+                command = (
+                    known[1] if known else short_line(" ".join(proc.cmdline()) or proc.name(), COMMAND_CHARS)
+                )
+        except psutil.Error:
+            return
+        peak = max(rss, known[3] or 0) if known else rss
+        self._seen[proc.pid] = (ppid, command, round(times.user + times.system, 2), peak)
+
+    def processes_seen(self, ranks: dict[int, int]) -> tuple[ProcessSeen, ...]:
+        """Every process of the tree below the keeper, as last scanned, the busiest first; ``ranks``:
+        rank -> pid of the ranks believed (their own pids, recorded here). Each other process is
+        put under the nearest rank above it, if any."""
+        self.record_descendants()
+        rank_of = {pid: rank for rank, pid in ranks.items()}
+        found = []
+        for pid, (ppid, command, cpu, peak) in self._seen.items():
+            above, owner = ppid, None
+            for _ in range(64):  # up the tree to the nearest rank
+                if above is None or above in rank_of:
+                    owner = rank_of.get(above) if above is not None else None
+                    break
+                above = self._seen.get(above, (None,))[0]
+            found.append(
+                ProcessSeen(pid, command, cpu, peak, rank_of.get(pid), None if pid in rank_of else owner)
+            )
+        found.sort(key=lambda p: -(p.cpu_s or 0.0))
+        return tuple(found[:MAX_PROCESSES_KEPT])
+
+    def children_cpu_s(self, pid: int) -> float | None:
+        """The CPU seconds the live descendants of a recorded process have used (None: it is not
+        one, or is gone): a rank busy through its children (a compiler) is not stalled."""
+        if not self.is_descendant(pid):
+            return None
+        try:
+            proc = psutil.Process(pid)
+            own = proc.cpu_times()  # its children that ended and were reaped are counted here
+            children = proc.children(recursive=True)
+        except psutil.Error:
+            return None
+        total = own.children_user + own.children_system
+        for child in children:
+            try:
+                times = child.cpu_times()
+            except psutil.Error:
+                continue
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
 
     def was_rank(self, pid: int) -> bool:
         """Whether ``pid`` was recorded in this run's tree below the launcher: a rank, or a

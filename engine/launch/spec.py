@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.memory import tied_apart
-from mgpu_tui.engine.planning.modes import MODES, SCRIPT, Mode, unknown_mode
+from mgpu_tui.engine.planning.modes import EXEC, MODES, SCRIPT, Mode, unknown_mode
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape, ShapeError, model_shape
 
 Device = Literal["auto", "cpu", "cuda"]  # DEVICES (launch/options.py), as a type
@@ -62,9 +63,11 @@ class LaunchSpec:
     stages: int = DEFAULTS.stages  # mp: how many GPUs the model spreads over
     microbatches: int = DEFAULTS.microbatches  # pipeline
     verify: bool = False  # compare the final parameters with the single-device baseline
-    # A user's own program instead of a mode: a script path or a module name (`-m`).
+    # A user's own program instead of a mode: a script path or a module name (`-m`), run by
+    # torchrun; or a whole command line, run as given (mgpu-tui exec: its own launcher starts the ranks).
     script: str | None = None
     module: str | None = None
+    command: tuple[str, ...] = ()
     # Run the program under the bootstrap (engine/rank/bootstrap.py), which reports its steps,
     # samples, loss and memory with no line added; False runs it bare, as torchrun alone would.
     instrument: bool = True
@@ -103,6 +106,11 @@ class LaunchSpec:
     # The Slurm job and step this node runs in (launch/slurm.py), where its options came from Slurm.
     slurm: SlurmJob | None = None
 
+    @property
+    def program(self) -> str | None:
+        """The user's own program, as the lists name it: a script, a module, or a command line."""
+        return self.script or self.module or (shlex.join(self.command) if self.command else None)
+
 
 @dataclass(frozen=True)
 class ResolvedSpec:
@@ -113,17 +121,27 @@ class ResolvedSpec:
     # Ranks (or one process's stages) share GPUs: the run is correct, its timings say nothing
     # about a box with a GPU for each.
     shared_gpus: bool = False
-    world_size: int = field(init=False)
+    # The ranks of the job; None for a command (mgpu-tui exec), whose ranks say how many they are
+    # once they join their process group: the world size is learned, not given.
+    world_size: int | None = field(init=False)
 
     def __post_init__(self) -> None:
         world = self.nproc * self.spec.nnodes if self.mode.multi_process else 1
-        object.__setattr__(self, "world_size", world)
+        object.__setattr__(self, "world_size", None if self.mode.launcher == "command" else world)
 
     @property
     def process_group(self) -> Literal["gloo", "nccl"] | None:
         """The backend of the process group the run makes; None for a one-process mode, which
         makes none (``backend`` is still what its launch would use, for the environment)."""
         return self.backend if self.mode.multi_process else None
+
+    @property
+    def ranks(self) -> int:
+        """The world size of a run whose launcher mgpu-tui decides (torchrun, python): known
+        before it starts. ValueError for a command's, which its ranks say (world_size None)."""
+        if self.world_size is None:
+            raise ValueError("a command's world size is learned from its ranks")
+        return self.world_size
 
     @property
     def nproc(self) -> int:
@@ -137,13 +155,13 @@ class ResolvedSpec:
         """What a stall does (LaunchSpec.on_stall, its default decided by what runs)."""
         if self.spec.on_stall is not None:
             return self.spec.on_stall
-        return "report" if self.mode is SCRIPT else "stop"
+        return "report" if self.mode.own_program else "stop"
 
     @property
     def stall_evidence(self) -> bool:
         """Whether a stall needs evidence (engine/run/watchdog.py): a user's program, whose silences
         mgpu-tui did not write, must show that nothing moves; a demo's silence is enough."""
-        return self.mode is SCRIPT and self.spec.instrument
+        return self.mode.own_program and self.spec.instrument
 
     @property
     def workload(self) -> ModelShape | MlpShape:
@@ -152,7 +170,10 @@ class ResolvedSpec:
 
     @property
     def ranks_here(self) -> range:
-        """The global ranks this node starts (all of them on one node)."""
+        """The global ranks this node starts (all of them on one node; for a command, none is
+        known before its ranks say: the run's own ranks_here learns them)."""
+        if self.world_size is None:
+            return range(0)
         per_node = self.world_size // max(1, self.spec.nnodes)
         return range(self.spec.node_rank * per_node, (self.spec.node_rank + 1) * per_node)
 
@@ -161,6 +182,7 @@ class ResolvedSpec:
         spec["run_root"] = str(self.spec.run_root)
         spec["demo_args"] = list(self.spec.demo_args)
         spec["launcher_args"] = list(self.spec.launcher_args)
+        spec["command"] = list(self.spec.command)
         return {
             **spec,
             "device": self.device,
@@ -208,6 +230,8 @@ def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpSha
 def _check_program(spec: LaunchSpec) -> None:
     if spec.script and spec.module:
         raise SpecError("give --script or --module, not both.")
+    if spec.command and (spec.script or spec.module):
+        raise SpecError("give a command, or --script or --module: not both.")
     if spec.script:
         path = Path(spec.script)
         if not path.is_file():
@@ -291,11 +315,11 @@ def check_gpus(what: str, needed: int, host: Host, share_gpus: bool) -> bool:
 
 
 def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
-    found = SCRIPT if spec.script or spec.module else MODES.get(spec.mode)
+    found = EXEC if spec.command else SCRIPT if spec.script or spec.module else MODES.get(spec.mode)
     if found is None:
         raise SpecError(unknown_mode(str(spec.mode)))
     mode = found
-    if mode is SCRIPT:
+    if mode.own_program:
         _check_program(spec)
     _check_nodes(spec, mode)
     for name, value in (
@@ -335,7 +359,9 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
             f"--nproc {nproc} would start {nproc} processes on {host.cpu_count} CPU "
             f"core(s); more than {most} only fight over them (--force starts them anyway)."
         )
-    if spec.share_gpus and mode is SCRIPT:
+    if mode is EXEC and (spec.nproc not in (None, 1) or spec.nnodes != 1):
+        raise SpecError("a command starts its own ranks: --nproc and the node options are its own.")
+    if spec.share_gpus and mode.own_program:
         raise SpecError("--share-gpus is for the modes; your own script chooses its devices.")
     shared = False
     if device == "cuda":
@@ -352,7 +378,7 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
             "equal micro-batches; choose sizes that divide it."
         )
     try:
-        workload = workload_of(spec) if mode is not SCRIPT else None
+        workload = workload_of(spec) if not mode.own_program else None
     except ShapeError as exc:
         raise SpecError(str(exc)) from None
     if workload is not None and (problem := workload_problem(mode, spec, workload, nproc)):

@@ -253,7 +253,7 @@ class NodeWatch:
                 raw if isinstance(raw, str) else None,
                 node=node,
                 nnodes=self.nnodes,
-                world_size=self.resolved.world_size,
+                world_size=self.resolved.ranks,
             )
             if parsed is None:
                 continue
@@ -450,7 +450,7 @@ class NodeWatch:
 
     def view(self) -> tuple[NodeView, ...]:
         now = time.monotonic()
-        per_node = self.resolved.world_size // self.nnodes
+        per_node = self.resolved.ranks // self.nnodes
         rows = []
         for node in range(self.nnodes):
             if node == self.node:

@@ -16,7 +16,8 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.placement import Layout, gpus_needed
 from mgpu_tui.engine.protocol.text import nearest
 
-Launcher = Literal["torchrun", "python"]
+# torchrun starts the ranks; python is the one rank; a command (mgpu-tui exec) starts them its own way.
+Launcher = Literal["torchrun", "python", "command"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Mode:
     microbatched: bool = False  # --microbatches splits each step's batch (pipeline)
     cuda_amp_dtype: str | None = None  # the only AMP dtype it can train on CUDA (rpc: bf16)
     demo_flags: tuple[str, ...] = ()  # what makes its demo this variant (fsdp_grad_op: fsdp's demo)
+    own_program: bool = False  # the user's own program runs, not a demo: its steps are its own
 
     @property
     def devices_per_rank(self) -> int:
@@ -239,6 +241,22 @@ SCRIPT = Mode(
     choose="To see your own training job the way mgpu-tui shows the demos.",
     costs="Whatever your script does.",
     layout="one_gpu",  # a script picks its own devices: it needs a GPU on CUDA, no more is known
+    own_program=True,
+)
+
+# Any command line, run as given (mgpu-tui exec): its launcher, whatever it is, starts the ranks, and
+# each Python process that joins a process group or steps an optimizer is one (engine/rank/process_watch.py).
+EXEC = Mode(
+    name="exec",
+    title="Your own command",
+    demo="",
+    launcher="command",
+    cpu_path="real",
+    teaches="Whatever your command does, however it starts its ranks (mp.spawn, Lightning, accelerate).",
+    choose="To see a training job that its own launcher starts, unchanged.",
+    costs="Whatever your command does.",
+    layout="one_gpu",
+    own_program=True,
 )
 
 

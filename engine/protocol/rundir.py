@@ -8,6 +8,9 @@ Layout::
         logs/<id>/attempt_<k>/<local rank>/stdout.log, stderr.log, error.json
                               written by torchrun --log-dir --redirects 3; single-process
                               modes use the same shape with <id> = "python"
+        logs/command/stdout.log, stderr.log
+                              mgpu-tui exec: the command's own output, every process's lines
+                              merged as its launcher printed them (the "rank" JOB_OUTPUT)
         events/rank<N>.jsonl  the rank event stream (see events.py)
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
         telemetry.jsonl       the machine during the run (run/telemetry_log.py)
@@ -31,6 +34,9 @@ from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_ato
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
+# The rank a command's own output is shown under (mgpu-tui exec): its lines are every process's,
+# merged as the command's launcher printed them, not one rank's.
+JOB_OUTPUT = -1
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a job id as a folder's name: never a path
 _NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -161,6 +167,11 @@ class RunDir:
     def events_dir(self) -> Path:
         return self.path / "events"
 
+    def command_output(self) -> RankFiles:
+        """mgpu-tui exec: the command's own stdout and stderr (no error file: the ranks tell theirs)."""
+        folder = self.logs_dir / "command"
+        return RankFiles(JOB_OUTPUT, folder / "stdout.log", folder / "stderr.log", folder / "error.json")
+
     def python_rank_dir(self) -> Path:
         """Where a single-process mode's output goes: torchrun's shape, id "python"."""
         return self.logs_dir / "python" / "attempt_0" / "0"
@@ -231,12 +242,17 @@ class RunDir:
             except OSError:
                 pass
 
-    def open_launcher_output(self, *, one_process: bool):
+    def open_launcher_output(self, *, one_process: bool, command: bool = False):
         """(stdout, stderr) for the launcher, opened for writing: ``launcher.log`` for torchrun;
-        for a one-process mode, whose process is rank 0 itself, where torchrun would put a rank's.
-        RunDirError when they cannot be made (a full disk, a folder made read-only meanwhile)."""
+        for a one-process mode, whose process is rank 0 itself, where torchrun would put a rank's;
+        for a command (mgpu-tui exec), its own files. RunDirError when they cannot be made (a full
+        disk, a folder made read-only meanwhile)."""
         try:
             self.logs_dir.mkdir(parents=True, exist_ok=True)
+            if command:
+                files = self.command_output()
+                files.stdout.parent.mkdir(exist_ok=True)
+                return open(files.stdout, "wb"), open(files.stderr, "wb")
             if not one_process:
                 out = open(self.launcher_log, "wb")
                 return out, out

@@ -59,6 +59,13 @@ def plain_line(text: str, limit: int | None = None) -> str:
     return plain(text.replace("\n", " ").replace("\t", " ").replace("\r", " "), limit)
 
 
+def short_line(text: str, limit: int) -> str:
+    """:func:`plain_line` with every run of spaces made one, cut to ``limit`` characters with "…"
+    where it is longer: a command line (a whole ``python -c`` program) named in a sentence."""
+    text = " ".join(text.split())
+    return plain(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
 class PlainFormatter(logging.Formatter):
     """A log file's lines through the sink: a rank's text logged by the engine keeps no ESC."""
 

@@ -89,45 +89,44 @@ def main(argv: list[str] | None = None) -> None:
     if not argv:
         raise SystemExit(USAGE)
     program, args = argv[0], argv[1:]
-    watch = None
+    watch = reporter = None
     if os.environ.get(RUN_DIR_ENV):
         reporter = ScriptReporter(print_every=10**9)
         reporter.hello(mode="script", device="unknown", config={"program": program, "args": args[:64]})
         watch = ScriptWatch(reporter, program)
         watch.start()
+        os.register_at_fork(after_in_child=watch.after_fork_in_child)  # a data-loader worker is no rank
     try:
         _run(program, is_module, args)
     except SystemExit as exc:
-        if watch is not None:
+        if watch is not None and reporter is not None:
             if exc.code in (None, 0):
-                watch.reporter.done(watch.steps, **watch.finish())
+                reporter.done(watch.steps, **watch.finish())
             else:
                 watch.finish()
                 message = exc.code if isinstance(exc.code, str) else f"exited with code {exc.code}"
-                watch.reporter.error(
-                    f"SystemExit: {message}", "", type="SystemExit", whole_message=str(message)
-                )
-            watch.reporter.close()
+                reporter.error(f"SystemExit: {message}", "", type="SystemExit", whole_message=str(message))
+            reporter.close()
         raise
     except KeyboardInterrupt:
-        if watch is not None:
+        if watch is not None and reporter is not None:
             watch.finish()
-            watch.reporter.close()
+            reporter.close()
         raise
     except BaseException as exc:  # noqa: BLE001 (every way a script can end is told, then passed on)
-        if watch is not None:
+        if watch is not None and reporter is not None:
             watch.finish()
-            watch.reporter.error(**describe(exc))
-            watch.reporter.close()
+            reporter.error(**describe(exc))
+            reporter.close()
         # As Python prints it (through torch's excepthook, which prefixes the rank, if the script
         # made a process group), from the script's first frame; then exit 1, as Python would.
         exc.with_traceback(_not_ours(exc.__traceback__))  # the hook prints the exception's own
         sys.excepthook(type(exc), exc, exc.__traceback__)
         sys.stderr.flush()
         raise SystemExit(1) from None
-    if watch is not None:
-        watch.reporter.done(watch.steps, **watch.finish())
-        watch.reporter.close()
+    if watch is not None and reporter is not None:
+        reporter.done(watch.steps, **watch.finish())
+        reporter.close()
 
 
 if __name__ == "__main__":

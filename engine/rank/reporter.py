@@ -416,6 +416,22 @@ class Reporter:
         whole_message, events.py)."""
         self._write("error", {"message": message, "traceback": traceback, **exception})
 
+    def abandon(self) -> None:
+        """In a forked child: let go of the parent's rank without a word (its file stays the
+        parent's, the parent's flight-recorder thread was not copied) and of its stack handler."""
+        global _bootstrap
+        self._file = None
+        self._flight_recorder = None
+        self._host = None
+        if self._stacks is not None:
+            self._stacks = None
+            try:
+                faulthandler.unregister(signal.SIGUSR2)
+            except (AttributeError, ValueError, RuntimeError):
+                pass
+        if _bootstrap is self:
+            _bootstrap = None
+
     def close(self) -> None:
         if self._flight_recorder is not None:
             self._flight_recorder.stop()

@@ -40,12 +40,14 @@ import sys
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType, ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank import reporter as reporter_module
 from mgpu_tui.engine.rank.after_import import after_import
+from mgpu_tui.engine.rank.model_root import batch_source, find_root
 from mgpu_tui.engine.rank.reporter import Reporter
 
 BEAT_S = 1.0
@@ -106,8 +108,19 @@ class _Step:
 class ScriptWatch:
     """Counts one rank's steps, samples, loss and memory from torch's own hooks."""
 
-    def __init__(self, reporter: ScriptReporter, program: str) -> None:
+    def __init__(
+        self,
+        reporter: ScriptReporter | None,
+        program: str,
+        *,
+        become_rank: Callable[[int, int], ScriptReporter] | None = None,
+    ) -> None:
+        """``reporter``: the rank's, where the launcher said which rank this is (torchrun's RANK);
+        None under ``mgpu-tui exec``, where ``become_rank(rank, world_size)`` makes it the moment
+        the process becomes a rank (it joins the default process group, or steps an optimizer
+        after a backward with none): until then it writes nothing and runs no thread."""
         self.reporter = reporter
+        self._become = become_rank
         self.program = os.path.abspath(program) if os.path.exists(program) else program
         self.steps = 0
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
@@ -119,25 +132,59 @@ class ScriptWatch:
         self._first_forward_at: float | None = None
         self._last_step_at = time.time()
         self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
-        self._root_kind: str | None = None
+        self._batch_source: str | None = None  # where the batch is counted (BATCH_SOURCE), once hooked
         self._pending: collections.deque[_Step] = collections.deque()
         self._device: Any = None  # where the loss is: the rank's device
         self._about_said = False
+        self._batch_said = False  # an about with the batch (it may come a step after the first)
+        self._root_searched = False  # a job with no DDP or FSDP: its model looked for once (model_root.py)
         self._backend: str | None = None  # the default process group's, once seen
         self._last_event_at = time.monotonic()
         self._stopped = threading.Event()
         self._failures: set[str] = set()  # hooks that failed once, and said so
         self._lead: int | None = None  # id() of the optimizer whose steps are the steps
         self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
+        self._beats: threading.Thread | None = None
 
     # ---- installing --------------------------------------------------------------------
 
     def start(self) -> None:
+        """The hooks, once the script imports torch (now, if it has); the beats, where the rank is
+        known (else from the moment the process becomes one)."""
         after_import("torch", _guarded(self._install))
         after_import("torch.distributed.fsdp", _guarded(self._install_fsdp))
         after_import("torch._dynamo", _guarded(self._after_dynamo))
+        if self.reporter is not None:
+            self._start_beats()
+
+    def _start_beats(self) -> None:
         self._beats = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
         self._beats.start()
+
+    def _become_rank(self, rank: int, world_size: int) -> None:
+        """This process is a rank from now on: its reporter (its files, its stack handler, its
+        flight-recorder thread) and its beats start here, never before."""
+        if self.reporter is not None or self._become is None:
+            return
+        self.reporter = self._become(rank, world_size)
+        self._last_event_at = time.monotonic()
+        self._start_beats()
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (a data-loader worker, a rank of ``start_processes(start_method="fork")``)
+        starts as no rank, with nothing of its parent's: not its events file, its stack handler, its
+        threads (which a fork does not copy) or its counts. It becomes a rank of its own if it joins
+        a process group."""
+        reporter, self.reporter = self.reporter, None
+        if reporter is not None:
+            reporter.abandon()
+        self._beats = None
+        self._stopped = threading.Event()
+        self.steps = self._backwards = self._samples = self._tokens = 0
+        self._losses, self._pending, self._scaled = [], collections.deque(), {}
+        self._first_forward_at, self._last_step_at = None, time.time()
+        self._lead, self._others, self._about_said, self._backend = None, {}, False, None
+        self._device, self._in_backward, self._batch_said, self._root_searched = None, False, False, False
 
     def _install(self, torch: ModuleType) -> None:
         """Each wrapper passes its arguments through exactly as called (_around: positional or
@@ -190,7 +237,8 @@ class ScriptWatch:
     @_quiet
     def _before_destroy(self) -> None:
         self._see_group()  # a group made some other way is named before it goes
-        self.reporter.dump_flight_records()  # its last collectives, while they are there
+        if self.reporter is not None:
+            self.reporter.dump_flight_records()  # its last collectives, while they are there
 
     def _install_fsdp(self, fsdp: ModuleType) -> None:
         """FSDP2's fully_shard (wherever a script imports it from) and FSDP1's class."""
@@ -226,7 +274,7 @@ class ScriptWatch:
             return  # a root is hooked already, and this module does not hold it
         handle = module.register_forward_pre_hook(self._untraced(self._before_forward), with_kwargs=True)
         self._roots = [*kept, (weakref.ref(module), [handle])]
-        self._root_kind = kind
+        self._batch_source = BATCH_SOURCE.get(kind, kind)
 
     def _untraced(self, hook: Any) -> Any:
         """``hook`` kept out of torch.compile's graphs (torch._dynamo.disable), if dynamo is loaded:
@@ -314,7 +362,17 @@ class ScriptWatch:
     @_quiet
     def _after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         if self._leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
+            if not self._roots and not self._root_searched:
+                self._find_model(optimizer)
             self._count_step()
+
+    def _find_model(self, optimizer: Any) -> None:
+        """No DDP or FSDP module: the batch is counted at the model this optimizer steps (from
+        the next step on), found once (model_root.py)."""
+        self._root_searched = True
+        root = find_root(optimizer, sys._getframe(1), self.torch.nn.Module)
+        if root is not None:
+            self._hook_root(root, batch_source(root))
 
     @_quiet
     def _remember_scaled(self, outputs: Any, result: Any) -> None:
@@ -329,6 +387,8 @@ class ScriptWatch:
             self._count_step()
 
     def _count_step(self) -> None:
+        if self.reporter is None and not self._see_group():
+            self._become_rank(0, 1)  # a step with no process group: a job of one process
         now = time.time()
         self.steps += 1
         self._backwards = 0
@@ -345,7 +405,7 @@ class ScriptWatch:
         self._last_step_at = now
         self._pending.append(step)
         self._write_ready(wait=len(self._pending) > MAX_PENDING)
-        if not self._about_said:
+        if not self._about_said or (step.samples and not self._batch_said):
             self._say_about(step.samples)
 
     # ---- figures ------------------------------------------------------------------------
@@ -393,7 +453,7 @@ class ScriptWatch:
             mem, peak = step.mem
             if mem is not None and peak is not None:
                 peak = max(peak, mem)  # the kernel's peak RSS lags its current one a little
-            if self.reporter.script_reports_steps:
+            if self.reporter is None or self.reporter.script_reports_steps:
                 continue
             self.reporter.step(
                 step.step,
@@ -424,9 +484,11 @@ class ScriptWatch:
         self._see_group()
         backend = _backend_for(self._backend, device)
         fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": backend}
-        if batch and self._root_kind:
-            fields.update(batch=batch, batch_source=BATCH_SOURCE[self._root_kind])
-        self.reporter.about(**fields)
+        if batch and self._batch_source:
+            fields.update(batch=batch, batch_source=self._batch_source)
+            self._batch_said = True
+        if self.reporter is not None:
+            self.reporter.about(**fields)
 
     # ---- the end ---------------------------------------------------------------------------
 
@@ -434,7 +496,7 @@ class ScriptWatch:
         """Write what is still pending; the facts of the end for the ``done`` event. The beat thread is
         joined first: nothing of mgpu-tui may still call into torch while the interpreter shuts down."""
         self._stopped.set()
-        beats = getattr(self, "_beats", None)
+        beats = self._beats
         if beats is not None and beats is not threading.current_thread():
             beats.join(timeout=5)
         if self.torch is None:
@@ -445,7 +507,7 @@ class ScriptWatch:
         except Exception:  # noqa: BLE001 (a GPU that failed cannot give the last losses: the end is still told)
             self._pending.clear()
         alive = self._see_group()
-        if alive:
+        if alive and self.reporter is not None:
             self.reporter.dump_flight_records()
         if not self._about_said:
             self._say_about(0)
@@ -464,6 +526,8 @@ class ScriptWatch:
                 self._backend = str(dist.get_backend())
                 if self._backend == "undefined":  # made without a backend: one for each device type
                     self._backend = str(dist.get_backend_config())  # "cpu:gloo,cuda:nccl"
+            if alive and self.reporter is None:
+                self._become_rank(int(dist.get_rank()), int(dist.get_world_size()))
         except Exception:  # noqa: BLE001 (a group torn down between the two calls)
             return False
         return alive
@@ -482,7 +546,7 @@ class ScriptWatch:
             signature, where = _signature(_main_frame(main), self.program)
             moved = last is not None and signature != last
             last = signature
-            if moved and time.monotonic() - self._last_event_at >= BEAT_S:
+            if moved and time.monotonic() - self._last_event_at >= BEAT_S and self.reporter is not None:
                 self.reporter.beat(where)
                 self._last_event_at = time.monotonic()
             if self._backend is None and self.torch is not None:
@@ -550,11 +614,11 @@ def _swallow(part: Any, *args: Any) -> None:
 
 def _rebind(original: Any, watched: Any) -> None:
     """Put ``watched`` in place of ``original`` in every torch module that bound it by name."""
-    for name, module in list(sys.modules.items()):
-        if (name == "torch" or name.startswith("torch.")) and getattr(
-            module, original.__name__, None
-        ) is original:
-            setattr(module, original.__name__, watched)
+    name = original.__name__
+    for module_name, module in list(sys.modules.items()):
+        torch_module = module_name == "torch" or module_name.startswith("torch.")
+        if torch_module and getattr(module, name, None) is original:
+            setattr(module, name, watched)
 
 
 def _first_tensor(values: tuple, depth: int = 0) -> Any:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, Step, parse_line
-from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.flight_records import late_arrivals, read_trace
 
@@ -173,20 +173,26 @@ class Ingest:
     """All of one run's files. ``world_size`` and ``restarts`` say which events fit the job:
     an event must come from the file of its own rank, of a rank of the job (0..world_size-1),
     and a rank says hello once (once per attempt when torchrun may restart it). The rest is
-    counted as malformed and never reaches the figures."""
+    counted as malformed and never reaches the figures.
+
+    A command's world size (mgpu-tui exec) is learned: ``world_size`` None, the first hello read
+    gives it (its process group's), and from then on it is the job's like any other; a hello for
+    another world size is malformed, and the files of ranks beyond it are closed, never read."""
 
     def __init__(
         self,
         run_dir: RunDir,
-        world_size: int,
+        world_size: int | None,
         restarts: bool = False,
         log_dirs: Callable[[], Iterable[tuple[RunDir, int]]] | None = None,
+        command_output: bool = False,
     ) -> None:
         """``log_dirs``: where the ranks' logs are, each folder with the first global rank of its
         local ranks (several nodes' logs read from their shared folder); default ``run_dir``'s, by
-        local rank."""
+        local rank. ``command_output``: the command's own output too (mgpu-tui exec), as JOB_OUTPUT."""
         self.run_dir = run_dir
         self._log_dirs = log_dirs or (lambda: ((run_dir, 0),))
+        self._command_output = command_output
         self.world_size = world_size
         self.restarts = restarts
         self.aggregator = Aggregator()
@@ -207,12 +213,14 @@ class Ingest:
         for rank, path in self.run_dir.event_files().items():
             if rank in self._event_tails:
                 continue
-            if rank < self.world_size:
+            if self.world_size is None or rank < self.world_size:
                 self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
             else:  # a file of no rank of the job: never opened (there may be thousands)
                 self.foreign_files.add(rank)
         # Every known file, listed or not: one deleted mid-run is still followed by its descriptor.
-        for file_rank, tail in self._event_tails.items():
+        for file_rank, tail in list(self._event_tails.items()):
+            if self._event_tails.get(file_rank) is not tail:  # beyond the world size just learned
+                continue
             before = tail.dropped_long_lines
             events, malformed = [], 0
             for line in tail.read_lines():
@@ -221,6 +229,8 @@ class Ingest:
                 except MalformedEvent:
                     malformed += 1
                     continue
+                if file_rank not in self._event_tails:
+                    break
                 if self._fits(event, file_rank):
                     events.append(event)
                 else:
@@ -229,26 +239,43 @@ class Ingest:
                 for event in events:
                     self.aggregator.add(event)
                 self.malformed_events += malformed + tail.dropped_long_lines - before
-        for logs, offset in self._log_dirs():
-            for local, files in logs.rank_files(self.world_size - offset).items():
-                rank = local + offset
-                for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
-                    known = self._log_tails.get((rank, stream))
-                    if known is None or known.path != path:  # a new attempt has new files
-                        if known is not None:
-                            known.close()
-                        known = self._log_tails[(rank, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
-                    lines = [shown_line(line) for line in known.read_lines()]
-                    if lines:
-                        with self._lock:
-                            self._new_lines.extend((rank, stream, line) for line in lines)
-                            self._new_lines_seen += len(lines)
+        logs = [] if self._command_output else self._log_dirs()
+        for folder, offset in logs:
+            world = self.world_size if self.world_size is not None else 0
+            for local, files in folder.rank_files(world - offset).items():
+                self._read_log(local + offset, files)
+        if self._command_output:
+            self._read_log(JOB_OUTPUT, self.run_dir.command_output())
         return any(tail.behind for tail in [*self._event_tails.values(), *self._log_tails.values()])
+
+    def _read_log(self, rank: int, files: RankFiles) -> None:
+        for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
+            known = self._log_tails.get((rank, stream))
+            if known is None or known.path != path:  # a new attempt has new files
+                if known is not None:
+                    known.close()
+                known = self._log_tails[(rank, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
+            lines = [shown_line(line) for line in known.read_lines()]
+            if lines:
+                with self._lock:
+                    self._new_lines.extend((rank, stream, line) for line in lines)
+                    self._new_lines_seen += len(lines)
+
+    def _learn_world(self, world_size: int) -> None:
+        """A command's world size, from its first hello: the files of ranks beyond it are let go."""
+        self.world_size = world_size
+        for rank in [r for r in self._event_tails if r >= world_size]:
+            self._event_tails.pop(rank).close()
+            self.foreign_files.add(rank)
 
     def _fits(self, event, file_rank: int) -> bool:
         """Whether an event belongs to this job: its own rank's file, and a first hello."""
         if event.rank != file_rank:  # one rank writing as another
             return False
+        if self.world_size is None:  # a command's job: only a hello says how many ranks it has
+            if not isinstance(event, Hello) or event.rank >= event.world_size:
+                return False
+            self._learn_world(event.world_size)
         if isinstance(event, Hello):
             if event.world_size != self.world_size:
                 return False  # a rank of another job, or one that lies about this one

@@ -40,7 +40,13 @@ from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import MonitorLock
 from mgpu_tui.engine.run.nccl_record import nccl_figures
-from mgpu_tui.engine.run.rootcause import RootCause, after_finishing, find_root_cause, hint_for
+from mgpu_tui.engine.run.rootcause import (
+    RootCause,
+    after_finishing,
+    command_root_cause,
+    find_root_cause,
+    hint_for,
+)
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 from mgpu_tui.engine.run.telemetry_log import TelemetryLog
@@ -110,15 +116,22 @@ class Run(IngestReadings):
         )
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
+        self._command = resolved.mode.launcher == "command"  # mgpu-tui exec: its ranks are learned
         self._tree = ProcessTree(
             self.launch,
             self.run_id,
             resolved.spec.nice,
-            ranks_here=resolved.ranks_here,
+            # A command's ranks are all of this node (one node): any rank a process of the tree says.
+            ranks_here=resolved.ranks_here if not self._command else range(1 << 20),
             launcher_is_rank=not resolved.mode.multi_process,
             log=self.log,
         )
-        self._ingest = Ingest(run_dir, resolved.world_size, restarts=resolved.spec.max_restarts > 0)
+        self._ingest = Ingest(
+            run_dir,
+            resolved.world_size,
+            restarts=resolved.spec.max_restarts > 0,
+            command_output=self._command,
+        )
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None
         # Held while this process follows the run: `mgpu-tui open` and `runs` tell a live run by it.
@@ -137,6 +150,7 @@ class Run(IngestReadings):
             log=self.log,
             stop=self.stop,
             local_ranks=self._local_pids,
+            ranks_here=self.ranks_here,
         )
 
     @classmethod
@@ -218,7 +232,9 @@ class Run(IngestReadings):
 
     def _start_launcher(self) -> None:
         try:
-            out, err = self.run_dir.open_launcher_output(one_process=not self.resolved.mode.multi_process)
+            out, err = self.run_dir.open_launcher_output(
+                one_process=not self.resolved.mode.multi_process, command=self._command
+            )
         except RunDirError:
             self._let_go()
             self.log.close()
@@ -232,9 +248,9 @@ class Run(IngestReadings):
             out.close()
             err.close()
         self.log.info(
-            "started %s, %d rank(s) on %s (%s): pid %d, %s",
+            "started %s, %s rank(s) on %s (%s): pid %d, %s",
             self.resolved.mode.name,
-            self.resolved.world_size,
+            self.resolved.world_size or "its own",
             self.resolved.device,
             self.resolved.process_group or "no process group",
             self._tree.started.pid,
@@ -266,15 +282,17 @@ class Run(IngestReadings):
         self._ingest.read()
         if self.resolved.spec.nnodes == 1 and time.monotonic() - self._fr_read_at >= FR_READ_S:
             self._fr_read_at = time.monotonic()
-            self._ingest.read_flight_records(range(self.resolved.world_size))
+            self._ingest.read_flight_records(self.ranks_here())
         if not self._stop_requested:
             self._watchdog.check()  # may stop the run: a stall, a full disk
             if self.state.finished:
                 return self.state
         # Until every rank of this node has said hello with a pid the tree holds, rescan at each
         # poll (a rank's pid is believed only once the scan has seen it); then every few seconds.
-        all_ranks_known = len(self.rank_processes()) >= len(self.resolved.ranks_here)
-        if not all_ranks_known or time.monotonic() - self._tree.scanned_at >= TREE_RESCAN_S:
+        # A command's ranks appear whenever its processes join a group: until they have, once a second.
+        all_ranks_known = len(self.ranks_here()) > 0 and len(self.rank_processes()) >= len(self.ranks_here())
+        since = time.monotonic() - self._tree.scanned_at
+        if since >= TREE_RESCAN_S or (not all_ranks_known and (since >= 1.0 or not self._command)):
             self._tree.record_descendants()
         returncode = self._tree.returncode()
         if returncode is not None:
@@ -342,6 +360,18 @@ class Run(IngestReadings):
 
     # ---- reading (any thread) ------------------------------------------------------------
 
+    @property
+    def world_size(self) -> int | None:
+        """The job's ranks: the spec's, or for a command the ranks' own word, once one said (None
+        before: a command in which no process has become a rank yet)."""
+        return self.resolved.world_size if not self._command else self._ingest.world_size
+
+    def ranks_here(self) -> range:
+        """The global ranks this node runs: the spec's, or a command's, once learned."""
+        if not self._command:
+            return self.resolved.ranks_here
+        return range(self._ingest.world_size or 0)
+
     def rank_processes(self) -> dict[int, tuple[int, str | None]]:
         """Rank -> (pid, CUDA UUID) for this node's ranks whose hello named a process of this
         run: a telemetry Sampler's ``ranks`` source. Any other pid a rank wrote is not believed
@@ -393,7 +423,7 @@ class Run(IngestReadings):
 
     def _steps_here(self) -> dict[int, int]:
         """This node's ranks' last steps (where nodes share a folder, the ingest reads them all)."""
-        here = self.resolved.ranks_here
+        here = self.ranks_here()
         return {r.rank: r.last_step for r in self._ingest.stats().ranks if r.rank in here}
 
     def _poll_nodes(self, nodes: NodeWatch) -> bool:
@@ -448,7 +478,7 @@ class Run(IngestReadings):
         stats = next((r for r in self._ingest.stats().ranks if r.rank == rank), None)
         # process_group: said by the bootstrap's own done, at the script's end (a Reporter's done,
         # said by the script itself, may come before it ends).
-        if not (spec.script or spec.module) or stats is None or stats.process_group is None or stats.error:
+        if not spec.program or stats is None or stats.process_group is None or stats.error:
             return None
         return stats.last_step, stats.process_group
 
@@ -458,7 +488,7 @@ class Run(IngestReadings):
         if stats is None:
             return False
         spec = self.resolved.spec
-        own_program = bool(spec.script or spec.module)  # its steps are its own: only `done` says
+        own_program = bool(spec.program)  # its steps are its own: only `done` says
         return stats.done or (not own_program and stats.last_step >= spec.steps)
 
     def _finish(self, verify: Verify | None) -> None:
@@ -469,6 +499,11 @@ class Run(IngestReadings):
         state = final_state(returncode, stalled=ended_by_watchdog, stop_requested=self._stop_requested)
         if state is not RunState.FAILED:
             root_cause = None
+        elif root_cause is None and self._command:
+            root_cause = command_root_cause(self.run_dir, returncode, self._ingest.errors())
+            finished = self._ran_to_its_end(root_cause.rank)
+            if finished is not None:
+                root_cause = after_finishing(root_cause, *finished)
         elif root_cause is None:
             spec = self.resolved.spec
             root_cause = find_root_cause(
@@ -477,7 +512,7 @@ class Run(IngestReadings):
                 single_process=not self.resolved.mode.multi_process,
                 rank_offset=spec.node_rank * (spec.nproc or 1),
                 errors=self._ingest.errors(),
-                program=bool(spec.script or spec.module),
+                program=bool(spec.program),
             )
             finished = self._ran_to_its_end(root_cause.rank)
             if finished is not None:  # a script's rank that said done: its training had finished
@@ -495,11 +530,11 @@ class Run(IngestReadings):
             self.log.warning(
                 "not read: event files of %d rank(s) outside the job's 0..%d (%s)",
                 len(foreign),
-                self.resolved.world_size - 1,
+                (self.world_size or 0) - 1,
                 ", ".join(f"rank{r}" for r in foreign[:10]),
             )
         if self.resolved.spec.nnodes == 1:  # the ranks' last flight-recorder dumps: who arrived late
-            self._ingest.read_flight_records(range(self.resolved.world_size))
+            self._ingest.read_flight_records(self.ranks_here())
         telemetry = self._telemetry.stop() if self._telemetry is not None else None
         self.summary = RunSummary.build(
             self.resolved,
@@ -518,6 +553,8 @@ class Run(IngestReadings):
             nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None,
             nodes=nodes,
             stopped_by=self._stopped_by,
+            world_size=self.world_size,
+            processes=self._tree.processes_seen(self._local_pids()) if self._command else (),
         )
         try:
             self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())

@@ -442,3 +442,23 @@ def find_root_cause(
     if rank in errors and errors[rank].type is not None:  # told by the rank's bootstrap, whole
         return from_error_event(cause, errors[rank], program=program)
     return dataclasses.replace(cause, hint=hint_for(cause, program=program))
+
+
+def command_root_cause(run_dir: RunDir, exit_code: int | None, errors: Mapping[int, Error]) -> RootCause:
+    """The first failure of a command run by mgpu-tui exec, whose launcher is the user's own (no
+    torchrun report to read): the rank whose exception came first, told by the rank itself, whole
+    (an mp.spawn child's too, which catches its own); else the command's exit, with the end of
+    what it wrote to stderr."""
+    if errors:
+        first = min(errors.values(), key=lambda e: (e.t, e.rank))
+        cause = RootCause(first.rank, None, None, first.message, first.traceback)
+        return from_error_event(cause, first, program=True)
+    tail = _stderr_tail(run_dir.command_output().stderr)
+    name = signal_name(exit_code)
+    last = _last_line(tail)
+    if name:
+        message = f"the command was killed by {name}" + (f" (last stderr line: {last})" if last else "")
+    else:
+        message = f"the command exited with code {exit_code}" + (f": {last}" if last else "")
+    cause = RootCause(None, exit_code, name, message, tail)
+    return dataclasses.replace(cause, hint=hint_for(cause, program=True))

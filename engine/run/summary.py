@@ -58,12 +58,14 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 from mgpu_tui import __version__
+from mgpu_tui.engine.launch.processes import ProcessSeen
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
 from mgpu_tui.engine.planning.modes import variant
 from mgpu_tui.engine.protocol.folder import finite_only
+from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.nccl_record import NcclFigures
@@ -87,22 +89,33 @@ def run_note(resolved: ResolvedSpec) -> str | None:
     return None
 
 
-def script_facts(resolved: ResolvedSpec, stats: RunStats) -> dict:
+def script_facts(resolved: ResolvedSpec, stats: RunStats, world: int, here: range) -> dict:
     """What a script's ranks said they used (its bootstrap's ``about``), for the summary's fields:
     the device and backend (null until a rank said), the global batch and where it was counted."""
     devices = {r.device.split(":")[0] for r in stats.ranks if r.device and r.device != "unknown"}
     backends = {r.backend for r in stats.ranks if r.backend}
     batches = [r.batch for r in stats.ranks]
-    counted = len(batches) == resolved.world_size and None not in batches
+    counted = bool(batches) and len(batches) == world and None not in batches
     return {
         "device": devices.pop() if len(devices) == 1 else ",".join(sorted(devices)) or "unknown",
         "backend": backends.pop() if len(backends) == 1 else ",".join(sorted(backends)) or None,
         "steps_requested": None,
         "batch_size": sum(batches) if counted else None,
         "batch_size_source": next(r.batch_source for r in stats.ranks) if counted else None,
-        "finished_training": bool(stats.ranks)
-        and all(r.done for r in stats.ranks if r.rank in resolved.ranks_here),
+        "finished_training": bool(stats.ranks) and all(r.done for r in stats.ranks if r.rank in here),
     }
+
+
+def no_rank_note(processes: tuple[ProcessSeen, ...], duration_s: float) -> str:
+    """A command in which no process became a rank, said as what was seen: never "0 steps"."""
+    cpu = sum(p.cpu_s or 0.0 for p in processes)
+    cores = f"{cpu / duration_s:.1f} cores" if duration_s > 0 else f"{cpu:.1f} CPU seconds"
+    busiest = sorted(processes, key=lambda p: -(p.cpu_s or 0.0))[:4]
+    seen = "; ".join(f"pid {p.pid} {short_line(p.command, 60)}, {p.cpu_s or 0:.1f} CPU s" for p in busiest)
+    return (
+        f"no process of this job joined a process group or stepped an optimizer; its "
+        f"{len(processes)} process(es) used {cores}" + (f" ({seen})" if seen else "")
+    )
 
 
 def shared_device_note(stats: RunStats) -> str | None:
@@ -146,7 +159,7 @@ def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[RankMemory, ...]
     """Per rank: the planner's predicted state and total bytes (engine/planning/memory.py) next to the
     state the rank measured after its first step and its peak (allocator on CUDA, RSS on the CPU)."""
     spec = resolved.spec
-    if spec.script or spec.module:
+    if spec.program or resolved.world_size is None:
         return ()  # a user's program: no shape to predict from
     schedule = (
         spec.demo_args[spec.demo_args.index("--schedule") + 1]
@@ -247,6 +260,8 @@ class RunSummary:
     finished_training: bool | None = None  # a script's: every rank here ran it to its end
     slurm: SlurmJob | None = None  # the Slurm job, step and task this node was (launch/slurm.py)
     stopped_by: str | None = None  # who stopped an interrupted run: "cancelled" or "time limit" (Slurm)
+    # A command's (mgpu-tui exec): every process its tree ran, each with the rank it was or belonged to.
+    processes: tuple[ProcessSeen, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -273,15 +288,22 @@ class RunSummary:
         nccl: NcclFigures | None = None,
         nodes: tuple[NodeView, ...] = (),
         stopped_by: str | None = None,
+        world_size: int | None = None,
+        processes: tuple[ProcessSeen, ...] = (),
     ) -> RunSummary:
         """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
-        host; others are not shown."""
-        world = resolved.world_size  # the job's, never what a rank claims
+        host; others are not shown. ``world_size``: a command's, as its ranks said (mgpu-tui exec;
+        0 when no process became a rank); ``processes``: what its tree ran (processes.py)."""
+        # The job's, never what a rank claims: the spec's, or a command's, learned from its groups.
+        world = resolved.world_size if resolved.world_size is not None else world_size or 0
+        here = resolved.ranks_here if resolved.world_size is not None else range(world)
         peaks = stats.peak_mem_bytes()
         spec = resolved.spec
-        program = spec.script or spec.module
-        facts = script_facts(resolved, stats) if program else {}
+        program = spec.program
+        facts = script_facts(resolved, stats, world, here) if program else {}
         note = run_note(resolved) or (shared_device_note(stats) if program else None)
+        if resolved.world_size is None and not world:
+            note = no_rank_note(processes, ended_at - started_at)
         return cls(
             mode=resolved.mode.name,
             program=program,
@@ -338,6 +360,7 @@ class RunSummary:
             mgpu_tui_version=__version__,
             slurm=spec.slurm,
             stopped_by=stopped_by if status is RunStatus.INTERRUPTED else None,
+            processes=processes,
         )
 
     def to_json(self) -> dict:
@@ -354,6 +377,9 @@ class RunSummary:
         document["nccl"] = None if self.nccl is None else asdict(self.nccl)
         document["memory"] = [asdict(m) for m in self.memory]
         document["slurm"] = None if self.slurm is None else asdict(self.slurm)
+        document["processes"] = [asdict(p) for p in self.processes]
+        if not self.processes:  # a command's alone (mgpu-tui exec): every other summary reads as before
+            del document["processes"]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod

@@ -48,6 +48,7 @@ STACKS_WAIT_S = 3.0  # how long ranks get to write their stacks after the reques
 MAX_STACKS_BYTES = 256 * 1024  # a rank's stacks, as it wrote them
 CHECK_EVERY_S = 1.0  # the stall rule is checked this often
 MIN_FREE_BYTES = 8 << 20  # below this much room for the run directory, the run is stopped
+CHILDREN_BUSY_S = 0.05  # CPU seconds a rank's children use between two looks that make it move
 
 
 def stall_timeout(requested: float | None, recent_step_time: float | None) -> float:
@@ -207,9 +208,12 @@ class Watchdog:
         local_ranks: Callable[[], dict[int, int]],
         stop: Callable[[], object],
         log: logging.LoggerAdapter | logging.Logger,
+        ranks_here: Callable[[], range] | None = None,
     ) -> None:
+        """``ranks_here()``: this node's ranks now (a command's are learned as they join)."""
         self.resolved, self.run_dir, self.ingest, self.tree = resolved, run_dir, ingest, tree
         self.local_ranks, self.stop, self.log = local_ranks, stop, log
+        self.ranks_here = ranks_here or (lambda: resolved.ranks_here)
         self.stall: Stall | None = None  # once some rank stopped reporting
         # Ranks silent past the timeout, shown while no evidence makes their silence a stall.
         self.silent: tuple[StalledRank, ...] = ()
@@ -218,6 +222,8 @@ class Watchdog:
         self._stall_checked_at = 0.0
         self._failed_at: float | None = None  # when torchrun began to stop the ranks after a failure
         self._ranks_killed = False
+        self._children_cpu: dict[int, float | None] = {}  # rank -> its child processes' CPU seconds
+        self._children_moved: dict[int, float] = {}  # rank -> when its children last used the CPU
         # torchrun's own log, followed for the line that says it is stopping the ranks.
         watch = resolved.mode.multi_process and resolved.spec.max_restarts == 0
         self._launcher_tail = FileTail(run_dir.launcher_log, max_line=64 * 1024) if watch else None
@@ -251,11 +257,25 @@ class Watchdog:
         if self._launcher_tail is not None:
             self._launcher_tail.close()
 
+    def _working_children(self, liveness: Liveness) -> Liveness:
+        """A rank whose own child processes used the CPU since the last look (a C++ op being built,
+        a compile worker) moves, though its main thread waits for them: as if it had spoken then."""
+        now = time.time()
+        local = self.local_ranks()
+        for rank, pid in local.items():
+            used = self.tree.children_cpu_s(pid)
+            before = self._children_cpu.get(rank)
+            self._children_cpu[rank] = used
+            if before is not None and used is not None and used - before >= CHILDREN_BUSY_S:
+                self._children_moved[rank] = now
+        return [(rank, max(t, self._children_moved.get(rank, t)) if t is not None else t, step, done)
+                for rank, t, step, done in liveness]  # fmt: skip
+
     def _stall(self) -> None:
         if self.stall is not None:
             return
         timeout = self.stall_timeout()
-        liveness = self.ingest.liveness()
+        liveness = self._working_children(self.ingest.liveness())
         stalled = find_stalled(liveness, timeout, time.time())
         self.silent = stalled
         if not stalled:
@@ -293,7 +313,7 @@ class Watchdog:
         silent rank that never entered a collective the others wait in."""
         quiet = {r.rank for r in silent}
         watched = {rank for rank, t, _, done in liveness if not done and t is not None}
-        watched &= set(self.resolved.ranks_here)
+        watched &= set(self.ranks_here())
         if watched and watched <= quiet:
             return True
         if time.monotonic() - self._probed_at < timeout:
@@ -314,7 +334,7 @@ class Watchdog:
     ) -> tuple[str, int] | None:
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
-        ranks = self.resolved.ranks_here  # from the spec: a script's ranks need not have said hello
+        ranks = self.ranks_here()  # from the spec: a script's ranks need not have said hello
         fr = self.run_dir.path / "fr"
         deadline = time.monotonic() + STACKS_WAIT_S
 

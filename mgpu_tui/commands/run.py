@@ -15,6 +15,7 @@ from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
+from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.engine.run.summary import RunSummary
@@ -119,6 +120,10 @@ def summary_text(summary: RunSummary) -> str:
         f"mode {summary.mode}  status {status_word(summary.status)}  world size {summary.world_size}  "
         f"device {summary.device} ({backend})  steps {summary.steps}"
     )
+    if summary.world_size == 0:  # a command in which no process became a rank: what was seen instead
+        cause = f"\ncause: {summary.root_cause.headline()}" if summary.root_cause else ""
+        notes = [f"note: {summary.note}", *machine_lines(summary), f"run directory {summary.run_dir}"]
+        return plain("\n".join([head + cause, *notes]))
     tokens = any(r.tokens_per_s for r in summary.ranks)
     rows = [
         [
@@ -255,7 +260,7 @@ def _rank_output(
 ) -> RankOutput | None:
     """The ranks' own output on the console: every rank's for your own program, none for a mode
     (its demo's lines are in the progress and the logs) unless --ranks-filter names some."""
-    if args.quiet or (ranks is None and not (spec.script or spec.module)):
+    if args.quiet or (ranks is None and not spec.program):
         return None
     return RankOutput(
         ranks=ranks,
@@ -305,16 +310,18 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
     run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
 
     interrupt_on_term_and_hup()
-    progress = Progress(None if spec.script or spec.module else spec.steps)
+    progress = Progress(None if spec.program else spec.steps)
     output = _rank_output(args, spec, ranks, progress)
     resolved = run.resolved
-    program = spec.script or spec.module
+    program = short_line(spec.program, 160) if spec.program else None
     group = f" ({resolved.process_group})" if resolved.process_group else ""
     what = program if program else f"{resolved.mode.name}, {resolved.device}{group},"
-    print(
-        plain(f"mgpu-tui: {what} on {resolved.world_size} rank(s); run directory {run.run_dir.path}"),
-        file=sys.stderr,
+    ranks_said = (
+        f"on {resolved.world_size} rank(s)"
+        if resolved.world_size is not None
+        else "(its ranks are counted as its processes join a process group)"
     )
+    print(plain(f"mgpu-tui: {what} {ranks_said}; run directory {run.run_dir.path}"), file=sys.stderr)
     for line in said:
         print(plain(f"mgpu-tui: {line}"), file=sys.stderr)
     if role := run.node_role():
@@ -395,7 +402,8 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
     verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
     if summary.steps == 0 and not args.json and not verdict:
         print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
-        print("\n".join(last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1))), file=sys.stderr)
+        last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
+        print("\n".join(last), file=sys.stderr)
     if summary.verify and not summary.verify.ok:
         print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
         return ExitCode.FAILED

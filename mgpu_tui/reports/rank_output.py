@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Collection
 
 from mgpu_tui.console import plain
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir, read_capped
 
 LAST_LINES = 8
 MAX_TAIL_BYTES = 64 * 1024
@@ -48,7 +48,7 @@ class RankOutput:
     def show(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
         """Print what the ranks wrote since the last call (local rank, stream, text)."""
         shown = [
-            (local + self.rank_offset, stream, text)
+            (local + self.rank_offset if local != JOB_OUTPUT else local, stream, text)
             for local, stream, text in lines
             if self.ranks is None or local + self.rank_offset in self.ranks
         ]
@@ -62,24 +62,37 @@ class RankOutput:
                 file=sys.stderr,
             )
         for rank, stream, text in shown:
-            prefix = f"[rank {rank}] "
+            prefix = (
+                f"[rank {rank}] " if rank != JOB_OUTPUT else ""
+            )  # a command's own output: as it printed it
             line = plain(text if text.startswith(prefix) else prefix + text)
             print(line, file=sys.stderr if stream == "stderr" else self.out)
         self.out.flush()
 
 
-def last_lines(run_dir: RunDir, rank_offset: int = 0, count: int = LAST_LINES) -> list[str]:
-    """Each rank's last lines (stdout and stderr), for a run that ended without a step."""
+def last_lines(
+    run_dir: RunDir, rank_offset: int = 0, count: int = LAST_LINES, *, command: bool = False
+) -> list[str]:
+    """Each rank's last lines (stdout and stderr), for a run that ended without a step; for a
+    command (mgpu-tui exec), the last lines of its own output."""
+    if command:
+        tail = _tail(run_dir.command_output(), count)
+        return ["the command printed last:" if tail else "the command printed nothing.", *tail]
     out = []
     for local, files in sorted(run_dir.rank_files().items()):
-        tail = []
-        for path in (files.stdout, files.stderr):
-            try:
-                tail += read_capped(path, MAX_TAIL_BYTES, tail=True).splitlines()
-            except OSError:
-                continue
-        tail = [line for line in tail if line.strip()][-count:]
+        tail = _tail(files, count)
         rank = local + rank_offset
         out.append(f"rank {rank} printed last:" if tail else f"rank {rank} printed nothing.")
-        out += [plain(f"  {line}") for line in tail]
+        out += tail
     return out
+
+
+def _tail(files: RankFiles, count: int) -> list[str]:
+    """The last ``count`` lines that say something, of stdout then stderr, indented, as text."""
+    lines = []
+    for path in (files.stdout, files.stderr):
+        try:
+            lines += read_capped(path, MAX_TAIL_BYTES, tail=True).splitlines()
+        except OSError:
+            continue
+    return [plain(f"  {line}") for line in lines if line.strip()][-count:]

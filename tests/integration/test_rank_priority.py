@@ -30,7 +30,9 @@ def group_nice(pid: int) -> int:
 
 @pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="a kernel without sched_autogroup")
 def test_a_rank_seen_before_its_setsid_gets_its_own_sessions_group_lowered(tmp_path):
-    launch = Launch(argv=(sys.executable, "-c", LAUNCHER), env=dict(os.environ), env_changes={})
+    launch = Launch(
+        argv=(sys.executable, "-c", LAUNCHER), env=dict(os.environ), env_changes={}, python=sys.executable
+    )
     tree = ProcessTree(launch, "priority-test", NICE, launcher_is_rank=False)
     with open(tmp_path / "out", "w") as out:
         tree.start(out, out)

@@ -41,6 +41,7 @@ from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
@@ -232,10 +233,11 @@ class RunView(Widget):
         """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
         show (ranks sharing GPUs, say)."""
         self.form.fill(spec, resolved.nproc)
-        mode = spec.script or spec.module or spec.mode
-        label = f"{mode} on {resolved.world_size} rank{'s' if resolved.world_size != 1 else ''}"
-        steps = None if spec.script or spec.module else spec.steps
-        self._begin(label, resolved.world_size, steps, f"starting…  {run_dir}   (s stops it)", note)
+        mode = short_line(spec.program, 60) if spec.program else spec.mode
+        world = resolved.world_size
+        ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
+        steps = None if spec.program else spec.steps
+        self._begin(f"{mode} on {ranks}", world or 0, steps, f"starting…  {run_dir}   (s stops it)", note)
         self.query_one(RunForm).running(True)
 
     def opened(self, run: FollowedRun) -> None:
@@ -322,6 +324,9 @@ class RunView(Widget):
         each as heard from here (its ranks are grouped under it); ``stalled``: rank_state's."""
         self.stall_after, self.stalled = stall_after, stalled
         self.nodes = nodes
+        if stats.world_size and stats.world_size > self.world_size:  # a command's, learned as it joins
+            self.world_size = stats.world_size
+            self.query_one(LogView).set_ranks(self.world_size)
         self.machines = machines or self.machines  # a node's last word stays once it has ended
         self._series, self._whole = series, whole or series
         status = (

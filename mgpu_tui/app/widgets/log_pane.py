@@ -24,6 +24,7 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.timer import Timer
 
+from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT
 from mgpu_tui.engine.protocol.text import plain
 
 RANK_COLOURS = ["cyan", "magenta", "green", "yellow", "blue", "red", "bright_cyan", "bright_magenta"]
@@ -55,13 +56,18 @@ def own_words(rank: int, text: str) -> str:
     return text[len(prefix) :] if text.startswith(prefix) else text
 
 
+def _label(rank: int) -> str:
+    """A row's prefix: its rank, or "job" for a command's own output (every process, merged)."""
+    return "job " if rank == JOB_OUTPUT else f"rank {rank} "
+
+
 def entry_segments(entry: Entry) -> list[Segment]:
     rank, stream, text = entry
     text = printable(text)
     if rank is None:
         return [Segment(text, _NOTE)]
     text = own_words(rank, text)
-    prefix = Segment(f"rank {rank} ", _PREFIX[rank % len(_PREFIX)])
+    prefix = Segment(_label(rank), _PREFIX[rank % len(_PREFIX)])
     return [prefix, Segment(text, _STDERR if stream == "stderr" else None)]
 
 
@@ -70,7 +76,7 @@ def entry_width(entry: Entry) -> int:
     if rank is not None:
         text = own_words(rank, text)
     width = len(text) if text.isascii() else cell_len(text)
-    return width + (0 if rank is None else len(f"rank {rank} "))
+    return width + (0 if rank is None else len(_label(rank)))
 
 
 class LogPane(ScrollView):

@@ -54,11 +54,16 @@ class LogView(Vertical):
     def reset(self, ranks: int) -> None:
         self._lines.clear()
         self._unseen = 0
+        self.set_ranks(ranks)
+        self.query_one("#log-search", Input).value = ""  # a new run's log starts unfiltered
+        self.query_one(LogPane).clear()
+
+    def set_ranks(self, ranks: int) -> None:
+        """The rank filter's choices: every rank, or one of ``ranks`` (a command's grow as its
+        processes join); the filter goes back to every rank, the lines stay."""
         options = [("all ranks", -1)] + [(f"rank {r}", r) for r in range(ranks)]
         self.query_one("#log-rank", Select).set_options(options)
         self.query_one("#log-rank", Select).value = -1
-        self.query_one("#log-search", Input).value = ""  # a new run's log starts unfiltered
-        self.query_one(LogPane).clear()
 
     def focus_search(self) -> None:
         """Put the cursor in the search (`/` in the Run view): letters typed there stay there."""

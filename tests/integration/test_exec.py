@@ -1,0 +1,195 @@
+"""`mgpu-tui exec -- COMMAND`: a command line run as given, its ranks followed whatever starts them.
+
+The seed's own example (tests/scripts/spawn_ddp.py, the PyTorch DDP tutorial's shape: mp.spawn from
+__main__, MASTER_PORT set by the script), a fork start method, a one-process job with and without
+nn.DataParallel, and a command in which no process becomes a rank; each against the script's own
+account (its RESULT lines). The frameworks' own launchers are in tests/frameworks."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, summary_from
+
+SCRIPTS = REPO / "tests" / "scripts"
+SPAWN = str(SCRIPTS / "spawn_ddp.py")
+
+
+def execute(tmp_path: Path, *command: str, ours=(), env=None, timeout=120):
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [*CLI, "exec", "--run-dir", str(runs), "--json", *ours, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env=env,
+    )
+    return done, only_run_dir(runs)
+
+
+def test_the_tutorials_mp_spawn_example_is_two_ranks_with_their_own_figures(tmp_path):
+    """Run from inside what looks like a torchrun worker (mgpu-tui run --script once started its
+    scripts there): with a fixed MASTER_PORT, the spawned ranks took the worker's agent store and
+    waited for ever. Under exec, none of that environment reaches the command."""
+    port = 20000 + os.getpid() % 20000
+    worker = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "x", "RANK": "0",
+              "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip
+    done, run_dir = execute(
+        tmp_path, sys.executable, SPAWN, "--port", str(port), env={**os.environ, **worker}
+    )
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok" and summary.mode == "exec", done.stderr
+    truth = results_of(done.stderr)
+    assert sorted(truth) == [0, 1]
+    assert summary.world_size == 2 and summary.backend == "gloo" and summary.device == "cpu"
+    assert summary.steps == 20 and summary.batch_size == 32 and summary.finished_training
+    for rank in summary.ranks:
+        assert rank.last_step == 20 and rank.samples_per_s > 0 and rank.pid
+        assert abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6
+        assert rank.peak_mem_bytes > 50 << 20
+    assert {r.rank for r in summary.telemetry.ranks} == {0, 1}  # each rank's own process, sampled
+    parent = [p for p in summary.processes if p.rank is None]  # mp.spawn's parent: no rank, seen
+    assert parent and all(p.of_rank is None for p in parent)
+    assert live_processes_of(run_dir) == []
+
+
+def test_a_spawned_rank_that_raises_is_the_root_cause_with_its_exception(tmp_path):
+    done, run_dir = execute(tmp_path, sys.executable, SPAWN, "--fail-rank", "1", "--fail-at", "5")
+    assert done.returncode == 1, done.stderr
+    cause = summary_from(done.stdout).root_cause
+    assert cause.rank == 1 and cause.message == "ValueError: corrupt sample in shard 1 at step 5"
+    assert 'spawn_ddp.py", line' in cause.traceback and "in get_batch" in cause.traceback
+    assert "process_watch" not in cause.traceback and "ProcessRaisedException" not in cause.message
+    assert live_processes_of(run_dir) == []
+
+
+def test_a_spawned_rank_stuck_in_its_data_loading_is_named_with_its_collective(tmp_path):
+    runs = tmp_path / "runs"
+    args = ["--hang-rank", "1", "--hang-at", "6", "--steps", "100000"]
+    proc = subprocess.Popen(
+        [*CLI, "exec", "--run-dir", str(runs), "--json", "--stall-timeout", "3", "--",
+         sys.executable, SPAWN, *args],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    said, deadline = "", time.monotonic() + 90
+    while time.monotonic() < deadline and "the run goes on" not in said:
+        said += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, said
+    stall = summary_from(out).stall
+    assert stall is not None and stall.culprit == 1, said
+    assert stall.verdict.startswith("rank 1 never entered all_reduce(")
+    assert "rank 1 is in get_batch at spawn_ddp.py:" in stall.verdict
+    assert live_processes_of(only_run_dir(runs)) == []
+
+
+def test_ranks_forked_by_start_processes_are_two_ranks_each_with_its_own_figures(tmp_path):
+    done, run_dir = execute(tmp_path, sys.executable, SPAWN, "--start-method", "fork", "--steps", "12")
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok", done.stderr
+    truth = results_of(done.stderr)
+    assert summary.world_size == 2 and [r.rank for r in summary.ranks] == [0, 1]
+    assert len({r.pid for r in summary.ranks}) == 2  # two processes, not one file written twice
+    for rank in summary.ranks:
+        assert rank.last_step == 12 and abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6
+    assert live_processes_of(run_dir) == []
+
+
+@pytest.mark.parametrize("shape", ["plain", "DataParallel"])
+def test_a_one_process_job_counts_its_samples_and_tokens_at_its_model(tmp_path, shape):
+    extra = ["--data-parallel"] if shape == "DataParallel" else []
+    done, _ = execute(tmp_path, sys.executable, str(SCRIPTS / "one_process.py"), *extra)
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok", done.stderr
+    (truth,) = results_of(done.stderr).values()
+    (rank,) = summary.ranks
+    assert summary.world_size == 1 and summary.backend is None and rank.last_step == 12
+    assert summary.batch_size == truth["batch"] and rank.samples_per_s > 0
+    assert rank.tokens_per_s == pytest.approx(rank.samples_per_s * truth["seq"])
+    assert abs(rank.loss - truth["loss"]) < 1e-6
+    source = "the batches entering DataParallel, which has no GPU here" if extra else "TinyLM"
+    assert source in summary.batch_size_source
+
+
+def test_a_command_whose_processes_never_become_ranks_says_what_it_saw(tmp_path):
+    program = textwrap.dedent(
+        """
+        import multiprocessing as mp, time, torch
+        def work(_):
+            x, end = torch.randn(64, 64), time.monotonic() + 3  # long enough to be seen by a scan
+            while time.monotonic() < end:
+                x = torch.tanh(x @ x)
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2) as pool:
+                pool.map(work, range(2))
+        """
+    )
+    done, run_dir = execute(tmp_path, sys.executable, "-c", program)
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok" and summary.world_size == 0 and summary.steps == 0, done.stderr
+    assert summary.note.startswith("no process of this job joined a process group or stepped an optimizer")
+    assert "3 process(es) used" in summary.note and "cores" in summary.note
+    assert len(summary.processes) == 3 and sum(p.cpu_s > 1 for p in summary.processes) == 2
+    text = subprocess.run([*CLI, "runs", "--run-dir", str(run_dir.parent)], capture_output=True, text=True)
+    assert text.returncode == 0, text.stderr
+
+
+def test_the_sitecustomize_it_shadows_still_runs_and_a_python_without_mgpu_tui_sees_nothing(tmp_path):
+    """The user's own sitecustomize (here on their PYTHONPATH) runs as it would bare; an interpreter
+    that cannot load mgpu-tui's watch prints exactly what it prints bare."""
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
+    program = "import os, torch; print('site', os.environ.get('SITE_RAN'))"
+    env = {**os.environ, "PYTHONPATH": str(own)}
+    done, _ = execute(tmp_path, sys.executable, "-c", program, env=env)
+    assert summary_from(done.stdout).status == "ok", done.stderr
+    assert "site yes" in done.stderr
+    # An interpreter that has torch but cannot load mgpu-tui: the base Python, with the environment's
+    # packages on its path (their .pth files, mgpu-tui's editable finder among them, are not read).
+    packages = next(p for p in sys.path if p.endswith("site-packages") and p.startswith(sys.prefix))
+    base = {**env, "PYTHONPATH": f"{own}{os.pathsep}{packages}", "MGPU_WATCH_PATHS": ""}
+    base_python = getattr(sys, "_base_executable", sys.executable)
+    bare = subprocess.run([base_python, "-c", program], capture_output=True, text=True, env=base, timeout=60)
+    assert bare.returncode == 0 and "site yes" in bare.stdout, bare.stderr
+    runs = tmp_path / "again"
+    blind = subprocess.run(
+        [*CLI, "exec", "--run-dir", str(runs), "--", "env", "MGPU_WATCH_PATHS=", base_python, "-c", program],
+        capture_output=True, text=True, timeout=120, env=base,
+    )  # fmt: skip
+    assert blind.returncode == 0, blind.stderr
+    output = only_run_dir(runs) / "logs" / "command"
+    assert (output / "stdout.log").read_text() == bare.stdout
+    assert (output / "stderr.log").read_text() == bare.stderr
+
+
+def test_bad_exec_lines_are_one_sentence_and_exit_2(tmp_path):
+    for argv, said in (
+        ([], "give the command to run"),
+        (["--", "no-such-program-here"], "no-such-program-here: command not found"),
+        (["--", "./nothing.sh"], "./nothing.sh: no such executable file"),
+        (["--bogus", "--", "true"], "unknown option(s): --bogus"),
+    ):
+        done = subprocess.run([*CLI, "exec", *argv], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert done.returncode == 2 and said in done.stderr, (argv, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+    assert not (tmp_path / "runs").exists()  # nothing was started, nothing left behind
+
+
+def test_the_summary_json_of_a_command_reads_back(tmp_path):
+    done, run_dir = execute(tmp_path, sys.executable, str(SCRIPTS / "one_process.py"), "--steps", "3")
+    written = json.loads((run_dir / "summary.json").read_text())
+    assert written["mode"] == "exec" and written["program"].endswith("one_process.py --steps 3")
+    opened = subprocess.run(
+        [*CLI, "runs", "--run-dir", str(run_dir.parent), "--json"], capture_output=True, text=True
+    )
+    assert opened.returncode == 0 and "exec" in opened.stdout, opened.stderr
