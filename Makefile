@@ -26,15 +26,15 @@ test-fast: install
 test-hosts: install
 	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
 
-# Real frameworks under mgpu-tui, each against its own log (tests/frameworks): Lightning, accelerate
-# and transformers are installed for it alone; CI runs it after `make test`.
+# Real frameworks under mgpu-tui, each against its own log (tests/frameworks): Lightning, accelerate,
+# transformers and DeepSpeed are installed for it alone; CI runs it after `make test`.
 test-frameworks: $(VENV)/.installed-frameworks
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m frameworks --durations=12 tests/frameworks
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed-frameworks: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -e '.[dev,frameworks]'
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet -e '.[dev,frameworks]'
 	touch $@
 
 # Reinstall when the dependencies change: the app's first, then the dev tools.

@@ -23,6 +23,8 @@ Entries:
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
+- ``exec-start`` and ``exec-first-step``: what ``mgpu-tui exec`` costs a command's processes
+  (bench/exec_costs.py says how). Goals: <= 5 ms at start, <= 0.3 s to the first step.
 - ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
 - ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
   the tests, an HGX H100 box), the host and 16 real processes; and the share of
@@ -64,6 +66,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from exec_costs import bench_exec_first_step, bench_exec_start
 
 from mgpu_tui.console import table as console_table
 from mgpu_tui.engine.planning.shapes import MODELS
@@ -853,6 +857,8 @@ def main() -> None:
             "reporter",
             "bootstrap",
             "first-step",
+            "exec-start",
+            "exec-first-step",
             "help",
             "telemetry",
             "app",
@@ -875,6 +881,8 @@ def main() -> None:
         "reporter",
         "bootstrap",
         "first-step",
+        "exec-start",
+        "exec-first-step",
         "telemetry",
         "app",
         "check",
@@ -896,6 +904,18 @@ def main() -> None:
             print(bench_bootstrap(300), flush=True)
         elif entry == "first-step":
             print(bench_first_step(args.pairs or 8), flush=True)
+        elif entry in ("exec-start", "exec-first-step"):
+            title, rows = (
+                bench_exec_start(args.pairs or 60)
+                if entry == "exec-start"
+                else bench_exec_first_step(args.pairs or 30)
+            )
+            print(
+                title
+                + "\n"
+                + table(["", "pairs", "median (ms)" if entry == "exec-start" else "median (s)"], rows),
+                flush=True,
+            )
         elif entry == "telemetry":
             print(bench_telemetry(200, 10.0), flush=True)
         elif entry == "app":

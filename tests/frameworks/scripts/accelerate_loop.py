@@ -3,7 +3,8 @@ gradient accumulation, ``accelerator.prepare`` of the model, optimizer and DataL
 ``accelerator.accumulate(model)`` context, ``accelerator.backward(loss)``. It knows nothing of
 mgpu-tui. Each rank prints its own account at the end:
     RESULT {"rank": 0, "world_size": 2, "steps": 6, "batch": 8, "accumulation": 2, "loss": 0.1}
-where steps are optimizer steps and batch is one rank's micro-batch.
+where steps are optimizer steps, batch is one rank's micro-batch and loss the last step's (the mean
+of its micro-batches' losses).
 """
 
 import json
@@ -27,14 +28,16 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loader = DataLoader(data, batch_size=BATCH, shuffle=False)
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    steps, loss = 0, None
+    steps, micro, step_loss = 0, [], None
     for inputs, targets in loader:
         with accelerator.accumulate(model):
             loss = F.mse_loss(model(inputs), targets)
+            micro.append(loss.item())
             accelerator.backward(loss)
             optimizer.step()
             if accelerator.sync_gradients:
                 steps += 1
+                step_loss, micro = sum(micro) / len(micro), []  # the step's loss: its micro-batches' mean
             optimizer.zero_grad()
     result = {
         "rank": accelerator.process_index,
@@ -42,7 +45,7 @@ def main():
         "steps": steps,
         "batch": BATCH,
         "accumulation": ACCUMULATION,
-        "loss": loss.item(),
+        "loss": step_loss,
     }
     sys.stdout.write(f"RESULT {json.dumps(result)}\n")
     sys.stdout.flush()

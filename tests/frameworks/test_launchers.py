@@ -1,0 +1,74 @@
+"""The frameworks' own launchers under `mgpu-tui exec`, unchanged, 2 CPU ranks each: Lightning's
+(the script runs itself again for rank 1), accelerate launch (torch elastic inside accelerate's own
+process), and DeepSpeed's (one process a rank, RANK and WORLD_SIZE in the environment, its shared-memory
+op built with ninja first). Every rank, world size, steps, batch and loss against the job's own log."""
+
+import os
+import sys
+
+import pytest
+
+from conftest import live_processes_of, only_run_dir, results_of, summary_from
+from frameworks_helpers import BIN, SCRIPTS, run_exec
+
+CPU_ACCELERATE = {**os.environ, "ACCELERATE_USE_CPU": "1"}
+
+
+def finished(done, tmp_path):
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok", done.stderr[-4000:]
+    assert live_processes_of(only_run_dir(tmp_path / "runs")) == []
+    return summary, results_of(done.stderr)
+
+
+def test_lightnings_own_launcher_two_ranks(tmp_path):
+    done = run_exec(tmp_path, sys.executable, str(SCRIPTS / "lightning_ddp.py"))
+    summary, truth = finished(done, tmp_path)
+    assert sorted(truth) == [0, 1] and summary.mode == "exec"
+    assert summary.world_size == 2 and summary.steps == 12 and summary.batch_size == 16
+    for rank in summary.ranks:
+        assert rank.last_step == truth[rank.rank]["steps"] == 12 and rank.samples_per_s > 0
+        assert abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6
+
+
+def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):
+    script = str(SCRIPTS / "accelerate_loop.py")
+    launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]
+    done = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
+    summary, truth = finished(done, tmp_path)
+    assert sorted(truth) == [0, 1] and summary.world_size == 2 and summary.steps == 6
+    mine = truth[0]
+    assert (
+        summary.batch_size == mine["batch"] * mine["accumulation"] * 2
+    )  # micro-batch x accumulation x ranks
+    for rank in summary.ranks:
+        assert rank.last_step == 6 and abs(rank.loss - truth[rank.rank]["loss"]) < 1e-5
+
+
+def test_accelerate_launch_a_hugging_face_trainer(tmp_path):
+    script = str(SCRIPTS / "hf_trainer.py")
+    launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]
+    done = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
+    summary, truth = finished(done, tmp_path)
+    mine = truth[0]
+    assert summary.world_size == 2 and summary.steps == mine["steps"] == 6
+    assert summary.batch_size == mine["batch"] * mine["accumulation"] * 2
+    assert all(r.samples_per_s > 0 and r.tokens_per_s > 0 for r in summary.ranks)
+    # The Trainer logs the mean over the ranks of each rank's step loss: the ranks' own, averaged.
+    mean = sum(r.loss for r in summary.ranks) / 2
+    assert mean == pytest.approx(mine["losses"][-1], abs=1e-4)
+
+
+def test_the_deepspeed_launcher_every_rank_and_no_stall_while_its_op_builds(tmp_path):
+    """DeepSpeed builds its shared-memory op with ninja before the first step (tens of seconds, the
+    ranks' main threads waiting in a subprocess): with a 5 s stall timeout that stops the run, the
+    build is not a stall, as the ranks' own compiler processes work."""
+    env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
+    launch = [str(BIN / "deepspeed"), "--num_gpus", "2", str(SCRIPTS / "deepspeed_train.py")]
+    stop_on_stall = ("--stall-timeout", "5", "--on-stall", "stop")
+    done = run_exec(tmp_path, *launch, ours=stop_on_stall, env=env, timeout=400)
+    summary, truth = finished(done, tmp_path)
+    assert sorted(truth) == [0, 1] and summary.world_size == 2 and summary.stall is None
+    assert summary.steps == 8 and summary.batch_size == 8
+    for rank in summary.ranks:
+        assert rank.last_step == 8 and abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6
