@@ -331,3 +331,35 @@ def test_every_wrapped_api_called_with_keywords_computes_what_bare_torchrun_does
     assert watched.stderr.count(said) == 2, watched.stderr
     assert "Traceback" not in watched.stderr
     assert live_processes_of(only_run_dir(runs)) == []
+
+
+BUILDS_FIRST = """
+import subprocess, sys, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+# As DeepSpeed builds a C++ op, each rank waits on a compiler of its own (here: 8 s of arithmetic).
+subprocess.run([sys.executable, "-c", "import time\\nend = time.time() + 8\\nwhile time.time() < end: sum(range(10000))"], check=True)
+model = DDP(torch.nn.Linear(8, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    model(torch.randn(4, 8)).sum().backward()
+    optimizer.step()
+dist.destroy_process_group()
+"""
+
+
+def test_ranks_waiting_on_their_own_busy_children_are_not_stalled(tmp_path):
+    """Both ranks silent for over twice the stall timeout, each in subprocess.run while its child
+    works (an op being built): with --on-stall stop, a stall would end the run. Their children's
+    CPU is their movement."""
+    script = tmp_path / "builds_first.py"
+    script.write_text(BUILDS_FIRST)
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", "--stall-timeout", "3",
+         "--on-stall", "stop", str(script)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok" and summary.stall is None and summary.steps == 3, done.stderr
+    assert live_processes_of(only_run_dir(runs)) == []
