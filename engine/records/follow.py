@@ -153,7 +153,6 @@ class FollowedRun(IngestReadings):
         if record.status is RecordStatus.BROKEN:
             raise RecordError(f"{path} cannot be opened: {record.reason}.")
         spec, _, node = read_spec(path)
-        self.world_size = spec.world_size
         # A script says no total: its steps are counted, not requested.
         self.steps_requested: int | None = None if spec.program else (spec.steps or 0)
         self.requested_stall_timeout = spec.stall_timeout
@@ -162,18 +161,31 @@ class FollowedRun(IngestReadings):
         self.recorded_spec = spec
         self.run_dir = RunDir(path, node=node)
         self.what = record.what
-        self.label = f"{record.label} on {self.world_size} rank{'s' if self.world_size != 1 else ''}"
+        world = spec.world_size if spec.world_size is not None else record.world_size
+        ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
+        self.label = f"{record.label} on {ranks}"
         self.summary: RunSummary | None = None
         self.state = FollowState.RUNNING
         self.telemetry = TelemetrySeries()
         self.nnodes = spec.nnodes
-        self._ingest = Ingest(self.run_dir, self.world_size, restarts=restarts, log_dirs=self._log_dirs)
+        self._ingest = Ingest(
+            self.run_dir,
+            spec.world_size,  # None: a command's, learned from its ranks' events as a live run does
+            restarts=restarts,
+            log_dirs=self._log_dirs,
+            command_output=bool(spec.command),
+        )
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
         self._written: set[int] = set()  # several nodes: those whose spec is in the folder, as last listed
         self._node_tails: dict[int, FileTail] = {}  # several nodes: each node's telemetry file
         self._machines: dict[int, NodeMachine] = {}
         self.live_at_open = self.followed()
+
+    @property
+    def world_size(self) -> int:
+        """The job's ranks: its spec's, or a command's as its ranks said (0 before any did)."""
+        return self._ingest.world_size or 0
 
     def launch_spec(self) -> tuple[LaunchSpec, int] | None:
         """(the spec to run it again, its ranks) for a run of a built-in mode or of a script of one
@@ -183,7 +195,8 @@ class FollowedRun(IngestReadings):
         program = spec.program is not None
         try:
             again = LaunchSpec(
-                mode="script" if program else str(spec.mode),
+                mode="exec" if spec.command else "script" if program else str(spec.mode),
+                command=spec.command,
                 steps=spec.steps or 0,
                 batch_size=spec.batch_size or 0,
                 amp=spec.amp,
@@ -204,7 +217,7 @@ class FollowedRun(IngestReadings):
             return None
         if program and spec.nnodes > 1:
             return None  # a job of several nodes starts on each of them, not from here
-        return again, spec.nproc or self.world_size
+        return again, spec.nproc or self.world_size or 1
 
     def _log_dirs(self) -> list[tuple[RunDir, int]]:
         """Every node's logs in the folder the nodes share, each with its first global rank; one

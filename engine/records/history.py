@@ -11,7 +11,9 @@ by (made by an mgpu-tui from before the lock).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +34,7 @@ MAX_RUNS = 10_000  # a folder with more entries is read up to this many
 MAX_WORLD = 1 << 16  # ranks a recorded run may claim: more is no run of this machine's making
 MAX_NNODES = 1 << 12  # nodes a recorded run may claim (as the command line's --nnodes)
 MAX_NAME = 200  # characters of a mode, script or module name kept
+MAX_COMMAND_WORDS = 4096  # a command line's words (mgpu-tui exec), as its spec.json keeps them
 
 
 class RecordError(ValueError):
@@ -43,10 +46,11 @@ class RecordedSpec:
     """What a run's spec.json says it ran (ResolvedSpec.to_json, read back): every field checked by
     protocol/typed.py, the world bounded; what the records read of a spec, and nothing else."""
 
-    world_size: int
+    world_size: int | None  # None: a command's (mgpu-tui exec), whose ranks said how many they were
     mode: str | None = None
     script: str | None = None
     module: str | None = None
+    command: tuple[str, ...] = ()
     nproc: int | None = None
     nnodes: int = 1
     steps: int | None = None
@@ -72,9 +76,13 @@ class RecordedSpec:
     comparison: str | None = None  # the comparison it was a row of (LaunchSpec.comparison)
 
     def __post_init__(self) -> None:
-        if not 1 <= self.world_size <= MAX_WORLD:
+        if self.world_size is None and not self.command:
+            raise Invalid("world_size: none, for a run that is not a command's")
+        if self.world_size is not None and not 1 <= self.world_size <= MAX_WORLD:
             raise Invalid(f"world_size: {self.world_size} is not between 1 and {MAX_WORLD:,}")
-        if not 1 <= self.nnodes <= min(self.world_size, MAX_NNODES):
+        if len(self.command) > MAX_COMMAND_WORDS:
+            raise Invalid(f"command: more than {MAX_COMMAND_WORDS} words")
+        if not 1 <= self.nnodes <= min(self.world_size or 1, MAX_NNODES):
             bound = f"between 1 and the world size (at most {MAX_NNODES:,})"
             raise Invalid(f"nnodes: {self.nnodes} is not {bound}")
         if self.comparison is not None and not NAME.fullmatch(self.comparison):
@@ -82,8 +90,8 @@ class RecordedSpec:
 
     @property
     def program(self) -> str | None:
-        """The user's own script or module, for a run of one."""
-        return self.script or self.module
+        """The user's own script, module or command line, for a run of one."""
+        return self.script or self.module or (shlex.join(self.command) if self.command else None)
 
     @property
     def what(self) -> str:
@@ -204,6 +212,10 @@ def read_run(path: Path) -> RunRecord:
         return record(RecordStatus.RUNNING if is_followed(lock) else RecordStatus.CUT_OFF)
     except (OSError, ValueError) as exc:
         return record(RecordStatus.BROKEN, reason=_unreadable("summary.json", exc))
+    if world is None:  # a command's: its ranks said how many they were
+        return dataclasses.replace(
+            record(RecordStatus.of(summary.status), summary), world_size=summary.world_size
+        )
     return record(RecordStatus.of(summary.status), summary)
 
 

@@ -23,6 +23,7 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability
 from mgpu_tui.engine.planning.shapes import MODELS
+from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.errors import UsageError
 
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
@@ -39,9 +40,11 @@ def one_row(label: str) -> Text:
 
 def program_label(spec: LaunchSpec) -> str:
     """The mode list's entry for a user's own program: what Start runs, with its arguments."""
+    bare = ", bare" if not spec.instrument else ""
+    if spec.command:
+        return f"your command{bare}: {short_line(spec.program or '', 200)}"
     program = spec.script or f"-m {spec.module}"
     said = " ".join([program, *spec.demo_args])
-    bare = ", bare" if not spec.instrument else ""
     return f"your script{bare}: {said}"
 
 
@@ -226,11 +229,11 @@ class RunForm(Horizontal):
         """The launch the form describes; UsageError with one sentence when a field is wrong."""
         name = chosen(self.query_one("#mode", Select))
         if name == SCRIPT.name and self.program is not None:  # the script as it ran, on these ranks
-            ranks = whole_numbers(self, {"nproc": "nproc"})["nproc"]
             device = as_device(chosen(self.query_one("#device", Select)))
-            return replace(
-                self.program, nproc=ranks, device=device, nice=UI_RANK_NICE, run_root=self.run_root
-            )
+            again = replace(self.program, device=device, nice=UI_RANK_NICE, run_root=self.run_root)
+            if again.command:  # a command starts its own ranks: it runs again as it is
+                return again
+            return replace(again, nproc=whole_numbers(self, {"nproc": "nproc"})["nproc"])
         numbers = whole_numbers(self, {"nproc": "nproc", "steps": "steps", "batch": "batch"})
         mode = MODES[name]
         return LaunchSpec(
@@ -254,7 +257,7 @@ class RunForm(Horizontal):
         """Show a run started from elsewhere (``mgpu-tui run ... --tui``) or reopened as the form's
         values, so that Start runs it again; a user's own script becomes the mode list's last entry."""
         mode = self.query_one("#mode", Select)
-        if spec.script or spec.module:
+        if spec.program:
             self.program = spec
             mode.set_options(self._mode_options())
             mode.value = SCRIPT.name
@@ -271,10 +274,14 @@ class RunForm(Horizontal):
             share.value = spec.share_gpus
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        """A script says its own steps and batch: those fields are off while it is chosen."""
+        """A script says its own steps and batch (a command its ranks too): those fields are off
+        while it is chosen."""
         if event.select.id == "mode":
+            own = event.value == SCRIPT.name
             for field in ("#steps", "#batch"):
-                self.query_one(field, Input).disabled = event.value == SCRIPT.name
+                self.query_one(field, Input).disabled = own
+            command = own and self.program is not None and bool(self.program.command)
+            self.query_one("#nproc", Input).disabled = command
 
     def running(self, active: bool) -> None:
         # Out of the way while a run goes (s stops it): its fields cannot change a running
