@@ -26,8 +26,9 @@ test-fast: install
 test-hosts: install
 	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
 
-# Real frameworks under mgpu-tui, each against its own log (tests/frameworks): Lightning, accelerate,
-# transformers and DeepSpeed are installed for it alone; CI runs it after `make test`.
+# The launch lines users have, under mgpu-tui, each against the job's own log (tests/frameworks):
+# Lightning, accelerate, transformers and DeepSpeed (installed for this stage alone) with their own
+# launchers, and more shapes of `mgpu-tui exec`; about two minutes. CI runs it after `make test`.
 test-frameworks: $(VENV)/.installed-frameworks
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m frameworks --durations=12 tests/frameworks
 

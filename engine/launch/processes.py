@@ -168,25 +168,35 @@ class ProcessTree:
         found.sort(key=lambda p: -(p.cpu_s or 0.0))
         return tuple(found[:MAX_PROCESSES_KEPT])
 
-    def children_cpu_s(self, pid: int) -> float | None:
-        """The CPU seconds the live descendants of a recorded process have used (None: it is not
-        one, or is gone): a rank busy through its children (a compiler) is not stalled."""
-        if not self.is_descendant(pid):
-            return None
-        try:
-            proc = psutil.Process(pid)
-            own = proc.cpu_times()  # its children that ended and were reaped are counted here
-            children = proc.children(recursive=True)
-        except psutil.Error:
-            return None
-        total = own.children_user + own.children_system
-        for child in children:
+    def children_cpu_s(self, pids: list[int]) -> dict[int, float]:
+        """For each recorded process of ``pids`` still alive, the CPU seconds its descendants have
+        used (the ones it reaped included): one scan of the processes for all. A rank busy through
+        its children (a compiler) is not stalled."""
+        mine = [pid for pid in pids if self.is_descendant(pid)]
+        if not mine:
+            return {}
+        parent: dict[int, int] = {}
+        used: dict[int, float] = {}
+        for proc in psutil.process_iter(["ppid", "cpu_times"]):
+            times = proc.info["cpu_times"]
+            parent[proc.pid] = proc.info["ppid"]
+            if times is not None:
+                used[proc.pid] = times.user + times.system + times.children_user + times.children_system
+        found = {}
+        for pid in mine:
             try:
-                times = child.cpu_times()
+                own = psutil.Process(pid).cpu_times()
             except psutil.Error:
                 continue
-            total += times.user + times.system + times.children_user + times.children_system
-        return total
+            total = own.children_user + own.children_system
+            for child, cpu in used.items():
+                above, depth = parent.get(child), 0
+                while above is not None and above != pid and depth < 64:
+                    above, depth = parent.get(above), depth + 1
+                if above == pid:
+                    total += cpu
+            found[pid] = total
+        return found
 
     def was_rank(self, pid: int) -> bool:
         """Whether ``pid`` was recorded in this run's tree below the launcher: a rank, or a

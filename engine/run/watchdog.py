@@ -222,8 +222,7 @@ class Watchdog:
         self._stall_checked_at = 0.0
         self._failed_at: float | None = None  # when torchrun began to stop the ranks after a failure
         self._ranks_killed = False
-        self._children_cpu: dict[int, float | None] = {}  # rank -> its child processes' CPU seconds
-        self._children_moved: dict[int, float] = {}  # rank -> when its children last used the CPU
+        self._children_cpu: dict[int, float | None] = {}  # silent rank -> its children's CPU seconds
         # torchrun's own log, followed for the line that says it is stopping the ranks.
         watch = resolved.mode.multi_process and resolved.spec.max_restarts == 0
         self._launcher_tail = FileTail(run_dir.launcher_log, max_line=64 * 1024) if watch else None
@@ -257,26 +256,32 @@ class Watchdog:
         if self._launcher_tail is not None:
             self._launcher_tail.close()
 
-    def _working_children(self, liveness: Liveness) -> Liveness:
-        """A rank whose own child processes used the CPU since the last look (a C++ op being built,
-        a compile worker) moves, though its main thread waits for them: as if it had spoken then."""
-        now = time.time()
+    def _working_children(self, stalled: tuple[StalledRank, ...]) -> tuple[StalledRank, ...]:
+        """Of the silent ranks, those whose own child processes did not use the CPU since the last
+        look: a rank waiting on its compiler (a C++ op being built) moves through it. Looked at only
+        while some rank is silent (one scan of the processes for all of them); a rank first found
+        silent moves until a second look can tell."""
         local = self.local_ranks()
-        for rank, pid in local.items():
-            used = self.tree.children_cpu_s(pid)
-            before = self._children_cpu.get(rank)
-            self._children_cpu[rank] = used
-            if before is not None and used is not None and used - before >= CHILDREN_BUSY_S:
-                self._children_moved[rank] = now
-        return [(rank, max(t, self._children_moved.get(rank, t)) if t is not None else t, step, done)
-                for rank, t, step, done in liveness]  # fmt: skip
+        pids = {r.rank: local[r.rank] for r in stalled if r.rank in local}
+        used = self.tree.children_cpu_s(list(pids.values())) if pids else {}
+        still = []
+        for r in stalled:
+            now = used.get(pids.get(r.rank, -1))
+            before = self._children_cpu.get(r.rank)
+            self._children_cpu[r.rank] = now
+            working = now is not None and (before is None or now - before >= CHILDREN_BUSY_S)
+            if not working:
+                still.append(r)
+        for rank in set(self._children_cpu) - {r.rank for r in stalled}:
+            del self._children_cpu[rank]  # it spoke: its next silence starts afresh
+        return tuple(still)
 
     def _stall(self) -> None:
         if self.stall is not None:
             return
         timeout = self.stall_timeout()
-        liveness = self._working_children(self.ingest.liveness())
-        stalled = find_stalled(liveness, timeout, time.time())
+        liveness = self.ingest.liveness()
+        stalled = self._working_children(find_stalled(liveness, timeout, time.time()))
         self.silent = stalled
         if not stalled:
             return

@@ -303,22 +303,21 @@ def test_every_wrapped_api_called_with_keywords_computes_what_bare_torchrun_does
     script computes under the watch exactly what it computes under plain torchrun (Lightning's
     DDP strategy crashed on the first of these), and mgpu-tui says once what it could not read."""
     script = str(SCRIPTS / "keyword_calls.py")
-    bare = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
+    runs = tmp_path / "runs"
+    lines = {  # at once: each is a few seconds of starting processes
+        "bare": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
+        "watched": [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", script],
+    }
+    started = {
+        how: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+        for how, argv in lines.items()
+    }
+    ended = {how: (proc, *proc.communicate(timeout=120)) for how, proc in started.items()}
+    bare = subprocess.CompletedProcess(lines["bare"], ended["bare"][0].returncode, *ended["bare"][1:])
+    watched = subprocess.CompletedProcess(
+        lines["watched"], ended["watched"][0].returncode, *ended["watched"][1:]
     )
     assert bare.returncode == 0, bare.stderr
-    runs = tmp_path / "runs"
-    watched = subprocess.run(
-        [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-    )
     summary = summary_from(watched.stdout)
     assert summary.status == "ok", watched.stderr
     truth = results_of(bare.stdout)
@@ -337,8 +336,9 @@ BUILDS_FIRST = """
 import subprocess, sys, torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo")
-# As DeepSpeed builds a C++ op, each rank waits on a compiler of its own (here: 8 s of arithmetic).
-subprocess.run([sys.executable, "-c", "import time\\nend = time.time() + 8\\nwhile time.time() < end: sum(range(10000))"], check=True)
+# As DeepSpeed builds a C++ op, each rank waits on a compiler of its own (here: 6 s of arithmetic).
+BUSY = "import time\\nend = time.time() + 6\\nwhile time.time() < end: sum(range(10000))"
+subprocess.run([sys.executable, "-c", BUSY], check=True)
 model = DDP(torch.nn.Linear(8, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for _ in range(3):
@@ -349,14 +349,14 @@ dist.destroy_process_group()
 
 
 def test_ranks_waiting_on_their_own_busy_children_are_not_stalled(tmp_path):
-    """Both ranks silent for over twice the stall timeout, each in subprocess.run while its child
+    """Both ranks silent for three times the stall timeout, each in subprocess.run while its child
     works (an op being built): with --on-stall stop, a stall would end the run. Their children's
     CPU is their movement."""
     script = tmp_path / "builds_first.py"
     script.write_text(BUILDS_FIRST)
     runs = tmp_path / "runs"
     done = subprocess.run(
-        [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", "--stall-timeout", "3",
+        [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", "--stall-timeout", "2",
          "--on-stall", "stop", str(script)],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
