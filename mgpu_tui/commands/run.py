@@ -106,6 +106,24 @@ def machine_lines(summary: RunSummary) -> list[str]:
     return lines
 
 
+def other_processes_line(summary: RunSummary) -> str | None:
+    """A command's processes that were no rank (its launcher, the ranks' data-loader and compile
+    workers), each group under whom it ran, with the CPU it used and its largest memory."""
+    others = [p for p in summary.processes if p.rank is None]
+    if not others:
+        return None
+    groups: dict[int | None, list] = {}
+    for p in others:
+        groups.setdefault(p.of_rank, []).append(p)
+    parts = []
+    for owner, procs in sorted(groups.items(), key=lambda g: -1 if g[0] is None else g[0]):
+        whose = "the launcher's" if owner is None else f"rank {owner}'s"
+        cpu = sum(p.cpu_s or 0.0 for p in procs)
+        peak = max((p.rss_peak_bytes or 0 for p in procs), default=0)
+        parts.append(f"{whose} {len(procs)} ({cpu:.1f} CPU s, largest {fmt_bytes(peak)})")
+    return "processes that were no rank: " + ", ".join(parts)
+
+
 def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0f}%"
 
@@ -122,7 +140,9 @@ def summary_text(summary: RunSummary) -> str:
     )
     if summary.world_size == 0:  # a command in which no process became a rank: what was seen instead
         cause = f"\ncause: {summary.root_cause.headline()}" if summary.root_cause else ""
-        notes = [f"note: {summary.note}", *machine_lines(summary), f"run directory {summary.run_dir}"]
+        others = other_processes_line(summary)
+        notes = [f"note: {summary.note}", *machine_lines(summary), *([others] if others else [])]
+        notes.append(f"run directory {summary.run_dir}")
         return plain("\n".join([head + cause, *notes]))
     tokens = any(r.tokens_per_s for r in summary.ranks)
     rows = [
@@ -153,7 +173,13 @@ def summary_text(summary: RunSummary) -> str:
     if spread:
         timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
     timing += f"  launch to first step {fmt_seconds(summary.launch_to_first_step_s)}"
-    notes = [*memory_lines(summary), *machine_lines(summary), f"run directory {summary.run_dir}"]
+    others = other_processes_line(summary)
+    notes = [
+        *memory_lines(summary),
+        *machine_lines(summary),
+        *([others] if others else []),
+        f"run directory {summary.run_dir}",
+    ]
     if summary.program is not None:
         notes.insert(0, script_line(summary))
     if summary.note:
