@@ -38,3 +38,24 @@ summary = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert summary["status"] == "ok" and summary["steps"] == 20, summary["status"]
 print(f"check-wheel: ddp from the wheel: {summary['steps']} steps, {summary['samples_per_s']:.0f} samples/s, ok")
 PY
+# exec from the wheel: the sitecustomize folder and mgpu-tui's packages are found where pip put them.
+cat >"$work/spawned.py" <<'PY'
+import os, torch, torch.distributed as dist, torch.multiprocessing as mp
+def train(rank):
+    dist.init_process_group("gloo", rank=rank, world_size=2, init_method=f"tcp://127.0.0.1:{os.environ['PORT']}")
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(5):
+        model(torch.randn(8, 4)).sum().backward(); optimizer.step(); optimizer.zero_grad()
+    dist.destroy_process_group()
+if __name__ == "__main__":
+    mp.spawn(train, nprocs=2)
+PY
+port=$("$bin/python" -c "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
+PORT=$port "$bin/mgpu-tui" exec --run-dir "$work/runs" --json -- "$bin/python" "$work/spawned.py" >"$work/exec.json"
+"$bin/python" - "$work/exec.json" <<'PY'
+import json, sys
+summary = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+assert summary["status"] == "ok" and summary["world_size"] == 2 and summary["steps"] == 5, summary
+print(f"check-wheel: exec of an mp.spawn job from the wheel: world size {summary['world_size']}, {summary['steps']} steps, ok")
+PY

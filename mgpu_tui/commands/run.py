@@ -9,7 +9,7 @@ import time
 
 from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, redraw, status_word, table
+from mgpu_tui.console import fmt_loss, fmt_rate, plain, redraw
 from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
@@ -18,10 +18,9 @@ from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
-from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
-from mgpu_tui.reports.memory import memory_lines
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
+from mgpu_tui.reports.run_summary import summary_text
 
 _EXIT = {
     RunState.OK: ExitCode.OK,
@@ -80,147 +79,6 @@ class Progress:
         if self.live:
             redraw(self.stream)
             self._last_draw = 0.0
-
-
-def machine_lines(summary: RunSummary) -> list[str]:
-    """What the machine did during the run, from its telemetry: the host, each GPU, each rank."""
-    t = summary.telemetry
-    if t is None or not t.samples:
-        return []
-    lines = [
-        f"host: CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples), memory "
-        f"{fmt_bytes(t.host_peak_mem_bytes)} (peak)"
-    ]
-    for i, g in enumerate(t.gpus):
-        energy = "n/a" if g.energy_j is None else f"{g.energy_j / 1000:.2f} kJ"
-        lines.append(
-            f"GPU {i} {g.name}: memory {fmt_bytes(g.peak_mem_bytes)} (peak), use "
-            f"{_pct(g.mean_util_percent)}, power {_watts(g.mean_power_w)} (peak "
-            f"{_watts(g.peak_power_w)}), energy {energy}"
-        )
-    if t.ranks:
-        each = [
-            f"rank {r.rank} CPU {_pct(r.mean_cpu_percent)} RSS {fmt_bytes(r.peak_rss_bytes)}" for r in t.ranks
-        ]
-        lines.append("processes: " + "  ".join(each))
-    return lines
-
-
-def other_processes_line(summary: RunSummary) -> str | None:
-    """A command's processes that were no rank (its launcher, the ranks' data-loader and compile
-    workers), each group under whom it ran, with the CPU it used and its largest memory."""
-    others = [p for p in summary.processes if p.rank is None]
-    if not others:
-        return None
-    groups: dict[int | None, list] = {}
-    for p in others:
-        groups.setdefault(p.of_rank, []).append(p)
-    parts = []
-    for owner, procs in sorted(groups.items(), key=lambda g: -1 if g[0] is None else g[0]):
-        whose = "the launcher's" if owner is None else f"rank {owner}'s"
-        cpu = sum(p.cpu_s or 0.0 for p in procs)
-        peak = max((p.rss_peak_bytes or 0 for p in procs), default=0)
-        parts.append(f"{whose} {len(procs)} ({cpu:.1f} CPU s, largest {fmt_bytes(peak)})")
-    return "processes that were no rank: " + ", ".join(parts)
-
-
-def _pct(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.0f}%"
-
-
-def _watts(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.0f} W"
-
-
-def summary_text(summary: RunSummary) -> str:
-    backend = summary.backend or "no process group"
-    head = (
-        f"mode {summary.mode}  status {status_word(summary.status)}  world size {summary.world_size}  "
-        f"device {summary.device} ({backend})  steps {summary.steps}"
-    )
-    if summary.world_size == 0:  # a command in which no process became a rank: what was seen instead
-        cause = f"\ncause: {summary.root_cause.headline()}" if summary.root_cause else ""
-        others = other_processes_line(summary)
-        notes = [f"note: {summary.note}", *machine_lines(summary), *([others] if others else [])]
-        notes.append(f"run directory {summary.run_dir}")
-        return plain("\n".join([head + cause, *notes]))
-    tokens = any(r.tokens_per_s for r in summary.ranks)
-    rows = [
-        [
-            f"rank {r.rank}",
-            str(r.last_step),
-            fmt_rate(r.samples_per_s),
-            *([fmt_rate(r.tokens_per_s)] if tokens else []),
-            fmt_loss(r.loss),
-            fmt_bytes(r.peak_mem_bytes),
-        ]
-        for r in summary.ranks
-    ]
-    rows.append(
-        [
-            "all",
-            str(summary.steps),
-            fmt_rate(summary.samples_per_s),
-            *([fmt_rate(summary.tokens_per_s)] if tokens else []),
-            fmt_loss(summary.final_loss),
-            "",
-        ]
-    )
-    headers = ["", "steps", "samples/s", *(["tokens/s"] if tokens else []), "loss", "peak mem"]
-    body = table(headers, rows, right=tuple(range(1, len(headers))))
-    spread = summary.step_time_s_p10_p90
-    timing = f"step time (median) {fmt_seconds(summary.step_time_s_median)}"
-    if spread:
-        timing += f"  p10-p90 {fmt_seconds(spread[0])} - {fmt_seconds(spread[1])}"
-    timing += f"  launch to first step {fmt_seconds(summary.launch_to_first_step_s)}"
-    others = other_processes_line(summary)
-    notes = [
-        *memory_lines(summary),
-        *machine_lines(summary),
-        *([others] if others else []),
-        f"run directory {summary.run_dir}",
-    ]
-    if summary.program is not None:
-        notes.insert(0, script_line(summary))
-    if summary.note:
-        notes.insert(0, f"note: {summary.note}")
-    if summary.telemetry and summary.telemetry.busy:
-        notes.insert(0, f"BUSY MACHINE: {summary.telemetry.busy}.")
-    if summary.verify:
-        notes.insert(0, f"verify {'ok' if summary.verify.ok else 'FAILED'}: {summary.verify.describe()}")
-    uncounted = [r.rank for r in summary.ranks if r.last_step and r.samples_per_s is None]
-    if uncounted and summary.samples_per_s is not None:  # n/a beside a job's rate: say why
-        notes.append(
-            f"samples/s n/a for rank(s) {', '.join(map(str, uncounted))}: they count no samples by design "
-            "(a sample is counted once, where it enters the job; docs/run-view.md)"
-        )
-    if summary.malformed_events:
-        notes.append(f"{summary.malformed_events} malformed event line(s) skipped")
-    notes[:0] = [f"straggler: {s.describe()}" for s in summary.stragglers]
-    if summary.nccl:
-        notes.insert(0, f"NCCL: {summary.nccl.summary}")
-    if summary.slurm:
-        notes.insert(0, summary.slurm.describe(summary.stopped_by))
-    if summary.nodes:
-        each = [f"node {n.node} {n.host or '?'} ranks {n.ranks} {n.state}" for n in summary.nodes]
-        notes.insert(0, "nodes: " + "; ".join(each))
-    if summary.root_cause:  # the summary says why it failed, not only that it did
-        head += f"\ncause: {summary.root_cause.headline()}"
-    return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
-
-
-def script_line(summary: RunSummary) -> str:
-    """A script's batch as counted (or why it is not known) and whether its training finished."""
-    if summary.batch_size is not None:
-        batch = f"global batch {summary.batch_size} ({summary.batch_size_source})"
-    else:
-        batch = "global batch n/a (no batch entered a DistributedDataParallel or FSDP module)"
-    if summary.steps == 0 and any(r.collectives for r in summary.ranks):
-        counts = ", ".join(f"rank {r.rank} {r.collectives or 0:,}" for r in summary.ranks)
-        batch = f"no optimizer step; collectives entered: {counts}"
-    if summary.finished_training:
-        return f"{batch}; the script ran to its end on every rank"
-    return batch
 
 
 # Options that belong to one mode: (option, attribute, the mode it applies to).

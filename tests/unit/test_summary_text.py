@@ -7,8 +7,8 @@ import json
 from test_hostile_folder import good_run
 
 from mgpu_tui.cli import main
-from mgpu_tui.commands.run import summary_text
 from mgpu_tui.engine.records.history import read_run
+from mgpu_tui.reports.run_summary import summary_text
 
 
 def test_a_stopped_run_reads_stopped_in_text_and_interrupted_in_json(tmp_path, capsys):

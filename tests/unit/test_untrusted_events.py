@@ -285,7 +285,7 @@ def test_fuzz_the_ingest_never_raises_and_the_summary_holds_only_the_jobs_ranks(
 def test_a_one_process_mode_names_no_backend_and_a_multi_process_mode_its_own():
     """single, dp, mp and hybrid make no process group: their summary's backend is null (the text
     says "no process group"), not the gloo a launch would have chosen (issue #31)."""
-    from mgpu_tui.commands.run import summary_text
+    from mgpu_tui.reports.run_summary import summary_text
 
     for mode, backend in (("single", None), ("dp", None), ("ddp", "gloo")):
         resolved = resolve(LaunchSpec(mode, device="cpu", nproc=2 if backend else None), CPU)
