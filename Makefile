@@ -26,9 +26,10 @@ test-fast: install
 test-hosts: install
 	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
 
-# The launch lines users have, under mgpu-tui, each against the job's own log (tests/frameworks):
+# The scripts users write, launched as they launch them, each against the job's own log
+# (tests/frameworks): unchanged scripts under the drop-in, mp.spawn's shapes under `exec`, and
 # Lightning, accelerate, transformers and DeepSpeed (installed for this stage alone) with their own
-# launchers, and more shapes of `mgpu-tui exec`; about two minutes. CI runs it after `make test`.
+# launchers; about three minutes. CI runs it after `make test`.
 test-frameworks: $(VENV)/.installed-frameworks
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m frameworks --durations=12 tests/frameworks
 

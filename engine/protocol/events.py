@@ -6,7 +6,7 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
 
 - ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only,
   else null), mode, config (an object of the rank's settings), stacks (true when the rank
-  answers a stack request, SIGUSR2; absent is false).
+  answers a stack request, requests/stacks; absent is false).
 - ``step``: step, samples (new to the job: tensor-parallel peers and later
   pipeline stages report 0, so throughput is never counted twice), tokens,
   loss (null when this rank has none), step_s (wall seconds since the previous
@@ -75,7 +75,7 @@ class Hello:
     device_uuid: str | None
     mode: str
     config: dict[str, Any] = field(default_factory=dict)
-    stacks: bool = False  # it answers SIGUSR2 with its stacks
+    stacks: bool = False  # it answers a stack request (requests/stacks) with its stacks
 
 
 @dataclass(frozen=True, slots=True)

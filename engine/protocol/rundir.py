@@ -17,6 +17,10 @@ Layout::
         monitor.lock          locked while a process follows the run (run/monitor.py)
         monitor.json          that process's own record of itself: pid, start time, boot, host
         summary.json          written when the run ends
+        requests/fr, requests/stacks
+                              the engine's requests to every rank (its flight records, its Python
+                              stacks): files that each rank's reporter thread polls, never a signal
+        stacks/rank<N>.txt    a rank's answer: every thread's Python stack
 """
 
 from __future__ import annotations
@@ -34,6 +38,9 @@ from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_ato
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
+# The engine's requests to the ranks, under requests/ (the ranks' reporter threads poll for them).
+FR_REQUEST = "fr"
+STACKS_REQUEST = "stacks"
 # The rank a command's own output is shown under (mgpu-tui exec): its lines are every process's,
 # merged as the command's launcher printed them, not one rank's.
 JOB_OUTPUT = -1

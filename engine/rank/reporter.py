@@ -22,7 +22,6 @@ from __future__ import annotations
 import faulthandler
 import json
 import os
-import signal
 import socket
 import sys
 import threading
@@ -33,6 +32,7 @@ from typing import Any, TextIO
 
 from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
+from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST
 
 # A progress line every tenth of the run, and at least this often: a long run's log is never silent.
 PRINT_AT_LEAST_EVERY_S = 10.0
@@ -78,7 +78,10 @@ class _FlightRecorderDump:
     """
 
     def __init__(self, run_dir: Path, rank: int) -> None:
-        self.request = run_dir / "requests" / "fr"
+        self.request = run_dir / "requests" / FR_REQUEST
+        self.stacks_request = run_dir / "requests" / STACKS_REQUEST
+        self.stacks_out = run_dir / "stacks" / f"rank{rank}.txt"
+        self._stacks_answered: float | None = None
         self.out = run_dir / "fr" / f"rank{rank}.json"
         self.torch_out = run_dir / "fr" / FR_TORCH_DIR / f"rank{rank}"
         self.readable_out = run_dir / "fr" / FR_READABLE_DIR / f"rank{rank}"
@@ -98,6 +101,7 @@ class _FlightRecorderDump:
     def _loop(self) -> None:
         last = time.monotonic()
         while not self._stopped.wait(FR_POLL_S):
+            self._answer_stacks()
             try:
                 asked = self.request.stat().st_mtime
             except OSError:
@@ -110,6 +114,30 @@ class _FlightRecorderDump:
                     self._dump(keep_older=not requested)
                     if requested:
                         self._dump_as_torch_does()
+
+    def _answer_stacks(self) -> None:
+        """Every thread's Python stack into stacks/rank<N>.txt, when the engine asked since the last
+        answer: from this thread, with no signal, so a script's own SIGUSR2 handler (a preemption
+        handler) or its reset of SIGUSR2 is never touched. A main thread waiting in a collective, a
+        sleep or a data loader lets this thread run; one stuck in C code holding the interpreter
+        does not, and the engine says it did not answer."""
+        try:
+            asked = self.stacks_request.stat().st_mtime
+        except OSError:
+            return
+        if asked == self._stacks_answered:
+            return
+        self._stacks_answered = asked
+        try:
+            self.stacks_out.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.stacks_out.with_name(self.stacks_out.name + ".tmp")
+            with open(tmp, "w") as f:
+                f.write(f"main thread 0x{threading.main_thread().ident or 0:016x}\n")
+                f.flush()
+                faulthandler.dump_traceback(file=f, all_threads=True)
+            tmp.replace(self.stacks_out)
+        except (OSError, ValueError, RuntimeError):
+            return
 
     def dump_now(self) -> None:
         with self._dumping:
@@ -185,6 +213,10 @@ def _write_whole(path: Path, data: bytes) -> None:
         return
 
 
+# Descriptors the reporter let go (a file the script's own file took the number of, a forked
+# parent's): kept referenced for the process's life, so that no collection ever closes them.
+_LET_GO: list[Any] = []
+
 # In a script run's rank, the bootstrap's own reporter (engine/rank/script_watch.py): a Reporter the
 # script makes itself then speaks through it (one hello, one file, one stack handler) and its steps
 # replace the ones the bootstrap counts.
@@ -212,7 +244,8 @@ class Reporter:
         self.print_every = print_every
         self._stream = stream
         self._file: TextIO | None = None
-        self._stacks: TextIO | None = None
+        self._file_id: tuple[int, int] | None = None  # its (device, inode), taken at open
+        self._events_path: Path | None = None
         self._flight_recorder: _FlightRecorderDump | None = None
         self._said_hello = False
         self._lock = threading.Lock()  # one line at a time: a thread of the bootstrap writes too
@@ -223,30 +256,12 @@ class Reporter:
         elif self.run_dir is not None:
             events_dir = self.run_dir / "events"
             events_dir.mkdir(parents=True, exist_ok=True)
-            # Line buffered, so every event reaches the file as soon as it is written.
-            self._file = open(events_dir / f"rank{self.rank}.jsonl", "a", buffering=1)
-            self._register_stacks(self.run_dir)
+            self._events_path = events_dir / f"rank{self.rank}.jsonl"
+            self._open_events()
             self._flight_recorder = _FlightRecorderDump(self.run_dir, self.rank)
         self._last = time.time()
         self._samples_since_print = 0
         self._time_at_print = self._last
-
-    def _register_stacks(self, run_dir: Path) -> None:
-        """On SIGUSR2, write every thread's Python stack to stacks/rank<N>.txt.
-
-        The engine sends SIGUSR2 when this rank stops reporting (a hang). faulthandler
-        writes from the signal handler itself, so it works even when the rank is stuck
-        inside C code, in a collective, say. SIGUSR1 is left alone: NCCL uses it.
-        """
-        stacks_dir = run_dir / "stacks"
-        stacks_dir.mkdir(exist_ok=True)
-        stacks = open(stacks_dir / f"rank{self.rank}.txt", "w")
-        try:
-            faulthandler.register(signal.SIGUSR2, file=stacks, all_threads=True)
-        except (AttributeError, ValueError, RuntimeError):  # no SIGUSR2 on this platform
-            stacks.close()
-            return
-        self._stacks = stacks
 
     @property
     def recording(self) -> bool:
@@ -261,6 +276,37 @@ class Reporter:
     def adopt(self, reporter: Reporter) -> None:
         """A Reporter of the script's own now speaks for this rank (the bootstrap's reporter hears it)."""
 
+    def _open_events(self) -> None:
+        """The events file, opened to append (line buffered: each event reaches it as written)."""
+        if self._events_path is None:
+            return
+        self._file = open(self._events_path, "a", buffering=1)
+        info = os.fstat(self._file.fileno())
+        self._file_id = (info.st_dev, info.st_ino)
+
+    def _still_ours(self) -> bool:
+        """Whether the events file's descriptor is still that file: a script that closes every
+        inherited descriptor (``os.closerange(3, 4096)``) and opens its own may be given the same
+        number, and an event written then would land in the script's file. A descriptor that is
+        no longer ours is let go without closing it (it is the script's now) and the events file
+        opened again."""
+        file = self._file
+        if file is None:
+            return False
+        try:
+            info = os.fstat(file.fileno())
+            if (info.st_dev, info.st_ino) == self._file_id:
+                return True
+        except (OSError, ValueError):
+            pass
+        _LET_GO.append(file)  # never closed by us, not even when collected: the number is not ours
+        self._file = None
+        try:
+            self._open_events()
+        except OSError:
+            return False
+        return True
+
     def _write(self, kind: str, fields: dict[str, Any], now: float | None = None) -> None:
         if self._host is not None:
             self._host._write(kind, fields, now)
@@ -269,7 +315,7 @@ class Reporter:
             return
         line = events.encode(kind, self.rank, now or time.time(), fields)
         with self._lock:
-            if self._file is None:
+            if self._file is None or not self._still_ours():
                 return
             try:
                 self._file.write(line)
@@ -307,8 +353,8 @@ class Reporter:
                 "device_uuid": device_uuid,
                 "mode": mode,
                 "config": config,
-                # Whether a stack request (SIGUSR2) is answered: the engine sends none otherwise.
-                "stacks": self._stacks is not None,
+                # Whether a stack request is answered (by the thread that polls for it).
+                "stacks": self._flight_recorder is not None,
             },
         )
         steps = config.get("steps")
@@ -403,7 +449,7 @@ class Reporter:
                 "device_uuid": None,
                 "mode": "script",
                 "config": {},
-                "stacks": self._stacks is not None,
+                "stacks": self._flight_recorder is not None,
             },
         )
 
@@ -420,15 +466,11 @@ class Reporter:
         """In a forked child: let go of the parent's rank without a word (its file stays the
         parent's, the parent's flight-recorder thread was not copied) and of its stack handler."""
         global _bootstrap
+        if self._file is not None:
+            _LET_GO.append(self._file)  # the parent's: never closed (nor flushed) from here
         self._file = None
         self._flight_recorder = None
         self._host = None
-        if self._stacks is not None:
-            self._stacks = None
-            try:
-                faulthandler.unregister(signal.SIGUSR2)
-            except (AttributeError, ValueError, RuntimeError):
-                pass
         if _bootstrap is self:
             _bootstrap = None
 
@@ -437,20 +479,18 @@ class Reporter:
             self._flight_recorder.stop()
             self._flight_recorder = None
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-        if self._stacks is not None:
-            faulthandler.unregister(signal.SIGUSR2)  # the script's own handler, if it had one
+            file, self._file = self._file, None
+            if file is None:
+                return
             try:
-                if signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL:
-                    # A stack request already on its way must not kill a rank that is only
-                    # finishing (in a last barrier, say): its default action would.
-                    signal.signal(signal.SIGUSR2, signal.SIG_IGN)
-            except ValueError:  # not the main thread: signal handlers cannot be set here
-                pass
-            self._stacks.close()
-            self._stacks = None
+                info = os.fstat(file.fileno())
+                ours = (info.st_dev, info.st_ino) == self._file_id
+            except (OSError, ValueError):
+                ours = False
+            if ours:
+                file.close()
+            else:
+                _LET_GO.append(file)  # its number is the script's now: never closed from here
 
     def __enter__(self) -> Reporter:
         return self

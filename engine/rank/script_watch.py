@@ -273,6 +273,7 @@ class ScriptWatch:
                 continue
             return  # a root is hooked already, and this module does not hold it
         handle = module.register_forward_pre_hook(self._untraced(self._before_forward), with_kwargs=True)
+        _keep_out_of_copies(module, handle.id)
         self._roots = [*kept, (weakref.ref(module), [handle])]
         self._batch_source = BATCH_SOURCE.get(kind, kind)
 
@@ -304,6 +305,7 @@ class ScriptWatch:
                 for handle in handles:
                     handle.remove()
                 handle = outer.register_forward_pre_hook(self._before_forward, with_kwargs=True)
+                _keep_out_of_copies(outer, handle.id)
                 self._roots = [(weakref.ref(outer), [handle])]
                 return
 
@@ -578,6 +580,41 @@ def _backend_for(backend: str | None, device: str) -> str | None:
         return backend
     pairs = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
     return pairs.get(device.split(":")[0], backend)
+
+
+# The ids of the forward pre-hooks the watch put on the script's modules (torch numbers every hook
+# handle once, across all modules): what a pickle or a deep copy of such a module leaves out.
+_OUR_HOOKS: set[int] = set()
+_HOOK_STATE = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs")
+
+
+def _keep_out_of_copies(module: Any, hook_id: int) -> None:
+    """A module the watch hooked pickles and deep-copies as it would bare: ``torch.save(ddp_model)``
+    and ``copy.deepcopy(model)`` get its state without the watch's hook (a bound method of the watch,
+    which cannot be pickled, and which a checkpoint loaded without mgpu-tui could not use). Its
+    class's ``__getstate__`` (torch's own, which copies the instance's ``__dict__``) is wrapped once,
+    and leaves out the watch's hook ids alone."""
+    _OUR_HOOKS.add(hook_id)
+    cls = type(module)
+    if getattr(cls.__dict__.get("__getstate__"), "_mgpu_tui_keeps_hooks_out", False):
+        return
+    original = cls.__getstate__
+
+    @functools.wraps(original)
+    def __getstate__(self: Any) -> Any:
+        state = original(self)
+        if not isinstance(state, dict):
+            return state
+        for name in _HOOK_STATE:
+            hooks = state.get(name)
+            if isinstance(hooks, dict) and any(key in _OUR_HOOKS for key in hooks):
+                kept = type(hooks)() if isinstance(hooks, collections.OrderedDict) else {}
+                kept.update((key, hook) for key, hook in hooks.items() if key not in _OUR_HOOKS)
+                state = {**state, name: kept}
+        return state
+
+    __getstate__._mgpu_tui_keeps_hooks_out = True  # type: ignore[attr-defined]
+    cls.__getstate__ = __getstate__
 
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:

@@ -9,7 +9,7 @@
   (:attr:`Watchdog.silent`): evaluations, checkpoints and compiles are long and quiet. It is a
   stall on evidence: every watched rank silent (no stack moved for the whole window), or the
   flight records showing ranks waiting in a collective that a silent rank never entered. Then the
-  ranks that answer are asked for their Python stacks (SIGUSR2; the reporter writes them to
+  ranks that answer are asked for their Python stacks (requests/stacks; the reporter's thread writes them to
   ``stacks/rank<N>.txt``), and the stall is described as a root cause that carries them, since
   steps alone cannot tell the rank that hung from the ranks waiting for it in a collective.
 - **A full disk.** Under MIN_FREE_BYTES free, the ranks' logs and events start to fail, and
@@ -27,7 +27,6 @@ import dataclasses
 import logging
 import os
 import re
-import signal
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -36,7 +35,7 @@ from pathlib import Path
 from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.folder import write_atomic
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir, read_capped
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.flight_records import hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
@@ -129,15 +128,21 @@ class Stall:
 _OWN_THREAD = re.compile(
     r'engine/rank/(reporter\.py", line \d+ in _loop|script_watch\.py", line \d+ in _watch_stack)'
 )
+_MAIN_THREAD = re.compile(r"main thread (0x[0-9a-f]+)\n")  # the reporter's first line of a dump
 _OWN_FRAME = re.compile(r'^\s*File "(?:[^"]*engine/rank/bootstrap\.py|<frozen runpy>)"', re.M)
 
 
 def readable_stacks(text: str) -> str:
-    """A rank's stack dump as a user reads it: the threads of the script, the one that was running
-    first, without mgpu-tui's own threads and frames."""
+    """A rank's stack dump as a user reads it: the threads of the script, its main thread first
+    (named in the dump's first line by the reporter, which dumps from a thread of its own), without
+    mgpu-tui's own threads and frames."""
+    main = _MAIN_THREAD.match(text)
+    if main:
+        text = text[main.end() :]
     blocks = [b.strip() for b in re.split(r"\n\s*\n", text.strip()) if b.strip()]
     kept = [b for b in blocks if not _OWN_THREAD.search(b)]
-    kept.sort(key=lambda b: not b.startswith("Current thread"))
+    first = f"Thread {main.group(1)}" if main else "Current thread"
+    kept.sort(key=lambda b: not b.startswith(first))
     lines = [line for b in kept for line in [*b.splitlines(), ""] if not _OWN_FRAME.match(line)]
     return "\n".join(lines).strip()
 
@@ -164,25 +169,30 @@ def find_stalled(liveness: Liveness, timeout: float, now: float) -> tuple[Stalle
     )
 
 
-def request_stacks(
-    stalled: tuple[StalledRank, ...], stacks_dir: Path, signal_ranks: Callable[[], object]
-) -> None:
-    """Ask every rank for its stacks, then wait (a few seconds at most) for the stalled ranks' files."""
-    signal_ranks()
+def request_stacks(stalled: tuple[StalledRank, ...], run_dir: Path) -> None:
+    """Ask every rank for its stacks (a file each rank's reporter thread polls: no signal, so the
+    script's own SIGUSR2 handler, or its reset of SIGUSR2, is never touched), then wait (a few
+    seconds at most) for the stalled ranks' answers."""
+    stacks_dir = run_dir / "stacks"
+    asked = _request(run_dir, STACKS_REQUEST)
     deadline = time.monotonic() + STACKS_WAIT_S
-    while time.monotonic() < deadline and not all(
-        (stacks_dir / f"rank{r.rank}.txt").exists() and (stacks_dir / f"rank{r.rank}.txt").stat().st_size
-        for r in stalled
-    ):
+
+    def answered(rank: int) -> bool:
+        try:
+            return asked is not None and (stacks_dir / f"rank{rank}.txt").stat().st_mtime >= asked
+        except OSError:
+            return False
+
+    while time.monotonic() < deadline and not all(answered(r.rank) for r in stalled):
         time.sleep(0.1)
 
 
-def request_flight_records(run_dir: Path) -> float | None:
-    """Ask every rank for its flight recorder's trace (its reporter's thread answers into fr/);
-    the time of the request, to tell the answers from older dumps. None when it cannot be asked:
-    the ranks own the folder, and one may have put a FIFO, a link or a folder where the request
-    goes (written as protocol/folder.py writes: never through a link, never blocking)."""
-    request = run_dir / "requests" / "fr"
+def _request(run_dir: Path, name: str) -> float | None:
+    """Write the request ``requests/<name>`` (the ranks' reporter threads answer it); the time of
+    the request, to tell the answers from older ones. None when it cannot be asked: the ranks own
+    the folder, and one may have put a FIFO, a link or a folder where the request goes (written as
+    protocol/folder.py writes: never through a link, never blocking)."""
+    request = run_dir / "requests" / name
     try:
         if not (request.parent.is_dir() and not request.parent.is_symlink()):
             request.parent.mkdir()
@@ -190,6 +200,11 @@ def request_flight_records(run_dir: Path) -> float | None:
         return os.stat(request, follow_symlinks=False).st_mtime  # the clock the answers' files keep
     except OSError:
         return None
+
+
+def request_flight_records(run_dir: Path) -> float | None:
+    """Ask every rank for its flight recorder's trace (its reporter's thread answers into fr/)."""
+    return _request(run_dir, FR_REQUEST)
 
 
 class Watchdog:
@@ -288,11 +303,10 @@ class Watchdog:
         if self.resolved.stall_evidence and not self._evidence(liveness, stalled, timeout):
             return
         stacks_dir = self.run_dir.path / "stacks"
-        # Only ranks that answer (their reporter says so, and has not closed): to any other
-        # process SIGUSR2's default action is to end it.
+        # The ranks that answer (their reporter says so, and has not closed): the others are said
+        # to have no reporter that answers, in the stall's account.
         local = self.local_ranks()
         answering = {rank for rank, pid in self.ingest.stack_answering().items() if local.get(rank) == pid}
-        pids = [local[rank] for rank in sorted(answering)]
         stalled = tuple(
             dataclasses.replace(
                 r,
@@ -304,7 +318,7 @@ class Watchdog:
         who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
         self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
         asked = request_flight_records(self.run_dir.path)  # answered by a thread of each rank
-        request_stacks(stalled, stacks_dir, lambda: self.tree.signal(pids, signal.SIGUSR2))
+        request_stacks(stalled, self.run_dir.path)
         verdict, culprit = self._verdict(stalled, stacks_dir, asked) or (None, None)
         if verdict:
             self.log.warning("hang verdict: %s", verdict)

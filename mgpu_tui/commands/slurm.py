@@ -23,6 +23,7 @@ from mgpu_tui.engine.launch.slurm import (
     task_device,
 )
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
+from mgpu_tui.engine.protocol.rundir import folder_name
 from mgpu_tui.errors import UsageError
 
 NODE_FLAGS = tuple(f.name for f in dataclasses.fields(NodeOptions))  # run's dests, NodeOptions' fields
@@ -78,33 +79,42 @@ def why_slurm_stopped(job: SlurmJob | None) -> str | None:
         return None
     from mgpu_tui.engine.machine.slurm import job_state, why_ended
 
-    st = job_state(job.job_id)
-    import sys as _s
+    return why_ended(job_state(job.job_id), time.time())
 
-    print(f"DEBUG {st} now={time.time()}", file=_s.stderr)
-    return why_ended(st, time.time())
+
+def sbatch_value(option: str, value: str) -> str:
+    """A value an ``#SBATCH`` line can hold as one word: a newline would end the directive and start
+    a line of shell (sbatch runs it), a space would split it. UsageError, one sentence, otherwise."""
+    if not value or any(c.isspace() or not c.isprintable() for c in value):
+        raise UsageError(
+            f"{option} {value!r}: an #SBATCH line takes one word, with no space or control character."
+        )
+    return value
 
 
 def batch_script(args: argparse.Namespace, run_args: list[str]) -> str:
-    """The sbatch script of a job that runs ``mgpu-tui run`` on ``args.nodes`` nodes."""
+    """The sbatch script of a job that runs ``mgpu-tui run`` on ``args.nodes`` nodes. Every value
+    of an ``#SBATCH`` line is one word (sbatch_value); the job's default name is the script's, made
+    a name (a file name may hold anything)."""
     what = ["--script", args.script] if args.script else [args.mode]
     join = D.join_timeout + 2 * args.nodes  # rendezvous grows with the nodes
+    default_name = folder_name(Path(args.script).stem) if args.script else args.mode
     sbatch = [
-        f"--job-name={args.job_name or (Path(args.script).stem if args.script else args.mode)}",
+        f"--job-name={sbatch_value('--job-name', args.job_name or default_name)}",
         f"--nodes={args.nodes}",
         "--ntasks-per-node=1",  # one mgpu-tui per node; it starts the node's ranks
-        f"--time={args.time}",
+        f"--time={sbatch_value('--time', args.time)}",
         # SIGTERM to every process of the step 2 min before the limit: each node stops its ranks,
         # writes its summary and says "time limit" (a scancel is said as "cancelled").
         f"--signal=TERM@{SIGNAL_LEAD_S}",
-        f"--output={args.output}",
+        f"--output={sbatch_value('--output', args.output)}",
     ]
     if args.gpus_per_node:
         sbatch.append(f"--gpus-per-node={args.gpus_per_node}")
     if args.partition:
-        sbatch.append(f"--partition={args.partition}")
+        sbatch.append(f"--partition={sbatch_value('--partition', args.partition)}")
     if args.account:
-        sbatch.append(f"--account={args.account}")
+        sbatch.append(f"--account={sbatch_value('--account', args.account)}")
     nproc = ["--nproc", str(args.nproc)] if args.nproc else []
     step = ["srun", "mgpu-tui", "run", *what, *nproc, "--join-timeout", str(int(join)), "--json"]
     # The default run folder is the submit directory's, which the shell expands on the node.

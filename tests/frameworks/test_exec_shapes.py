@@ -1,7 +1,8 @@
 """Shapes of launch line that `mgpu-tui exec` follows (tests/integration/test_exec.py has the
 tutorial's mp.spawn example, a spawned rank's failure, one-process jobs and the sitecustomize): a
-spawned rank stuck in its data loading, ranks forked by start_processes, a command in which no
-process becomes a rank. Here, in make test-frameworks, for make test's ten minutes."""
+spawned rank that raises, or is stuck in its data loading, ranks forked by start_processes, a
+command in which no process becomes a rank. Here, in make test-frameworks, for make test's ten
+minutes."""
 
 import signal
 import subprocess
@@ -82,3 +83,13 @@ def test_a_command_whose_processes_never_become_ranks_says_what_it_saw(tmp_path)
     assert len(summary.processes) == 3 and all(p.cpu_s > 0.05 for p in summary.processes)
     text = subprocess.run([*CLI, "runs", "--run-dir", str(run_dir.parent)], capture_output=True, text=True)
     assert text.returncode == 0, text.stderr
+
+
+def test_a_spawned_rank_that_raises_is_the_root_cause_with_its_exception(tmp_path):
+    done, run_dir = execute(tmp_path, sys.executable, SPAWN, "--fail-rank", "1", "--fail-at", "5")
+    assert done.returncode == 1, done.stderr
+    cause = summary_from(done.stdout).root_cause
+    assert cause.rank == 1 and cause.message == "ValueError: corrupt sample in shard 1 at step 5"
+    assert 'spawn_ddp.py", line' in cause.traceback and "in get_batch" in cause.traceback
+    assert "process_watch" not in cause.traceback and "ProcessRaisedException" not in cause.message
+    assert live_processes_of(run_dir) == []

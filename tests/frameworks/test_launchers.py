@@ -64,7 +64,7 @@ def test_the_deepspeed_launcher_every_rank_and_no_stall_while_its_op_builds(tmp_
     """DeepSpeed builds its shared-memory op with ninja when it starts (tens of seconds, on the CPU),
     its launcher starting one process a rank with RANK and WORLD_SIZE and no torchrun: every rank is
     seen, and with a 5 s stall timeout that stops the run, nothing is called stalled. (A rank waiting
-    on its own busy compiler is never a stall: tests/integration/test_unchanged_scripts.py.)"""
+    on its own busy compiler is never a stall: tests/frameworks/test_never_breaks_the_job.py.)"""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
     launch = [str(BIN / "deepspeed"), "--num_gpus", "2", str(SCRIPTS / "deepspeed_train.py")]
     stop_on_stall = ("--stall-timeout", "5", "--on-stall", "stop")

@@ -48,7 +48,7 @@ def write(tmp_path, name, body):
 
 
 def test_a_module_that_knows_nothing_of_mgpu_tui_runs_with_every_rank_logged(tmp_path, runs_root):
-    """`--module`, as `python -m` runs it (scripts through --script: test_unchanged_scripts.py)."""
+    """`--module`, as `python -m` runs it (scripts through --script: tests/frameworks)."""
     write(tmp_path, "plain_job.py", PLAIN)
     target = "plain_job"
     result = run_cli(

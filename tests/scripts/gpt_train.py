@@ -5,7 +5,7 @@ GradScaler, periodic evaluation on a held-out split, a checkpoint from the maste
 optional torch.compile, an "iter N: loss X, time Y ms" log line (with the allocator's peak on a GPU),
 and its size in flags (--n-layer, --n-embd, --n-head: a step worth timing on a GPU).
 
-It knows nothing of mgpu-tui (tests/integration/test_unchanged_scripts.py runs it unchanged). The
+It knows nothing of mgpu-tui (tests/frameworks/test_unchanged_scripts.py runs it unchanged). The
 last few flags make it misbehave on purpose, as real jobs do: a rank that hangs or is slow in its
 data loading, a long evaluation, an abort while the interpreter shuts down.
 """

@@ -1,14 +1,18 @@
 """Every torch API mgpu-tui wraps, called with keywords as frameworks call them (Lightning and
 Fabric: ``DistributedDataParallel(module=...)``, ``FullyShardedDataParallel(module=...)``), from a
 DDP subclass's ``super().__init__(module=...)``, with a process group made by ``init_device_mesh``,
-and with a batch of the script's own type that any code reading it as a tensor fails on. It knows
+and with a batch of the script's own type that any code reading it as a tensor fails on; then the
+whole DDP model checkpointed with ``torch.save``, deep-copied and pickled. It knows
 nothing of mgpu-tui; each rank prints what it computed, which must be the same under any launcher:
     RESULT {"rank": 0, "world_size": 2, "losses": [...], "weights": 1.234}
 """
 
+import copy
 import json
 import os
+import pickle
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -86,7 +90,17 @@ def main():
         sharded(torch.ones(2, 8)).sum().backward()
         opt.step()
     weights = sum(float(p.detach().sum()) for p in model.parameters())
-    result = {"rank": rank, "world_size": world, "losses": losses, "weights": round(weights, 6)}
+    # The whole DDP model checkpointed, pickled and deep-copied, as scripts do, and read back.
+    path = os.path.join(tempfile.mkdtemp(), "model.pt")
+    torch.save(model, path)
+    with open(path, "rb") as f:
+        clean = b"mgpu_tui" not in f.read()  # nothing of a monitor in the user's checkpoint
+    again = torch.load(path, weights_only=False)
+    copied = copy.deepcopy(model.module)
+    pickle.loads(pickle.dumps(model.module))
+    same = all(torch.equal(a, b) for a, b in zip(again.parameters(), copied.parameters()))
+    result = {"rank": rank, "world_size": world, "losses": losses, "weights": round(weights, 6),
+              "checkpoint": {"clean": clean, "same": same}}  # fmt: skip
     sys.stdout.write(f"RESULT {json.dumps(result)}\n")  # one write: the ranks share a pipe
     sys.stdout.flush()
     dist.destroy_process_group()

@@ -277,3 +277,35 @@ def test_the_batch_script_of_a_script_keeps_a_path_with_spaces_whole():
     words = shlex.split(step)
     assert words[3:5] == ["--script", "my train.py"]
     assert words[-5:] == ["--run-dir", "/shared/my runs", "--", "--epochs", "3"]  # the script's own, last
+
+
+@pytest.mark.parametrize("option", ["--job-name", "--partition", "--account", "--time", "--output"])
+def test_an_sbatch_value_with_a_newline_or_a_space_is_refused_in_one_sentence(option):
+    """A newline ended the #SBATCH directive and started a line of shell, which sbatch ran (and every
+    later #SBATCH was ignored): each value is one word, or a usage error."""
+    for hostile in ("gpu\nrm -rf ~", "two words", "x\x1b]0;title\x07"):
+        args = build_parser().parse_args(["slurm", "ddp", option, hostile])
+        with pytest.raises(UsageError, match=rf"{option} .*one word, with no space or control character"):
+            batch_script(args, [])
+
+
+def test_a_script_whose_name_holds_a_newline_names_its_job_safely_and_stays_one_quoted_word():
+    def directives(script: str) -> list[str]:
+        """As sbatch reads them: the #SBATCH lines before the first line of shell."""
+        found = []
+        for line in script.splitlines()[1:]:
+            if line.strip() and not line.startswith("#"):
+                break
+            if line.startswith("#SBATCH"):
+                found.append(line)
+        return found
+
+    args = build_parser().parse_args(["slurm", "--script", "train\n#SBATCH --nodes=99\n.py"])
+    script = batch_script(args, [])
+    plain = directives(batch_script(build_parser().parse_args(["slurm", "--script", "train.py"]), []))
+    found = directives(script)
+    assert found[1:] == plain[1:]  # none added, none lost: the nodes are the job's own
+    name = found[0]
+    assert " " not in name.removeprefix("#SBATCH ") and "\n" not in name
+    step = script[script.index("srun ") :]
+    assert shlex.split(step)[3:5] == ["--script", "train\n#SBATCH --nodes=99\n.py"]  # the path, whole

@@ -23,7 +23,7 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability
 from mgpu_tui.engine.planning.shapes import MODELS
-from mgpu_tui.engine.protocol.text import short_line
+from mgpu_tui.engine.protocol.text import plain_line, short_line
 from mgpu_tui.errors import UsageError
 
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
@@ -34,8 +34,9 @@ WATCHED_STEPS = 1000
 
 
 def one_row(label: str) -> Text:
-    """A list entry that stays on one row, cut with … where it is too long."""
-    return Text(label, no_wrap=True, overflow="ellipsis")
+    """A list entry that stays on one row, cut with … where it is too long; as plain text, since a
+    program's path and arguments (a spec.json a rank rewrote) may hold anything (the one sink)."""
+    return Text(plain_line(label), no_wrap=True, overflow="ellipsis")
 
 
 def program_label(spec: LaunchSpec) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, summary_from
+from conftest import CLI, REPO, live_processes_of, only_run_dir, summary_from
 
 SCRIPTS = REPO / "tests" / "scripts"
 
@@ -295,71 +295,3 @@ def test_the_torchrun_drop_in_reads_torchruns_own_flags_and_environment(tmp_path
     )
     assert refused.returncode == 2 and "torchrun does not know --bogus" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
-
-
-def test_every_wrapped_api_called_with_keywords_computes_what_bare_torchrun_does(tmp_path):
-    """DDP(module=...) from a subclass, FSDP(module=...), fully_shard(module=...), GradScaler's and
-    backward's keywords, a group made by init_device_mesh, and a batch the root hook fails on: the
-    script computes under the watch exactly what it computes under plain torchrun (Lightning's
-    DDP strategy crashed on the first of these), and mgpu-tui says once what it could not read."""
-    script = str(SCRIPTS / "keyword_calls.py")
-    runs = tmp_path / "runs"
-    lines = {  # at once: each is a few seconds of starting processes
-        "bare": [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", script],
-        "watched": [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", script],
-    }
-    started = {
-        how: subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
-        for how, argv in lines.items()
-    }
-    ended = {how: (proc, *proc.communicate(timeout=120)) for how, proc in started.items()}
-    bare = subprocess.CompletedProcess(lines["bare"], ended["bare"][0].returncode, *ended["bare"][1:])
-    watched = subprocess.CompletedProcess(
-        lines["watched"], ended["watched"][0].returncode, *ended["watched"][1:]
-    )
-    assert bare.returncode == 0, bare.stderr
-    summary = summary_from(watched.stdout)
-    assert summary.status == "ok", watched.stderr
-    truth = results_of(bare.stdout)
-    assert sorted(truth) == [0, 1] and results_of(watched.stderr + watched.stdout) == truth
-    assert summary.world_size == 2 and summary.backend == "gloo"  # the mesh's group, its backend for the CPU
-    for rank in summary.ranks:
-        assert rank.last_step == 6 and abs(rank.loss - truth[rank.rank]["losses"][-1]) < 1e-5
-    # The hook that could not read the batch said so once a rank, and nothing more.
-    said = "mgpu-tui: some figures of this rank will be missing: before forward failed"
-    assert watched.stderr.count(said) == 2, watched.stderr
-    assert "Traceback" not in watched.stderr
-    assert live_processes_of(only_run_dir(runs)) == []
-
-
-BUILDS_FIRST = """
-import subprocess, sys, torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-# As DeepSpeed builds a C++ op, each rank waits on a compiler of its own (here: 6 s of arithmetic).
-BUSY = "import time\\nend = time.time() + 6\\nwhile time.time() < end: sum(range(10000))"
-subprocess.run([sys.executable, "-c", BUSY], check=True)
-model = DDP(torch.nn.Linear(8, 1))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for _ in range(3):
-    model(torch.randn(4, 8)).sum().backward()
-    optimizer.step()
-dist.destroy_process_group()
-"""
-
-
-def test_ranks_waiting_on_their_own_busy_children_are_not_stalled(tmp_path):
-    """Both ranks silent for three times the stall timeout, each in subprocess.run while its child
-    works (an op being built): with --on-stall stop, a stall would end the run. Their children's
-    CPU is their movement."""
-    script = tmp_path / "builds_first.py"
-    script.write_text(BUILDS_FIRST)
-    runs = tmp_path / "runs"
-    done = subprocess.run(
-        [*CLI, "torchrun", "--nproc-per-node", "2", "--run-dir", str(runs), "--json", "--stall-timeout", "2",
-         "--on-stall", "stop", str(script)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
-    summary = summary_from(done.stdout)
-    assert summary.status == "ok" and summary.stall is None and summary.steps == 3, done.stderr
-    assert live_processes_of(only_run_dir(runs)) == []
