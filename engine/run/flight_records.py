@@ -112,12 +112,28 @@ def _group(entry: Collective) -> str:
     return "default group" if entry.group in ("default_pg", "") else f"group {entry.group}"
 
 
+MAIN_THREAD_LINE = re.compile(r"main thread (0x[0-9a-f]+)\n")  # the reporter's first line of a dump
+
+
+def main_thread(stacks: str) -> str:
+    """Of a rank's stack dump, the main thread's part: the reporter dumps from a thread of its own
+    and names the main one in its first line; an older dump (from a signal) has it as the thread
+    that was running ("Current thread")."""
+    named = MAIN_THREAD_LINE.match(stacks)
+    if named:
+        at = stacks.find(f"Thread {named.group(1)} ")
+        if at < 0:
+            at = stacks.find(f"Current thread {named.group(1)} ")
+        return stacks[at:].split("\n\n", 1)[0] if at >= 0 else ""
+    return stacks.rsplit("Current thread", 1)[-1]
+
+
 def where(stacks: str | None) -> str | None:
-    """The rank's place, from its latest stack dump: the innermost frame of the thread that was
-    running Python, preferring the program's own code to the libraries it called."""
+    """The rank's place, from its latest stack dump: the innermost frame of its main thread,
+    preferring the program's own code to the libraries it called."""
     if not stacks:
         return None
-    block = stacks.rsplit("Current thread", 1)[-1]
+    block = main_thread(stacks)
     frames = [m for m in _FRAME.finditer(block)]
     if not frames:
         return None

@@ -37,7 +37,7 @@ from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.folder import write_atomic
 from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir, read_capped
 from mgpu_tui.engine.protocol.typed import build
-from mgpu_tui.engine.run.flight_records import hang_verdict, read_trace
+from mgpu_tui.engine.run.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
 from mgpu_tui.engine.run.rootcause import RootCause
 
@@ -128,7 +128,6 @@ class Stall:
 _OWN_THREAD = re.compile(
     r'engine/rank/(reporter\.py", line \d+ in _loop|script_watch\.py", line \d+ in _watch_stack)'
 )
-_MAIN_THREAD = re.compile(r"main thread (0x[0-9a-f]+)\n")  # the reporter's first line of a dump
 _OWN_FRAME = re.compile(r'^\s*File "(?:[^"]*engine/rank/bootstrap\.py|<frozen runpy>)"', re.M)
 
 
@@ -136,7 +135,7 @@ def readable_stacks(text: str) -> str:
     """A rank's stack dump as a user reads it: the threads of the script, its main thread first
     (named in the dump's first line by the reporter, which dumps from a thread of its own), without
     mgpu-tui's own threads and frames."""
-    main = _MAIN_THREAD.match(text)
+    main = MAIN_THREAD_LINE.match(text)
     if main:
         text = text[main.end() :]
     blocks = [b.strip() for b in re.split(r"\n\s*\n", text.strip()) if b.strip()]
