@@ -42,19 +42,20 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType, ModuleType
+from types import ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank import reporter as reporter_module
 from mgpu_tui.engine.rank.after_import import after_import
 from mgpu_tui.engine.rank.model_root import batch_source, find_root
 from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.engine.rank.stack_signature import main_frame, signature
+from mgpu_tui.engine.rank.wrapping import argument, around, backend_for, guarded, keep_out_of_copies, rebind
 
 BEAT_S = 1.0
-SIGNATURE_FRAMES = 64  # the innermost frames of a stack: its signature
-MAX_FRAMES = 512  # looked through for the script's own innermost frame (an import can be deep)
 MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once
 BATCH_SOURCE = {"ddp": "the batches entering DistributedDataParallel", "fsdp": "the batches entering FSDP"}
+LOADER_SOURCE = "the batches its DataLoader gave"
 
 
 def _quiet(hook: Any) -> Any:
@@ -129,6 +130,7 @@ class ScriptWatch:
         self._losses: list[Any] = []
         self._scaled: dict[int, tuple[Any, Any]] = {}  # id(scaled loss) -> (it, the loss unscaled)
         self._samples = self._tokens = 0
+        self._loader_samples = self._loader_tokens = 0  # the training batches its DataLoaders gave
         self._first_forward_at: float | None = None
         self._last_step_at = time.time()
         self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
@@ -151,9 +153,9 @@ class ScriptWatch:
     def start(self) -> None:
         """The hooks, once the script imports torch (now, if it has); the beats, where the rank is
         known (else from the moment the process becomes one)."""
-        after_import("torch", _guarded(self._install))
-        after_import("torch.distributed.fsdp", _guarded(self._install_fsdp))
-        after_import("torch._dynamo", _guarded(self._after_dynamo))
+        after_import("torch", guarded(self._install))
+        after_import("torch.distributed.fsdp", guarded(self._install_fsdp))
+        after_import("torch._dynamo", guarded(self._after_dynamo))
         if self.reporter is not None:
             self._start_beats()
 
@@ -181,6 +183,7 @@ class ScriptWatch:
         self._beats = None
         self._stopped = threading.Event()
         self.steps = self._backwards = self._samples = self._tokens = 0
+        self._loader_samples = self._loader_tokens = 0
         self._losses, self._pending, self._scaled = [], collections.deque(), {}
         self._first_forward_at, self._last_step_at = None, time.time()
         self._lead, self._others, self._about_said, self._backend = None, {}, False, None
@@ -194,25 +197,27 @@ class ScriptWatch:
         optimizers.register_optimizer_step_post_hook(self._after_optimizer_step)
         torch.autograd.backward = self._watched_backward(torch.autograd.backward)
         scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
-        scaler.scale = _around(
-            scaler.scale, after=lambda a, k, out: self._remember_scaled(_argument(a, k, 1, "outputs"), out)
+        scaler.scale = around(
+            scaler.scale, after=lambda a, k, out: self._remember_scaled(argument(a, k, 1, "outputs"), out)
         )
-        scaler.step = _around(
-            scaler.step, after=lambda a, k, out: self._after_scaler_step(_argument(a, k, 1, "optimizer"))
+        scaler.step = around(
+            scaler.step, after=lambda a, k, out: self._after_scaler_step(argument(a, k, 1, "optimizer"))
         )
+        loaders = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+        loaders.__next__ = around(loaders.__next__, after=lambda a, k, out: self._on_loader_batch(out))
         ddp = torch.nn.parallel.DistributedDataParallel
-        ddp.__init__ = _around(ddp.__init__, after=lambda a, k, out: self._hook_root(a[0], "ddp"))
+        ddp.__init__ = around(ddp.__init__, after=lambda a, k, out: self._hook_root(a[0], "ddp"))
         dist = torch.distributed
         if dist.is_available():
             # Every module that bound the function by name (torch.distributed, distributed_c10d,
             # device_mesh, which init_device_mesh calls it through) gets the watched one.
-            _rebind(
+            rebind(
                 dist.init_process_group,
-                _around(dist.init_process_group, after=lambda a, k, out: self._see_group()),
+                around(dist.init_process_group, after=lambda a, k, out: self._see_group()),
             )
-            _rebind(
+            rebind(
                 dist.destroy_process_group,
-                _around(dist.destroy_process_group, before=lambda a, k: self._before_destroy()),
+                around(dist.destroy_process_group, before=lambda a, k: self._before_destroy()),
             )
 
     def _watched_backward(self, backward: Any) -> Any:
@@ -224,7 +229,7 @@ class ScriptWatch:
         def watched_backward(*args: Any, **kwargs: Any) -> Any:
             outer = not self._in_backward
             if outer:
-                self._on_backward(_argument(args, kwargs, 0, "tensors"))
+                self._on_backward(argument(args, kwargs, 0, "tensors"))
                 self._in_backward = True
             try:
                 return backward(*args, **kwargs)
@@ -246,16 +251,16 @@ class ScriptWatch:
         if shard is not None:
 
             def after_shard(args: tuple, kwargs: dict, out: Any) -> None:
-                module = _argument(args, kwargs, 0, "module")
+                module = argument(args, kwargs, 0, "module")
                 self._hook_root(out if out is not None else module, "fsdp")
 
-            watched = _around(shard, after=after_shard)
+            watched = around(shard, after=after_shard)
             for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
                 if getattr(sys.modules.get(name), "fully_shard", None) is shard:
                     setattr(sys.modules[name], "fully_shard", watched)  # noqa: B010
         fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
         if fsdp1 is not None:
-            fsdp1.__init__ = _around(fsdp1.__init__, after=lambda a, k, out: self._hook_root(a[0], "fsdp"))
+            fsdp1.__init__ = around(fsdp1.__init__, after=lambda a, k, out: self._hook_root(a[0], "fsdp"))
 
     @_quiet
     def _hook_root(self, module: Any, kind: str) -> None:
@@ -273,7 +278,7 @@ class ScriptWatch:
                 continue
             return  # a root is hooked already, and this module does not hold it
         handle = module.register_forward_pre_hook(self._untraced(self._before_forward), with_kwargs=True)
-        _keep_out_of_copies(module, handle.id)
+        keep_out_of_copies(module, handle.id)
         self._roots = [*kept, (weakref.ref(module), [handle])]
         self._batch_source = BATCH_SOURCE.get(kind, kind)
 
@@ -292,7 +297,7 @@ class ScriptWatch:
                 if module is not None and handle.id in hooks:
                     hooks[handle.id] = dynamo.disable(hooks[handle.id])
         compiled = importlib.import_module("torch._dynamo.eval_frame").OptimizedModule
-        compiled.__init__ = _around(
+        compiled.__init__ = around(
             compiled.__init__, after=lambda a, k, out: self._move_root(getattr(a[0], "_orig_mod", None), a[0])
         )
 
@@ -305,7 +310,7 @@ class ScriptWatch:
                 for handle in handles:
                     handle.remove()
                 handle = outer.register_forward_pre_hook(self._before_forward, with_kwargs=True)
-                _keep_out_of_copies(outer, handle.id)
+                keep_out_of_copies(outer, handle.id)
                 self._roots = [(weakref.ref(outer), [handle])]
                 return
 
@@ -335,6 +340,20 @@ class ScriptWatch:
             self._tokens += int(batch.numel())
         if self._first_forward_at is None:
             self._first_forward_at = time.time()
+
+    @_quiet
+    def _on_loader_batch(self, batch: Any) -> None:
+        """A batch a DataLoader gave while gradients are on (an evaluation's are not): counted, and
+        used for the step where no model's forward counted one (a model whose forward is not what
+        the script calls: Lightning on one device calls training_step)."""
+        if not self.torch.is_grad_enabled():
+            return
+        first = _first_tensor((batch,))
+        if first is None or first.dim() == 0:
+            return
+        self._loader_samples += int(first.shape[0])
+        if first.dim() == 2 and not first.is_floating_point() and not first.is_complex():
+            self._loader_tokens += int(first.numel())
 
     @_quiet
     def _on_backward(self, tensors: Any) -> None:
@@ -399,16 +418,17 @@ class ScriptWatch:
         data_s = (
             None if self._first_forward_at is None else max(0.0, self._first_forward_at - self._last_step_at)
         )
-        step = _Step(
-            self.steps, now, self._samples, self._tokens, data_s, self._memory(), self._loss_of(losses)
-        )
-        self._samples = self._tokens = 0
+        samples, tokens, source = self._samples, self._tokens, self._batch_source
+        if not samples and self._loader_samples:  # no model's forward counted them: the loader's
+            samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
+        step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses))
+        self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now
         self._pending.append(step)
         self._write_ready(wait=len(self._pending) > MAX_PENDING)
         if not self._about_said or (step.samples and not self._batch_said):
-            self._say_about(step.samples)
+            self._say_about(step.samples, source)
 
     # ---- figures ------------------------------------------------------------------------
 
@@ -469,7 +489,7 @@ class ScriptWatch:
             )
             self._last_event_at = time.monotonic()
 
-    def _say_about(self, batch: int) -> None:
+    def _say_about(self, batch: int, source: str | None = None) -> None:
         self._about_said = True
         torch = self.torch
         device, uuid = "unknown", None
@@ -484,10 +504,10 @@ class ScriptWatch:
         else:
             device = str(self._device)
         self._see_group()
-        backend = _backend_for(self._backend, device)
+        backend = backend_for(self._backend, device)
         fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": backend}
-        if batch and self._batch_source:
-            fields.update(batch=batch, batch_source=self._batch_source)
+        if batch and source:
+            fields.update(batch=batch, batch_source=source)
             self._batch_said = True
         if self.reporter is not None:
             self.reporter.about(**fields)
@@ -545,117 +565,14 @@ class ScriptWatch:
             # sees it end at a random moment, on this thread. torch's DDPOptimizer does: a guard's
             # __del__ turns off its compile state, so torch.compile of a DDP model failed on a GPU
             # ("Cannot access data pointer of Tensor") when a beat had held an earlier frame.
-            signature, where = _signature(_main_frame(main), self.program)
-            moved = last is not None and signature != last
-            last = signature
+            now, where = signature(main_frame(main), self.program)
+            moved = last is not None and now != last
+            last = now
             if moved and time.monotonic() - self._last_event_at >= BEAT_S and self.reporter is not None:
                 self.reporter.beat(where)
                 self._last_event_at = time.monotonic()
             if self._backend is None and self.torch is not None:
                 self._see_group()  # a script that destroys its group before it ends still named it
-
-
-def _guarded(install: Any) -> Any:
-    """An install that fails says so in one line and leaves the script alone: a monitor must never
-    be why a script's ``import torch`` fails (a torch too old or too new for a hook, say)."""
-
-    @functools.wraps(install)
-    def guarded(module: ModuleType) -> None:
-        try:
-            install(module)
-        except Exception as exc:  # noqa: BLE001
-            print(
-                f"mgpu-tui: some figures of this rank will be missing: {install.__name__} failed "
-                f"({type(exc).__name__}: {exc})",
-                file=sys.stderr,
-            )
-
-    return guarded
-
-
-def _backend_for(backend: str | None, device: str) -> str | None:
-    """The backend a device uses: a group made without naming one has one per device type
-    (torch's config, "cpu:gloo,cuda:nccl"), and the rank's device picks it."""
-    if backend is None or ":" not in backend:
-        return backend
-    pairs = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
-    return pairs.get(device.split(":")[0], backend)
-
-
-# The ids of the forward pre-hooks the watch put on the script's modules (torch numbers every hook
-# handle once, across all modules): what a pickle or a deep copy of such a module leaves out.
-_OUR_HOOKS: set[int] = set()
-_HOOK_STATE = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs")
-
-
-def _keep_out_of_copies(module: Any, hook_id: int) -> None:
-    """A module the watch hooked pickles and deep-copies as it would bare: ``torch.save(ddp_model)``
-    and ``copy.deepcopy(model)`` get its state without the watch's hook (a bound method of the watch,
-    which cannot be pickled, and which a checkpoint loaded without mgpu-tui could not use). Its
-    class's ``__getstate__`` (torch's own, which copies the instance's ``__dict__``) is wrapped once,
-    and leaves out the watch's hook ids alone."""
-    _OUR_HOOKS.add(hook_id)
-    cls = type(module)
-    if getattr(cls.__dict__.get("__getstate__"), "_mgpu_tui_keeps_hooks_out", False):
-        return
-    original = cls.__getstate__
-
-    @functools.wraps(original)
-    def __getstate__(self: Any) -> Any:
-        state = original(self)
-        if not isinstance(state, dict):
-            return state
-        for name in _HOOK_STATE:
-            hooks = state.get(name)
-            if isinstance(hooks, dict) and any(key in _OUR_HOOKS for key in hooks):
-                kept = type(hooks)() if isinstance(hooks, collections.OrderedDict) else {}
-                kept.update((key, hook) for key, hook in hooks.items() if key not in _OUR_HOOKS)
-                state = {**state, name: kept}
-        return state
-
-    __getstate__._mgpu_tui_keeps_hooks_out = True  # type: ignore[attr-defined]
-    cls.__getstate__ = __getstate__
-
-
-def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
-    """The argument a function was given at ``index`` or by ``name``, however it was called."""
-    return args[index] if len(args) > index else kwargs.get(name)
-
-
-def _around(original: Any, *, before: Any = None, after: Any = None) -> Any:
-    """``original`` with mgpu-tui's part before or after it. The arguments pass through exactly as
-    called (``*args, **kwargs``: no name of the wrapper's can collide with a keyword, as ``module``
-    did with ``DDP(module=...)``, which Lightning and Fabric call); ``functools.wraps`` keeps the
-    wrapped signature for ``inspect``. ``before(args, kwargs)`` and ``after(args, kwargs, result)``
-    must be quiet themselves (ScriptWatch's hooks are: @_quiet); a failure of theirs that escapes
-    anyway is swallowed here, so it never becomes the user's exception."""
-
-    @functools.wraps(original)
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        if before is not None:
-            _swallow(before, args, kwargs)
-        result = original(*args, **kwargs)
-        if after is not None:
-            _swallow(after, args, kwargs, result)
-        return result
-
-    return watched
-
-
-def _swallow(part: Any, *args: Any) -> None:
-    try:
-        part(*args)
-    except Exception:  # noqa: BLE001 (mgpu-tui's part of a wrapper never fails the script's call)
-        pass
-
-
-def _rebind(original: Any, watched: Any) -> None:
-    """Put ``watched`` in place of ``original`` in every torch module that bound it by name."""
-    name = original.__name__
-    for module_name, module in list(sys.modules.items()):
-        torch_module = module_name == "torch" or module_name.startswith("torch.")
-        if torch_module and getattr(module, name, None) is original:
-            setattr(module, name, watched)
 
 
 def _first_tensor(values: tuple, depth: int = 0) -> Any:
@@ -672,33 +589,3 @@ def _first_tensor(values: tuple, depth: int = 0) -> Any:
         if found is not None:
             return found
     return None
-
-
-_HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def _main_frame(main: int | None) -> FrameType | None:
-    """The main thread's innermost frame now: for the caller to read and drop at once."""
-    return sys._current_frames().get(main) if main is not None else None
-
-
-def _signature(frame: FrameType | None, program: str) -> tuple[tuple, str | None]:
-    """(what the stack is doing, the innermost frame of the script's own code in words).
-
-    The innermost frame counts by its function only: a loop inside one function (polling, a sleep
-    in a retry loop that never gets anywhere) is not movement; a call returning, another starting,
-    or an outer frame at another line is."""
-    frames: list[FrameType] = []
-    while frame is not None and len(frames) < MAX_FRAMES:
-        frames.append(frame)
-        frame = frame.f_back
-    signature = tuple(
-        (f.f_code.co_filename, f.f_code.co_name, None if i == 0 else f.f_lineno)
-        for i, f in enumerate(frames[:SIGNATURE_FRAMES])
-    )
-    own = next((f for f in frames if f.f_code.co_filename == program), None)
-    shown = own or next((f for f in frames if not f.f_code.co_filename.startswith(_HERE)), None)
-    where = None
-    if shown is not None:
-        where = f"{shown.f_code.co_name} at {os.path.basename(shown.f_code.co_filename)}:{shown.f_lineno}"
-    return signature, where

@@ -31,6 +31,19 @@ def test_lightnings_own_launcher_two_ranks(tmp_path):
         assert abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6
 
 
+def test_lightning_on_one_device_counts_the_batches_its_dataloader_gave(tmp_path):
+    """One device, no DDP: Lightning calls the module's training_step, never its forward, so no
+    model's forward sees the batch; the DataLoader's training batches are the samples."""
+    done = run_exec(
+        tmp_path, sys.executable, str(SCRIPTS / "lightning_ddp.py"), "--devices", "1", "--strategy", "auto"
+    )
+    summary, truth = finished(done, tmp_path)
+    (rank,) = summary.ranks
+    assert summary.world_size == 1 and rank.last_step == truth[0]["steps"] == 24
+    assert summary.batch_size == 8 and summary.batch_size_source == "the batches its DataLoader gave"
+    assert rank.samples_per_s > 0 and abs(rank.loss - truth[0]["loss"]) < 1e-6
+
+
 def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):
     script = str(SCRIPTS / "accelerate_loop.py")
     launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]

@@ -37,6 +37,7 @@ class Regressor(L.LightningModule):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--strategy", default="ddp")  # "auto" on one device: no DDP at all
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--samples", type=int, default=96)
@@ -48,7 +49,7 @@ def main():
     trainer = L.Trainer(
         accelerator="cpu",
         devices=args.devices,
-        strategy="ddp",
+        strategy=args.strategy,
         max_epochs=args.epochs,
         logger=False,
         enable_checkpointing=False,

@@ -1,0 +1,42 @@
+"""Where a rank's main thread is, read by the watch's beat thread (script_watch.py): a stack's
+signature (has it moved?) and the script's own innermost frame, in words. Frames are read and let
+go at once: a frame kept alive keeps its locals alive (docs/architecture.md, the threads).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from types import FrameType
+
+SIGNATURE_FRAMES = 64  # the innermost frames of a stack: its signature
+MAX_FRAMES = 512  # looked through for the script's own innermost frame (an import can be deep)
+
+_HERE = os.path.dirname(os.path.abspath(__file__))  # mgpu-tui's own rank code
+
+
+def main_frame(main: int | None) -> FrameType | None:
+    """The main thread's innermost frame now: for the caller to read and drop at once."""
+    return sys._current_frames().get(main) if main is not None else None
+
+
+def signature(frame: FrameType | None, program: str) -> tuple[tuple, str | None]:
+    """(what the stack is doing, the innermost frame of the script's own code in words).
+
+    The innermost frame counts by its function only: a loop inside one function (polling, a sleep
+    in a retry loop that never gets anywhere) is not movement; a call returning, another starting,
+    or an outer frame at another line is."""
+    frames: list[FrameType] = []
+    while frame is not None and len(frames) < MAX_FRAMES:
+        frames.append(frame)
+        frame = frame.f_back
+    moving_parts = tuple(
+        (f.f_code.co_filename, f.f_code.co_name, None if i == 0 else f.f_lineno)
+        for i, f in enumerate(frames[:SIGNATURE_FRAMES])
+    )
+    own = next((f for f in frames if f.f_code.co_filename == program), None)
+    shown = own or next((f for f in frames if not f.f_code.co_filename.startswith(_HERE)), None)
+    where = None
+    if shown is not None:
+        where = f"{shown.f_code.co_name} at {os.path.basename(shown.f_code.co_filename)}:{shown.f_lineno}"
+    return moving_parts, where
