@@ -90,6 +90,14 @@ def fmt_loss(x: float | None) -> str:
     return f"{x:.4f}" if math.isfinite(x) else str(x)
 
 
+def fmt_rank_loss(loss: float | None, diverged_at: int | None) -> str:
+    """A rank's loss, or where it diverged (NaN or infinite, which the events carry as null): never
+    "n/a" as if it had no loss."""
+    if loss is None and diverged_at is not None:
+        return f"NaN at step {diverged_at}"
+    return fmt_loss(loss)
+
+
 def fmt_seconds(x: float | None) -> str:
     if x is None:
         return "n/a"

@@ -134,6 +134,16 @@ class Option:
     def flags(self) -> tuple[str, ...]:
         return (f"--{self.name.replace('_', '-')}", *self.aliases)
 
+    def check(self, value: object, flag: str | None = None) -> Any:
+        """``value`` (as another parser read it: torchrun's, for the drop-in) through this flag's
+        type: the same bounds and the same sentence; ValueError("--flag: why") otherwise."""
+        if self.type is None:
+            return value
+        try:
+            return self.type(str(value))
+        except argparse.ArgumentTypeError as exc:
+            raise ValueError(f"{flag or self.flags[0]} {exc}") from None
+
     def add_to(self, parser: Any, **changes: Any) -> None:
         """Add this flag to ``parser`` (or an argument group); ``changes`` say it a command's way."""
         option = dataclasses.replace(self, **changes) if changes else self

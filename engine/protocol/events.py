@@ -94,6 +94,7 @@ class Step:
     state_bytes: int | None = None
     # The peak of its live tensors' bytes so far (the CPU demos: torch's MemTracker), if measured.
     tensor_peak_bytes: int | None = None
+    loss_nonfinite: bool = False  # its loss was NaN or infinite (written as null: JSON has neither)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +247,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         data_s=_get(r, "data_s", _NUM, optional=True, minimum=0, maximum=MAX_SECONDS),
         state_bytes=_get(r, "state_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         tensor_peak_bytes=_get(r, "tensor_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
+        loss_nonfinite=r.get("loss_nonfinite") is True and loss is None,
     )
 
 

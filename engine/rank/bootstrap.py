@@ -49,7 +49,10 @@ def describe(exc: BaseException) -> dict[str, str]:
     headline), every line of its message, and its traceback (chained exceptions included)."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-    text = str(exc)
+    try:
+        text = str(exc)
+    except Exception as inner:  # noqa: BLE001 (an exception whose __str__ raises: it is still told)
+        text = f"<its message could not be read: {type(inner).__name__}>"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     lines = traceback.format_exception(kind, exc, _not_ours(exc.__traceback__))
     return {

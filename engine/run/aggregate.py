@@ -71,6 +71,7 @@ class _RankTrack:
     error: Error | None = None
     about: About | None = None  # what a script really used (the bootstrap says it after its first step)
     where: str | None = None  # its main thread's place at its latest beat
+    diverged_at: int | None = None  # the first step whose loss was NaN or infinite
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,7 @@ class RankStats:
     process_group: str | None = None
     tokens_per_s: float | None = None  # where it counts tokens (a GPT's, a script's token ids)
     collectives: int | None = None  # the collectives it entered, as its flight records say (ingest.py)
+    diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
 
 
 @dataclass(frozen=True)
@@ -216,6 +218,8 @@ class Aggregator:
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
             if event.loss is not None:
                 track.loss[event.step] = (event.loss, event.samples)
+            elif event.loss_nonfinite and track.diverged_at is None:
+                track.diverged_at = event.step
             if event.mem_bytes is not None:
                 track.mem_bytes = event.mem_bytes
             if event.mem_peak_bytes is not None:
@@ -379,6 +383,7 @@ class Aggregator:
                     device_uuid=t.about.device_uuid if t.about else t.hello.device_uuid if t.hello else None,
                     process_group=_text(t.done.extra.get("process_group")) if t.done else None,
                     tokens_per_s=tokens_rate,
+                    diverged_at=t.diverged_at,
                 )
             )
 

@@ -218,6 +218,7 @@ class RankSummary:
     collectives: int | None = (
         None  # the collectives it entered (its flight records): a script's progress without steps
     )
+    diverged_at: int | None = None  # the first step whose loss was NaN or infinite (its loss is null)
 
 
 @dataclass(frozen=True)
@@ -338,6 +339,7 @@ class RunSummary:
                     r.backend,
                     r.tokens_per_s,
                     r.collectives,
+                    r.diverged_at,
                 )
                 for r in stats.ranks
             ),
@@ -367,7 +369,10 @@ class RunSummary:
         document = asdict(self)  # nested dataclasses become dicts, tuples stay tuples
         document["step_time_s_p10_p90"] = list(self.step_time_s_p10_p90) if self.step_time_s_p10_p90 else None
         document["peak_mem_bytes"] = list(self.peak_mem_bytes)
-        document["ranks"] = [asdict(r) for r in self.ranks]
+        # A rank's diverged_at only where its loss diverged: every other summary reads as before.
+        document["ranks"] = [
+            {k: v for k, v in asdict(r).items() if k != "diverged_at" or v is not None} for r in self.ranks
+        ]
         document["root_cause"] = self.root_cause.to_json() if self.root_cause else None
         document["verify"] = self.verify.to_json() if self.verify else None
         document["stall"] = self.stall.to_json() if self.stall else None

@@ -9,7 +9,7 @@ import time
 
 from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
-from mgpu_tui.console import fmt_loss, fmt_rate, plain, redraw
+from mgpu_tui.console import fmt_loss, fmt_rank_loss, fmt_rate, plain, redraw
 from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.priority import UI_RANK_NICE
 from mgpu_tui.engine.launch.spec import LaunchSpec
@@ -44,7 +44,7 @@ class Progress:
     def line(self, stats: RunStats, silent: dict[int, float] | None = None) -> str:
         silent = silent or {}
         ranks = "  ".join(
-            f"r{r.rank} {r.last_step} {fmt_loss(r.loss)}"
+            f"r{r.rank} {r.last_step} {fmt_rank_loss(r.loss, r.diverged_at)}"
             + (f" silent {silent[r.rank]:.0f} s" if r.rank in silent else "")
             for r in stats.ranks
         )

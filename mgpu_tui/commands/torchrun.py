@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mgpu_tui.commands.run import follow, launch_nice
 from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
 from mgpu_tui.engine.protocol.typed import Invalid, build
@@ -117,12 +118,29 @@ def _nodes_from_slurm(
     return job, nodes, said
 
 
+def _checked(option: str, value: object, flag: str | None = None):
+    """torchrun's value through mgpu-tui's own table of options: its bounds, its sentence."""
+    try:
+        return options.OPTIONS[option].check(value, flag)
+    except ValueError as exc:
+        raise UsageError(f"{exc} (see mgpu-tui torchrun --help)") from None
+
+
+def _within_bounds(t: TorchrunLine) -> None:
+    """The counts torchrun's parser read, held to the bounds `run` holds them to (torchrun takes
+    --nnodes 1000000000000, and a job of that many nodes was followed, node by node, every poll)."""
+    _checked("nnodes", t.nnodes, "--nnodes")
+    _checked("node_rank", t.node_rank, "--node-rank")
+    _checked("nproc", t.nproc, "--nproc-per-node")
+
+
 def torchrun_command(argv: list[str]) -> int:
     from mgpu_tui.cli import build_torchrun_parser
 
     answer = read_torchrun_line(argv)
     args = build_torchrun_parser().parse_args(answer.ours)
     t = answer.torchrun
+    _within_bounds(t)
     said = []
     if answer.ignored:
         said.append(f"{', '.join(answer.ignored)}: every rank's output is kept in the run folder instead")
@@ -144,7 +162,7 @@ def torchrun_command(argv: list[str]) -> int:
     for item in filter(None, t.rdzv_conf.split(",")):
         key, _, value = item.partition("=")
         if key.strip() == "join_timeout":
-            join_timeout = float(value)
+            join_timeout = _checked("join_timeout", value, "--rdzv-conf join_timeout")
         elif key.strip() != "is_host":
             raise UsageError(
                 f"--rdzv-conf {key.strip()}: mgpu-tui sets the rendezvous itself; only "

@@ -5,7 +5,16 @@ processes). Every text passes the one sink (console.plain): a rank's words are t
 
 from __future__ import annotations
 
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain, status_word, table
+from mgpu_tui.console import (
+    fmt_bytes,
+    fmt_loss,
+    fmt_rank_loss,
+    fmt_rate,
+    fmt_seconds,
+    plain,
+    status_word,
+    table,
+)
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.reports.memory import memory_lines
 
@@ -79,7 +88,7 @@ def summary_text(summary: RunSummary) -> str:
             str(r.last_step),
             fmt_rate(r.samples_per_s),
             *([fmt_rate(r.tokens_per_s)] if tokens else []),
-            fmt_loss(r.loss),
+            fmt_rank_loss(r.loss, r.diverged_at),
             fmt_bytes(r.peak_mem_bytes),
         ]
         for r in summary.ranks
@@ -90,7 +99,7 @@ def summary_text(summary: RunSummary) -> str:
             str(summary.steps),
             fmt_rate(summary.samples_per_s),
             *([fmt_rate(summary.tokens_per_s)] if tokens else []),
-            fmt_loss(summary.final_loss),
+            fmt_loss(summary.final_loss) if not _diverged(summary) else "NaN",
             "",
         ]
     )
@@ -135,6 +144,10 @@ def summary_text(summary: RunSummary) -> str:
     if summary.root_cause:  # the summary says why it failed, not only that it did
         head += f"\ncause: {summary.root_cause.headline()}"
     return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
+
+
+def _diverged(summary: RunSummary) -> bool:
+    return summary.final_loss is None and any(r.diverged_at is not None for r in summary.ranks)
 
 
 def script_line(summary: RunSummary) -> str:

@@ -85,3 +85,20 @@ def test_what_torchrun_would_refuse_is_one_sentence(argv, words):
     with pytest.raises(torchrun_args._Refused) as refused:
         read(*argv)
     assert words in str(refused.value)
+
+
+def test_the_drop_in_holds_torchruns_counts_and_join_timeout_to_runs_bounds():
+    """torchrun takes --nnodes 1000000000000 (the drop-in then followed that many nodes every poll)
+    and --rdzv-conf join_timeout=abc (a traceback): each is one sentence, exit 2, as `run` says it."""
+    from mgpu_tui.commands.torchrun import TorchrunLine, _checked, _within_bounds
+    from mgpu_tui.engine.protocol.typed import build
+    from mgpu_tui.errors import UsageError
+
+    line = build(TorchrunLine, read("--nnodes", "1000000000000", "x.py")["torchrun"])
+    with pytest.raises(UsageError, match=r"^--nnodes must be at most 4,096, got 1,000,000,000,000"):
+        _within_bounds(line)
+    refused = {"abc": "must be a number", "nan": "must be a finite number", "inf": "must be a finite number"}
+    for value, why in {**refused, "": "must be a number", "-1": "must be more than 0"}.items():
+        with pytest.raises(UsageError, match=f"^--rdzv-conf join_timeout {why}"):
+            _checked("join_timeout", value, "--rdzv-conf join_timeout")
+    assert _checked("join_timeout", "90", "--rdzv-conf join_timeout") == 90.0

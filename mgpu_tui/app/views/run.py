@@ -36,7 +36,7 @@ from mgpu_tui.app.widgets.mode_guide import ModeGuide
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
 from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, plain
+from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rank_loss, fmt_rate, plain
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
@@ -398,7 +398,7 @@ class RunView(Widget):
                         state,
                         str(r.last_step),
                         fmt_rate(r.samples_per_s),
-                        fmt_loss(r.loss),
+                        fmt_rank_loss(r.loss, r.diverged_at),
                         fmt_bytes(r.mem_peak_bytes),
                     )
                 )
