@@ -83,8 +83,8 @@ def test_a_one_process_job_counts_its_samples_and_tokens_at_its_model(tmp_path, 
 
 
 def test_the_sitecustomize_it_shadows_still_runs_and_a_python_without_mgpu_tui_sees_nothing(tmp_path):
-    """The user's own sitecustomize (here on their PYTHONPATH) runs as it would bare; an interpreter
-    that cannot load mgpu-tui's watch prints exactly what it prints bare."""
+    """The user's own sitecustomize (on their PYTHONPATH, or a virtual environment's own) runs as it
+    would bare; an interpreter that cannot load mgpu-tui's watch prints exactly what it prints bare."""
     own = tmp_path / "own"
     own.mkdir()
     (own / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
@@ -100,6 +100,16 @@ def test_the_sitecustomize_it_shadows_still_runs_and_a_python_without_mgpu_tui_s
     base_python = getattr(sys, "_base_executable", sys.executable)
     bare = subprocess.run([base_python, "-c", program], capture_output=True, text=True, env=base, timeout=60)
     assert bare.returncode == 0 and "site yes" in bare.stdout, bare.stderr
+    # A virtual environment's own sitecustomize (in its site-packages), as its python runs it.
+    venv = tmp_path / "venv"
+    subprocess.run([base_python, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    (site,) = venv.glob("lib/python*/site-packages")
+    (site / "sitecustomize.py").write_text("print('venv site ran', flush=True)\n")
+    (tmp_path / "v").mkdir()
+    done, run_dir = execute(tmp_path / "v", str(venv / "bin" / "python"), "-c", "print('job ran')")
+    assert summary_from(done.stdout).status == "ok", done.stderr
+    printed = (run_dir / "logs" / "command" / "stdout.log").read_text()
+    assert printed == "venv site ran\njob ran\n"  # its own, once, then the job: nothing more
     runs = tmp_path / "again"
     blind = subprocess.run(
         [*CLI, "exec", "--run-dir", str(runs), "--", "env", "MGPU_WATCH_PATHS=", base_python, "-c", program],
