@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shlex
+import shutil
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -227,12 +228,26 @@ def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpSha
     return None
 
 
+# A program's own arguments (or a command line) are kept in spec.json, whose reader takes at most
+# 1 MiB: bounded where they are written, so that a run is never one its own records cannot read.
+MAX_PROGRAM_ARGS_BYTES = 256 << 10
+
+
 def _check_program(spec: LaunchSpec) -> None:
+    size = sum(len(a.encode("utf-8", "replace")) + 1 for a in (*spec.demo_args, *spec.command))
+    if size > MAX_PROGRAM_ARGS_BYTES:
+        raise SpecError(
+            f"the program's arguments are {size:,} bytes; at most {MAX_PROGRAM_ARGS_BYTES:,} are kept with "
+            "a run (pass a file of them instead)."
+        )
     if spec.script and spec.module:
         raise SpecError("give --script or --module, not both.")
     if spec.command and (spec.script or spec.module):
         raise SpecError("give a command, or --script or --module: not both.")
-    if spec.script:
+    if spec.script and not spec.instrument and "--no-python" in spec.launcher_args:
+        if not (Path(spec.script).is_file() or shutil.which(spec.script)):  # torchrun finds it on PATH
+            raise SpecError(f"no such program: {spec.script} (not a file, nor on PATH).")
+    elif spec.script:
         path = Path(spec.script)
         if not path.is_file():
             raise SpecError(f"no such script: {spec.script}.")

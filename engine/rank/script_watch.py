@@ -359,7 +359,7 @@ class ScriptWatch:
     def _on_backward(self, tensors: Any) -> None:
         self._backwards += 1
         torch = self.torch
-        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+        if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and not tensors.is_complex():
             scaled = self._scaled.pop(id(tensors), None)
             loss = scaled[1] if scaled is not None and scaled[0] is tensors else tensors.detach()
             self._losses.append(loss)

@@ -31,7 +31,7 @@ from typing import Any
 MODELLED = {
     "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf", "standalone",
     "max_restarts", "module", "no_python", "node_rank", "master_addr", "master_port", "local_addr",
-    "local_ranks_filter", "training_script", "training_script_args", "help",
+    "local_ranks_filter", "training_script", "training_script_args", "help", "run_path",
 }  # fmt: skip
 IGNORED = {
     "log_dir",
@@ -131,6 +131,7 @@ def read(argv: list[str], ours: list[tuple[str, int, str]]) -> dict[str, Any]:
             "args": list(args.training_script_args),
             "module": bool(args.module),
             "no_python": bool(args.no_python),
+            "run_path": bool(getattr(args, "run_path", False)),
             "nproc": nproc,
             "nnodes": _nnodes(args.nnodes),
             "node_rank": int(args.node_rank),

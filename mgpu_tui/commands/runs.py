@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import shutil
 import sys
 import time
@@ -82,10 +83,53 @@ def delete_old_runs(root: Path, days: float, yes: bool) -> int:
         if input(f"{question} [y/N] ").strip().lower() not in ("y", "yes"):
             print("nothing deleted")
             return ExitCode.OK
-    for path in doomed:
-        shutil.rmtree(path)  # fd-based on Linux: a link planted inside is removed, never followed
-    print(plain(f"deleted {len(doomed)} run(s) under {root}"))
-    return ExitCode.OK
+    kept = {path: why for path in doomed if (why := _delete_run(path))}
+    for path, why in kept.items():
+        print(
+            plain(f"mgpu-tui: {path.name} was not deleted ({why}); it is still a run, to delete again"),
+            file=sys.stderr,
+        )
+    print(plain(f"deleted {len(doomed) - len(kept)} run(s) under {root}"))
+    return ExitCode.FAILED if kept else ExitCode.OK
+
+
+def _delete_run(path: Path) -> str | None:
+    """Delete one run folder, its marker (spec.json, and each node's spec-node<N>.json) last, so
+    that a folder that cannot be emptied stays a run the listing shows, never half of one; None when
+    it is gone, else the first reason a file stayed. Nothing is followed: a link is removed as a
+    link, a folder removed by rmtree's descriptor walk."""
+    failures: list[str] = []
+
+    def failed(function, name, info) -> None:
+        failures.append(f"{Path(name).name}: {getattr(info[1], 'strerror', None) or info[1]}")
+
+    markers = []
+    try:
+        entries = list(os.scandir(path))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    for entry in entries:
+        if entry.name == "spec.json" or (entry.name.startswith("spec-node") and entry.name.endswith(".json")):
+            markers.append(entry.path)
+        elif entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, onerror=failed)
+        else:
+            try:
+                os.unlink(entry.path)
+            except OSError as exc:
+                failures.append(f"{entry.name}: {exc.strerror or exc}")
+    if failures:
+        return failures[0]
+    for marker in markers:
+        try:
+            os.unlink(marker)
+        except OSError as exc:
+            return f"{Path(marker).name}: {exc.strerror or exc}"
+    try:
+        path.rmdir()
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def slurm_queue(records: list) -> dict[str, str]:

@@ -24,6 +24,7 @@ from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
 from mgpu_tui.engine.protocol.typed import Invalid, build
 from mgpu_tui.errors import UsageError
+from mgpu_tui.reports.rank_output import parse_ranks_filter
 
 PARSE_TIMEOUT_S = 120  # torch's import, on a slow file system
 
@@ -48,6 +49,7 @@ class TorchrunLine:
     master_addr: str | None
     master_port: int | None
     local_ranks_filter: str | None
+    run_path: bool = False  # --run-path: the script run by runpy.run_path in each worker
 
 
 @dataclass(frozen=True)
@@ -146,10 +148,19 @@ def torchrun_command(argv: list[str]) -> int:
         said.append(f"{', '.join(answer.ignored)}: every rank's output is kept in the run folder instead")
     launcher_args = list(answer.passthrough)
     instrument = not args.no_instrument
+    if t.no_python and t.module:  # as torchrun refuses it
+        raise UsageError("--no-python and -m (--module) cannot go together: give the program to run.")
     if t.no_python:
         launcher_args.append("--no-python")
         instrument = False
         said.append("--no-python: the program runs bare (the bootstrap needs Python)")
+    if t.run_path and not instrument:
+        launcher_args.append("--run-path")  # bare: torchrun runs it its own way
+    elif t.run_path:  # torchrun would run_path the bootstrap's module as a file
+        said.append(
+            "--run-path: each rank runs the script as __main__ through mgpu-tui's bootstrap, "
+            "as run_path would"
+        )
     endpoint = t.rdzv_endpoint
     if t.nnodes > 1 and not endpoint and t.master_port:
         endpoint = f"{t.master_addr}:{t.master_port}"
@@ -172,6 +183,13 @@ def torchrun_command(argv: list[str]) -> int:
     if from_slurm_said:
         said.append(from_slurm_said)
     filter_ranks = t.local_ranks_filter
+    if filter_ranks:
+        try:
+            parse_ranks_filter(filter_ranks)  # said under torchrun's own name for it
+        except ValueError:
+            raise UsageError(
+                f"--local-ranks-filter: give rank numbers separated by commas, got {filter_ranks!r}."
+            ) from None
     if filter_ranks and not args.quiet:
         args.ranks_filter = filter_ranks
     program = t.program

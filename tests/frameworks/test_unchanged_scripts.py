@@ -290,8 +290,18 @@ def test_the_torchrun_drop_in_reads_torchruns_own_flags_and_environment(tmp_path
     assert all(r.pid is None for r in summary.ranks)  # bare: no bootstrap said hello
     assert "--log-dir: every rank's output is kept in the run folder instead" in done.stderr
     # What torchrun's parser refuses (tests/unit/test_torchrun_args.py has each) is one sentence, exit 2.
-    refused = subprocess.run(
-        [*CLI, "torchrun", "--bogus", "x.py"], capture_output=True, text=True, timeout=60
-    )
-    assert refused.returncode == 2 and "torchrun does not know --bogus" in refused.stderr
-    assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    for line, said in (
+        (["--bogus", "x.py"], "torchrun does not know --bogus"),
+        (["--local-ranks-filter", "7,a", "x.py"], "--local-ranks-filter: give rank numbers"),  # its own name
+        (["--no-python", "-m", "pkg"], "--no-python and -m (--module) cannot go together"),
+        (["--nnodes", "1000000000000", "x.py"], "--nnodes must be at most 4,096"),
+    ):
+        refused = subprocess.run([*CLI, "torchrun", *line], capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and said in refused.stderr, (line, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1 and "Traceback" not in refused.stderr
+    # --no-python finds its program on PATH, as torchrun does (a file of that name is not needed).
+    bare = subprocess.run(
+        [*CLI, "torchrun", "--nproc-per-node", "1", "--no-python", "--run-dir", str(runs), "--json", "true"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert bare.returncode == 0 and summary_from(bare.stdout).status == "ok", bare.stderr

@@ -33,3 +33,13 @@ def test_a_process_that_never_started_cuda_ran_on_the_cpu(monkeypatch):
 def test_a_process_that_started_cuda_and_saw_no_loss_says_unknown(monkeypatch):
     said = about_with_no_loss(monkeypatch, cuda_started=True)
     assert said["device"] == "unknown" and said["device_uuid"] is None
+
+
+def test_a_complex_loss_is_no_loss_and_no_warning_of_torchs_reaches_the_script(recwarn):
+    """float() of a complex tensor prints torch's casting warning into the script's stderr."""
+    watch = ScriptWatch(Reporter(), "train.py")
+    watch.torch = torch
+    watch._on_backward(torch.tensor(1.0 + 2.0j))
+    watch._on_backward(torch.tensor(0.5))
+    assert len(watch._losses) == 1 and float(watch._losses[0]) == 0.5
+    assert not [w for w in recwarn if "complex" in str(w.message).lower()]

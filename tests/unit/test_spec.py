@@ -88,3 +88,16 @@ def test_shared_gpus_run_over_gloo_and_say_so(mode, nproc):
 def test_share_gpus_with_enough_gpus_changes_nothing():
     resolved = resolve(LaunchSpec("ddp", nproc=2, device="cuda", share_gpus=True), TWO_GPUS)
     assert not resolved.shared_gpus and resolved.backend == "nccl"
+
+
+def test_a_programs_arguments_are_bounded_where_they_are_written():
+    """Over a megabyte of a script's arguments made a spec.json its own reader refused (the run was
+    listed as broken, could not be opened or deleted): refused before anything starts."""
+    from mgpu_tui.engine.launch.spec import MAX_PROGRAM_ARGS_BYTES, LaunchSpec, SpecError, resolve
+
+    big = ("x" * 1000,) * (MAX_PROGRAM_ARGS_BYTES // 1000 + 1)
+    command = LaunchSpec(mode="exec", command=("python", *big))
+    script = LaunchSpec(mode="script", script=__file__, demo_args=big)
+    for spec in (command, script):
+        with pytest.raises(SpecError, match="the program's arguments are .* bytes; at most 262,144"):
+            resolve(spec, CPU)

@@ -102,3 +102,52 @@ def test_old_runs_are_deleted_only_when_asked_and_never_a_live_or_foreign_folder
     assert outside.read_text() == "mine" and elsewhere.exists()
     assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7", "--yes"]) == 0
     assert "nothing deleted" in capsys.readouterr().out
+
+
+def _immutable(path, on: bool) -> None:
+    """chattr +i / -i on ``path``, by the kernel's own call (root can remove anything else)."""
+    import fcntl
+    import os
+    import struct
+
+    get_flags, set_flags, immutable = 0x80086601, 0x40086602, 0x10  # FS_IOC_GETFLAGS, ..._SETFLAGS
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        flags = struct.unpack("i", fcntl.ioctl(fd, get_flags, struct.pack("i", 0)))[0]
+        flags = flags | immutable if on else flags & ~immutable
+        fcntl.ioctl(fd, set_flags, struct.pack("i", flags))
+    finally:
+        os.close(fd)
+
+
+def test_a_run_that_cannot_be_emptied_is_said_kept_whole_as_a_run_and_the_rest_deleted(tmp_path, capsys):
+    """A file that cannot be removed ended cleanup in a traceback, left that run half deleted ("not a
+    run") and skipped the others: now each run is deleted or said, its spec.json removed last."""
+    import time
+
+    root = tmp_path / "runs"
+
+    def aged(name):
+        path = good_run(root, name)
+        document = json.loads((path / "spec.json").read_text())
+        document["created_at"] = time.time() - 30 * 86400
+        (path / "spec.json").write_text(json.dumps(document))
+        return path
+
+    stuck, other = aged("20200101-000000-ddp"), aged("20200101-000001-ddp")
+    (stuck / "logs").mkdir(exist_ok=True)
+    pinned = stuck / "logs" / "pinned.log"
+    pinned.write_text("x")
+    _immutable(pinned, True)
+    try:
+        code = main(["runs", "--run-dir", str(root), "--delete-older-than", "7", "--yes"])
+        out, err = capsys.readouterr()
+        assert code == 1 and "deleted 1 run(s)" in out and not other.exists()
+        assert f"{stuck.name} was not deleted (pinned.log: Operation not permitted)" in err
+        assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+        assert (stuck / "spec.json").exists()  # still a run, listed, to delete again
+        assert main(["runs", "--run-dir", str(root)]) == 0 and stuck.name in capsys.readouterr().out
+    finally:
+        _immutable(pinned, False)
+    assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7", "--yes"]) == 0
+    assert not stuck.exists()

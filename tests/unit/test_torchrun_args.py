@@ -102,3 +102,13 @@ def test_the_drop_in_holds_torchruns_counts_and_join_timeout_to_runs_bounds():
         with pytest.raises(UsageError, match=f"^--rdzv-conf join_timeout {why}"):
             _checked("join_timeout", value, "--rdzv-conf join_timeout")
     assert _checked("join_timeout", "90", "--rdzv-conf join_timeout") == 90.0
+
+
+def test_run_path_is_read_out_not_passed_to_torchrun_under_the_bootstrap(monkeypatch):
+    """torchrun --run-path (or PET_RUN_PATH) made torchrun run_path the bootstrap's module name as a
+    file: the run failed where plain torchrun ran it. It is read out: the bootstrap runs the script
+    as __main__, as run_path would."""
+    got = read("--run-path", "--nproc-per-node", "2", "x.py")
+    assert got["torchrun"]["run_path"] is True and "--run-path" not in got["passthrough"]
+    monkeypatch.setenv("PET_RUN_PATH", "1")
+    assert read("x.py")["torchrun"]["run_path"] is True
