@@ -14,7 +14,6 @@ The hooks' cost a step is the bootstrap's (bench/run.py ``bootstrap``): exec's r
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -22,14 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from first_step import clean_env, first_step_times
+
 from mgpu_tui.engine.launch.command import SITEWATCH_DIR, WATCH_PATHS
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV, RUN_ID_ENV, WATCH_PATHS_ENV
 
 CLI = str(Path(sys.executable).with_name("mgpu-tui"))
-
-
-def _clean_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("MGPU_", "PET_", "TORCHELASTIC_"))}
 
 
 def _seconds(argv: list[str], env: dict[str, str]) -> float:
@@ -39,7 +36,7 @@ def _seconds(argv: list[str], env: dict[str, str]) -> float:
 
 
 def bench_exec_start(pairs: int) -> tuple[str, list[list[str]]]:
-    bare = _clean_env()
+    bare = clean_env()
     with tempfile.TemporaryDirectory() as run_dir:
         watched = {
             **bare,
@@ -75,36 +72,21 @@ for step in range(5):
 
 
 def bench_exec_first_step(pairs: int) -> tuple[str, list[list[str]]]:
-    times: dict[str, list[float]] = {"watched": [], "--no-instrument": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "job.py")
-        script.write_text(FIRST_STEP_SCRIPT)
-        for _ in range(pairs):
-            for how in times:
-                extra = ["--no-instrument"] if how == "--no-instrument" else []
-                runs = Path(tmp, "runs")
-                started = time.time()
-                subprocess.run(
-                    [
-                        CLI,
-                        "exec",
-                        "--run-dir",
-                        str(runs),
-                        "--quiet",
-                        *extra,
-                        "--",
-                        sys.executable,
-                        str(script),
-                    ],
-                    cwd=tmp,
-                    capture_output=True,
-                    env=_clean_env(),
-                    check=True,
-                )
-                run = max(runs.iterdir(), key=lambda p: p.stat().st_mtime)
-                log = (run / "logs" / "command" / "stdout.log").read_text()
-                times[how].append(float(log.split("first step ended ")[1].split()[0]) - started)
-                subprocess.run(["rm", "-rf", str(run)], check=True)
+    def line(*ours: str):
+        return lambda script, runs: [
+            CLI,
+            "exec",
+            "--run-dir",
+            str(runs),
+            "--quiet",
+            *ours,
+            "--",
+            sys.executable,
+            str(script),
+        ]
+
+    lines = {"watched": line(), "--no-instrument": line("--no-instrument")}
+    times = first_step_times(FIRST_STEP_SCRIPT, lines, "logs/command/stdout.log", pairs)
     diffs = [w - b for w, b in zip(times["watched"], times["--no-instrument"])]
     rows = [[how, str(pairs), f"{statistics.median(t):.2f}"] for how, t in times.items()]
     rows.append(["difference (median of pairs)", str(pairs), f"{statistics.median(diffs):+.2f}"])

@@ -68,6 +68,7 @@ import time
 from pathlib import Path
 
 from exec_costs import bench_exec_first_step, bench_exec_start
+from first_step import first_step_times
 
 from mgpu_tui.console import table as console_table
 from mgpu_tui.engine.planning.shapes import MODELS
@@ -338,37 +339,23 @@ dist.destroy_process_group()
 def bench_first_step(pairs: int) -> str:
     """Seconds from the command's start to the end of the script's first step, as the script's own
     rank 0 printed it: with the bootstrap and bare, alternated."""
-    times: dict[str, list[float]] = {"bootstrap": [], "--no-instrument": []}
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp, "job.py")
-        script.write_text(FIRST_STEP_SCRIPT)
-        for _ in range(pairs):
-            for how in times:
-                extra = ["--no-instrument"] if how == "--no-instrument" else []
-                started = time.time()
-                subprocess.run(
-                    [
-                        CLI,
-                        "run",
-                        "--script",
-                        str(script),
-                        "--nproc",
-                        "2",
-                        "--run-dir",
-                        f"{tmp}/runs",
-                        "--quiet",
-                        *extra,
-                    ],
-                    cwd=tmp,
-                    capture_output=True,
-                    env=_clean_env(),
-                    check=True,
-                )
-                run = max(Path(tmp, "runs").iterdir(), key=lambda p: p.stat().st_mtime)
-                log = next(run.glob("logs/*/attempt_0/0/stdout.log")).read_text()
-                ended = float(log.split("first step ended ")[1].split()[0])
-                times[how].append(ended - started)
-                subprocess.run(["rm", "-rf", str(run)], check=True)
+
+    def line(*ours: str):
+        return lambda script, runs: [
+            CLI,
+            "run",
+            "--script",
+            str(script),
+            "--nproc",
+            "2",
+            "--run-dir",
+            str(runs),
+            "--quiet",
+            *ours,
+        ]
+
+    lines = {"bootstrap": line(), "--no-instrument": line("--no-instrument")}
+    times = first_step_times(FIRST_STEP_SCRIPT, lines, "logs/*/attempt_0/0/stdout.log", pairs)
     base = statistics.median(times["--no-instrument"])
     rows = [
         [how, pairs, f"{statistics.median(t):.2f}", f"{statistics.median(t) - base:+.2f}"]

@@ -83,6 +83,23 @@ def wait_screen(session: str, pattern: str, timeout: float = 20) -> bool:
     return False
 
 
+def run_exec(
+    tmp_path: Path, *command: str, ours=(), env=None, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """``mgpu-tui exec --json OURS -- COMMAND`` in tmp_path: what it printed, and its run folder
+    (the one run under tmp_path/runs)."""
+    runs = tmp_path / "runs"
+    done = subprocess.run(
+        [*CLI, "exec", "--run-dir", str(runs), "--json", *ours, "--", *command],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=tmp_path,
+        env=env,
+    )
+    return done, only_run_dir(runs)
+
+
 def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:
     """``mgpu-tui ARGS`` run by calling its main() here: (exit code, stdout, stderr). No process starts."""
     from mgpu_tui.cli import main

@@ -195,15 +195,9 @@ def build_command(
     for name in base_env:
         if name.startswith("PET_"):
             changes[name] = None
-    changes[RUN_DIR_ENV] = str(run_dir.path)
-    changes[RUN_ID_ENV] = run_id
-    # Logs go to files; unbuffered output reaches them as it is printed.
-    changes["PYTHONUNBUFFERED"] = "1"
-    if mode.multi_process and not any(name in base_env for name in FR_BUFFER_ENV):
-        # PyTorch's flight recorder keeps each rank's recent collectives (gloo and NCCL): when a run
-        # stalls, they say which rank never entered which collective (watchdog.py's verdict).
-        for name in FR_BUFFER_ENV:
-            changes[name] = str(FR_BUFFER_ENTRIES)
+    _of_the_run(changes, run_dir, run_id)
+    if mode.multi_process:
+        _collectives_recorded(changes, resolved, base_env)
     if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env:
         # When a rank fails, torchrun sends the others SIGTERM and waits this long before
         # SIGKILL (30 s by default): a rank stuck in a collective would hold the run that long.
@@ -219,16 +213,34 @@ def build_command(
             changes["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,ENV"
         if "NCCL_DEBUG_FILE" not in base_env:
             changes["NCCL_DEBUG_FILE"] = str(run_dir.path / NCCL_LOG_PATTERN)  # NCCL fills in host and pid
-    if resolved.backend == "nccl" and "TORCH_NCCL_ENABLE_TIMING" not in base_env:
-        # Each collective's GPU duration in the flight records: on NCCL the CPU runs ahead of the
-        # GPU, so these, not the enqueue times, say who arrives late (run/flight_records.py).
-        changes["TORCH_NCCL_ENABLE_TIMING"] = "1"
     if not mode.multi_process:
         # torchrun sets this for its ranks; a one-process mode gets the same, so
         # @record writes its error file where the engine looks for it.
         changes["TORCHELASTIC_ERROR_FILE"] = str(run_dir.python_rank_dir() / "error.json")
 
     return _launch(argv, base_env, changes, python)
+
+
+def _of_the_run(changes: dict[str, str | None], run_dir: RunDir, run_id: str) -> None:
+    """Where the run's events go, its id on every process of it, and its output unbuffered (it goes
+    to files, and reaches them as it is printed)."""
+    changes[RUN_DIR_ENV] = str(run_dir.path)
+    changes[RUN_ID_ENV] = run_id
+    changes["PYTHONUNBUFFERED"] = "1"
+
+
+def _collectives_recorded(
+    changes: dict[str, str | None], resolved: ResolvedSpec, base_env: Mapping[str, str]
+) -> None:
+    """PyTorch's flight recorder keeps each rank's recent collectives (gloo and NCCL): when a run
+    stalls, they say which rank never entered which collective (watchdog.py's verdict). On NCCL,
+    each collective's GPU duration too: the CPU runs ahead of the GPU, so these, not the enqueue
+    times, say who arrives late (run/flight_records.py). The user's own settings win."""
+    if not any(name in base_env for name in FR_BUFFER_ENV):
+        for name in FR_BUFFER_ENV:
+            changes[name] = str(FR_BUFFER_ENTRIES)
+    if resolved.backend == "nccl" and "TORCH_NCCL_ENABLE_TIMING" not in base_env:
+        changes["TORCH_NCCL_ENABLE_TIMING"] = "1"
 
 
 def _launch(
@@ -250,16 +262,10 @@ def _command_launch(
     for name in base_env:
         if name.startswith(("TORCHELASTIC_", "PET_")) or (inside_a_worker and name in TORCHRUN_WORKER_ENV):
             changes[name] = None
-    changes[RUN_DIR_ENV] = str(run_dir.path)
-    changes[RUN_ID_ENV] = run_id
-    changes["PYTHONUNBUFFERED"] = "1"  # the output reaches its file (and the screen) as it is printed
+    _of_the_run(changes, run_dir, run_id)
     if resolved.spec.instrument:
         path = base_env.get("PYTHONPATH")
         changes["PYTHONPATH"] = SITEWATCH_DIR + (os.pathsep + path if path else "")
         changes[WATCH_PATHS_ENV] = WATCH_PATHS
-    if not any(name in base_env for name in FR_BUFFER_ENV):
-        for name in FR_BUFFER_ENV:
-            changes[name] = str(FR_BUFFER_ENTRIES)
-    if resolved.backend == "nccl" and "TORCH_NCCL_ENABLE_TIMING" not in base_env:
-        changes["TORCH_NCCL_ENABLE_TIMING"] = "1"
+    _collectives_recorded(changes, resolved, base_env)
     return _launch(list(resolved.spec.command), base_env, changes, python)

@@ -61,6 +61,7 @@ class ProcessTree:
         nice: int,
         *,
         launcher_is_rank: bool,
+        note_processes: bool = False,
         ranks_here: range = range(1 << 20),
         log: logging.LoggerAdapter | logging.Logger | None = None,
     ) -> None:
@@ -70,6 +71,9 @@ class ProcessTree:
         self.run_id = run_id
         self.nice = nice
         self.launcher_is_rank = launcher_is_rank  # a one-process mode: python itself is rank 0
+        # A command's (mgpu-tui exec): what each process is and uses, for processes_seen; a run whose
+        # ranks mgpu-tui starts itself does without these reads of /proc at each scan.
+        self.note_processes = note_processes
         self.proc: subprocess.Popen | None = None  # the keeper
         self.launcher: int | None = None  # torchrun (or python), the keeper's first child
         self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
@@ -116,7 +120,8 @@ class ProcessTree:
         except psutil.Error:
             return
         for child in children:
-            self._note(child)
+            if self.note_processes:
+                self._note(child)
             session = _session(child.pid)
             if child.pid not in self._known:
                 ctime = create_time(child.pid)

@@ -123,8 +123,16 @@ class ScriptWatch:
         self.reporter = reporter
         self._become = become_rank
         self.program = os.path.abspath(program) if os.path.exists(program) else program
-        self.steps = 0
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
+        self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
+        self._batch_source: str | None = None  # where the batch is counted (BATCH_SOURCE), once hooked
+        self._failures: set[str] = set()  # hooks that failed once, and said so
+        self._start_counting()
+
+    def _start_counting(self) -> None:
+        """This process's own figures and threads, from nothing: at its start, and in a forked
+        child (which must carry nothing of its parent's)."""
+        self.steps = 0
         self._backwards = 0  # backward() calls since the last step: its micro-batches
         self._in_backward = False  # a backward inside a backward (reentrant checkpointing) is not one
         self._losses: list[Any] = []
@@ -133,8 +141,6 @@ class ScriptWatch:
         self._loader_samples = self._loader_tokens = 0  # the training batches its DataLoaders gave
         self._first_forward_at: float | None = None
         self._last_step_at = time.time()
-        self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
-        self._batch_source: str | None = None  # where the batch is counted (BATCH_SOURCE), once hooked
         self._pending: collections.deque[_Step] = collections.deque()
         self._device: Any = None  # where the loss is: the rank's device
         self._about_said = False
@@ -143,7 +149,6 @@ class ScriptWatch:
         self._backend: str | None = None  # the default process group's, once seen
         self._last_event_at = time.monotonic()
         self._stopped = threading.Event()
-        self._failures: set[str] = set()  # hooks that failed once, and said so
         self._lead: int | None = None  # id() of the optimizer whose steps are the steps
         self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
         self._beats: threading.Thread | None = None
@@ -180,14 +185,7 @@ class ScriptWatch:
         reporter, self.reporter = self.reporter, None
         if reporter is not None:
             reporter.abandon()
-        self._beats = None
-        self._stopped = threading.Event()
-        self.steps = self._backwards = self._samples = self._tokens = 0
-        self._loader_samples = self._loader_tokens = 0
-        self._losses, self._pending, self._scaled = [], collections.deque(), {}
-        self._first_forward_at, self._last_step_at = None, time.time()
-        self._lead, self._others, self._about_said, self._backend = None, {}, False, None
-        self._device, self._in_backward, self._batch_said, self._root_searched = None, False, False, False
+        self._start_counting()
 
     def _install(self, torch: ModuleType) -> None:
         """Each wrapper passes its arguments through exactly as called (_around: positional or

@@ -124,6 +124,7 @@ class Run(IngestReadings):
             # A command's ranks are all of this node (one node): any rank a process of the tree says.
             ranks_here=resolved.ranks_here if not self._command else range(1 << 20),
             launcher_is_rank=not resolved.mode.multi_process,
+            note_processes=self._command,
             log=self.log,
         )
         self._ingest = Ingest(

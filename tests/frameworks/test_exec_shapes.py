@@ -10,22 +10,10 @@ import sys
 import textwrap
 import time
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, summary_from
+from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, run_exec, summary_from
 
 SCRIPTS = REPO / "tests" / "scripts"
 SPAWN = str(SCRIPTS / "spawn_ddp.py")
-
-
-def execute(tmp_path, *command: str, timeout=120):
-    runs = tmp_path / "runs"
-    done = subprocess.run(
-        [*CLI, "exec", "--run-dir", str(runs), "--json", "--", *command],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-    )
-    return done, only_run_dir(runs)
 
 
 def test_a_spawned_rank_stuck_in_its_data_loading_is_named_with_its_collective(tmp_path):
@@ -50,7 +38,7 @@ def test_a_spawned_rank_stuck_in_its_data_loading_is_named_with_its_collective(t
 
 
 def test_ranks_forked_by_start_processes_are_two_ranks_each_with_its_own_figures(tmp_path):
-    done, run_dir = execute(tmp_path, sys.executable, SPAWN, "--start-method", "fork", "--steps", "12")
+    done, run_dir = run_exec(tmp_path, sys.executable, SPAWN, "--start-method", "fork", "--steps", "12")
     summary = summary_from(done.stdout)
     assert summary.status == "ok", done.stderr
     truth = results_of(done.stderr)
@@ -74,7 +62,7 @@ def test_a_command_whose_processes_never_become_ranks_says_what_it_saw(tmp_path)
                 pool.map(work, range(2))
         """
     )
-    done, run_dir = execute(tmp_path, sys.executable, "-c", program)
+    done, run_dir = run_exec(tmp_path, sys.executable, "-c", program)
     summary = summary_from(done.stdout)
     assert summary.status == "ok" and summary.world_size == 0 and summary.steps == 0, done.stderr
     assert summary.note.startswith("no process of this job joined a process group or stepped an optimizer")
@@ -86,7 +74,7 @@ def test_a_command_whose_processes_never_become_ranks_says_what_it_saw(tmp_path)
 
 
 def test_a_spawned_rank_that_raises_is_the_root_cause_with_its_exception(tmp_path):
-    done, run_dir = execute(tmp_path, sys.executable, SPAWN, "--fail-rank", "1", "--fail-at", "5")
+    done, run_dir = run_exec(tmp_path, sys.executable, SPAWN, "--fail-rank", "1", "--fail-at", "5")
     assert done.returncode == 1, done.stderr
     cause = summary_from(done.stdout).root_cause
     assert cause.rank == 1 and cause.message == "ValueError: corrupt sample in shard 1 at step 5"

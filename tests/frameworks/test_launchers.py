@@ -22,7 +22,7 @@ def finished(done, tmp_path):
 
 
 def test_lightnings_own_launcher_two_ranks(tmp_path):
-    done = run_exec(tmp_path, sys.executable, str(SCRIPTS / "lightning_ddp.py"))
+    done, _ = run_exec(tmp_path, sys.executable, str(SCRIPTS / "lightning_ddp.py"))
     summary, truth = finished(done, tmp_path)
     assert sorted(truth) == [0, 1] and summary.mode == "exec"
     assert summary.world_size == 2 and summary.steps == 12 and summary.batch_size == 16
@@ -34,7 +34,7 @@ def test_lightnings_own_launcher_two_ranks(tmp_path):
 def test_lightning_on_one_device_counts_the_batches_its_dataloader_gave(tmp_path):
     """One device, no DDP: Lightning calls the module's training_step, never its forward, so no
     model's forward sees the batch; the DataLoader's training batches are the samples."""
-    done = run_exec(
+    done, _ = run_exec(
         tmp_path, sys.executable, str(SCRIPTS / "lightning_ddp.py"), "--devices", "1", "--strategy", "auto"
     )
     summary, truth = finished(done, tmp_path)
@@ -47,7 +47,7 @@ def test_lightning_on_one_device_counts_the_batches_its_dataloader_gave(tmp_path
 def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):
     script = str(SCRIPTS / "accelerate_loop.py")
     launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]
-    done = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
+    done, _ = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
     summary, truth = finished(done, tmp_path)
     assert sorted(truth) == [0, 1] and summary.world_size == 2 and summary.steps == 6
     mine = truth[0]
@@ -61,7 +61,7 @@ def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):
 def test_accelerate_launch_a_hugging_face_trainer(tmp_path):
     script = str(SCRIPTS / "hf_trainer.py")
     launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]
-    done = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
+    done, _ = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
     summary, truth = finished(done, tmp_path)
     mine = truth[0]
     assert summary.world_size == 2 and summary.steps == mine["steps"] == 6
@@ -81,7 +81,7 @@ def test_the_deepspeed_launcher_every_rank_and_no_stall_while_its_op_builds(tmp_
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
     launch = [str(BIN / "deepspeed"), "--num_gpus", "2", str(SCRIPTS / "deepspeed_train.py")]
     stop_on_stall = ("--stall-timeout", "5", "--on-stall", "stop")
-    done = run_exec(tmp_path, *launch, ours=stop_on_stall, env=env, timeout=400)
+    done, _ = run_exec(tmp_path, *launch, ours=stop_on_stall, env=env, timeout=400)
     summary, truth = finished(done, tmp_path)
     assert sorted(truth) == [0, 1] and summary.world_size == 2 and summary.stall is None
     assert summary.steps == 8 and summary.batch_size == 8

@@ -10,27 +10,13 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, summary_from
+from conftest import CLI, REPO, live_processes_of, only_run_dir, results_of, run_exec, summary_from
 
 SCRIPTS = REPO / "tests" / "scripts"
 SPAWN = str(SCRIPTS / "spawn_ddp.py")
-
-
-def execute(tmp_path: Path, *command: str, ours=(), env=None, timeout=120):
-    runs = tmp_path / "runs"
-    done = subprocess.run(
-        [*CLI, "exec", "--run-dir", str(runs), "--json", *ours, "--", *command],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-        env=env,
-    )
-    return done, only_run_dir(runs)
 
 
 def test_the_tutorials_mp_spawn_example_is_two_ranks_with_their_own_figures(tmp_path):
@@ -40,7 +26,7 @@ def test_the_tutorials_mp_spawn_example_is_two_ranks_with_their_own_figures(tmp_
     port = 20000 + os.getpid() % 20000
     worker = {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RUN_ID": "x", "RANK": "0",
               "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # fmt: skip
-    done, run_dir = execute(
+    done, run_dir = run_exec(
         tmp_path, sys.executable, SPAWN, "--port", str(port), env={**os.environ, **worker}
     )
     summary = summary_from(done.stdout)
@@ -62,7 +48,7 @@ def test_the_tutorials_mp_spawn_example_is_two_ranks_with_their_own_figures(tmp_
 @pytest.mark.parametrize("shape", ["plain", "DataParallel"])
 def test_a_one_process_job_counts_its_samples_and_tokens_at_its_model(tmp_path, shape):
     extra = ["--data-parallel"] if shape == "DataParallel" else []
-    done, run_dir = execute(tmp_path, sys.executable, str(SCRIPTS / "one_process.py"), *extra)
+    done, run_dir = run_exec(tmp_path, sys.executable, str(SCRIPTS / "one_process.py"), *extra)
     summary = summary_from(done.stdout)
     assert summary.status == "ok", done.stderr
     (truth,) = results_of(done.stderr).values()
@@ -90,7 +76,7 @@ def test_the_sitecustomize_it_shadows_still_runs_and_a_python_without_mgpu_tui_s
     (own / "sitecustomize.py").write_text("import os\nos.environ['SITE_RAN'] = 'yes'\n")
     program = "import os, torch; print('site', os.environ.get('SITE_RAN'))"
     env = {**os.environ, "PYTHONPATH": str(own)}
-    done, _ = execute(tmp_path, sys.executable, "-c", program, env=env)
+    done, _ = run_exec(tmp_path, sys.executable, "-c", program, env=env)
     assert summary_from(done.stdout).status == "ok", done.stderr
     assert "site yes" in done.stderr
     # An interpreter that has torch but cannot load mgpu-tui: the base Python, with the environment's
@@ -106,7 +92,7 @@ def test_the_sitecustomize_it_shadows_still_runs_and_a_python_without_mgpu_tui_s
     (site,) = venv.glob("lib/python*/site-packages")
     (site / "sitecustomize.py").write_text("print('venv site ran', flush=True)\n")
     (tmp_path / "v").mkdir()
-    done, run_dir = execute(tmp_path / "v", str(venv / "bin" / "python"), "-c", "print('job ran')")
+    done, run_dir = run_exec(tmp_path / "v", str(venv / "bin" / "python"), "-c", "print('job ran')")
     assert summary_from(done.stdout).status == "ok", done.stderr
     printed = (run_dir / "logs" / "command" / "stdout.log").read_text()
     assert printed == "venv site ran\njob ran\n"  # its own, once, then the job: nothing more
