@@ -9,7 +9,7 @@ is the last resort, once (it took 160 ms on a Hugging Face model).
 from __future__ import annotations
 
 import gc
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any
 
 MAX_FRAMES = 64  # the frames of the stack looked through, innermost first
@@ -31,7 +31,7 @@ def find_root(optimizer: Any, frame: FrameType | None, module_type: type) -> Any
         return None
     found = _best(_in_frames(frame, module_type), wanted)
     if found is None:
-        modules = (o for o in gc.get_objects() if isinstance(o, module_type))
+        modules = (o for o in gc.get_objects() if issubclass(type(o), module_type))
         found = _best(modules, wanted)
     return found
 
@@ -42,14 +42,18 @@ def _in_frames(frame: FrameType | None, module_type: type) -> list[Any]:
     while frame is not None and depth < MAX_FRAMES and len(seen) < MAX_CANDIDATES:
         for value in list(frame.f_locals.values()):
             for candidate in (value, *_attributes(value)):
-                if isinstance(candidate, module_type):
+                if issubclass(type(candidate), module_type):  # type(): never the object's own __class__
                     seen.setdefault(id(candidate), candidate)
         frame, depth = frame.f_back, depth + 1
     return list(seen.values())
 
 
 def _attributes(value: Any) -> list[Any]:
-    """One level into an object's own attributes (``self.model``), never into a module's."""
+    """One level into an object's own attributes (``self.model``), never into a torch module's or a
+    Python module's (``torch.distributed``'s deprecated names warn when touched, into the script's
+    stderr)."""
+    if isinstance(value, ModuleType):
+        return []
     attributes = getattr(value, "__dict__", None)
     if not isinstance(attributes, dict) or hasattr(value, "_parameters"):
         return []

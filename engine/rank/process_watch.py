@@ -117,8 +117,16 @@ def _tell_error(exc: BaseException) -> None:
     try:
         watch.finish()
         watch.reporter.error(**describe(exc))
-        watch.reporter.close()
     except Exception:  # noqa: BLE001 (the end is the script's, told or not)
+        pass
+    finally:
+        _close(watch.reporter)
+
+
+def _close(reporter: ScriptReporter) -> None:
+    try:
+        reporter.close()
+    except Exception:  # noqa: BLE001 (nothing of the watch's reaches the script's exit)
         pass
 
 
@@ -136,6 +144,7 @@ def _at_exit() -> None:
     try:
         end = watch.finish()
         watch.reporter.done(watch.steps, **end)
-        watch.reporter.close()
     except Exception:  # noqa: BLE001
         pass
+    finally:
+        _close(watch.reporter)  # its thread stopped, whatever the end could not say

@@ -27,6 +27,7 @@ import sys
 import threading
 import time
 import traceback as traceback_module
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -68,6 +69,22 @@ FR_TORCH_DIR = "torch"
 FR_READABLE_DIR = "torch-readable"
 
 
+def stop_before_exit(stop: Callable[[], None]) -> None:
+    """Call ``stop`` when the program's main thread has ended, before its own exit handlers run
+    (threading's, which run before ``atexit``'s and before the interpreter finalizes). A thread of
+    the watch must be out of torch by then: a framework's exit handler may destroy the process
+    group under it, and a daemon thread still inside torch when the interpreter finalizes aborts
+    the process ("terminate called without an active exception", exit -6, seen under DeepSpeed's
+    launcher). Nothing when the interpreter is already shutting down."""
+    register = getattr(threading, "_register_atexit", None)  # the hook concurrent.futures uses
+    if register is None:
+        return
+    try:
+        register(stop)
+    except RuntimeError:  # "can't register atexit after shutdown"
+        pass
+
+
 class _FlightRecorderDump:
     """Answers the engine's request for this rank's flight-recorder trace (its recent collectives).
 
@@ -90,6 +107,7 @@ class _FlightRecorderDump:
         self._dumping = threading.Lock()  # the thread's dumps and the bootstrap's, one at a time
         self._thread = threading.Thread(target=self._loop, name="mgpu-fr", daemon=True)
         self._thread.start()
+        stop_before_exit(self.stop)
 
     def stop(self) -> None:
         """Stop the thread, and wait for a dump in flight: one still inside torch while the

@@ -48,7 +48,7 @@ from typing import Any
 from mgpu_tui.engine.rank import reporter as reporter_module
 from mgpu_tui.engine.rank.after_import import after_import
 from mgpu_tui.engine.rank.model_root import batch_source, find_root
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter, stop_before_exit
 from mgpu_tui.engine.rank.stack_signature import main_frame, signature
 from mgpu_tui.engine.rank.wrapping import argument, around, backend_for, guarded, keep_out_of_copies, rebind
 
@@ -167,6 +167,15 @@ class ScriptWatch:
     def _start_beats(self) -> None:
         self._beats = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
         self._beats.start()
+        stop_before_exit(self._stop_beats)
+
+    def _stop_beats(self) -> None:
+        """No beat after this: the thread is joined (it reads the main thread's frames and the
+        process group, which the script's exit handlers may be tearing down)."""
+        self._stopped.set()
+        beats = self._beats
+        if beats is not None and beats is not threading.current_thread():
+            beats.join(timeout=5)
 
     def _become_rank(self, rank: int, world_size: int) -> None:
         """This process is a rank from now on: its reporter (its files, its stack handler, its
@@ -515,10 +524,7 @@ class ScriptWatch:
     def finish(self) -> dict[str, Any]:
         """Write what is still pending; the facts of the end for the ``done`` event. The beat thread is
         joined first: nothing of mgpu-tui may still call into torch while the interpreter shuts down."""
-        self._stopped.set()
-        beats = self._beats
-        if beats is not None and beats is not threading.current_thread():
-            beats.join(timeout=5)
+        self._stop_beats()
         if self.torch is None:
             return {"process_group": "none"}
         try:

@@ -105,3 +105,19 @@ def test_the_sitecustomize_it_shadows_still_runs_and_a_python_without_mgpu_tui_s
     output = only_run_dir(runs) / "logs" / "command"
     assert (output / "stdout.log").read_text() == bare.stdout
     assert (output / "stderr.log").read_text() == bare.stderr
+
+
+def test_no_thread_of_the_watch_is_left_when_the_scripts_own_exit_handlers_run(tmp_path):
+    """A framework may end its process group in an exit handler. By then the watch's threads are
+    gone: one still inside torch when the interpreter finalizes aborts the rank ("terminate called
+    without an active exception", exit -6: a DeepSpeed job under exec, in CI). Nothing of the watch
+    reaches the script's stderr either (a deprecated torch name, touched, warned there)."""
+    done, run_dir = run_exec(tmp_path, sys.executable, str(SCRIPTS / "exit_handler.py"))
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok", done.stderr
+    at_exit = [line for line in done.stderr.splitlines() if line.startswith("AT EXIT ")]
+    assert at_exit and json.loads(at_exit[0].removeprefix("AT EXIT ")) == ["MainThread"]
+    (truth,) = results_of(done.stderr).values()
+    (rank,) = summary.ranks
+    assert rank.last_step == 6 and abs(rank.loss - truth["loss"]) < 1e-6
+    assert "Warning" not in done.stderr, done.stderr
