@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import live_processes_of, only_run_dir, results_of, summary_from
-from frameworks_helpers import BIN, SCRIPTS, run_exec
+from frameworks_helpers import BIN, SCRIPTS, free_port, run_exec
 
 CPU_ACCELERATE = {**os.environ, "ACCELERATE_USE_CPU": "1"}
 
@@ -46,7 +46,8 @@ def test_lightning_on_one_device_counts_the_batches_its_dataloader_gave(tmp_path
 
 def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):
     script = str(SCRIPTS / "accelerate_loop.py")
-    launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]
+    launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+              "--main_process_port", free_port(), script]  # fmt: skip
     done, _ = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
     summary, truth = finished(done, tmp_path)
     assert sorted(truth) == [0, 1] and summary.world_size == 2 and summary.steps == 6
@@ -60,7 +61,8 @@ def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):
 
 def test_accelerate_launch_a_hugging_face_trainer(tmp_path):
     script = str(SCRIPTS / "hf_trainer.py")
-    launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2", script]
+    launch = [str(BIN / "accelerate"), "launch", "--multi_gpu", "--num_processes", "2",
+              "--main_process_port", free_port(), script]  # fmt: skip
     done, _ = run_exec(tmp_path, *launch, env=CPU_ACCELERATE)
     summary, truth = finished(done, tmp_path)
     mine = truth[0]
@@ -79,7 +81,8 @@ def test_the_deepspeed_launcher_every_rank_and_no_stall_while_its_op_builds(tmp_
     seen, and with a 5 s stall timeout that stops the run, nothing is called stalled. (A rank waiting
     on its own busy compiler is never a stall: tests/frameworks/test_never_breaks_the_job.py.)"""
     env = {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(tmp_path / "extensions")}
-    launch = [str(BIN / "deepspeed"), "--num_gpus", "2", str(SCRIPTS / "deepspeed_train.py")]
+    launch = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", free_port(),
+              str(SCRIPTS / "deepspeed_train.py")]  # fmt: skip
     stop_on_stall = ("--stall-timeout", "5", "--on-stall", "stop")
     done, _ = run_exec(tmp_path, *launch, ours=stop_on_stall, env=env, timeout=400)
     summary, truth = finished(done, tmp_path)
