@@ -62,6 +62,7 @@ class JobState:
     state: str  # RUNNING, SIGNALING (while --signal's is sent), COMPLETING, CANCELLED, TIMEOUT, ...
     reason: str | None  # why it is in that state: TimeLimit, NodeFail, None, ...
     end_time: float | None  # when it ends (or ended), as the controller has it
+    nodelist: str | None = None  # the hosts it runs on, as a Slurm host list (bn-host[1-2])
 
 
 def job_state(job_id: str) -> JobState | None:
@@ -69,7 +70,9 @@ def job_state(job_id: str) -> JobState | None:
     record = _ask("scontrol", "show", "job", "-o", job_id)
     if not record or not (state := field(record, "JobState")):
         return None
-    return JobState(state, field(record, "Reason"), parse_time(field(record, "EndTime")))
+    return JobState(
+        state, field(record, "Reason"), parse_time(field(record, "EndTime")), field(record, "NodeList")
+    )
 
 
 def why_ended(job: JobState | None, now: float) -> str | None:

@@ -23,8 +23,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from mgpu_tui.engine.launch.slurm import expand_hostlist
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
-from mgpu_tui.engine.machine.slurm import cancel_job
+from mgpu_tui.engine.machine.slurm import cancel_job, job_state
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.protocol.folder import loads, read_json
@@ -39,7 +40,7 @@ from mgpu_tui.engine.records.history import (
     read_spec,
 )
 from mgpu_tui.engine.run.ingest import FileTail, Ingest, IngestReadings
-from mgpu_tui.engine.run.monitor import Monitor, is_followed, monitor_of
+from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.watchdog import stall_timeout
 
@@ -364,12 +365,56 @@ class FollowedRun(IngestReadings):
             )
         monitor.ask_to_stop()
 
-    def cancel_slurm_job(self) -> str | None:
-        """``scancel`` the Slurm job this run is (every node then stops, saying "cancelled"); None
-        once Slurm took it, else its sentence why not."""
+    def why_not_cancellable(self) -> str | None:
+        """None when the Slurm job this run's folder names may be cancelled, else one sentence why
+        not. The folder is the ranks' to write: the job is believed only as the run's own monitor,
+        holding its lock, recorded it (monitor.json), and that record only as far as it can be
+        checked. A monitor on this machine's kernel is asked directly: the process holding the lock
+        is the one recorded, and its own environment is of that job. A monitor on another host
+        (its lock held over a shared filesystem) is checked with Slurm: the job runs on the host
+        the record names."""
         job = self.recorded_spec.slurm
         if job is None:
             return "this run is no Slurm job's."
+        if not self.followed():
+            return "nothing follows this run any more: it has ended."
+        unknown = f"so Slurm job {job.job_id} was not cancelled"
+        monitor = self.monitor()
+        if monitor is not None:
+            record = monitor.record
+            if record is None or (record.pid, record.start) != (monitor.pid, monitor.start):
+                return (
+                    f"the process holding this run's lock (pid {monitor.pid}) is not the monitor it "
+                    f"recorded, {unknown}."
+                )
+            if not monitor.holds_this_lock:
+                return (
+                    f"the process holding this run's lock (pid {monitor.pid}) follows another run, {unknown}."
+                )
+            if monitor.slurm_job != job.job_id:
+                runs_in = f"Slurm job {monitor.slurm_job}" if monitor.slurm_job else "no Slurm job"
+                return f"this run's monitor (pid {monitor.pid}) runs in {runs_in}, {unknown}."
+            return None
+        record = MonitorRecord.read(self.run_dir.monitor_lock_path)
+        if record is None or record.slurm_job != job.job_id:
+            return f"this run's monitor did not record that it runs in Slurm job {job.job_id}, {unknown}."
+        state = job_state(job.job_id)
+        if state is None or state.nodelist is None:
+            return f"Slurm did not say where job {job.job_id} runs, so it was not cancelled."
+        if record.host not in expand_hostlist(state.nodelist):
+            return (
+                f"Slurm runs job {job.job_id} on {state.nodelist}, not on {record.host} where this "
+                "run's monitor is, so it was not cancelled."
+            )
+        return None
+
+    def cancel_slurm_job(self) -> str | None:
+        """``scancel`` the Slurm job this run is (every node then stops, saying "cancelled"), once
+        :meth:`why_not_cancellable` allows it; None once Slurm took it, else the sentence why not."""
+        if reason := self.why_not_cancellable():
+            return reason
+        job = self.recorded_spec.slurm
+        assert job is not None  # (why_not_cancellable said so)
         return cancel_job(job.job_id)
 
     def close(self) -> None:

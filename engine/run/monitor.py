@@ -29,9 +29,11 @@ from __future__ import annotations
 import fcntl
 import os
 import pwd
+import re
 import signal
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,7 +42,14 @@ from mgpu_tui.engine.protocol.folder import dumps, entries, read_json, write_ato
 
 RECORD_SUFFIX = ".json"  # monitor.lock's record is monitor.json: the monitor's own account of itself
 MAX_RECORD_BYTES = 4096
-MAX_FDS_LOOKED_AT = 4096  # of the holder's open files: a monitor holds a few dozen
+MAX_FDS_LOOKED_AT = 4096
+SLURM_JOB = re.compile(r"\d{1,20}")  # of the holder's open files: a monitor holds a few dozen
+
+
+def slurm_job_of(environ: Mapping[str, str]) -> str | None:
+    """The Slurm job an environment is of (SLURM_JOB_ID, a number), or None."""
+    job = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID") or ""
+    return job if SLURM_JOB.fullmatch(job) else None
 
 
 def boot_id() -> str:
@@ -60,10 +69,12 @@ class MonitorRecord:
     start: float  # launch/processes.py's create_time: the same figure for the same process, always
     boot_id: str
     host: str
+    slurm_job: str | None = None  # the Slurm job the monitor runs in (its own SLURM_JOB_ID)
 
     @classmethod
     def of_this_process(cls) -> MonitorRecord:
-        return cls(os.getpid(), create_time(os.getpid()) or 0.0, boot_id(), socket.gethostname())
+        pid = os.getpid()
+        return cls(pid, create_time(pid) or 0.0, boot_id(), socket.gethostname(), slurm_job_of(os.environ))
 
     @classmethod
     def read(cls, lock: Path) -> MonitorRecord | None:
@@ -78,10 +89,18 @@ class MonitorRecord:
             return None
         if not isinstance(host, str) or not (0 < pid < 1 << 32 and 0 <= start < 1 << 62):
             return None  # (read_json admits finite numbers only)
-        return cls(pid, float(start), boot[:64], host[:255])
+        job = document.get("slurm_job")
+        job = job if isinstance(job, str) and SLURM_JOB.fullmatch(job) else None
+        return cls(pid, float(start), boot[:64], host[:255], job)
 
     def write(self, lock: Path) -> None:
-        document = {"pid": self.pid, "start": self.start, "boot_id": self.boot_id, "host": self.host}
+        document = {
+            "pid": self.pid,
+            "start": self.start,
+            "boot_id": self.boot_id,
+            "host": self.host,
+            "slurm_job": self.slurm_job,
+        }
         write_atomic(lock.with_suffix(RECORD_SUFFIX), dumps(document), root=lock.parent)
 
 
@@ -132,6 +151,7 @@ class Monitor:
     start: float | None = None  # its start time (create_time), read from the kernel
     record: MonitorRecord | None = None  # what the run's monitor wrote of itself
     holds_this_lock: bool = False  # it has this run's lock file open, not a link's other name
+    slurm_job: str | None = None  # the Slurm job of its environment (/proc/PID/environ)
 
     @property
     def owned(self) -> bool:
@@ -260,5 +280,15 @@ def _describe(pid: int, path: Path, st: os.stat_result) -> Monitor:
         return Monitor(pid, uid, owner, False, start, record)
     names = b" ".join(argv)
     mgpu_tui = b"mgpu-tui" in names or b"mgpu_tui" in names
-    in_a_run = any(entry.startswith(b"MGPU_RUN_ID=") for entry in environ)
-    return Monitor(pid, uid, owner, mgpu_tui and not in_a_run, start, record, _holds_open(pid, path, st))
+    variables = dict(e.decode("utf-8", "replace").partition("=")[::2] for e in environ if b"=" in e)
+    in_a_run = "MGPU_RUN_ID" in variables
+    return Monitor(
+        pid,
+        uid,
+        owner,
+        mgpu_tui and not in_a_run,
+        start,
+        record,
+        _holds_open(pid, path, st),
+        slurm_job_of(variables),
+    )

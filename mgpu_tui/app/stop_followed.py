@@ -2,7 +2,8 @@
 never by a pid of another machine.
 
 A Slurm job's run is stopped the way Slurm stops it, ``scancel`` of the job (every node then says
-"cancelled"), from whatever host the app runs on; any other run is stopped by asking its monitor,
+"cancelled"), from whatever host the app runs on, once its own monitor vouches for the job
+(FollowedRun.why_not_cancellable); any other run is stopped by asking its monitor,
 on this machine, by the very process the user was asked about (engine/run/monitor.py).
 """
 
@@ -21,6 +22,9 @@ def stop_followed(app: App, run: FollowedRun) -> None:
     """Ask, then stop ``run``; every outcome is said in a notification."""
     job = run.recorded_spec.slurm
     if job is not None:
+        if reason := run.why_not_cancellable():  # the folder's word alone never picks a job
+            app.notify(plain(reason), title="Cannot stop", severity="error", timeout=8, markup=False)
+            return
         _cancel_slurm_job(app, run, job.job_id, job.nodelist)
         return
     monitor = run.monitor()

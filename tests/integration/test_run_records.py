@@ -378,13 +378,14 @@ HOLD = (
 )
 
 
-def a_followed_run(root: Path, name: str) -> tuple[Path, subprocess.Popen]:
-    """A run folder whose lock is held by an mgpu-tui process that recorded itself, as a monitor does."""
+def a_followed_run(root: Path, name: str, env: dict | None = None) -> tuple[Path, subprocess.Popen]:
+    """A run folder whose lock is held by an mgpu-tui process that recorded itself, as a monitor does
+    (``env``: more of its environment)."""
     run_dir = root / name
     (run_dir / "events").mkdir(parents=True)
     spec = {"spec": {"mode": "ddp", "world_size": 2}, "created_at": 1}
     (run_dir / "spec.json").write_text(json.dumps(spec))
-    env = {k: v for k, v in os.environ.items() if k != "MGPU_RUN_ID"}
+    env = {**{k: v for k, v in os.environ.items() if k != "MGPU_RUN_ID"}, **(env or {})}
     argv = [sys.executable, "-c", HOLD, str(run_dir / "monitor.lock")]
     holder = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline().strip() == "locked"
@@ -464,3 +465,47 @@ def test_a_named_run_ends_its_folders_name_with_it_and_the_listings_show_it(runs
     listed = json.loads(run_cli("runs", "--run-dir", str(runs_root), "--json").stdout)["runs"]
     assert [(r["what"], r["name"]) for r in listed] == [("single", "baseline")]
     assert "baseline: single" in run_cli("runs", "--run-dir", str(runs_root)).stdout
+
+
+SLURM = {"job_id": "4242", "step_id": 0, "restart_count": 0, "nodelist": "node7", "nnodes": 1, "node_id": 0,
+         "ntasks": 1, "tasks_per_node": 1, "procid": 0, "localid": 0}  # fmt: skip
+
+
+def test_a_slurm_job_named_only_by_the_runs_folder_is_never_cancelled(runs_root, monkeypatch):
+    """Issue #40: a rank of a local run writes "slurm": {"job_id": "4242"} into spec.json (and a
+    monitor.json that claims the job): `s` asked to cancel job 4242, and scancel ran. The job is
+    believed only as the lock's holder itself runs in it (its own environment, read from /proc);
+    with that, the same folder's job may be cancelled."""
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    run_dir, local = a_followed_run(runs_root, "20200101T000000Z-ddp")
+    spec = json.loads((run_dir / "spec.json").read_text())
+    spec["spec"]["slurm"] = SLURM
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    in_the_job, holder = a_followed_run(runs_root, "20200101T000001Z-ddp", env={"SLURM_JOB_ID": "4242"})
+    (in_the_job / "spec.json").write_text(json.dumps(spec))
+    asked = []
+    monkeypatch.setattr("mgpu_tui.engine.records.follow.cancel_job", asked.append)
+    try:
+        run = FollowedRun(run_dir)
+        assert run.recorded_spec.slurm.job_id == "4242"
+        assert "runs in no Slurm job, so Slurm job 4242 was not cancelled" in run.why_not_cancellable()
+        forged = dataclasses.replace(MonitorRecord.read(run_dir / "monitor.lock"), slurm_job="4242")
+        forged.write(run_dir / "monitor.lock")  # the rank's own word for its monitor: no better
+        assert "runs in no Slurm job" in run.cancel_slurm_job()
+        remote = dataclasses.replace(forged, host="node7", boot_id="other")
+        remote.write(run_dir / "monitor.lock")  # a monitor "on another host": the holder is here
+        assert "runs in no Slurm job" in run.cancel_slurm_job()
+        assert asked == []
+        real = FollowedRun(in_the_job)
+        assert real.why_not_cancellable() is None
+        assert real.cancel_slurm_job() is None and asked == ["4242"]
+        local.kill()
+        local.wait(10)
+        assert run.why_not_cancellable() == "nothing follows this run any more: it has ended."
+        run.close()
+        real.close()
+    finally:
+        for process in (local, holder):
+            process.kill()
+            process.wait(10)
