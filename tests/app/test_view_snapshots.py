@@ -207,6 +207,12 @@ def pinned_run(view, finished: bool, run_dir: str = "runs/20261125T120000Z-ddp")
             events.add(Done(rank, now, last))
     stats = events.stats()
     view.show(stats, (steps, rates, losses), 30.0)
+    logged = [
+        (r, "stdout", f"step {s}  loss {losses[s - 1]:.4f}")
+        for s in range(20, last + 1, 20)
+        for r in (0, 1)
+    ]
+    view.add_log_lines(logged, 0)
     if finished:
         memory = tuple(RankMemory(r, 12 << 20, 12 << 20, 16 << 20, 16 << 20, 345 << 20) for r in (0, 1))
         view.ended(
@@ -222,6 +228,30 @@ def pinned_run(view, finished: bool, run_dir: str = "runs/20261125T120000Z-ddp")
             ),
             stats,
         )
+
+
+@pytest.mark.parametrize("outcome", ["ok", "failed"])
+@pytest.mark.parametrize("size", list(SIZES))
+async def test_after_a_run_its_logs_keep_at_least_five_lines_at_both_sizes(size, outcome):
+    """Issue #43: once a run ended, the result panel took the Run view's room at 80x24 and the logs
+    had no row left (a failing rank's traceback could not be read). After a run, ok or failed, the
+    log pane shows five lines or more, at 80x24 and at 160x50."""
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.widgets.log_view import LogPane
+    from mgpu_tui.engine.run.rootcause import RootCause
+
+    snapshots, topology, host = recorded(0)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+    async with app.run_test(size=SIZES[size]) as pilot:
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        pinned_run(view, finished=outcome == "ok")
+        if outcome == "failed":
+            cause = RootCause(1, 240, None, "RuntimeError: boom", "Traceback (most recent call last):\n" * 20)
+            view.ended(pinned_summary(Path("runs/x"), status="failed", exit_code=1, root_cause=cause), None)
+        await pilot.pause(0.3)
+        pane = app.query_one(LogPane)
+        assert pane.content_region.height >= 5, (size, pane.region)
 
 
 @pytest.mark.parametrize("phase", ["during", "after"])

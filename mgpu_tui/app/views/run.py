@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 
 WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
+SHORT = 44  # rows of the view under which it folds for its logs (80x24 gives it 20; 160x50, 46)
 
 
 class RunView(Widget):
@@ -123,6 +124,15 @@ class RunView(Widget):
     #logs {
         height: 1fr;
     }
+    /* A short terminal (80x24): the log's controls fold to one row and, once the run has ended,
+       the charts give their rows to the logs and the result panel keeps its first lines (it
+       scrolls): at least 5 log lines stay readable, a failing rank's traceback among them. */
+    RunView.short #root-cause {
+        max-height: 5;
+    }
+    RunView.short.ended #charts {
+        display: none;
+    }
     """
 
     def __init__(self, host: Host, run_root: Path = RUN_ROOT, **kwargs) -> None:
@@ -159,6 +169,9 @@ class RunView(Widget):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < NARROW, "narrow")
+        short = self.size.height < SHORT
+        self.set_class(short, "short")
+        self.query_one(LogView).fold_controls(short)
 
     def on_mount(self) -> None:
         self.query_one(LogView).display = False
@@ -275,6 +288,7 @@ class RunView(Widget):
         self.nodes: tuple[NodeView, ...] = ()
         self.machines: Mapping[int, NodeMachine] = {}
         self.ended_ok = False
+        self.remove_class("ended")
         self.label, self.hint = label, hint
         self._noted = None
         self.query_one("#run-status", StatusLine).update(plain(f"{label}: {status}"), done=0.0)
@@ -410,6 +424,7 @@ class RunView(Widget):
     def ended(self, summary: RunSummary | None, stats: RunStats | None) -> None:
         """The run ended; no summary: a followed run cut off (its monitor died without one)."""
         self.finished = True
+        self.add_class("ended")
         if summary is None:
             steps = stats.steps if stats else 0
             self.query_one("#run-status", StatusLine).update(

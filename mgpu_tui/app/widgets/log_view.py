@@ -65,6 +65,12 @@ class LogView(Vertical):
         self.query_one("#log-rank", Select).set_options(options)
         self.query_one("#log-rank", Select).value = -1
 
+    def fold_controls(self, folded: bool) -> None:
+        """The filter and the search on one row without borders (a short terminal: the rows go to
+        the log's lines)."""
+        self.query_one("#log-rank", Select).compact = folded
+        self.query_one("#log-search", Input).compact = folded
+
     def focus_search(self) -> None:
         """Put the cursor in the search (`/` in the Run view): letters typed there stay there."""
         self.query_one("#log-search", Input).focus()
