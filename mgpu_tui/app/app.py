@@ -257,6 +257,14 @@ class MgpuApp(App):
     def action_quit_app(self) -> None:
         self.jobs.quit()
 
+    async def action_quit(self) -> None:
+        """Ctrl+Q (Textual's quit) asks as q does while a run goes: never a run stopped unasked."""
+        self.jobs.quit()
+
+    def action_help_quit(self) -> None:
+        """Ctrl+C outside a field (Textual's hint to press Ctrl+Q): a quit, asked as q asks."""
+        self.jobs.quit()
+
     def on_run_ended(self, message: RunEnded) -> None:
         self.clear_notifications()  # "Stopping every rank…" is over: the result panel says how it ended
         self.jobs.ended(run=True)

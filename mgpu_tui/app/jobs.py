@@ -20,6 +20,8 @@ from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.errors import exit_code_for
 
+QUIT_CHECK_S = 0.2  # how often a quit that waits for the work to stop looks again
+
 
 def users_error(exc: Exception) -> bool:
     """An error the user's input caused (the CLI's exit codes 2 and 3, or a record that cannot be
@@ -101,15 +103,27 @@ class Jobs:
             return
 
         def answered(yes: bool | None) -> None:
-            if yes:
-                self.quitting = True
-                self.runs.request_stop()
-                self.comparing.request_stop()
+            if not yes:
+                return
+            self.quitting = True
+            self.runs.request_stop()
+            self.comparing.request_stop()
+            # The work may have ended while the question was up (its end found nobody quitting):
+            # looked at again now, and until it has, never waited on by its end alone.
+            if not self._quit_if_idle():
                 self.app.notify("Stopping every rank, then quitting…")
+                self.app.set_interval(QUIT_CHECK_S, self._quit_if_idle)
 
         from mgpu_tui.app.views.confirm import QUIT_WHILE_RUNNING, Confirm
 
         self.app.push_screen(Confirm(QUIT_WHILE_RUNNING), answered)
+
+    def _quit_if_idle(self) -> bool:
+        """Quit now if nothing of the app's own goes any more; whether it did."""
+        if self.busy:
+            return False
+        self.app.exit()
+        return True
 
     def ended(self, *, run: bool) -> None:
         """The run (``run``) or the comparison ended: the app quits now if it was waiting for that.

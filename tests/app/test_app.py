@@ -89,6 +89,35 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
     assert live_processes_of(run_dir) == []
 
 
+@pytest.mark.parametrize("key", ["q", "ctrl+q", "ctrl+c"])
+async def test_a_quit_answered_after_the_run_ended_quits_at_once(tmp_path, monkeypatch, key):
+    """Issue #43: s, then q, then y: the run ended while the question was up, its end found nobody
+    quitting, and the app sat on "Stopping every rank, then quitting…" for good. Ctrl+Q quit at once
+    with a run going, and Ctrl+C only said to press Ctrl+Q: both ask as q does."""
+    monkeypatch.chdir(tmp_path)
+    app = create_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        form = app.query_one("#run-form")
+        form.query_one("#mode", Select).value = "ddp"
+        form.query_one("#nproc", Input).value = "2"
+        form.query_one("#steps", Input).value = "100000"
+        form.query_one("#device", Select).value = "cpu"
+        await pilot.click("#start")
+        assert await wait_for(pilot, lambda: app.jobs.runs.active, timeout=30)
+        run_dir = app.jobs.runs.run.run_dir.path
+        await pilot.press(key)
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, Confirm) and app.return_code is None  # asked, not quit
+        app.jobs.runs.request_stop()  # the s pressed before: the run ends under the question
+        assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=30)
+        await pilot.pause(0.5)  # its end is handled, nobody quitting yet
+        assert app.return_code is None
+        await pilot.press("y")
+        assert await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
+    assert live_processes_of(run_dir) == []
+
+
 async def test_bad_form_input_is_one_sentence_and_starts_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     app = create_app()

@@ -259,3 +259,24 @@ def test_make_run_at_80x24_guides_a_first_user_and_enter_starts_a_run(tmp_path):
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     assert live_processes_of(only_run_dir(runs)) == []
+
+
+@pytest.mark.timeout(180)
+def test_s_then_q_three_seconds_later_then_y_exits_within_five_seconds(tmp_path):
+    """Issue #43's timing, in a real terminal: the run stops under the question; yes then quits
+    (it sat on "Stopping every rank, then quitting…" for over 75 s)."""
+    from conftest import live_processes_of, only_run_dir
+
+    runs = tmp_path / "runs"
+    session, marker = start(f"run ddp --nproc 2 --steps 2000 --device cpu --tui --run-dir {runs}", tmp_path)
+    try:
+        assert wait_screen(session, r"rank 0 +running +[\d,]+", timeout=120), screen(session)
+        subprocess.run(["tmux", "send-keys", "-t", session, "s"], check=True)
+        time.sleep(3)
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        if wait_screen(session, "Quit and stop every rank", timeout=3):  # unless its end came first
+            subprocess.run(["tmux", "send-keys", "-t", session, "y"], check=True)
+        assert wait_exit(marker, 5) == "130", screen(session)
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    assert live_processes_of(only_run_dir(runs)) == []
