@@ -112,6 +112,15 @@ class LaunchSpec:
         """The user's own program, as the lists name it: a script, a module, or a command line."""
         return self.script or self.module or (shlex.join(self.command) if self.command else None)
 
+    @property
+    def program_line(self) -> str | None:
+        """The user's own program with its arguments, as it runs: ``train.py --epochs 3``,
+        ``-m pkg.train``, or the command line."""
+        if self.command:
+            return shlex.join(self.command)
+        program = self.script or (f"-m {self.module}" if self.module else None)
+        return " ".join([program, *self.demo_args]) if program else None
+
 
 @dataclass(frozen=True)
 class ResolvedSpec:

@@ -107,15 +107,23 @@ def cells(
     return headers, out
 
 
+FOOTNOTE = (
+    "* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
+    "TFLOP/s from the model's training FLOPs (MLP: 3 x forward; GPT: 6N + 12 L d s a token).  "
+    "state/rank: parameters, gradients and optimizer state the planner predicts for the fullest "
+    "rank; = every rank measured exactly that."
+)
+
+
 def compare_table(comparison: Comparison) -> str:
     headers, rows = cells(comparison.rows, lambda text: text + "*", lambda text: text + " ")
-    lines = [table(headers, rows, right=tuple(range(2, len(headers))))]
-    lines.append(
-        "* best in its column.  Per device: per GPU on CUDA, per rank on the CPU.  "
-        "TFLOP/s from the model's training FLOPs (MLP: 3 x forward; GPT: 6N + 12 L d s a token).  "
-        "state/rank: parameters, gradients and optimizer state the planner predicts for the fullest "
-        "rank; = every rank measured exactly that."
-    )
+    return "\n".join([table(headers, rows, right=tuple(range(2, len(headers)))), *compare_notes(comparison)])
+
+
+def compare_notes(comparison: Comparison) -> list[str]:
+    """What the table's marks mean, and what its figures cannot be trusted for (a failed run, a busy
+    machine, modes run side by side): under the table, in the CLI and in the app alike."""
+    lines = [FOOTNOTE]
     for r in comparison.rows:
         if r.root_cause:
             lines.append(plain(f"{r.name} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
@@ -125,7 +133,7 @@ def compare_table(comparison: Comparison) -> str:
             lines.append(f"BUSY MACHINE, {r.name}: {r.busy}.")
     if comparison.parallel:
         lines.append("Note: the modes ran at the same time and shared this host: not a fair race.")
-    return "\n".join(lines)
+    return lines
 
 
 def _fmt_speedup(x: float | None) -> str:

@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Select
+from textual.widgets import Input, Select, Static
 
-from conftest import live_processes_of, pinned_comparison
+from conftest import live_processes_of, pinned_comparison, pinned_summary
 from mgpu_tui.app import create_app
 from mgpu_tui.app.views.confirm import Confirm
 from mgpu_tui.app.views.run import RunView
@@ -654,6 +654,38 @@ async def test_every_model_name_fits_its_dropdown_on_one_row(size):
                 assert label.region.height == 1 and label.region.width >= len(name), (field, name)
 
 
+async def test_a_script_run_shows_the_scripts_own_guide_and_keeps_its_logs_in_view(tmp_path):
+    """Issue #43: `torchrun ... --tui` and `run --script ... --tui` showed "Single device (baseline)"
+    and demos/single.py, and once the run ended that guide took the logs' place. The guide is the
+    script's own (its command line, its source, read as plain text), and the logs stay in view."""
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.widgets.log_view import LogView
+    from mgpu_tui.app.widgets.mode_guide import ModeGuide
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine.host import probe
+
+    script = tmp_path / "train.py"
+    script.write_text('print("\x1b]2;pwned\x07")\nEPOCHS = 3  # my own loop\n')
+    ran = LaunchSpec(mode="script", script=str(script), demo_args=("--epochs", "3"), nproc=2)
+    app = create_app(telemetry=[], topology=None, run_root=tmp_path)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        view.started(ran, resolve(ran, probe()), str(tmp_path / "runs" / "x"))
+        await pilot.pause(0.3)
+        assert app.query_one(LogView).display and not app.query_one(ModeGuide).display
+        view.ended(pinned_summary(tmp_path / "runs" / "x", mode="script", program=str(script)), None)
+        await pilot.pause(0.3)
+        assert app.query_one(LogView).display and not app.query_one(ModeGuide).display
+        await pilot.press("v")
+        await pilot.pause(0.3)
+        said = str(app.query_one("#guide-explanation").render())
+        assert "Your own script" in said and "train.py --epochs 3" in said and "Single device" not in said
+        assert str(app.query_one("#guide-source").border_title).endswith("train.py: the script it runs")
+        code = app.query_one("#guide-code", Static).content
+        assert "EPOCHS = 3  # my own loop" in code.code and "\x1b" not in code.code  # drawn as text
+
+
 async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path):
     """Issue #31: a script run reopened showed ddp and 1000 steps, so Start ran a demo. The form now
     shows the script with its arguments as the mode list's last entry, steps and batch off (a script
@@ -676,7 +708,8 @@ async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path)
         assert mode.value == "script"
         shown = str(mode.query_one(SelectCurrent).label)  # what the closed list shows
         assert shown == "your script: train.py --max-iters 10", shown
-        assert app.query_one("#steps", Input).disabled and app.query_one("#batch", Input).disabled
+        for demos_own in ("#steps", "#batch", "#model", "#amp"):  # issue #43: none applies to a script
+            assert not app.query_one(demos_own).display, demos_own
         app.query_one("#nproc", Input).value = "3"
         again = form.spec()
         assert (again.script, again.demo_args, again.nproc, again.stall_timeout) == (
@@ -688,7 +721,7 @@ async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path)
         assert again.run_root == tmp_path and again.nice == UI_RANK_NICE
         mode.value = "ddp"  # a demo again: its steps and batch count
         await pilot.pause()
-        assert not app.query_one("#steps", Input).disabled
+        assert app.query_one("#steps", Input).display and app.query_one("#model").display
         assert form.spec().mode == "ddp" and form.spec().script is None
 
 
@@ -723,3 +756,25 @@ async def test_a_comparisons_results_get_the_screen_at_80x24_and_f_brings_the_se
             await pilot.press("f")
             await pilot.pause(0.2)
             assert modes.region.height == 0
+
+
+async def test_the_compare_view_says_what_the_cli_says_under_its_table():
+    """Issue #43: on a busy machine the app starred a mode as fastest without a word, where the CLI
+    says BUSY MACHINE; nor did it say what * and = mean. The CLI's notes are under the table."""
+    import dataclasses
+
+    from mgpu_tui.app.messages import CompareEnded, CompareStarted
+
+    comparison = pinned_comparison()
+    busy = "other processes used 1.3 of the 2 cores during the run: its timings are not to be trusted"
+    rows = [dataclasses.replace(comparison.rows[0], busy=busy), *comparison.rows[1:]]
+    comparison = dataclasses.replace(comparison, rows=rows)
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        app.to_views(CompareStarted(comparison))
+        app.to_views(CompareEnded(comparison))
+        await pilot.pause(0.3)
+        notes = str(app.query_one("#compare-notes", Static).content)
+        assert f"BUSY MACHINE, {rows[0].name}: {busy}." in notes
+        assert "* best in its column" in notes and "= every rank measured exactly that" in notes

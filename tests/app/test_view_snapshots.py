@@ -208,9 +208,7 @@ def pinned_run(view, finished: bool, run_dir: str = "runs/20261125T120000Z-ddp")
     stats = events.stats()
     view.show(stats, (steps, rates, losses), 30.0)
     logged = [
-        (r, "stdout", f"step {s}  loss {losses[s - 1]:.4f}")
-        for s in range(20, last + 1, 20)
-        for r in (0, 1)
+        (r, "stdout", f"step {s}  loss {losses[s - 1]:.4f}") for s in range(20, last + 1, 20) for r in (0, 1)
     ]
     view.add_log_lines(logged, 0)
     if finished:

@@ -145,6 +145,9 @@ class CompareView(Widget):
     #compare-status {
         height: 3;
     }
+    #compare-notes {
+        padding: 0 1;
+    }
     #compare-results {
         height: 1fr;
     }
@@ -228,12 +231,14 @@ class CompareView(Widget):
         # 80x24 the results scroll (the mouse, or Tab to them and the arrows).
         with VerticalScroll(id="compare-results"):
             yield DataTable(id="compare-table", cursor_type="none")
+            yield Static("", id="compare-notes")  # the CLI's notes: the marks, a busy machine, failures
             with Vertical(id="compare-charts-box"):
                 yield Static("", id="compare-charts")
                 yield Static("", id="compare-guide")  # the highlighted mode, explained
                 yield Static("", id="compare-code")  # and its demo's source (v hides or shows it)
 
     def on_mount(self) -> None:
+        self.query_one("#compare-notes", Static).display = False  # until a comparison has results
         self._explain(DEFAULT_MODES[0])
         self.show_plan()
 
@@ -458,6 +463,7 @@ class CompareView(Widget):
         self.shown = None
         self.show_rows([])
         self.query_one("#compare-charts", Static).update("")
+        self.query_one("#compare-notes", Static).display = False
 
     def show(self, rows: list[Row], progress: list[tuple[str, int, int]]) -> None:
         done_steps = len(rows) * self.steps  # a finished run counts whole, failed or not
@@ -487,6 +493,13 @@ class CompareView(Widget):
                 f"{r.mode} {r.status}: {r.root_cause or 'no cause found'}" for r in failed
             )
         self.query_one("#compare-status", TextPanel).update(verdict + "   * best in its column")
+        notes = compare_output.compare_notes(comparison) if comparison.rows else []
+        said = Text()
+        for line in notes:  # a busy machine's timings stand out: the stars above may be its doing
+            said.append(plain(line) + "\n", style="bold yellow" if line.startswith("BUSY") else "dim")
+        box = self.query_one("#compare-notes", Static)
+        box.update(said)
+        box.display = bool(notes)
         self.shown = comparison
         self._draw_charts()
 

@@ -40,7 +40,7 @@ from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rank_loss, fmt_rate, plain
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
-from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.modes import MODES, SCRIPT
 from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunStatus
@@ -184,9 +184,17 @@ class RunView(Widget):
             self.form.query_one("#mode").focus()
 
     def on_select_changed(self, event) -> None:
-        if event.select.id == "mode" and event.value in MODES:
-            self.query_one(ModeGuide).show(MODES[event.value])
-            self.show_guide(True)
+        """A mode chosen in the form: its guide (a user's own program: what it is, its source)."""
+        if event.select.id != "mode":
+            return
+        guide = self.query_one(ModeGuide)
+        if event.value in MODES:
+            guide.show(MODES[event.value])
+        elif event.value == SCRIPT.name and self.form.program is not None:
+            guide.show_program(self.form.program)
+        else:
+            return
+        self.show_guide(True)
 
     def show_guide(self, shown: bool | None = None) -> None:
         """Show the mode's guide in place of the logs (None: the other one of the two)."""
@@ -246,6 +254,8 @@ class RunView(Widget):
         """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
         show (ranks sharing GPUs, say)."""
         self.form.fill(spec, resolved.nproc)
+        if spec.program:  # v shows the program's own guide, never the form's last demo
+            self.query_one(ModeGuide).show_program(spec)
         mode = short_line(spec.program, 60) if spec.program else spec.mode
         world = resolved.world_size
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
@@ -271,6 +281,12 @@ class RunView(Widget):
         again = run.launch_spec()
         if again is not None:  # Start runs it again, as it was
             self.form.fill(*again)
+            spec = again[0]
+            guide = self.query_one(ModeGuide)
+            if spec.program:
+                guide.show_program(spec)
+            elif spec.mode in MODES:
+                guide.show(MODES[spec.mode])
         self.form.running(run.live_at_open)
 
     def _begin(

@@ -42,11 +42,8 @@ def one_row(label: str) -> Text:
 def program_label(spec: LaunchSpec) -> str:
     """The mode list's entry for a user's own program: what Start runs, with its arguments."""
     bare = ", bare" if not spec.instrument else ""
-    if spec.command:
-        return f"your command{bare}: {short_line(spec.program or '', 200)}"
-    program = spec.script or f"-m {spec.module}"
-    said = " ".join([program, *spec.demo_args])
-    return f"your script{bare}: {said}"
+    what = "command" if spec.command else "script"
+    return f"your {what}{bare}: {short_line(spec.program_line or '', 200)}"
 
 
 def chosen(select: Select) -> str:
@@ -195,11 +192,11 @@ class RunForm(Horizontal):
             field.compact = narrow
 
     def _fields(self) -> ComposeResult:
-        yield Label("ranks")
+        yield Label("ranks", id="nproc-label")
         yield Input(str(DEFAULTS.cpu_ranks), id="nproc", restrict=r"[0-9]*", max_length=3)
-        yield Label("steps")
+        yield Label("steps", id="steps-label")
         yield Input(str(WATCHED_STEPS), id="steps", restrict=r"[0-9]*", max_length=9)
-        yield Label("batch")
+        yield Label("batch", id="batch-label")
         yield Input(str(DEFAULTS.batch_size), id="batch", restrict=r"[0-9]*", max_length=7)
         yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
         yield TickBox("AMP", id="amp")
@@ -258,12 +255,16 @@ class RunForm(Horizontal):
         """Show a run started from elsewhere (``mgpu-tui run ... --tui``) or reopened as the form's
         values, so that Start runs it again; a user's own script becomes the mode list's last entry."""
         mode = self.query_one("#mode", Select)
-        if spec.program:
-            self.program = spec
-            mode.set_options(self._mode_options())
-            mode.value = SCRIPT.name
-        elif spec.mode in MODES:
-            mode.value = spec.mode
+        # Set here, not chosen: no Changed (the Run view would take it for a choice and put the
+        # chosen mode's guide over the run's logs); the fields follow the mode all the same.
+        with self.prevent(Select.Changed):
+            if spec.program:
+                self.program = spec
+                mode.set_options(self._mode_options())
+                mode.value = SCRIPT.name
+            elif spec.mode in MODES:
+                mode.value = spec.mode
+        self._fields_for(chosen(mode))
         if spec.model in dict(MODEL_OPTIONS) and not spec.model_args:  # a shape of its own is no entry
             self.query_one("#model", Select).value = spec.model
         self.query_one("#nproc", Input).value = str(nproc)
@@ -275,14 +276,18 @@ class RunForm(Horizontal):
             share.value = spec.share_gpus
 
     def on_select_changed(self, event: Select.Changed) -> None:
-        """A script says its own steps and batch (a command its ranks too): those fields are off
-        while it is chosen."""
         if event.select.id == "mode":
-            own = event.value == SCRIPT.name
-            for field in ("#steps", "#batch"):
-                self.query_one(field, Input).disabled = own
-            command = own and self.program is not None and bool(self.program.command)
-            self.query_one("#nproc", Input).disabled = command
+            self._fields_for(str(event.value))
+
+    def _fields_for(self, mode: str) -> None:
+        """A user's own program says its own model, steps, batch and precision (a command its ranks
+        too): those fields are not shown while it is chosen, and nothing of theirs is used."""
+        own = mode == SCRIPT.name
+        for field in ("#model", "#steps", "#steps-label", "#batch", "#batch-label", "#amp"):
+            self.query_one(field).display = not own
+        command = own and self.program is not None and bool(self.program.command)
+        for field in ("#nproc", "#nproc-label"):
+            self.query_one(field).display = not command
 
     def running(self, active: bool) -> None:
         # Out of the way while a run goes (s stops it): its fields cannot change a running

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
+from pathlib import Path
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -17,10 +18,14 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, ScrollableContainer, VerticalScroll
 from textual.widgets import Static
 
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.modes import Mode, availability
+from mgpu_tui.engine.protocol.folder import read_bytes
+from mgpu_tui.engine.protocol.text import plain
 
 DOCS = "docs/modes.md"
+SCRIPT_DOCS = "docs/your-script.md"
 MAX_SOURCE_BYTES = 256 * 1024
 
 
@@ -44,6 +49,21 @@ def demo_code(mode: Mode) -> Syntax:
         theme="ansi_dark",
         background_color="default",
     )
+
+
+def program_source(file: Path | None) -> tuple[Syntax | Text, str]:
+    """A user's script's source, highlighted, and the pane's title; a sentence where none is shown."""
+    if file is None:
+        return Text("A command's source is its own: nothing of it is shown here."), "its source"
+    try:
+        raw = read_bytes(file, MAX_SOURCE_BYTES)
+    except OSError as exc:  # (Unreadable too: a link, a FIFO, a folder)
+        return Text(plain(f"Its source cannot be read here: {exc}", 500)), f"{file}"
+    source = plain(raw.decode("utf-8", "replace"))
+    code = Syntax(
+        source, "python", line_numbers=True, word_wrap=False, theme="ansi_dark", background_color="default"
+    )
+    return code, f"{file}: the script it runs"
 
 
 def explanation(mode: Mode, host: Host) -> Text:
@@ -99,6 +119,31 @@ class ModeGuide(Horizontal):
             yield Static("", id="guide-explanation")
         with ScrollableContainer(id="guide-source"):  # long lines scroll sideways, not wrap
             yield Static("", id="guide-code")
+
+    def show_program(self, spec: LaunchSpec) -> None:
+        """A user's own program: what it is and how it was started, and its source where it is a
+        file here (read as the untrusted text it may be: bounded, plain, never through a link)."""
+        self.mode = None
+        what = "command" if spec.command else "script"
+        line = plain(spec.program_line or "", 2000)
+        text = Text()
+        text.append(f"Your own {what}\n", style="bold")
+        text.append("\nIt runs as: ", style="bold")
+        text.append(line)
+        text.append("\n\nWhat is shown: ", style="bold")
+        text.append(
+            "its ranks' logs, steps, throughput, loss and memory, as the watch sees them in torch; "
+            "no demo's fields apply (it says its own steps and batch)."
+        )
+        text.append(f"\n\nMore: {SCRIPT_DOCS}", style="dim")
+        text.append("   v: the logs instead", style="dim")
+        self.query_one("#guide-explanation", Static).update(text)
+        source = self.query_one("#guide-source", ScrollableContainer)
+        file = Path(spec.script) if spec.script and not spec.command else None
+        code, said = program_source(file)
+        source.border_title = plain(said, 200)
+        self.query_one("#guide-code", Static).update(code)
+        source.scroll_home(animate=False)
 
     def show(self, mode: Mode) -> None:
         if mode == self.mode:
