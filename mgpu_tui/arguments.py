@@ -49,11 +49,20 @@ class Parser(argparse.ArgumentParser):
         from mgpu_tui.engine.protocol.text import nearest
 
         known = self._options()
-        words = []
+        groups: list[list[str]] = []  # an option and the value that followed it (--nrpoc 2)
         for word in unknown.split():
-            near = nearest(word.split("=", 1)[0], known) if word.startswith("--") else []
-            words.append(f"{word} (did you mean {' or '.join(near)}?)" if near else word)
-        return " ".join(words)
+            follows_an_option = groups and groups[-1][0].startswith("-") and len(groups[-1]) == 1
+            if follows_an_option and not word.startswith("-") and "=" not in groups[-1][0]:
+                groups[-1].append(word)
+            else:
+                groups.append([word])
+        said = []
+        for group in groups:
+            option = group[0]
+            near = nearest(option.split("=", 1)[0], known) if option.startswith("--") else []
+            text = " ".join(group)
+            said.append(f"{text} (did you mean {' or '.join(near)}?)" if near else text)
+        return ", ".join(said)
 
     def _options(self) -> set[str]:
         """Every long option of this parser and of its commands' parsers."""

@@ -93,6 +93,7 @@ class MgpuApp(App):
         Binding("v", "view('toggle_guide')", "Guide", show=False),
         Binding("w", "view('toggle_whole')", "Whole run", show=False),
         Binding("slash", "view('search_logs')", "Search logs", show=False),
+        Binding("l", "view('filter_logs')", "Rank's logs", show=False),
         Binding("f", "view('toggle_form')", "Form", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),

@@ -778,3 +778,31 @@ async def test_the_compare_view_says_what_the_cli_says_under_its_table():
         notes = str(app.query_one("#compare-notes", Static).content)
         assert f"BUSY MACHINE, {rows[0].name}: {busy}." in notes
         assert "* best in its column" in notes and "= every rank measured exactly that" in notes
+
+
+async def test_l_opens_the_logs_rank_filter_and_help_lists_it():
+    """Issue #43: no key reached the rank filter, and `?` did not mention one."""
+    from mgpu_tui.app.views.help import HelpScreen
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.widgets.log_view import LogView
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine.host import probe
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        spec = LaunchSpec("ddp", nproc=2, steps=10, device="cpu")
+        app.query_one(RunView).started(spec, resolve(spec, probe()), "runs/x")
+        await pilot.pause(0.2)
+        app.set_focus(None)
+        await pilot.press("l")
+        await pilot.pause(0.2)
+        rank_filter = app.query_one("#log-rank", Select)
+        assert app.query_one(LogView).display and rank_filter.has_focus_within and rank_filter.expanded
+        await pilot.press("down", "down", "enter")  # all ranks, rank 0, rank 1
+        await pilot.pause(0.2)
+        assert rank_filter.value == 1
+        await pilot.press("escape", "question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        assert "l   Run view: the logs of one rank" in str(app.screen.query_one(Static).content)

@@ -40,7 +40,7 @@ CASES = [
     (["scale", "ddp", "--nproc", "1," + "9" * 30], "--nproc: must be whole numbers separated by commas"),
     (["scale", "ddp", "--nproc", "2", "--batch-size", "64,99999999"], "each must be at most 16,777,216"),
     # a typo gets the nearest names (issue #31)
-    (["run", "ddp", "--nprocs", "2"], "unknown option(s): --nprocs (did you mean --nproc?) 2"),
+    (["run", "ddp", "--nprocs", "2"], "unknown option(s): --nprocs 2 (did you mean --nproc?)"),
     (["run", "dpp"], "unknown mode 'dpp'; did you mean 'dp' or 'ddp'? the modes are:"),
     (["compare", "ddp", "fdsp"], "unknown mode 'fdsp'; did you mean 'fsdp'?"),
     (["run", "zzz"], "unknown mode 'zzz'; the modes are:"),

@@ -29,8 +29,10 @@ HELP = """\
   f   Compare view on a short terminal: its settings, or its results
   w   Run view: the charts over the whole run, or the latest steps
   /   Run view: search the logs (Escape leaves the search)
+  l   Run view: the logs of one rank, or of all (a list to choose from)
   g   an opened run's telemetry: the next GPU
-  ?   this help      q   quit (asks first while a run is going)
+  ?   this help      q   quit (asks first while a run is going;
+      Ctrl+Q and Ctrl+C too)
   Esc leave a text field, so that the keys above work again
 
 [b]Each mode[/b], what it holds and sends: docs/modes.md#MODE

@@ -210,6 +210,11 @@ class RunView(Widget):
         self.show_guide(False)
         self.query_one(LogView).focus_search()
 
+    def action_filter_logs(self) -> None:
+        """l: the logs shown, their rank filter open to choose one rank (or all)."""
+        self.show_guide(False)
+        self.query_one(LogView).choose_rank()
+
     def action_toggle_guide(self) -> None:
         """v: the chosen mode's guide and demo source, or the logs."""
         self.show_guide()

@@ -71,6 +71,12 @@ class LogView(Vertical):
         self.query_one("#log-rank", Select).compact = folded
         self.query_one("#log-search", Input).compact = folded
 
+    def choose_rank(self) -> None:
+        """The rank filter focused and open (`l` in the Run view): arrows and Enter choose."""
+        select = self.query_one("#log-rank", Select)
+        select.focus()
+        select.expanded = True
+
     def focus_search(self) -> None:
         """Put the cursor in the search (`/` in the Run view): letters typed there stay there."""
         self.query_one("#log-search", Input).focus()
