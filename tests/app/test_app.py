@@ -806,3 +806,24 @@ async def test_l_opens_the_logs_rank_filter_and_help_lists_it():
         await pilot.pause(0.2)
         assert isinstance(app.screen, HelpScreen)
         assert "l   Run view: the logs of one rank" in str(app.screen.query_one(Static).content)
+
+
+async def test_a_run_that_has_not_stepped_says_for_how_long_and_why():
+    """Issue #43: app runs sat at "starting" for 40-100 s on a busy machine with no time or cause
+    shown. Until the first step the status line counts the seconds and names the ranks' priority."""
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.run.aggregate import Aggregator
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        spec = LaunchSpec("ddp", nproc=2, steps=10, device="cpu", nice=10)
+        view.started(spec, resolve(spec, probe()), "runs/x")
+        view._begun -= 42  # as if it had started 42 s ago
+        view.show(Aggregator().stats(), ([], [], []), 30.0)
+        await pilot.pause(0.2)
+        status = str(app.query_one("#run-status", StatusLine).render())
+        assert re.search(r"starting for 4[23] s \(its ranks run at nice 10", status), status

@@ -9,6 +9,7 @@ text (each rank's state, the rank table, the result panel) is run_text.py's.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -150,6 +151,8 @@ class RunView(Widget):
         self._noted: str | None = None  # the note shown while the run goes
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
         self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
+        self._begun = time.monotonic()  # when the run shown began (or was opened)
+        self._nice = 0  # the priority its ranks run at (the app's own runs: UI_RANK_NICE)
         self._whole: tuple = ([], [], [])  # the whole run, thinned
 
     def compose(self) -> ComposeResult:
@@ -265,11 +268,13 @@ class RunView(Widget):
         world = resolved.world_size
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
         steps = None if spec.program else spec.steps
+        self._nice = spec.nice
         self._begin(f"{mode} on {ranks}", world or 0, steps, f"starting…  {run_dir}   (s stops it)", note)
         self.query_one(RunForm).running(True)
 
     def opened(self, run: FollowedRun) -> None:
         """A run from its folder: a finished one replayed, a live one followed."""
+        self._nice = 0  # not known: its ranks are another process's
         how = (
             "started elsewhere, followed live (q leaves it running; s asks before stopping it)"
             if run.live_at_open
@@ -309,6 +314,7 @@ class RunView(Widget):
         self.nodes: tuple[NodeView, ...] = ()
         self.machines: Mapping[int, NodeMachine] = {}
         self.ended_ok = False
+        self._begun = time.monotonic()
         self.remove_class("ended")
         self.label, self.hint = label, hint
         self._noted = None
@@ -368,11 +374,25 @@ class RunView(Widget):
             f"{self.label} {self.hint}   step {stats.steps:,}{of_steps(self.steps)}   "  # the key first:
             f"{fmt_rate(stats.samples_per_s)} samples/s   loss {fmt_loss(stats.final_loss)}"  # 80 columns cut
         )
+        if not stats.steps and not self.finished:  # no step yet: for how long, and what may slow it
+            status = f"{self.label} {self.hint}   starting for {self._waiting()}"
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
         self._draw_charts()
         self._fill_table(stats)
         if stats.stragglers and not self.finished:
             self._note(" ".join(f"Straggler: {s.describe()}." for s in stats.stragglers))
+
+    def _waiting(self) -> str:
+        """How long the run has been starting, and the causes this machine shows: the ranks' lower
+        priority beside the app, and the machine's load."""
+        said = f"{time.monotonic() - self._begun:.0f} s"
+        causes = []
+        if self._nice:
+            causes.append(f"its ranks run at nice {self._nice} so the screen stays quick")
+        load, cores = os.getloadavg()[0], os.cpu_count() or 1
+        if load > cores:
+            causes.append(f"the machine's load is {load:.1f} on {cores} cores")
+        return f"{said} ({'; '.join(causes)})" if causes else said
 
     def _done(self, steps: int) -> float | None:
         """The share of the run done, for the status line's bar; None (no bar) for a script."""
