@@ -163,6 +163,10 @@ def test_rank_states_read_as_a_user_expects():
     assert rank_state(None, 200, 30, None, finished=True, ok=True) == "done"  # a script without reporter
     assert rank_state(None, 200, 30, 1, finished=True, number=1) == "failed"  # ... that torchrun named
     assert rank_state(None, 200, 30, 1, finished=True, number=0) == "stopped"
+    # Issue #43: beside the culprit, a rank that only lost its peer is not a second failure.
+    gone = "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4021"
+    assert rank_state(rank(5, error=gone), 200, 30, 1, finished=True) == "no peer"
+    assert rank_state(rank(5, error=gone), 200, 30, None, finished=True) == "failed"  # no culprit known
 
 
 async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypatch):

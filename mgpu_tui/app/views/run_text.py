@@ -9,6 +9,7 @@ from rich.text import Text
 
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.typed import Word
 from mgpu_tui.engine.run.aggregate import RankStats
@@ -27,6 +28,7 @@ class RankState(Word):
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    NO_PEER = "no peer"  # it failed only because another rank had: its error is its peer gone
     STALLED = "stalled"
     SILENT = "silent"  # a script's rank past the stall timeout, with no evidence it hangs
     STOPPED = "stopped"
@@ -40,6 +42,7 @@ STATE_STYLE = {
     RankState.RUNNING: "green",
     RankState.DONE: "bold green",
     RankState.FAILED: "bold red",
+    RankState.NO_PEER: "red",
     RankState.STALLED: "bold yellow",
     RankState.SILENT: "yellow",
     RankState.STOPPED: "yellow",
@@ -101,8 +104,11 @@ def rank_state(
         if finished:
             return RankState.DONE if ok else RankState.STOPPED
         return RankState.STARTING
-    if rank.error or rank.rank == failed_rank:
+    if rank.rank == failed_rank:
         return RankState.FAILED
+    if rank.error:  # beside the culprit, a rank whose error is its peer gone only echoes it
+        peer_gone = failed_rank is not None and PEER_LOST.search(rank.error)
+        return RankState.NO_PEER if peer_gone else RankState.FAILED
     if rank.done or (finished and ok):
         return RankState.DONE
     if finished:
