@@ -55,3 +55,25 @@ def is_consequence(cause: RootCause) -> bool:
     """Whether this failure only echoes another's: the rank lost a peer (on several nodes, the
     first failure is then on another node, and that node's own cause is the one to tell)."""
     return bool(PEER_LOST.search(f"{cause.message}\n{cause.traceback[-20_000:]}"))
+
+
+# Frames a traceback passes through on its way to the user's code, which say nothing of the error:
+# torch elastic's @record wrapper, mp.spawn's, and mgpu-tui's own watch (its wrappers of torch).
+NOT_THE_USERS = re.compile(
+    r'^  File ".*(/torch/distributed/elastic/|/torch/multiprocessing/spawn\.py'
+    r"|/engine/rank/(wrapping|script_watch|process_watch|bootstrap)\.py)"
+)
+
+
+def users_frames(traceback: str) -> str:
+    """``traceback`` without the frames of the launchers and of the watch around the user's code
+    (a frame: its ``  File`` line and the indented lines under it); the rest as it was."""
+    kept, skipping = [], False
+    for line in traceback.splitlines(keepends=True):
+        if line.startswith('  File "'):
+            skipping = bool(NOT_THE_USERS.match(line))
+        elif not line.startswith("    "):
+            skipping = False
+        if not skipping:
+            kept.append(line)
+    return "".join(kept)

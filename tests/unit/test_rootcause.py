@@ -73,3 +73,33 @@ def test_a_rank_that_timed_out_waiting_for_a_hung_peer_is_a_casualty_too(tmp_pat
     assert not is_consequence(
         RootCause(rank=2, exit_code=1, signal=None, message="ValueError: bad batch", traceback="")
     )
+
+
+def test_the_traceback_shown_starts_at_the_users_frames():
+    """Issue #43: the root-cause panel at 80x24 showed torch elastic's wrapper frame (and the
+    watch's own) before the user's. They are left out of what is shown; the rest is unchanged."""
+    from mgpu_tui.engine.protocol.causes import users_frames
+
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/v/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/errors/'
+        '__init__.py", line 357, in wrapper\n'
+        "    return f(*args, **kwargs)\n"
+        "           ^^^^^^^^^^^^^^^^^^\n"
+        '  File "/home/u/train.py", line 12, in main\n'
+        "    dist.init_process_group()\n"
+        '  File "/v/lib/python3.11/site-packages/mgpu_tui/engine/rank/wrapping.py", line 97, in watched\n'
+        "    result = original(*args, **kwargs)\n"
+        '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1892, in init\n'
+        "    store, rank, world_size = next(rendezvous_iterator)\n"
+        "RuntimeError: boom\n"
+    )
+    assert users_frames(tb) == (
+        "Traceback (most recent call last):\n"
+        '  File "/home/u/train.py", line 12, in main\n'
+        "    dist.init_process_group()\n"
+        '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1892, in init\n'
+        "    store, rank, world_size = next(rendezvous_iterator)\n"
+        "RuntimeError: boom\n"
+    )
+    assert users_frames("RuntimeError: no frames\n") == "RuntimeError: no frames\n"

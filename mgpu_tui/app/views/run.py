@@ -42,6 +42,7 @@ from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT
+from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunStatus
@@ -508,7 +509,7 @@ class RunView(Widget):
                 Text.assemble(
                     (plain(f"Root cause: {cause.headline()}\n"), "bold red"),
                     *hint,
-                    plain(cause.traceback[-3000:]),
+                    plain(users_frames(cause.traceback[-6000:])[-3000:]),  # the user's frames first
                 )
             )
             panel.remove_class("note")
