@@ -182,6 +182,9 @@ class MgpuApp(App):
         """A worker's news (or a request for a view), to each view built so far that handles it."""
         if isinstance(message, KEPT):
             self._latest[type(message)] = message
+        if isinstance(message, (RunStarted, RunOpened, RunEnded, CompareStarted, CompareEnded)):
+            self.call_after_refresh(self.refresh_bindings)  # s offered only while there is work to stop
+            self.set_timer(1.0, self.refresh_bindings)  # (an end's thread finishes just after posting it)
         views = self._views()
         for view in views.children if views else ():
             hand(view, message)
@@ -251,6 +254,14 @@ class MgpuApp(App):
 
     def on_stop_requested(self, message: StopRequested) -> None:
         self.jobs.stop()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The footer offers s only while there is something to stop (the app's own work, or a run it
+        follows); at 80 columns its place shows h Runs."""
+        if action == "stop_run":
+            jobs = getattr(self, "jobs", None)
+            return jobs is not None and (jobs.busy or jobs.runs.following)
+        return True
 
     def action_stop_run(self) -> None:
         self.jobs.stop()

@@ -25,6 +25,11 @@ def thread_nices(pid: int) -> set[int]:
     return {os.getpriority(os.PRIO_PROCESS, int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
 
 
+def footer(app) -> list[str]:
+    """What the footer offers now: its keys' descriptions."""
+    return [key.description for key in app.query("FooterKey")]
+
+
 async def wait_for(pilot, condition, timeout=60.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -80,8 +85,10 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         await pilot.press("n")  # no: the run goes on (y, in a real terminal: tests/test_app_tmux.py)
         await pilot.pause(0.3)
         assert app.jobs.runs.active and not isinstance(app.screen, Confirm)
+        assert "Stop" in footer(app)
         await pilot.press("s")
         assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=30)
+        assert await wait_for(pilot, lambda: "Stop" not in footer(app), timeout=5)  # nothing left to stop
         await pilot.pause(0.3)
         assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
         await pilot.pause(0.3)
@@ -106,6 +113,7 @@ async def test_a_quit_answered_after_the_run_ended_quits_at_once(tmp_path, monke
         await pilot.click("#start")
         assert await wait_for(pilot, lambda: app.jobs.runs.active, timeout=30)
         run_dir = app.jobs.runs.run.run_dir.path
+        assert await wait_for(pilot, lambda: "Stop" in footer(app), timeout=5)  # s: only with work to stop
         await pilot.press(key)
         await pilot.pause(0.3)
         assert isinstance(app.screen, Confirm) and app.return_code is None  # asked, not quit
