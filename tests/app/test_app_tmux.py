@@ -280,3 +280,27 @@ def test_s_then_q_three_seconds_later_then_y_exits_within_five_seconds(tmp_path)
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     assert live_processes_of(only_run_dir(runs)) == []
+
+
+def test_the_cli_tables_fit_an_80_column_terminal(tmp_path):
+    """Issue #43: `list` was about 150 columns, `plan` 210, `compare` 110: at 80 every row wrapped.
+    In a terminal of 80 columns each row fits (tmux joins what the terminal wrapped: -J)."""
+    session = f"mgpu-tables-{time.monotonic_ns()}"
+    marker = tmp_path / "exit"
+    command = (
+        f"cd {tmp_path} && env -u COLUMNS -u LINES {CLI[0]} list && {CLI[0]} plan --gpus 8 --gpu-mem 80 "
+        f"&& {CLI[0]} runs --run-dir {tmp_path}; echo $? > {marker}; sleep 30"
+    )
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "80", "-y", "300", command], check=True)
+    try:
+        assert wait_exit(marker, 60) == "0", screen(session)
+        joined = subprocess.run(
+            ["tmux", "capture-pane", "-p", "-J", "-t", session, "-S", "-", "-E", "-"],
+            capture_output=True,
+            text=True,
+        ).stdout
+        tables = [line for line in joined.splitlines() if "  " in line.strip()]  # a table's rows
+        assert "hybrid" in joined and "fits" in joined, joined
+        assert max(len(line.rstrip()) for line in tables) <= 80, joined
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
