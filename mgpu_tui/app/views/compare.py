@@ -60,8 +60,6 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.machine.telemetry import Snapshot
 
 DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
-# Long enough for steady rates past the warm-up, short enough to compare several modes in a minute.
-COMPARED_STEPS = 60
 FOLD_BELOW_ROWS = 40  # a terminal shorter than this shows results with the form folded
 
 
@@ -195,7 +193,7 @@ class CompareView(Widget):
                     yield Label("ranks")
                     yield Input(str(DEFAULTS.cpu_ranks), id="compare-nproc", restrict=r"[0-9]*", max_length=3)
                     yield Label("steps")
-                    yield Input(str(COMPARED_STEPS), id="compare-steps", restrict=r"[0-9]*", max_length=7)
+                    yield Input(str(DEFAULTS.steps), id="compare-steps", restrict=r"[0-9]*", max_length=7)
                     yield Label("batch")
                     yield Input(
                         str(DEFAULTS.batch_size), id="compare-batch", restrict=r"[0-9]*", max_length=7

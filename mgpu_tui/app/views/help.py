@@ -31,8 +31,8 @@ HELP = """\
   /   Run view: search the logs (Escape leaves the search)
   l   Run view: the logs of one rank, or of all (a list to choose from)
   g   an opened run's telemetry: the next GPU
-  ?   this help      q   quit (asks first while a run is going;
-      Ctrl+Q and Ctrl+C too)
+  ?   this help      q   quit (asks first while a run is going)
+  Ctrl+Q, Ctrl+C   quit, as q does
   Esc leave a text field, so that the keys above work again
 
 [b]Each mode[/b], what it holds and sends: docs/modes.md#MODE

@@ -29,8 +29,6 @@ from mgpu_tui.errors import UsageError
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
 MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]  # the workloads (engine/planning/shapes.py)
 NARROW = 120  # columns under which the form takes two rows
-# A run started from the app is watched: long enough to see the loss fall and the rates settle.
-WATCHED_STEPS = 1000
 
 
 def one_row(label: str) -> Text:
@@ -195,7 +193,7 @@ class RunForm(Horizontal):
         yield Label("ranks", id="nproc-label")
         yield Input(str(DEFAULTS.cpu_ranks), id="nproc", restrict=r"[0-9]*", max_length=3)
         yield Label("steps", id="steps-label")
-        yield Input(str(WATCHED_STEPS), id="steps", restrict=r"[0-9]*", max_length=9)
+        yield Input(str(DEFAULTS.steps), id="steps", restrict=r"[0-9]*", max_length=9)  # the CLI's default
         yield Label("batch", id="batch-label")
         yield Input(str(DEFAULTS.batch_size), id="batch", restrict=r"[0-9]*", max_length=7)
         yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
