@@ -839,3 +839,21 @@ async def test_a_run_that_has_not_stepped_says_for_how_long_and_why():
         await pilot.pause(0.2)
         status = str(app.query_one("#run-status", StatusLine).render())
         assert re.search(r"starting for 4[23] s \(its ranks run at nice 10", status), status
+
+
+async def test_help_at_80x24_says_how_to_close_it_on_its_first_screen():
+    """Issue #43: at 80x24, `?` told how to close it only after two pages."""
+    from mgpu_tui.app.views.help import HelpScreen
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, HelpScreen)
+        help_box = app.screen.query_one("#help")
+        first_lines = str(app.screen.query_one(Static).content).splitlines()[:3]
+        assert any("Escape or ? closes this help" in line for line in first_lines)
+        assert help_box.virtual_size.height > help_box.size.height  # it does scroll: more than a page
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, HelpScreen)

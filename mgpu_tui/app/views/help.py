@@ -10,6 +10,7 @@ from mgpu_tui.logs import app_log_path
 
 HELP = """\
 [b]mgpu-tui[/b]: every PyTorch multi-GPU strategy, run on this machine.
+Escape or ? closes this help; the arrows and PgDn scroll it.
 
 [b]The views[/b]
   d   Dashboard: every GPU, the host, the run's rank processes
@@ -42,9 +43,7 @@ and parallel training.
 The logs: the mouse wheel (or arrows and PgUp) scrolls back and
 holds still; End follows the newest again. Every line every rank
 printed is kept in the run directory (runs/ by default), with the
-run's own log, mgpu-tui.log. The app's own log: {log}
-
-Press Escape or ? to close."""
+run's own log, mgpu-tui.log. The app's own log: {log}"""
 
 
 class HelpScreen(ModalScreen):
