@@ -857,3 +857,35 @@ async def test_help_at_80x24_says_how_to_close_it_on_its_first_screen():
         await pilot.press("escape")
         await pilot.pause(0.2)
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_the_runs_view_says_the_highlighted_runs_cause_whole_at_80_columns(tmp_path, monkeypatch):
+    """Issue #43: the "root cause or reason" column started past column 80 and did not scroll. Under
+    the table, the run under the cursor: its folder, its status and its cause, whole."""
+    from mgpu_tui.app.views.runs import RunsView
+    from mgpu_tui.engine.records.history import RecordStatus, RunRecord
+    from mgpu_tui.engine.run.rootcause import RootCause
+
+    cause = RootCause(1, 3, 1, "RuntimeError: \x1b[2Jthe loss went NaN at step 3 of rank 1", "tb")
+    failed = pinned_summary(tmp_path / "b", status="failed", exit_code=1, root_cause=cause)
+    monkeypatch.setattr("mgpu_tui.app.views.runs.REFRESH_S", 3600.0)  # no listing replaces these rows
+    ok = pinned_summary(tmp_path)
+    records = [
+        RunRecord(str(tmp_path / "20261126T100000Z-ddp"), 2.0, "ddp", 2, 1, RecordStatus.FAILED, failed),
+        RunRecord(str(tmp_path / "20261126T090000Z-fsdp"), 1.0, "fsdp", 2, 1, RecordStatus.OK, ok),
+    ]
+    app = create_app(telemetry=[], topology=None, run_root=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("h")
+        title = app.query_one("#runs-title", Static)
+        assert await wait_for(pilot, lambda: "No runs in" in str(title.content), timeout=10)  # read once
+        view = app.query_one(RunsView)
+        view.show(records)
+        await pilot.pause(0.3)
+        detail = app.query_one("#runs-detail", Static)
+        said = str(detail.content)
+        assert said.startswith("20261126T100000Z-ddp · failed: rank 1") and "NaN at step 3 of rank 1" in said
+        assert "\x1b" not in said and detail.region.y < 24 and detail.region.height >= 1  # on screen
+        await pilot.press("down")
+        await pilot.pause(0.2)
+        assert str(detail.content) == "20261126T090000Z-fsdp · ok"

@@ -56,6 +56,12 @@ class RunsView(Widget):
     #runs-table {
         height: 1fr;
     }
+    #runs-detail {
+        height: auto;
+        max-height: 4;
+        padding: 0 1;
+        color: $text-muted;
+    }
     """
 
     def __init__(self, root: Path, **kwargs) -> None:
@@ -69,6 +75,8 @@ class RunsView(Widget):
         table: DataTable[str] = DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         table.add_columns(*COLUMNS)
         yield table
+        # The run under the cursor, its cause or reason whole: at 80 columns that column is off screen.
+        yield Static("", id="runs-detail", markup=False)
 
     def on_mount(self) -> None:
         self.set_interval(REFRESH_S, self.reload)
@@ -101,6 +109,7 @@ class RunsView(Widget):
             table.add_row(*_cells(record), key=record.path)
         if current in self.paths:
             table.move_cursor(row=self.paths.index(current))
+        self._show_detail(table.cursor_row)  # (a cause may have come since: the same row, read again)
         count = len(records)
         if count:
             title = (
@@ -124,10 +133,32 @@ class RunsView(Widget):
         paths = comparison_runs(self.records, record.comparison)
         self.post_message(ComparisonRequested(record.comparison, paths))
 
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Under the table: the highlighted run's folder and its root cause or reason, whole."""
+        self._show_detail(event.cursor_row)
+
+    def _show_detail(self, row: int) -> None:
+        record = self.records[row] if 0 <= row < len(self.records) else None
+        detail = self.query_one("#runs-detail", Static)
+        detail.update(_detail(record) if record is not None else "")
+        detail.display = record is not None
+
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()
         if event.row_key.value is not None:
             self.post_message(OpenRequested(Path(event.row_key.value)))
+
+
+def _cause(record) -> str:
+    s = record.summary
+    return (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
+
+
+def _detail(record) -> str:
+    """The run's folder, status and cause or reason, as plain text."""
+    said = f"{Path(record.path).name} · {status_word(record.status)}"
+    cause = _cause(record)
+    return plain(f"{said}: {cause}" if cause else said, 600)
 
 
 def _cells(record) -> tuple:
@@ -136,7 +167,7 @@ def _cells(record) -> tuple:
     when = record.created_at
     started = dt.datetime.fromtimestamp(when).strftime("%Y-%m-%d %H:%M") if when else "?"
     what = record.label if record.status is not RecordStatus.BROKEN else Path(record.path).name
-    cause = (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
+    cause = _cause(record)
     figures = (
         (
             fmt_seconds(s.duration_s) if s.duration_s is not None else "",
