@@ -36,7 +36,12 @@ class StatusLine(Widget):
             return Text(self.text, no_wrap=True, overflow="ellipsis")
         left = Text(self.text, no_wrap=True, overflow="ellipsis")
         percent = 5  # " 100%"
-        width = min(BAR_WIDTH, max(MIN_BAR_WIDTH, self.size.width - left.cell_len - 2 - percent))
+        room_for_bar = self.size.width - left.cell_len - 2 - percent
+        if room_for_bar < MIN_BAR_WIDTH:  # the words first (the loss, at 80 columns): the share alone
+            share = Text(f" {min(max(self.done, 0.0), 1.0) * 100:.0f}%")
+            left.truncate(max(0, self.size.width - share.cell_len), overflow="ellipsis", pad=True)
+            return Text.assemble(left, share)
+        width = min(BAR_WIDTH, room_for_bar)
         bar = progress(self.done, width)
         room = max(0, self.size.width - bar.cell_len - 2)
         left.truncate(room, overflow="ellipsis", pad=True)
