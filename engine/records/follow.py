@@ -69,6 +69,8 @@ class TelemetrySeries:
     host_cpu: list[float | None] = field(default_factory=list)  # percent of all cores
     host_mem: list[float | None] = field(default_factory=list)  # bytes used
     gpus: dict[int, dict[str, list[float | None]]] = field(default_factory=dict)  # i -> mem, util, power
+    host_mem_total: float | None = None  # bytes, as the latest sample said: the charts' fixed scale
+    gpu_mem_total: dict[int, float] = field(default_factory=dict)  # i -> bytes, likewise
     ended: str | None = None  # the file's own last word, when recording stopped at its cap
 
     def add(self, line: dict) -> None:
@@ -88,11 +90,15 @@ class TelemetrySeries:
             )
             g = gpus.get(i, {})
             track["mem"].append(_number(g.get("mem_used")))
+            if (total := _number(g.get("mem_total"))) is not None and total > 0:
+                self.gpu_mem_total[i] = total
             track["util"].append(_number(g.get("util")))
             track["power"].append(_number(g.get("power_w")))
         self.t.append(t)
         self.host_cpu.append(_number(host.get("cpu")))
         self.host_mem.append(_number(host.get("mem_used")))
+        if (total := _number(host.get("mem_total"))) is not None and total > 0:
+            self.host_mem_total = total
         if len(self.t) > MAX_TELEMETRY_POINTS:
             self._halve()
 
@@ -102,7 +108,9 @@ class TelemetrySeries:
             list(self.host_cpu),
             list(self.host_mem),
             {i: {k: list(v) for k, v in track.items()} for i, track in self.gpus.items()},
-            self.ended,
+            host_mem_total=self.host_mem_total,
+            gpu_mem_total=dict(self.gpu_mem_total),
+            ended=self.ended,
         )
 
     def _halve(self) -> None:

@@ -4,8 +4,8 @@ While a run goes, a :class:`TelemetryLog` samples the GPUs, the host and the run
 processes (the Sampler of engine/machine/telemetry.py, on its own thread) and appends one JSON
 line per sample to ``telemetry.jsonl`` in the run directory::
 
-    {"t": 1795.0, "host": {"cpu": 43.5, "mem_used": 812345344},
-     "gpus": [{"i": 0, "uuid": "GPU-...", "mem_used": ..., "util": 97, "power_w": 412.3}],
+    {"t": 1795.0, "host": {"cpu": 43.5, "mem_used": 812345344, "mem_total": 25291452416},
+     "gpus": [{"i": 0, "uuid": "GPU-...", "mem_used": ..., "mem_total": ..., "util": 97, "power_w": 412.3}],
      "ranks": [{"rank": 0, "pid": 4242, "cpu": 99.0, "rss": 354615296}]}
 
 A field the machine cannot tell is null (no GPU: ``gpus`` is empty). A long run stays bounded:
@@ -265,12 +265,14 @@ def _line(snap: Snapshot) -> dict:
         "host": {
             "cpu": round(sum(cores) / len(cores), 1) if cores else None,
             "mem_used": snap.host.memory_used,
+            "mem_total": snap.host.memory_total,
         },
         "gpus": [
             {
                 "i": g.index,
                 "uuid": g.uuid,
                 "mem_used": g.readings.memory_used if g.readings else None,
+                "mem_total": g.readings.memory_total if g.readings else None,
                 "util": g.readings.util_gpu if g.readings else None,
                 "power_w": g.readings.power_w if g.readings else None,
                 "energy_mj": g.readings.energy_mj if g.readings else None,

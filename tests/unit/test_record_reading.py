@@ -207,3 +207,26 @@ def test_a_runs_comparison_is_read_as_a_name_and_its_runs_found_in_the_order_the
     found = comparison_runs(records, "20260101T000000Z-ab12")
     assert [p.name for p in found] == ["20260101-000001-ddp", "20260101-000002-fsdp"]
     assert comparison_runs(records, "nothing-of-that-name") == []
+
+
+def test_shares_are_charted_on_a_fixed_scale_that_the_title_says():
+    """Issue #43: the host memory chart autoscaled with no axis: 1.1 of 23.6 GiB filled its height.
+    The totals the telemetry records give memory its scale (CPU and GPU use: 0 to 100%); junk totals
+    are no scale."""
+    from mgpu_tui.app.widgets.bars import spark_rows
+    from mgpu_tui.console import fmt_bytes
+
+    gib = 1 << 30
+    series = TelemetrySeries()
+    series.add({"t": 1.0, "host": {"cpu": 5, "mem_used": 1.1 * gib, "mem_total": 23.6 * gib},
+                "gpus": [{"i": 0, "mem_used": 2 * gib, "mem_total": 80 * gib}]})  # fmt: skip
+    series.add({"t": 2.0, "host": {"cpu": 6, "mem_used": 1.2 * gib, "mem_total": "all of it"}})
+    assert series.host_mem_total == 23.6 * gib and series.gpu_mem_total == {0: 80 * gib}
+    copied = series.copy()
+    assert copied.host_mem_total == series.host_mem_total and copied.gpu_mem_total == {0: 80 * gib}
+    scale = (0.0, series.host_mem_total)
+    rows = spark_rows(series.host_mem, 10, 4, scale=scale).plain.splitlines()
+    assert rows[0].strip() == rows[1].strip() == rows[2].strip() == ""  # a twentieth of the height
+    assert rows[3].strip()
+    title = chart_title("host memory", series.host_mem, fmt_bytes, span="whole run", scale=scale)
+    assert title.plain.endswith(f"scale {fmt_bytes(0)} to {fmt_bytes(23.6 * gib)}")

@@ -19,6 +19,7 @@ from mgpu_tui.app.messages import TelemetryUpdated
 from mgpu_tui.app.widgets.bars import bar
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.gpu_card import GpuCard
+from mgpu_tui.app.widgets.telemetry_charts import PERCENT
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_percent, plain
 from mgpu_tui.reports.host import layout_lines
@@ -114,7 +115,7 @@ class Dashboard(Widget):
         yield VerticalScroll(id="gpus")
         yield TextPanel("", id="first-steps")
         with Horizontal(id="host-history"):
-            yield Chart("host CPU", fmt_percent, unit="sample", id="host-cpu")
+            yield Chart("host CPU", fmt_percent, unit="sample", id="host-cpu", scale=PERCENT)
             yield Chart("host memory", fmt_bytes, unit="sample", id="host-mem")
         yield Static("Rank processes of the current run", id="ranks-title", classes="section-title")
         table: DataTable[str] = DataTable(id="rank-processes", cursor_type="none")
@@ -158,6 +159,9 @@ class Dashboard(Widget):
             )
         )
         self._host_mem.append(host.memory_used)
+        self.query_one("#host-mem", Chart).scale = (
+            (0.0, float(host.memory_total)) if host.memory_total else None
+        )
         self._show_gpus(snap)
         self._show_history(not snap.gpus)
         self._show_ranks(snap)

@@ -53,9 +53,11 @@ def spark_rows(
     style: str = "cyan",
     line: Sequence[float] | None = None,
     line_style: str = "bold yellow",
+    scale: tuple[float, float] | None = None,
 ) -> Text:
     """The last ``width`` values as a bar chart ``height`` rows high, scaled from their minimum
-    to their maximum (so a steady series shows its wobble); every value keeps at least a sliver.
+    to their maximum (so a steady series shows its wobble), or over ``scale`` (low, high: a share of
+    all the cores, of all the memory); every value keeps at least a sliver.
 
     ``line``: a second series (a smoothed one), one value per bar, drawn over the bars on the
     same scale: the cell it passes through takes ``line_style`` (a dash where the bar is empty).
@@ -64,7 +66,7 @@ def spark_rows(
     if not values or width <= 0 or height <= 0:
         return Text("\n".join(" " * max(width, 0) for _ in range(max(height, 1))))
     line = drawable(list(line)[-len(values) :]) if line is not None else None
-    low, high = min(values), max(values)
+    low, high = scale if scale is not None and scale[1] > scale[0] else (min(values), max(values))
     span = high - low  # at most 2e300: finite
     levels = height * len(_SPARKS)  # eighths of a row
 

@@ -3,7 +3,9 @@
 Textual's Sparkline blends a colour per bar on every paint; this draws block
 characters in one colour, which costs a fraction of that four times a second.
 The bars span the minimum to the maximum of what is drawn (so a steady series
-shows its wobble), which is why the title says what that range is. A chart of
+shows its wobble), which is why the title says what that range is; a chart of a
+share (a percent, the memory of a machine) has a fixed scale instead, said as
+such. A chart of
 the ``whole`` series fits all of it to its width (the mean of each span) instead
 of drawing the latest values only; a smoothed line over the bars shows the trend
 through the noise of single steps, and an axis says which steps are drawn.
@@ -27,6 +29,7 @@ def chart_title(
     span: str | None = None,
     width: int | None = None,
     unit: str = "step",
+    scale: tuple[float, float] | None = None,
 ) -> Text:
     """``title, last N steps · now X · range LOW to HIGH``: the figures behind the bars below (``unit``:
     what a value is, a step or a second). ``span`` replaces "last N steps" (a whole series says how
@@ -41,7 +44,11 @@ def chart_title(
             return text  # the axis below says which steps are drawn
         text.append(f", {span}", style="bold")
         # Visible separators: an SVG screenshot drops spaces where the bold part ends.
-        now, spread = f" · now {fmt(values[-1])}", f" · range {fmt(min(values))} to {fmt(max(values))}"
+        now = f" · now {fmt(values[-1])}"
+        if scale is not None:  # the bars' own scale, fixed: the height means the same all run long
+            spread = f" · scale {fmt(scale[0])} to {fmt(scale[1])}"
+        else:
+            spread = f" · range {fmt(min(values))} to {fmt(max(values))}"
         for extra in (now + spread, now, ""):
             if width is None or len(text) + len(extra) <= width:
                 text.append(extra)
@@ -84,6 +91,7 @@ class Chart(Widget):
         whole: str | None = None,
         smoothed: bool = False,
         unit: str = "step",
+        scale: tuple[float, float] | None = None,
         **kwargs,
     ) -> None:
         """``whole``: draw the whole series (fitted to the width), and say so with this text
@@ -95,6 +103,7 @@ class Chart(Widget):
         self.whole = whole
         self.smoothed = smoothed
         self.unit = unit  # what one value is: a step, or a sample of the machine
+        self.scale = scale  # (low, high) the bars span; None: the values' own range
         self.values: list[float] = []
         self.steps: list[int] = []
 
@@ -111,13 +120,15 @@ class Chart(Widget):
         if self.whole:
             shown = fit(self.values, width) if width > 0 else []
             steps = self.steps
-            title = chart_title(self.title, self.values, self.fmt, span=self.whole, width=width)
+            title = chart_title(
+                self.title, self.values, self.fmt, span=self.whole, width=width, scale=self.scale
+            )
         else:
             shown = self.values[-width:] if width > 0 else []
             steps = self.steps[-width:]
-            title = chart_title(self.title, shown, self.fmt, width=width, unit=self.unit)
+            title = chart_title(self.title, shown, self.fmt, width=width, unit=self.unit, scale=self.scale)
         line = smooth(shown) if self.smoothed and len(shown) > 2 else None
-        bars = spark_rows(shown, width, rows, line=line, line_style=LINE_STYLE)
+        bars = spark_rows(shown, width, rows, line=line, line_style=LINE_STYLE, scale=self.scale)
         parts: list[str | Text] = [title, "\n", bars]
         if self.steps:
             parts += ["\n", axis(steps, width, legend=line is not None)]

@@ -25,6 +25,9 @@ def known(values: list[float | None]) -> list[float]:
     return [v for v in values if v is not None]
 
 
+PERCENT = (0.0, 100.0)  # a share of all the cores, or of a GPU's time: the whole height is 100%
+
+
 class TelemetryCharts(Horizontal):
     DEFAULT_CSS = """
     TelemetryCharts {
@@ -45,17 +48,19 @@ class TelemetryCharts(Horizontal):
         self._series: TelemetrySeries | None = None
 
     def compose(self) -> ComposeResult:
-        yield Chart("host CPU", fmt_percent, whole="whole run", id="tm-cpu")
+        yield Chart("host CPU", fmt_percent, whole="whole run", id="tm-cpu", scale=PERCENT)
         yield Chart("host memory", fmt_bytes, whole="whole run", id="tm-mem")
         yield Chart("GPU memory", fmt_bytes, whole="whole run", id="tm-gpu-mem")
-        yield Chart("GPU util", fmt_percent, whole="whole run", id="tm-gpu-util")
+        yield Chart("GPU util", fmt_percent, whole="whole run", id="tm-gpu-util", scale=PERCENT)
         yield Chart("GPU power", _watts, whole="whole run", id="tm-gpu-power")
 
     def show(self, series: TelemetrySeries) -> None:
         self._series = series
         self.display = bool(series.t)
         self.query_one("#tm-cpu", Chart).update(known(series.host_cpu))
-        self.query_one("#tm-mem", Chart).update(known(series.host_mem))
+        memory = self.query_one("#tm-mem", Chart)
+        memory.scale = (0.0, series.host_mem_total) if series.host_mem_total else None  # of all of it
+        memory.update(known(series.host_mem))
         gpus = sorted(series.gpus)
         for chart_id in ("#tm-gpu-mem", "#tm-gpu-util", "#tm-gpu-power"):
             self.query_one(chart_id, Chart).display = bool(gpus)
@@ -72,6 +77,9 @@ class TelemetryCharts(Horizontal):
         ):
             chart = self.query_one(chart_id, Chart)
             chart.title = f"{label} {name}"
+            if key == "mem":
+                total = series.gpu_mem_total.get(self.gpu)
+                chart.scale = (0.0, total) if total else None
             chart.update(known(track[key]))
 
     def next_gpu(self) -> None:
