@@ -318,6 +318,10 @@ class FollowedRun(IngestReadings):
         to trust (the Dashboard samples the ranks of the app's own runs only)."""
         return {}
 
+    def stop_rank(self, rank: int) -> str:
+        """Nothing: a rank of a run another process follows is never signalled from here."""
+        return f"rank {rank} belongs to a run another process follows: only that run's monitor stops it."
+
     def stalled_ranks(self) -> frozenset[int] | None:
         """As Run.stalled_ranks: a script's run, followed, has no stall found until its summary says;
         its quiet ranks are silent (the monitor that runs it is the judge)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 import socket
 import sys
 import time
@@ -382,6 +383,18 @@ class Run(IngestReadings):
             for rank, (pid, uuid) in self._ingest.rank_processes().items()
             if self._tree.is_rank_here(rank, pid)
         }
+
+    def stop_rank(self, rank: int) -> str:
+        """SIGTERM to one rank's process, as if it died on its own (torchrun then ends the others,
+        and the root cause names it): only a process of this run's tree that said it is that rank.
+        One sentence of what was done, or why nothing was."""
+        pid = self._local_pids().get(rank)
+        if pid is None:
+            return f"rank {rank} is no process of this run on this machine that can be stopped."
+        if not self._tree.signal([pid], signal.SIGTERM):
+            return f"rank {rank} (pid {pid}) has already ended."
+        self.log.info("sent SIGTERM to rank %d (pid %d), asked in the app", rank, pid)
+        return f"Sent SIGTERM to rank {rank} (pid {pid}): the launcher sees it end, and stops the others."
 
     def _local_pids(self) -> dict[int, int]:
         return {rank: pid for rank, (pid, _) in self.rank_processes().items()}

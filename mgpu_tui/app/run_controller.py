@@ -12,6 +12,7 @@ that follows it (engine/records/follow.py).
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ class _Watch:
     def __init__(self, run: WatchedRun, owned: bool) -> None:
         self.run, self.owned = run, owned
         self.stop_requested = threading.Event()
+        self.rank_stops: queue.SimpleQueue[int] = queue.SimpleQueue()  # ranks to stop, one each (x)
         self.closed = threading.Event()
         self.wake = threading.Event()  # ends the thread's wait between polls
         self.thread: threading.Thread | None = None
@@ -138,6 +140,12 @@ class RunController:
         self._watch = watch
         watch.thread.start()
 
+    def request_rank_stop(self, rank: int) -> None:
+        """Ask the run's thread to stop one rank of the app's own run (it says what it did)."""
+        if self._watch is not None and self._watch.owned:
+            self._watch.rank_stops.put(rank)
+            self._watch.wake.set()
+
     def request_stop(self) -> None:
         if self._watch is not None:
             self._watch.stop_requested.set()
@@ -213,6 +221,9 @@ class RunController:
                 if watch.stop_requested.is_set() and owned:
                     run.stop()
                     break
+                while owned and not watch.rank_stops.empty():
+                    said = run.stop_rank(watch.rank_stops.get())  # by the thread that owns the run
+                    self.app.call_from_thread(self.app.notify, said, markup=False)
                 self._post_update(watch)
                 # Booked after this poll finished, so polls never pile up.
                 watch.wake.wait(POLL_INTERVAL_S)

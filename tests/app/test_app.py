@@ -889,3 +889,41 @@ async def test_the_runs_view_says_the_highlighted_runs_cause_whole_at_80_columns
         await pilot.press("down")
         await pilot.pause(0.2)
         assert str(detail.content) == "20261126T090000Z-fsdp · ok"
+
+
+async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it(tmp_path, monkeypatch):
+    """Issue #43: stopping one rank, not the whole run (as nvitop and k9s can). l chooses the rank,
+    x asks, then that rank's process gets SIGTERM: torchrun sees it die and ends the others, and
+    the root cause is that rank."""
+    from mgpu_tui.app.views.run import RunView
+
+    monkeypatch.chdir(tmp_path)
+    app = create_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        form = app.query_one("#run-form")
+        form.query_one("#mode", Select).value = "ddp"
+        form.query_one("#nproc", Input).value = "2"
+        form.query_one("#steps", Input).value = "100000"
+        form.query_one("#device", Select).value = "cpu"
+        await pilot.click("#start")
+        view = app.query_one(RunView)
+        assert await wait_for(pilot, lambda: len(app.jobs.runs.rank_processes()) == 2, timeout=90)
+        pid = app.jobs.runs.rank_processes()[1][0]
+        run_dir = app.jobs.runs.run.run_dir.path
+        app.set_focus(None)
+        await pilot.press("x")  # every rank's logs shown: which one?
+        await pilot.pause(0.2)
+        assert not isinstance(app.screen, Confirm)
+        await pilot.press("l", "down", "down", "enter", "escape")  # rank 1's logs
+        await pilot.pause(0.2)
+        await pilot.press("x")
+        await pilot.pause(0.3)
+        assert isinstance(app.screen, Confirm)
+        assert f"Stop rank 1 (pid {pid})?" in str(app.screen.query_one("Static").render())
+        await pilot.press("y")
+        assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=60)
+        await pilot.pause(0.5)
+        assert view.failed_rank == 1, str(app.query_one("#root-cause", Static).render())
+        assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
+    assert live_processes_of(run_dir) == []

@@ -21,6 +21,7 @@ from textual.widget import Widget
 from textual.widgets import Select, Static
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
+from mgpu_tui.app.views.confirm import Confirm
 from mgpu_tui.app.views.run_form import NARROW, RunForm, chosen
 from mgpu_tui.app.views.run_text import (
     NODE_RANK_STATE,
@@ -218,6 +219,30 @@ class RunView(Widget):
         """l: the logs shown, their rank filter open to choose one rank (or all)."""
         self.show_guide(False)
         self.query_one(LogView).choose_rank()
+
+    def action_stop_rank(self) -> None:
+        """x: stop the rank whose logs are shown (l chooses it), after a question: SIGTERM to its
+        process, as if it died on its own, so that what follows is what the launcher does then."""
+        rank = self.query_one(LogView).rank_shown()
+        jobs = getattr(self.app, "jobs", None)
+        if jobs is None or not jobs.runs.owns_active:
+            self.app.notify("Only a run this app started, while it goes, has ranks to stop.", title="x")
+            return
+        if rank is None:
+            self.app.notify("Choose the rank first: l, then the rank; then x.", title="Which rank?")
+            return
+        pid = jobs.runs.rank_processes().get(rank, (None, None))[0]
+        process = f" (pid {pid})" if pid is not None else ""
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                jobs.runs.request_rank_stop(rank)
+
+        question = (
+            f"Stop rank {rank}{process}? It gets SIGTERM, as if it died on its own: the launcher "
+            "then stops the others and the run fails with it as the cause."
+        )
+        self.app.push_screen(Confirm(question), answered)
 
     def action_toggle_guide(self) -> None:
         """v: the chosen mode's guide and demo source, or the logs."""

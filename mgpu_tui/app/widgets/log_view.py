@@ -71,6 +71,11 @@ class LogView(Vertical):
         self.query_one("#log-rank", Select).compact = folded
         self.query_one("#log-search", Input).compact = folded
 
+    def rank_shown(self) -> int | None:
+        """The rank whose lines the filter shows; None: every rank."""
+        value = self.query_one("#log-rank", Select).value
+        return value if isinstance(value, int) and value >= 0 else None
+
     def choose_rank(self) -> None:
         """The rank filter focused and open (`l` in the Run view): arrows and Enter choose."""
         select = self.query_one("#log-rank", Select)
