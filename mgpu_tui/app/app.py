@@ -95,6 +95,7 @@ class MgpuApp(App):
         Binding("slash", "view('search_logs')", "Search logs", show=False),
         Binding("l", "view('filter_logs')", "Rank's logs", show=False),
         Binding("x", "view('stop_rank')", "Stop that rank", show=False),
+        Binding("o", "view('sort_ranks')", "Sort ranks", show=False),
         Binding("f", "view('toggle_form')", "Form", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),

@@ -927,3 +927,42 @@ async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it
         assert view.failed_rank == 1, str(app.query_one("#root-cause", Static).render())
         assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
     assert live_processes_of(run_dir) == []
+
+
+async def test_o_sorts_the_rank_table_by_each_column_in_turn():
+    """Issue #43: the rank table could not be sorted. o sorts by samples/s (the slowest on top), then
+    the step (the furthest behind), the loss (the highest), the peak memory (the most), and back."""
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.protocol.events import Hello, Step
+    from mgpu_tui.engine.run.aggregate import Aggregator
+
+    events, now = Aggregator(), time.time()
+    figures = {0: (10, 3000.0, 0.5, 300), 1: (8, 1000.0, 0.9, 500), 2: (12, 2000.0, 0.7, 400)}
+    for rank, (steps, rate, loss, mib) in figures.items():
+        events.add(Hello(rank, now - 9, rank, 3, 4000 + rank, "h", "cpu", None, "ddp"))
+        for step in range(1, steps + 1):
+            events.add(
+                Step(rank, now - (steps - step) * 0.1, step, 32, 0, loss, 32 / rate, mib << 20, mib << 20)
+            )
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        spec = LaunchSpec("ddp", nproc=3, steps=100, batch_size=96, device="cpu")
+        view.started(spec, resolve(spec, probe()), "runs/x")
+        view.show(events.stats(), ([], [], []), 30.0)
+        app.set_focus(None)
+        orders = []
+        for _ in range(5):
+            await pilot.press("o")
+            await pilot.pause(0.1)
+            orders.append((view.sorted_by, [row[0] for row in view.rank_rows]))
+        assert orders == [
+            ("samples/s", ["rank 1", "rank 2", "rank 0"]),
+            ("step", ["rank 1", "rank 0", "rank 2"]),
+            ("loss", ["rank 1", "rank 2", "rank 0"]),
+            ("peak memory", ["rank 1", "rank 2", "rank 0"]),
+            ("rank", ["rank 0", "rank 1", "rank 2"]),
+        ]

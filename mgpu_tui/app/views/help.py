@@ -31,6 +31,8 @@ Escape or ? closes this help; the arrows and PgDn scroll it.
   w   Run view: the charts over the whole run, or the latest steps
   /   Run view: search the logs (Escape leaves the search)
   l   Run view: the logs of one rank, or of all (a list to choose from)
+  o   Run view: sort the ranks by their next column (rank, samples/s,
+      step, loss, peak memory): the one to look at first on top
   x   Run view: stop the rank whose logs are shown (SIGTERM, after you
       say yes), as if it died: the launcher then stops the others
   g   an opened run's telemetry: the next GPU

@@ -25,12 +25,14 @@ from mgpu_tui.app.views.confirm import Confirm
 from mgpu_tui.app.views.run_form import NARROW, RunForm, chosen
 from mgpu_tui.app.views.run_text import (
     NODE_RANK_STATE,
+    SORTS,
     RankState,
     node_heading,
     of_steps,
     rank_state,
     rank_table,
     result_panel,
+    sort_key,
 )
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
@@ -154,6 +156,8 @@ class RunView(Widget):
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
         self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
         self._begun = time.monotonic()  # when the run shown began (or was opened)
+        self.sorted_by = "rank"  # the rank table's order (o)
+        self._stats: RunStats | None = None  # the figures last shown, to sort again
         self._nice = 0  # the priority its ranks run at (the app's own runs: UI_RANK_NICE)
         self._whole: tuple = ([], [], [])  # the whole run, thinned
 
@@ -219,6 +223,12 @@ class RunView(Widget):
         """l: the logs shown, their rank filter open to choose one rank (or all)."""
         self.show_guide(False)
         self.query_one(LogView).choose_rank()
+
+    def action_sort_ranks(self) -> None:
+        """o: the rank table sorted by its next column (rank, samples/s, step, loss, peak memory)."""
+        self.sorted_by = SORTS[(SORTS.index(self.sorted_by) + 1) % len(SORTS)]
+        self._fill_table(self._stats)
+        self.app.notify(f"Ranks sorted by {self.sorted_by}", timeout=2)
 
     def action_stop_rank(self) -> None:
         """x: stop the rank whose logs are shown (l chooses it), after a question: SIGTERM to its
@@ -432,6 +442,7 @@ class RunView(Widget):
         loss.update([x for _, x in known], [s for s, _ in known])
 
     def _fill_table(self, stats: RunStats | None) -> None:
+        self._stats = stats
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
         slow = {s.rank for s in stats.stragglers} if stats else set()
         now = time.time()
@@ -443,7 +454,9 @@ class RunView(Widget):
         for node, ranks in groups or [(None, range(self.world_size))]:
             if node is not None:
                 rows.append((node_heading(node, self.machines.get(node.node)),))
-            for rank in ranks:  # the job's ranks, by their own number
+            # The job's ranks by their own number, or by the column o chose (within a node's group).
+            order = sorted(ranks, key=lambda rank: sort_key(self.sorted_by, rank, by_rank.get(rank)))
+            for rank in order:
                 r = by_rank.get(rank)
                 if r is None and node is not None and not node.here:  # only its node's word for it
                     step = dict(node.steps).get(rank)
@@ -486,7 +499,7 @@ class RunView(Widget):
         # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
         relayout = len(rows) != len(self.rank_rows)
         self.rank_rows = rows
-        self.query_one("#ranks", TextPanel).update(rank_table(rows), relayout=relayout)
+        self.query_one("#ranks", TextPanel).update(rank_table(rows, self.sorted_by), relayout=relayout)
 
     def ended(self, summary: RunSummary | None, stats: RunStats | None) -> None:
         """The run ended; no summary: a followed run cut off (its monitor died without one)."""

@@ -63,12 +63,31 @@ NODE_RANK_STATE = {
 RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
 
 
-def rank_table(rows: list[tuple[str, ...]]) -> Text:
-    """The per-rank rows under a bold header; text columns left, numbers right. A row of one cell
-    heads a node's ranks (a job over several nodes)."""
+# What o sorts the rank table by, in turn: each column, the row to look at first on top (the
+# slowest, the furthest behind, the highest loss, the most memory).
+SORTS = ("rank", "samples/s", "step", "loss", "peak memory")
+
+
+def sort_key(column: str, rank: int, stats: RankStats | None) -> tuple:
+    """A rank's place when the table is sorted by ``column``: unknown figures last, then by rank."""
+    if column == "rank" or stats is None:
+        return (column != "rank", rank)
+    value = {
+        "samples/s": stats.samples_per_s,
+        "step": stats.last_step,
+        "loss": None if stats.loss is None else -stats.loss,
+        "peak memory": None if stats.mem_peak_bytes is None else -stats.mem_peak_bytes,
+    }[column]
+    return (value is None or value != value, value if value is not None and value == value else 0, rank)
+
+
+def rank_table(rows: list[tuple[str, ...]], sorted_by: str = "rank") -> Text:
+    """The per-rank rows under a bold header (the column they are sorted by underlined); text columns
+    left, numbers right. A row of one cell heads a node's ranks (a job over several nodes)."""
     text = Text()
     for i, (name, width) in enumerate(RANK_COLUMNS):
-        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + " ", style="bold")
+        style = "bold underline" if name == sorted_by else "bold"
+        text.append((name.ljust(width) if i < 2 else name.rjust(width)) + " ", style=style)
     for cells in rows:
         text.append("\n")
         if len(cells) == 1:
