@@ -96,6 +96,8 @@ class MgpuApp(App):
         Binding("l", "view('filter_logs')", "Rank's logs", show=False),
         Binding("x", "view('stop_rank')", "Stop that rank", show=False),
         Binding("o", "view('sort_ranks')", "Sort ranks", show=False),
+        Binding("W", "view('wrap_logs')", "Wrap logs", show=False),
+        Binding("ctrl+s", "view('save_logs')", "Save logs", show=False),
         Binding("f", "view('toggle_form')", "Form", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),

@@ -966,3 +966,42 @@ async def test_o_sorts_the_rank_table_by_each_column_in_turn():
             ("peak memory", ["rank 1", "rank 2", "rank 0"]),
             ("rank", ["rank 0", "rank 1", "rank 2"]),
         ]
+
+
+async def test_the_logs_wrap_with_W_and_ctrl_s_saves_the_lines_shown(tmp_path, monkeypatch):
+    """Issue #43: a log view that follows, wraps and saves (it only followed). W wraps long lines
+    onto the rows under them; Ctrl+S writes the lines shown (this rank's) to a new file here, never
+    over a file or through a link already there."""
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.widgets.log_pane import LogPane
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine.host import probe
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").write_text("mine\n")
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        spec = LaunchSpec("ddp", nproc=2, steps=10, device="cpu")
+        view.started(spec, resolve(spec, probe()), str(tmp_path / "runs" / "20261126T100000Z-ddp"))
+        long = "x" * 150 + " the end"
+        view.add_log_lines([(0, "stdout", "short"), (1, "stdout", long), (1, "stderr", "\x1b[2Jboom")], 0)
+        await pilot.pause(0.3)
+        pane = app.query_one(LogPane)
+        assert pane.virtual_size.height == 3 and pane.virtual_size.width > 150
+        app.set_focus(None)
+        await pilot.press("W")
+        await pilot.pause(1.2)  # (the pane's height grows once a second)
+        assert pane.wrap and pane.virtual_size.height >= 5 and pane.virtual_size.width <= 80
+        drawn = [strip.text for strip in pane.render_lines(pane.scrollable_content_region.reset_offset)]
+        assert any(line.rstrip().endswith("the end") for line in drawn), drawn
+        await pilot.press("l", "down", "down", "enter", "escape")  # rank 1's lines only
+        await pilot.pause(0.2)
+        (tmp_path / "mgpu-tui-log-20261126T100000Z-ddp-rank1.txt").symlink_to(tmp_path / "elsewhere")
+        app.set_focus(None)
+        await pilot.press("ctrl+s")
+        await pilot.pause(0.3)
+        saved = tmp_path / "mgpu-tui-log-20261126T100000Z-ddp-rank1-2.txt"
+        assert saved.read_text() == f"rank 1 {long}\nrank 1 ^[[2Jboom\n"
+        assert (tmp_path / "elsewhere").read_text() == "mine\n"  # the link's target untouched

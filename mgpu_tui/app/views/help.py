@@ -33,6 +33,9 @@ Escape or ? closes this help; the arrows and PgDn scroll it.
   l   Run view: the logs of one rank, or of all (a list to choose from)
   o   Run view: sort the ranks by their next column (rank, samples/s,
       step, loss, peak memory): the one to look at first on top
+  W   Run view: long log lines wrap, or scroll sideways
+  Ctrl+S  Run view: save the log lines shown (that rank's, that search's)
+      into a new file in the current folder
   x   Run view: stop the rank whose logs are shown (SIGTERM, after you
       say yes), as if it died: the launcher then stops the others
   g   an opened run's telemetry: the next GPU

@@ -46,7 +46,7 @@ from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT
 from mgpu_tui.engine.protocol.causes import users_frames
-from mgpu_tui.engine.protocol.text import short_line
+from mgpu_tui.engine.protocol.text import plain_line, short_line
 from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
@@ -157,6 +157,7 @@ class RunView(Widget):
         self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
         self._begun = time.monotonic()  # when the run shown began (or was opened)
         self.sorted_by = "rank"  # the rank table's order (o)
+        self.run_dir = ""  # the folder of the run shown (its saved logs are named after it)
         self._stats: RunStats | None = None  # the figures last shown, to sort again
         self._nice = 0  # the priority its ranks run at (the app's own runs: UI_RANK_NICE)
         self._whole: tuple = ([], [], [])  # the whole run, thinned
@@ -223,6 +224,22 @@ class RunView(Widget):
         """l: the logs shown, their rank filter open to choose one rank (or all)."""
         self.show_guide(False)
         self.query_one(LogView).choose_rank()
+
+    def action_wrap_logs(self) -> None:
+        """W: the logs' long lines wrap, or scroll sideways."""
+        self.show_guide(False)
+        wraps = self.query_one(LogView).toggle_wrap()
+        self.app.notify("Long log lines wrap" if wraps else "Long log lines scroll sideways", timeout=2)
+
+    def action_save_logs(self) -> None:
+        """Ctrl+S: the log lines shown (this rank's, this search's) into a new file here."""
+        name = Path(self.run_dir).name if self.run_dir else "run"
+        try:
+            path = self.query_one(LogView).save(Path.cwd(), plain_line(name, 80).replace(" ", "_"))
+        except OSError as exc:
+            self.app.notify(plain(str(exc)), title="Not saved", severity="error", markup=False)
+            return
+        self.app.notify(plain(f"Saved the lines shown to {path}"), markup=False)
 
     def action_sort_ranks(self) -> None:
         """o: the rank table sorted by its next column (rank, samples/s, step, loss, peak memory)."""
@@ -305,12 +322,14 @@ class RunView(Widget):
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
         steps = None if spec.program else spec.steps
         self._nice = spec.nice
+        self.run_dir = run_dir
         self._begin(f"{mode} on {ranks}", world or 0, steps, f"starting…  {run_dir}   (s stops it)", note)
         self.query_one(RunForm).running(True)
 
     def opened(self, run: FollowedRun) -> None:
         """A run from its folder: a finished one replayed, a live one followed."""
         self._nice = 0  # not known: its ranks are another process's
+        self.run_dir = str(run.path)
         how = (
             "started elsewhere, followed live (q leaves it running; s asks before stopping it)"
             if run.live_at_open

@@ -71,6 +71,11 @@ def entry_segments(entry: Entry) -> list[Segment]:
     return [prefix, Segment(text, _STDERR if stream == "stderr" else None)]
 
 
+def entry_text(entry: Entry) -> str:
+    """An entry as the one line of text its row shows (its rank's label first)."""
+    return "".join(segment.text for segment in entry_segments(entry))
+
+
 def entry_width(entry: Entry) -> int:
     rank, _, text = entry
     if rank is not None:
@@ -97,13 +102,52 @@ class LogPane(ScrollView):
         self._grown_at = 0.0
         self._grow_timer: Timer | None = None
         self._paint: tuple[Style, Region] | None = None
+        # Wrapped (w): each entry as the rows it takes at the pane's width, and how many it takes.
+        self.wrap = False
+        self._rows: collections.deque[Strip] = collections.deque()
+        self._row_counts: collections.deque[int] = collections.deque()
+        self._wrap_width = 0
 
     def clear(self) -> None:
         self.entries.clear()
         self._widest = 0
         self.following = True
+        self._rows.clear()
+        self._row_counts.clear()
         self._grow(force=True)
         self.refresh()
+
+    def toggle_wrap(self) -> bool:
+        """Long lines wrap onto the rows under them, or scroll sideways; whether they wrap now."""
+        self.wrap = not self.wrap
+        self._rewrap()
+        self._grow(force=True)
+        self.refresh()
+        return self.wrap
+
+    def _wrapped(self, entry: Entry) -> list[Strip]:
+        width = max(1, self._wrap_width)
+        strip = Strip(entry_segments(entry))
+        length = strip.cell_length
+        if length <= width:
+            return [strip]
+        return list(strip.divide([*range(width, length, width), length]))
+
+    def _rewrap(self) -> None:
+        self._rows.clear()
+        self._row_counts.clear()
+        if not self.wrap:
+            return
+        self._wrap_width = self.scrollable_content_region.width or self.size.width or 80
+        for entry in self.entries:
+            rows = self._wrapped(entry)
+            self._rows.extend(rows)
+            self._row_counts.append(len(rows))
+
+    def on_resize(self) -> None:
+        if self.wrap and (self.scrollable_content_region.width or self.size.width) != self._wrap_width:
+            self._rewrap()
+            self._grow(force=True)
 
     def extend(self, entries: Iterable[Entry]) -> None:
         entries = list(entries)
@@ -115,6 +159,14 @@ class LogPane(ScrollView):
         self.entries.extend(entries)
         shifted = before + len(entries) - len(self.entries)  # dropped from the top
         self._widest = max(self._widest, max(map(entry_width, entries)))
+        if self.wrap:
+            for _ in range(shifted):
+                for _ in range(self._row_counts.popleft() if self._row_counts else 0):
+                    self._rows.popleft()
+            for entry in entries:
+                rows = self._wrapped(entry)
+                self._rows.extend(rows)
+                self._row_counts.append(len(rows))
         if not self.following and shifted:
             # Keep the lines the user is reading where they are.
             self.scroll_to(y=max(0, self.scroll_y - shifted), animate=False)
@@ -123,7 +175,7 @@ class LogPane(ScrollView):
 
     def _grow(self, force: bool = False) -> None:
         """Bring the scrollable size up to the content, at most once every GROW_EVERY_S."""
-        wanted = Size(self._widest, len(self.entries))
+        wanted = self._content_size()
         if wanted == self.virtual_size:
             return
         wait = GROW_EVERY_S - (time.monotonic() - self._grown_at)
@@ -136,9 +188,14 @@ class LogPane(ScrollView):
     def _grow_now(self) -> None:
         self._grow_timer = None
         self._grown_at = time.monotonic()
-        self.virtual_size = Size(self._widest, len(self.entries))
+        self.virtual_size = self._content_size()
         if self.following:
             self.scroll_end(animate=False, immediate=True)
+
+    def _content_size(self) -> Size:
+        if self.wrap:
+            return Size(self._wrap_width, len(self._rows))
+        return Size(self._widest, len(self.entries))
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -158,13 +215,14 @@ class LogPane(ScrollView):
 
     def render_line(self, y: int) -> Strip:
         style, content = self._paint or (self.rich_style, self.scrollable_content_region)
+        count = len(self._rows) if self.wrap else len(self.entries)
         if self.following:
-            index = len(self.entries) - content.height + y
+            index = count - content.height + y
             index = y if index < y else index  # fewer lines than rows: from the top
         else:
             index = int(self.scroll_y) + y
-        if not 0 <= index < len(self.entries):
+        if not 0 <= index < count:
             return Strip.blank(content.width, style)
-        strip = Strip(entry_segments(self.entries[index]))
+        strip = self._rows[index] if self.wrap else Strip(entry_segments(self.entries[index]))
         left = int(self.scroll_x)
         return strip.crop_extend(left, left + content.width, style).apply_style(style)

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import collections
 import itertools
+import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Input, Select
 
-from mgpu_tui.app.widgets.log_pane import Entry, LogPane
+from mgpu_tui.app.widgets.log_pane import Entry, LogPane, entry_text
 
 KEPT = 5000
 SHOWN = 2000
@@ -70,6 +72,28 @@ class LogView(Vertical):
         the log's lines)."""
         self.query_one("#log-rank", Select).compact = folded
         self.query_one("#log-search", Input).compact = folded
+
+    def toggle_wrap(self) -> bool:
+        """Long lines wrap, or scroll sideways (W); whether they wrap now."""
+        return self.query_one(LogPane).toggle_wrap()
+
+    def save(self, folder: Path, name: str) -> Path:
+        """The lines shown (the rank filter's and the search's), as text, into a new file
+        ``folder/mgpu-tui-log-NAME[-N].txt``: never over an existing file, never through a link."""
+        pane = self.query_one(LogPane)
+        rank = self.rank_shown()
+        stem = f"mgpu-tui-log-{name}-{'all' if rank is None else f'rank{rank}'}"
+        text = "".join(f"{entry_text(entry)}\n" for entry in pane.entries)
+        for n in range(1, 1000):
+            path = folder / (f"{stem}.txt" if n == 1 else f"{stem}-{n}.txt")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as f:
+                f.write(text)
+            return path
+        raise FileExistsError(f"{folder / stem}.txt and 998 more exist already")
 
     def rank_shown(self) -> int | None:
         """The rank whose lines the filter shows; None: every rank."""
