@@ -1005,3 +1005,21 @@ async def test_the_logs_wrap_with_W_and_ctrl_s_saves_the_lines_shown(tmp_path, m
         saved = tmp_path / "mgpu-tui-log-20261126T100000Z-ddp-rank1-2.txt"
         assert saved.read_text() == f"rank 1 {long}\nrank 1 ^[[2Jboom\n"
         assert (tmp_path / "elsewhere").read_text() == "mine\n"  # the link's target untouched
+
+
+async def test_the_form_takes_a_demos_own_arguments_as_after_double_dash(tmp_path):
+    """Issue #43: the form had no field for a demo's own arguments (`run ddp -- --lr 0.2`)."""
+    from mgpu_tui.app.views.run_form import RunForm
+    from mgpu_tui.errors import UsageError
+
+    app = create_app(telemetry=[], topology=None, run_root=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("r")
+        form = app.query_one(RunForm)
+        field = app.query_one("#demo-args", Input)
+        assert field.display and field.region.width >= 12  # on screen at 80 columns
+        field.value = "--lr 0.2 --note 'two words'"
+        assert form.spec().demo_args == ("--lr", "0.2", "--note", "two words")
+        field.value = "--note 'unclosed"
+        with pytest.raises(UsageError, match="the demo's own arguments cannot be read"):
+            form.spec()

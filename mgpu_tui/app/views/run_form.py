@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from dataclasses import replace
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from mgpu_tui.errors import UsageError
 DEVICE_OPTIONS = [("auto", "auto"), ("cpu", "cpu"), ("cuda", "cuda")]
 MODEL_OPTIONS = [(name, name) for name in ("mlp", *MODELS)]  # the workloads (engine/planning/shapes.py)
 NARROW = 120  # columns under which the form takes two rows
+ONE_ROW_WITH_SHARING = 180  # the same, where the form has its share-GPUs box (a machine with a GPU)
 
 
 def one_row(label: str) -> Text:
@@ -116,6 +118,13 @@ class RunForm(Horizontal):
     RunForm Input {
         width: 10;
     }
+    RunForm #demo-args {
+        width: 19;  /* beside the fields on one row; its own row's rest when narrow */
+    }
+    RunForm.narrow #demo-args {
+        width: 1fr;
+        min-width: 12;
+    }
     /* Narrow: borderless fields (compact), each as wide as its longest usual value and a space. */
     RunForm.narrow Input {
         width: 6;
@@ -172,11 +181,14 @@ class RunForm(Horizontal):
                 self._mode_options(), value="ddp", allow_blank=False, id="mode", type_to_search=False
             )
             yield Select(MODEL_OPTIONS, value="mlp", allow_blank=False, id="model", type_to_search=False)
+            # The demo's own arguments, as after `--` on the command line (run ddp -- --lr 0.1).
+            yield Input("", placeholder="its arguments", id="demo-args")
         with Horizontal(id="form-fields"):
             yield from self._fields()
 
     def on_resize(self) -> None:
-        narrow = self.size.width < NARROW
+        # One row needs about 160 columns, 180 with the share-GPUs box: under that, two rows.
+        narrow = self.size.width < (ONE_ROW_WITH_SHARING if self.host.has_cuda else NARROW)
         self.set_class(narrow, "narrow")
         # Narrow (80x24): fields without borders, a row each instead of three, so that after a run
         # the result panel under the form is not cut (it showed two lines at 80x24).
@@ -232,7 +244,12 @@ class RunForm(Horizontal):
             return replace(again, nproc=whole_numbers(self, {"nproc": "nproc"})["nproc"])
         numbers = whole_numbers(self, {"nproc": "nproc", "steps": "steps", "batch": "batch"})
         mode = MODES[name]
+        try:
+            demo_args = tuple(shlex.split(self.query_one("#demo-args", Input).value))
+        except ValueError as exc:
+            raise UsageError(f"the demo's own arguments cannot be read: {exc}.") from None
         return LaunchSpec(
+            demo_args=demo_args,
             mode=mode.name,
             nproc=numbers["nproc"] if mode.multi_process else None,
             steps=numbers["steps"],
@@ -265,6 +282,7 @@ class RunForm(Horizontal):
         self._fields_for(chosen(mode))
         if spec.model in dict(MODEL_OPTIONS) and not spec.model_args:  # a shape of its own is no entry
             self.query_one("#model", Select).value = spec.model
+        self.query_one("#demo-args", Input).value = "" if spec.program else shlex.join(spec.demo_args)
         self.query_one("#nproc", Input).value = str(nproc)
         self.query_one("#steps", Input).value = str(spec.steps)
         self.query_one("#batch", Input).value = str(spec.batch_size)
@@ -281,7 +299,7 @@ class RunForm(Horizontal):
         """A user's own program says its own model, steps, batch and precision (a command its ranks
         too): those fields are not shown while it is chosen, and nothing of theirs is used."""
         own = mode == SCRIPT.name
-        for field in ("#model", "#steps", "#steps-label", "#batch", "#batch-label", "#amp"):
+        for field in ("#model", "#demo-args", "#steps", "#steps-label", "#batch", "#batch-label", "#amp"):
             self.query_one(field).display = not own
         command = own and self.program is not None and bool(self.program.command)
         for field in ("#nproc", "#nproc-label"):
