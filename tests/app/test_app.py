@@ -696,6 +696,12 @@ async def test_a_script_run_shows_the_scripts_own_guide_and_keeps_its_logs_in_vi
         assert str(app.query_one("#guide-source").border_title).endswith("train.py: the script it runs")
         code = app.query_one("#guide-code", Static).content
         assert "EPOCHS = 3  # my own loop" in code.code and "\x1b" not in code.code  # drawn as text
+        # A followed run's spec.json is the ranks' to write: a script's name is never markup.
+        hostile = LaunchSpec(mode="script", script="[reverse]x[/reverse].py", nproc=2)
+        app.query_one(ModeGuide).show_program(hostile)
+        await pilot.pause(0.2)
+        title = app.query_one("#guide-source")._border_title
+        assert title.plain.startswith("[reverse]x[/reverse].py") and not title.spans
 
 
 async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path):

@@ -141,7 +141,7 @@ class ModeGuide(Horizontal):
         source = self.query_one("#guide-source", ScrollableContainer)
         file = Path(spec.script) if spec.script and not spec.command else None
         code, said = program_source(file)
-        source.border_title = plain(said, 200)
+        source.border_title = Text(plain(said, 200))  # a Text: a path's brackets are never markup
         self.query_one("#guide-code", Static).update(code)
         source.scroll_home(animate=False)
 
