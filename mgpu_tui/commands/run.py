@@ -29,6 +29,27 @@ _EXIT = {
 }
 
 
+EACH_RANK_AT_MOST = 8  # ranks the progress line names one by one; past that, the outliers
+
+
+def _outliers(stats: RunStats, silent: dict[int, float]) -> str:
+    """The ranks of a large job in one short phrase: their step range, the slowest and the fastest
+    rank, and the silent ones (the first three named)."""
+    steps = [r.last_step for r in stats.ranks]
+    rated = [r for r in stats.ranks if r.samples_per_s is not None]
+    said = [f"{len(stats.ranks)} ranks at steps {min(steps)}-{max(steps)}"]
+    if len(rated) > 1:
+        slow = min(rated, key=lambda r: (r.samples_per_s, r.rank))
+        fast = max(rated, key=lambda r: (r.samples_per_s, -r.rank))
+        slowest = f"slowest r{slow.rank} {fmt_rate(slow.samples_per_s)}/s"
+        said.append(f"{slowest}, fastest r{fast.rank} {fmt_rate(fast.samples_per_s)}/s")
+    if silent:
+        named = ", ".join(f"r{rank} {s:.0f} s" for rank, s in sorted(silent.items())[:3])
+        more = f" and {len(silent) - 3} more" if len(silent) > 3 else ""
+        said.append(f"{len(silent)} silent ({named}{more})")
+    return "; ".join(said)
+
+
 class Progress:
     """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
 
@@ -43,11 +64,14 @@ class Progress:
 
     def line(self, stats: RunStats, silent: dict[int, float] | None = None) -> str:
         silent = silent or {}
-        ranks = "  ".join(
-            f"r{r.rank} {r.last_step} {fmt_rank_loss(r.loss, r.diverged_at)}"
-            + (f" silent {silent[r.rank]:.0f} s" if r.rank in silent else "")
-            for r in stats.ranks
-        )
+        if len(stats.ranks) > EACH_RANK_AT_MOST:
+            ranks = _outliers(stats, silent)
+        else:
+            ranks = "  ".join(
+                f"r{r.rank} {r.last_step} {fmt_rank_loss(r.loss, r.diverged_at)}"
+                + (f" silent {silent[r.rank]:.0f} s" if r.rank in silent else "")
+                for r in stats.ranks
+            )
         total = f"/{self.steps}" if self.steps else ""
         return (
             f"step {stats.steps}{total}  {fmt_rate(stats.samples_per_s)} samples/s  "

@@ -151,3 +151,34 @@ def test_a_run_that_cannot_be_emptied_is_said_kept_whole_as_a_run_and_the_rest_d
         _immutable(pinned, False)
     assert main(["runs", "--run-dir", str(root), "--delete-older-than", "7", "--yes"]) == 0
     assert not stuck.exists()
+
+
+def test_the_progress_line_of_a_large_job_stays_one_short_line_naming_its_outliers():
+    """Issue #45: the CLI's progress line printed every rank of a 256-rank run (over 5,000
+    characters). Past 8 ranks it names the step range, the slowest and the fastest rank, and the
+    silent ones; a 2-rank run's line is as it was."""
+    import io
+    import time
+
+    from mgpu_tui.commands.run import Progress
+    from mgpu_tui.engine.protocol.events import Hello, Step
+    from mgpu_tui.engine.run.aggregate import Aggregator
+
+    def stats_of(world: int):
+        events, now = Aggregator(), time.time()
+        for rank in range(world):
+            events.add(Hello(rank, now - 9, rank, world, 4000 + rank, "h", "cpu", None, "ddp"))
+            rate = 500.0 if rank == 17 else 1000.0 + rank
+            for step in range(1, (90 if rank == 200 else 100) + 1):
+                events.add(
+                    Step(rank, now - (100 - step) * 0.05, step, 32, 0, 0.5, 32 / rate, 1 << 20, 1 << 20)
+                )
+        return events.stats()
+
+    progress = Progress(1000, stream=io.StringIO())
+    line = progress.line(stats_of(256), {5: 31.0, 9: 12.0, 11: 40.0, 12: 35.0})
+    assert "\n" not in line and len(line) < 200, (len(line), line)
+    assert "256 ranks at steps 90-100" in line and "slowest r17 " in line and "fastest r255 " in line
+    assert "4 silent (r5 31 s, r9 12 s, r11 40 s and 1 more)" in line
+    small = progress.line(stats_of(2))
+    assert small.endswith("|  r0 100 0.5000  r1 100 0.5000"), small
