@@ -15,7 +15,7 @@ from mgpu_tui.console import (
     status_word,
     table,
 )
-from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.summary import RankSummary, RunSummary
 from mgpu_tui.reports.memory import memory_lines
 
 
@@ -69,6 +69,59 @@ def _watts(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.0f} W"
 
 
+EACH_RANK_AT_MOST = 16  # ranks the summary's table lists one by one; past that, a row a node
+
+
+def _by_node(summary: RunSummary) -> list[tuple[str, list[RankSummary]]]:
+    """The ranks in groups of one node each (the job's ranks split evenly over its nodes), or one
+    group of them all when the nodes are not known."""
+    ranks = sorted(summary.ranks, key=lambda r: r.rank)
+    nodes = summary.nnodes or 1
+    world = summary.world_size or len(ranks)
+    if nodes < 2 or world % nodes:
+        return [(f"ranks {ranks[0].rank}-{ranks[-1].rank}", ranks)]
+    per_node = world // nodes
+    groups: dict[int, list[RankSummary]] = {}
+    for r in ranks:
+        groups.setdefault(r.rank // per_node, []).append(r)
+    return [
+        (f"node {n} (ranks {n * per_node}-{(n + 1) * per_node - 1})", group)
+        for n, group in sorted(groups.items())
+    ]
+
+
+def _group_row(name: str, group: list[RankSummary], tokens: bool) -> list[str]:
+    """A node's row: its ranks' step range, summed rates, mean loss and largest peak memory."""
+    steps = [r.last_step for r in group]
+    rates = [r.samples_per_s for r in group if r.samples_per_s is not None]
+    token_rates = [r.tokens_per_s for r in group if r.tokens_per_s is not None]
+    losses = [r.loss for r in group if r.loss is not None]
+    peaks = [r.peak_mem_bytes for r in group if r.peak_mem_bytes is not None]
+    return [
+        name,
+        f"{min(steps)}-{max(steps)}" if min(steps) != max(steps) else str(steps[0]),
+        fmt_rate(sum(rates) if rates else None),
+        *([fmt_rate(sum(token_rates) if token_rates else None)] if tokens else []),
+        fmt_loss(sum(losses) / len(losses) if losses else None),
+        fmt_bytes(max(peaks) if peaks else None),
+    ]
+
+
+def _outlier_line(summary: RunSummary) -> str:
+    """The ranks to look at in a large job: the slowest and the fastest, and the one furthest behind."""
+    rated = [r for r in summary.ranks if r.samples_per_s is not None]
+    said = [f"{len(summary.ranks)} ranks (every one in summary.json)"]
+    if len(rated) > 1:
+        slow = min(rated, key=lambda r: (r.samples_per_s, r.rank))
+        fast = max(rated, key=lambda r: (r.samples_per_s, -r.rank))
+        said.append(f"slowest rank {slow.rank} {fmt_rate(slow.samples_per_s)} samples/s")
+        said.append(f"fastest rank {fast.rank} {fmt_rate(fast.samples_per_s)} samples/s")
+    behind = min(summary.ranks, key=lambda r: (r.last_step, r.rank))
+    if behind.last_step < max(r.last_step for r in summary.ranks):
+        said.append(f"furthest behind rank {behind.rank} at step {behind.last_step}")
+    return "; ".join(said)
+
+
 def summary_text(summary: RunSummary) -> str:
     backend = summary.backend or "no process group"
     head = (
@@ -82,17 +135,20 @@ def summary_text(summary: RunSummary) -> str:
         notes.append(f"run directory {summary.run_dir}")
         return plain("\n".join([head + cause, *notes]))
     tokens = any(r.tokens_per_s for r in summary.ranks)
-    rows = [
-        [
-            f"rank {r.rank}",
-            str(r.last_step),
-            fmt_rate(r.samples_per_s),
-            *([fmt_rate(r.tokens_per_s)] if tokens else []),
-            fmt_rank_loss(r.loss, r.diverged_at),
-            fmt_bytes(r.peak_mem_bytes),
+    if len(summary.ranks) > EACH_RANK_AT_MOST:  # a large job: a row a node, the outliers named below
+        rows = [_group_row(name, group, tokens) for name, group in _by_node(summary)]
+    else:
+        rows = [
+            [
+                f"rank {r.rank}",
+                str(r.last_step),
+                fmt_rate(r.samples_per_s),
+                *([fmt_rate(r.tokens_per_s)] if tokens else []),
+                fmt_rank_loss(r.loss, r.diverged_at),
+                fmt_bytes(r.peak_mem_bytes),
+            ]
+            for r in summary.ranks
         ]
-        for r in summary.ranks
-    ]
     rows.append(
         [
             "all",
@@ -117,6 +173,8 @@ def summary_text(summary: RunSummary) -> str:
         *([others] if others else []),
         f"run directory {summary.run_dir}",
     ]
+    if len(summary.ranks) > EACH_RANK_AT_MOST:
+        notes.insert(0, _outlier_line(summary))
     if summary.program is not None:
         notes.insert(0, script_line(summary))
     if summary.note:

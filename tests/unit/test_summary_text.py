@@ -182,3 +182,35 @@ def test_the_progress_line_of_a_large_job_stays_one_short_line_naming_its_outlie
     assert "4 silent (r5 31 s, r9 12 s, r11 40 s and 1 more)" in line
     small = progress.line(stats_of(2))
     assert small.endswith("|  r0 100 0.5000  r1 100 0.5000"), small
+
+
+def test_the_summary_of_a_large_job_prints_a_row_a_node_and_names_its_outliers(tmp_path):
+    """Issue #45: the summary printed a row for each of 256 ranks. Past 16 ranks it prints a row a
+    node (the ranks' step range, summed samples/s, mean loss, largest peak memory) and names the
+    slowest, the fastest and the furthest-behind rank; summary.json keeps every rank."""
+    import dataclasses
+
+    from conftest import pinned_summary
+    from mgpu_tui.engine.run.summary import RankSummary
+
+    ranks = tuple(
+        RankSummary(
+            r, 99 if r == 77 else 100, 50.0 if r == 130 else 100.0 + r % 8, 0.5, 1 << 30, "cpu", 1, True
+        )
+        for r in range(256)
+    )
+    summary = dataclasses.replace(
+        pinned_summary(tmp_path), world_size=256, nnodes=32, ranks=ranks, peak_mem_bytes=(1 << 30,) * 256
+    )
+    text = summary_text(summary)
+    lines = text.splitlines()
+    rows = [line for line in lines if line.startswith("node ")]
+    assert (
+        len(rows) == 32
+        and rows[0].startswith("node 0 (ranks 0-7)")
+        and rows[31].startswith("node 31 (ranks 248-255)")
+    )
+    assert rows[9].split()[4] == "99-100"  # node 9 holds rank 77, a step behind
+    assert "slowest rank 130 50 samples/s" in text and "fastest rank 7 107 samples/s" in text
+    assert "furthest behind rank 77 at step 99" in text and "256 ranks (every one in summary.json)" in text
+    assert not any(line.startswith("rank ") for line in lines)
