@@ -203,6 +203,11 @@ class ProcessTree:
             found[pid] = total
         return found
 
+    def known(self) -> tuple[tuple[int, float], ...]:
+        """Every process this tree recorded, with its start time: (pid, create time). A copy,
+        safe to take from another thread (telemetry's, which counts their CPU as the run's own)."""
+        return tuple(self._known.copy().items())
+
     def was_rank(self, pid: int) -> bool:
         """Whether ``pid`` was recorded in this run's tree below the launcher: a rank, or a
         process a rank started. Never the keeper, nor torchrun, which run no user code: no

@@ -226,8 +226,11 @@ class Run(IngestReadings):
             self._start_launcher()
         interval = self.resolved.spec.sample_interval
         if interval:  # the machine during the run, kept with it (engine/run/telemetry_log.py)
-            self._telemetry = TelemetryLog(
-                self.run_dir.telemetry_path, interval=interval, ranks=self.rank_processes
+            self._telemetry = TelemetryLog(  # the run's own processes are not "other" for BUSY MACHINE
+                self.run_dir.telemetry_path,
+                interval=interval,
+                ranks=self.rank_processes,
+                run_processes=self._tree.known,
             )
             self._telemetry.start()
         self.state = RunState.RUNNING

@@ -18,10 +18,15 @@ depend on what the file kept.
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TextIO
+
+import psutil
 
 from mgpu_tui.engine.machine.telemetry import RankSource, Sampler, Snapshot
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
@@ -133,6 +138,7 @@ class TelemetryLog:
         *,
         interval: float,
         ranks: RankSource,
+        run_processes: Callable[[], Iterable[tuple[int, float]]] | None = None,
         full_rate_samples: int = FULL_RATE_SAMPLES,
         thin_every: int = THIN_EVERY,
         max_bytes: int = MAX_BYTES,
@@ -150,6 +156,11 @@ class TelemetryLog:
         self._cores: int | None = None
         self._gpus: dict[str, _GpuTrack] = {}
         self._ranks: dict[int, tuple[_Mean, _Mean]] = {}  # rank -> (rss, cpu)
+        # The run's own processes (its tree: ranks, their data-loader and compile workers, the
+        # launcher), whose CPU is not "other": pid -> (create time, CPU seconds at the last sample).
+        self._run_processes = run_processes
+        self._run_cpu: dict[int, tuple[float, float]] = {}
+        self._last_t: float | None = None
 
     def start(self) -> None:
         try:
@@ -201,7 +212,12 @@ class TelemetryLog:
         self._host_cpu.add(sum(cores) / len(cores) if cores else None)
         self._cores = len(snap.host.cpu_percent) or self._cores
         ranks = [p.cpu_percent for p in snap.ranks if p.alive]
-        if cores and len(cores) == len(snap.host.cpu_percent) and ranks and None not in ranks:
+        whole = bool(cores) and len(cores) == len(snap.host.cpu_percent)
+        if self._run_processes is not None:
+            ours = self._run_cores(time.time())  # every process of the run, the ranks among them
+            if whole and ours is not None:
+                self._others.add(max(0.0, sum(cores) / 100 - ours))
+        elif whole and ranks and None not in ranks:
             # The host's use of all its cores, less the ranks': what else ran (in cores).
             self._others.add(max(0.0, (sum(cores) - sum(r for r in ranks if r is not None)) / 100))
         self._host_mem.add(snap.host.memory_used)
@@ -221,6 +237,35 @@ class TelemetryLog:
             if p.alive:
                 rss.add(p.rss_bytes)
                 cpu.add(p.cpu_percent)
+
+    def _run_cores(self, t: float) -> float | None:
+        """The cores the run's own processes used since the last sample, ``t`` being now on the
+        wall clock their start times are on (None at the first: CPU use needs two readings). A
+        process is known by its pid and start time, so a reused pid is a new process; one started
+        since the last sample counts all its CPU."""
+        assert self._run_processes is not None
+        last_t, self._last_t = self._last_t, t
+        seen: dict[int, tuple[float, float]] = {}
+        used = 0.0
+        for pid, created in [*self._run_processes(), (os.getpid(), 0.0)]:  # (the monitor's own too)
+            try:
+                process = psutil.Process(pid)
+                if created and abs(process.create_time() - created) > 0.01:
+                    continue  # its pid, another process's now
+                times = process.cpu_times()
+            except psutil.Error:
+                continue
+            total = times.user + times.system
+            before = self._run_cpu.get(pid)
+            if before is not None and before[0] == created:
+                used += max(0.0, total - before[1])
+            elif last_t is not None and created >= last_t:
+                used += total
+            seen[pid] = (created, total)
+        self._run_cpu = seen
+        if last_t is None or t <= last_t:
+            return None
+        return used / (t - last_t)
 
     def _figures(self) -> TelemetryFigures:
         gpus = tuple(

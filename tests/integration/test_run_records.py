@@ -97,6 +97,35 @@ def test_a_long_runs_telemetry_stays_within_its_bounds(tmp_path):
     assert sum(len(line) + 1 for line in kept[:-1]) <= 600 and log.samples > len(kept)
 
 
+def test_the_runs_own_busy_processes_are_not_other_processes(tmp_path):
+    """A rank's data-loader workers or a C++ build it waits on are the job's own work: they made
+    every such run say BUSY MACHINE. Two logs sample side by side, on the same machine and the same
+    load: the one that knows the run's processes (a busy child of the run) finds about a core less
+    of "other" use than the one that knows only the ranks."""
+    child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        created = create_time(child.pid)
+        rank = {0: (os.getpid(), None)}  # this process, as the rank both know
+        knows = TelemetryLog(
+            tmp_path / "a.jsonl",
+            interval=0.25,
+            ranks=lambda: rank,
+            run_processes=lambda: [(child.pid, created)],
+        )
+        blind = TelemetryLog(tmp_path / "b.jsonl", interval=0.25, ranks=lambda: rank)
+        knows.start()
+        blind.start()
+        deadline = time.monotonic() + 30
+        while min(knows.samples, blind.samples) < 12 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        ours, theirs = knows.stop().others_cpu_cores, blind.stop().others_cpu_cores
+    finally:
+        child.kill()
+        child.wait(10)
+    assert ours is not None and theirs is not None
+    assert theirs - ours > 0.6, (theirs, ours)  # the child's core, no longer "other"
+
+
 def test_gpu_figures_come_from_nvml_and_energy_from_its_counter(tmp_path):
     """On the NVML stand-in of an 8-GPU H100 box (it answers as the real library does)."""
     sys.path.insert(0, str(TESTS))
