@@ -160,6 +160,7 @@ class TelemetryLog:
         # launcher), whose CPU is not "other": pid -> (create time, CPU seconds at the last sample).
         self._run_processes = run_processes
         self._run_cpu: dict[int, tuple[float, float]] = {}
+        self._run_gone: set[tuple[int, float]] = set()
         self._last_t: float | None = None
 
     def start(self) -> None:
@@ -248,12 +249,15 @@ class TelemetryLog:
         seen: dict[int, tuple[float, float]] = {}
         used = 0.0
         for pid, created in [*self._run_processes(), (os.getpid(), 0.0)]:  # (the monitor's own too)
+            if (pid, created) in self._run_gone:
+                continue  # ended before: a long job's thousands of compiler processes cost no look
             try:
                 process = psutil.Process(pid)
                 if created and abs(process.create_time() - created) > 0.01:
-                    continue  # its pid, another process's now
+                    raise psutil.NoSuchProcess(pid)  # its pid, another process's now
                 times = process.cpu_times()
             except psutil.Error:
+                self._run_gone.add((pid, created))
                 continue
             total = times.user + times.system
             before = self._run_cpu.get(pid)
