@@ -20,7 +20,7 @@ from mgpu_tui.engine.run.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run, RunState
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
-from mgpu_tui.reports.run_summary import summary_text
+from mgpu_tui.reports.run_summary import slowest_and_fastest, summary_text
 
 _EXIT = {
     RunState.OK: ExitCode.OK,
@@ -36,11 +36,9 @@ def _outliers(stats: RunStats, silent: dict[int, float]) -> str:
     """The ranks of a large job in one short phrase: their step range, the slowest and the fastest
     rank, and the silent ones (the first three named)."""
     steps = [r.last_step for r in stats.ranks]
-    rated = [r for r in stats.ranks if r.samples_per_s is not None]
     said = [f"{len(stats.ranks)} ranks at steps {min(steps)}-{max(steps)}"]
-    if len(rated) > 1:
-        slow = min(rated, key=lambda r: (r.samples_per_s, r.rank))
-        fast = max(rated, key=lambda r: (r.samples_per_s, -r.rank))
+    if outliers := slowest_and_fastest(stats.ranks):
+        slow, fast = outliers
         slowest = f"slowest r{slow.rank} {fmt_rate(slow.samples_per_s)}/s"
         said.append(f"{slowest}, fastest r{fast.rank} {fmt_rate(fast.samples_per_s)}/s")
     if silent:

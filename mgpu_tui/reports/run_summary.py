@@ -5,6 +5,9 @@ processes). Every text passes the one sink (console.plain): a rank's words are t
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Protocol, TypeVar
+
 from mgpu_tui.console import (
     fmt_bytes,
     fmt_loss,
@@ -107,13 +110,35 @@ def _group_row(name: str, group: list[RankSummary], tokens: bool) -> list[str]:
     ]
 
 
+class Rated(Protocol):
+    """A rank's figures as a summary or the live figures have them."""
+
+    @property
+    def rank(self) -> int: ...
+
+    @property
+    def samples_per_s(self) -> float | None: ...
+
+
+RatedRank = TypeVar("RatedRank", bound=Rated)
+
+
+def slowest_and_fastest(ranks: Iterable[RatedRank]) -> tuple[RatedRank, RatedRank] | None:
+    """The slowest and the fastest of the ranks with a rate (the lower rank on a tie); None for
+    fewer than two: the outliers a large job's console names."""
+    rated = [r for r in ranks if r.samples_per_s is not None]
+    if len(rated) < 2:
+        return None
+    slow = min(rated, key=lambda r: (r.samples_per_s, r.rank))
+    fast = max(rated, key=lambda r: (r.samples_per_s, -r.rank))
+    return slow, fast
+
+
 def _outlier_line(summary: RunSummary) -> str:
     """The ranks to look at in a large job: the slowest and the fastest, and the one furthest behind."""
-    rated = [r for r in summary.ranks if r.samples_per_s is not None]
     said = [f"{len(summary.ranks)} ranks (every one in summary.json)"]
-    if len(rated) > 1:
-        slow = min(rated, key=lambda r: (r.samples_per_s, r.rank))
-        fast = max(rated, key=lambda r: (r.samples_per_s, -r.rank))
+    if outliers := slowest_and_fastest(summary.ranks):
+        slow, fast = outliers
         said.append(f"slowest rank {slow.rank} {fmt_rate(slow.samples_per_s)} samples/s")
         said.append(f"fastest rank {fast.rank} {fmt_rate(fast.samples_per_s)} samples/s")
     behind = min(summary.ranks, key=lambda r: (r.last_step, r.rank))
