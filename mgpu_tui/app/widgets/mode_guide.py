@@ -39,16 +39,16 @@ def demo_source(demo: str) -> str:
         return f"# the demo's source could not be read: {exc}"
 
 
-def demo_code(mode: Mode) -> Syntax:
-    """The demo's source, highlighted, with line numbers: the training loop it runs."""
+def python_code(source: str) -> Syntax:
+    """Python source, highlighted, with line numbers (long lines scroll sideways, never wrap)."""
     return Syntax(
-        demo_source(mode.demo),
-        "python",
-        line_numbers=True,
-        word_wrap=False,
-        theme="ansi_dark",
-        background_color="default",
+        source, "python", line_numbers=True, word_wrap=False, theme="ansi_dark", background_color="default"
     )
+
+
+def demo_code(mode: Mode) -> Syntax:
+    """The demo's source, highlighted: the training loop it runs."""
+    return python_code(demo_source(mode.demo))
 
 
 def program_source(file: Path | None) -> tuple[Syntax | Text, str]:
@@ -59,11 +59,7 @@ def program_source(file: Path | None) -> tuple[Syntax | Text, str]:
         raw = read_bytes(file, MAX_SOURCE_BYTES)
     except OSError as exc:  # (Unreadable too: a link, a FIFO, a folder)
         return Text(plain(f"Its source cannot be read here: {exc}", 500)), f"{file}"
-    source = plain(raw.decode("utf-8", "replace"))
-    code = Syntax(
-        source, "python", line_numbers=True, word_wrap=False, theme="ansi_dark", background_color="default"
-    )
-    return code, f"{file}: the script it runs"
+    return python_code(plain(raw.decode("utf-8", "replace"))), f"{file}: the script it runs"
 
 
 def explanation(mode: Mode, host: Host) -> Text:
