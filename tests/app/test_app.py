@@ -1029,3 +1029,21 @@ async def test_the_form_takes_a_demos_own_arguments_as_after_double_dash(tmp_pat
         field.value = "--note 'unclosed"
         with pytest.raises(UsageError, match="the demo's own arguments cannot be read"):
             form.spec()
+
+
+async def test_v_shows_the_guide_of_the_mode_that_runs_not_the_forms_last_choice():
+    """The form, filled with a run started elsewhere (`run fsdp --tui`), posts no choice: the guide
+    follows the run itself."""
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.widgets.mode_guide import ModeGuide
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine.host import probe
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        assert app.query_one(ModeGuide).mode.name == "ddp"  # the form's first choice
+        spec = LaunchSpec("fsdp", nproc=2, steps=10, device="cpu")
+        app.query_one(RunView).started(spec, resolve(spec, probe()), "runs/x")
+        await pilot.pause(0.2)
+        assert app.query_one(ModeGuide).mode.name == "fsdp"

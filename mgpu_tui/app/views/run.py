@@ -206,6 +206,15 @@ class RunView(Widget):
             return
         self.show_guide(True)
 
+    def _guide_for(self, spec: LaunchSpec) -> None:
+        """What v shows for the run shown: its mode's guide, or a user's program's own (never the
+        form's last choice: the form, filled with the run, posts no choice)."""
+        guide = self.query_one(ModeGuide)
+        if spec.program:
+            guide.show_program(spec)
+        elif spec.mode in MODES:
+            guide.show(MODES[spec.mode])
+
     def show_guide(self, shown: bool | None = None) -> None:
         """Show the mode's guide in place of the logs (None: the other one of the two)."""
         guide = self.query_one(ModeGuide)
@@ -315,8 +324,7 @@ class RunView(Widget):
         """A run began (from the form or from ``run --tui``); ``note`` says what its figures do not
         show (ranks sharing GPUs, say)."""
         self.form.fill(spec, resolved.nproc)
-        if spec.program:  # v shows the program's own guide, never the form's last demo
-            self.query_one(ModeGuide).show_program(spec)
+        self._guide_for(spec)
         mode = short_line(spec.program, 60) if spec.program else spec.mode
         world = resolved.world_size
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
@@ -346,12 +354,7 @@ class RunView(Widget):
         again = run.launch_spec()
         if again is not None:  # Start runs it again, as it was
             self.form.fill(*again)
-            spec = again[0]
-            guide = self.query_one(ModeGuide)
-            if spec.program:
-                guide.show_program(spec)
-            elif spec.mode in MODES:
-                guide.show(MODES[spec.mode])
+            self._guide_for(again[0])
         self.form.running(run.live_at_open)
 
     def _begin(
