@@ -39,18 +39,34 @@ async def wait_for(pilot, condition, timeout=60.0):
     return False
 
 
+async def start_ddp_in_the_form(app, pilot, steps: str, model: str | None = None) -> None:
+    """r, then the Run form filled for a 2-rank ddp run on the CPU (``model``: its workload), and Start."""
+    await pilot.press("r")
+    form = app.query_one("#run-form")
+    form.query_one("#mode", Select).value = "ddp"
+    form.query_one("#nproc", Input).value = "2"
+    form.query_one("#steps", Input).value = steps
+    form.query_one("#device", Select).value = "cpu"
+    if model is not None:
+        form.query_one("#model", Select).value = model  # the workload, as --model
+    await pilot.click("#start")
+
+
+def show_started(app, spec, run_dir: str = "runs/x") -> RunView:
+    """The Run view showing ``spec`` as started (as `run --tui` hands a run over), no process behind it."""
+    from mgpu_tui.engine.launch.spec import resolve
+    from mgpu_tui.engine.machine.host import probe
+
+    view = app.query_one(RunView)
+    view.started(spec, resolve(spec, probe()), run_dir)
+    return view
+
+
 async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the run directory lands under ./runs
     app = create_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.press("r")
-        form = app.query_one("#run-form")
-        form.query_one("#mode", Select).value = "ddp"
-        form.query_one("#nproc", Input).value = "2"
-        form.query_one("#steps", Input).value = "1000"  # the demo prints every 100 steps; s stops it
-        form.query_one("#device", Select).value = "cpu"
-        form.query_one("#model", Select).value = "gpt-tiny"  # the workload, as --model
-        await pilot.click("#start")
+        await start_ddp_in_the_form(app, pilot, "1000", model="gpt-tiny")  # s stops it
         assert app.jobs.runs.run.resolved.spec.model == "gpt-tiny"
         run_dir = app.jobs.runs.run.run_dir.path
         pane = app.query_one(LogPane)
@@ -104,13 +120,7 @@ async def test_a_quit_answered_after_the_run_ended_quits_at_once(tmp_path, monke
     monkeypatch.chdir(tmp_path)
     app = create_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.press("r")
-        form = app.query_one("#run-form")
-        form.query_one("#mode", Select).value = "ddp"
-        form.query_one("#nproc", Input).value = "2"
-        form.query_one("#steps", Input).value = "100000"
-        form.query_one("#device", Select).value = "cpu"
-        await pilot.click("#start")
+        await start_ddp_in_the_form(app, pilot, "100000")
         assert await wait_for(pilot, lambda: app.jobs.runs.active, timeout=30)
         run_dir = app.jobs.runs.run.run_dir.path
         assert await wait_for(pilot, lambda: "Stop" in footer(app), timeout=5)  # s: only with work to stop
@@ -670,11 +680,9 @@ async def test_a_script_run_shows_the_scripts_own_guide_and_keeps_its_logs_in_vi
     """Issue #43: `torchrun ... --tui` and `run --script ... --tui` showed "Single device (baseline)"
     and demos/single.py, and once the run ended that guide took the logs' place. The guide is the
     script's own (its command line, its source, read as plain text), and the logs stay in view."""
-    from mgpu_tui.app.views.run import RunView
     from mgpu_tui.app.widgets.log_view import LogView
     from mgpu_tui.app.widgets.mode_guide import ModeGuide
-    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.launch.spec import LaunchSpec
 
     script = tmp_path / "train.py"
     script.write_text('print("\x1b]2;pwned\x07")\nEPOCHS = 3  # my own loop\n')
@@ -682,8 +690,7 @@ async def test_a_script_run_shows_the_scripts_own_guide_and_keeps_its_logs_in_vi
     app = create_app(telemetry=[], topology=None, run_root=tmp_path)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("r")
-        view = app.query_one(RunView)
-        view.started(ran, resolve(ran, probe()), str(tmp_path / "runs" / "x"))
+        view = show_started(app, ran, str(tmp_path / "runs" / "x"))
         await pilot.pause(0.3)
         assert app.query_one(LogView).display and not app.query_one(ModeGuide).display
         view.ended(pinned_summary(tmp_path / "runs" / "x", mode="script", program=str(script)), None)
@@ -801,16 +808,14 @@ async def test_the_compare_view_says_what_the_cli_says_under_its_table():
 async def test_l_opens_the_logs_rank_filter_and_help_lists_it():
     """Issue #43: no key reached the rank filter, and `?` did not mention one."""
     from mgpu_tui.app.views.help import HelpScreen
-    from mgpu_tui.app.views.run import RunView
     from mgpu_tui.app.widgets.log_view import LogView
-    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.launch.spec import LaunchSpec
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
         spec = LaunchSpec("ddp", nproc=2, steps=10, device="cpu")
-        app.query_one(RunView).started(spec, resolve(spec, probe()), "runs/x")
+        show_started(app, spec)
         await pilot.pause(0.2)
         app.set_focus(None)
         await pilot.press("l")
@@ -829,17 +834,13 @@ async def test_l_opens_the_logs_rank_filter_and_help_lists_it():
 async def test_a_run_that_has_not_stepped_says_for_how_long_and_why():
     """Issue #43: app runs sat at "starting" for 40-100 s on a busy machine with no time or cause
     shown. Until the first step the status line counts the seconds and names the ranks' priority."""
-    from mgpu_tui.app.views.run import RunView
-    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.run.aggregate import Aggregator
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("r")
-        view = app.query_one(RunView)
-        spec = LaunchSpec("ddp", nproc=2, steps=10, device="cpu", nice=10)
-        view.started(spec, resolve(spec, probe()), "runs/x")
+        view = show_started(app, LaunchSpec("ddp", nproc=2, steps=10, device="cpu", nice=10))
         view._begun -= 42  # as if it had started 42 s ago
         view.show(Aggregator().stats(), ([], [], []), 30.0)
         await pilot.pause(0.2)
@@ -906,13 +907,7 @@ async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it
     monkeypatch.chdir(tmp_path)
     app = create_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.press("r")
-        form = app.query_one("#run-form")
-        form.query_one("#mode", Select).value = "ddp"
-        form.query_one("#nproc", Input).value = "2"
-        form.query_one("#steps", Input).value = "100000"
-        form.query_one("#device", Select).value = "cpu"
-        await pilot.click("#start")
+        await start_ddp_in_the_form(app, pilot, "100000")
         view = app.query_one(RunView)
         assert await wait_for(pilot, lambda: len(app.jobs.runs.rank_processes()) == 2, timeout=90)
         pid = app.jobs.runs.rank_processes()[1][0]
@@ -938,9 +933,7 @@ async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it
 async def test_o_sorts_the_rank_table_by_each_column_in_turn():
     """Issue #43: the rank table could not be sorted. o sorts by samples/s (the slowest on top), then
     the step (the furthest behind), the loss (the highest), the peak memory (the most), and back."""
-    from mgpu_tui.app.views.run import RunView
-    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.protocol.events import Hello, Step
     from mgpu_tui.engine.run.aggregate import Aggregator
 
@@ -955,9 +948,7 @@ async def test_o_sorts_the_rank_table_by_each_column_in_turn():
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("r")
-        view = app.query_one(RunView)
-        spec = LaunchSpec("ddp", nproc=3, steps=100, batch_size=96, device="cpu")
-        view.started(spec, resolve(spec, probe()), "runs/x")
+        view = show_started(app, LaunchSpec("ddp", nproc=3, steps=100, batch_size=96, device="cpu"))
         view.show(events.stats(), ([], [], []), 30.0)
         app.set_focus(None)
         orders = []
@@ -978,19 +969,16 @@ async def test_the_logs_wrap_with_W_and_ctrl_s_saves_the_lines_shown(tmp_path, m
     """Issue #43: a log view that follows, wraps and saves (it only followed). W wraps long lines
     onto the rows under them; Ctrl+S writes the lines shown (this rank's) to a new file here, never
     over a file or through a link already there."""
-    from mgpu_tui.app.views.run import RunView
     from mgpu_tui.app.widgets.log_pane import LogPane
-    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.launch.spec import LaunchSpec
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "elsewhere").write_text("mine\n")
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("r")
-        view = app.query_one(RunView)
         spec = LaunchSpec("ddp", nproc=2, steps=10, device="cpu")
-        view.started(spec, resolve(spec, probe()), str(tmp_path / "runs" / "20261126T100000Z-ddp"))
+        view = show_started(app, spec, str(tmp_path / "runs" / "20261126T100000Z-ddp"))
         long = "x" * 150 + " the end"
         view.add_log_lines([(0, "stdout", "short"), (1, "stdout", long), (1, "stderr", "\x1b[2Jboom")], 0)
         await pilot.pause(0.3)
@@ -1034,16 +1022,14 @@ async def test_the_form_takes_a_demos_own_arguments_as_after_double_dash(tmp_pat
 async def test_v_shows_the_guide_of_the_mode_that_runs_not_the_forms_last_choice():
     """The form, filled with a run started elsewhere (`run fsdp --tui`), posts no choice: the guide
     follows the run itself."""
-    from mgpu_tui.app.views.run import RunView
     from mgpu_tui.app.widgets.mode_guide import ModeGuide
-    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-    from mgpu_tui.engine.machine.host import probe
+    from mgpu_tui.engine.launch.spec import LaunchSpec
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
         await pilot.press("r")
         assert app.query_one(ModeGuide).mode.name == "ddp"  # the form's first choice
         spec = LaunchSpec("fsdp", nproc=2, steps=10, device="cpu")
-        app.query_one(RunView).started(spec, resolve(spec, probe()), "runs/x")
+        show_started(app, spec)
         await pilot.pause(0.2)
         assert app.query_one(ModeGuide).mode.name == "fsdp"

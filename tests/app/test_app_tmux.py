@@ -271,11 +271,11 @@ def test_s_then_q_three_seconds_later_then_y_exits_within_five_seconds(tmp_path)
     session, marker = start(f"run ddp --nproc 2 --steps 2000 --device cpu --tui --run-dir {runs}", tmp_path)
     try:
         assert wait_screen(session, r"rank 0 +running +[\d,]+", timeout=120), screen(session)
-        subprocess.run(["tmux", "send-keys", "-t", session, "s"], check=True)
+        keys(session, "s")
         time.sleep(3)
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        keys(session, "q")
         if wait_screen(session, "Quit and stop every rank", timeout=3):  # unless its end came first
-            subprocess.run(["tmux", "send-keys", "-t", session, "y"], check=True)
+            keys(session, "y")
         # Within 5 s on an idle machine, 10 times of 10 (the measure); the suite allows for
         # the other worker's load, and still fails the hang it was (over 75 s).
         assert wait_exit(marker, 20) == "130", screen(session)
