@@ -89,15 +89,17 @@ def run_exec(
     """``mgpu-tui exec --json OURS -- COMMAND`` in tmp_path: what it printed, and its run folder
     (the one run under tmp_path/runs)."""
     runs = tmp_path / "runs"
-    done = subprocess.run(
-        [*CLI, "exec", "--run-dir", str(runs), "--json", *ours, "--", *command],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=tmp_path,
-        env=env,
-    )
-    return done, only_run_dir(runs)
+    argv = [*CLI, "exec", "--run-dir", str(runs), "--json", *ours, "--", *command]
+    return run_in(tmp_path, argv, env=env, timeout=timeout)
+
+
+def run_in(
+    tmp_path: Path, argv: list[str], env=None, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """``argv`` (an mgpu-tui launch whose --run-dir is tmp_path/runs), run in tmp_path: what it
+    printed, and the one run folder it made there."""
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=tmp_path, env=env)
+    return done, only_run_dir(tmp_path / "runs")
 
 
 def cli_in_process(capsys, *args: str) -> tuple[int, str, str]:

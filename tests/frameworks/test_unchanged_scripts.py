@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, summary_from
+from conftest import CLI, REPO, live_processes_of, only_run_dir, run_in, summary_from
 
 SCRIPTS = REPO / "tests" / "scripts"
 
@@ -52,16 +52,8 @@ def command(launcher: str, runs: Path, script: str, args: list[str], *ours: str)
 
 def launch(tmp_path: Path, launcher: str, job: str, *ours: str, extra=(), env=None, timeout=120):
     script, args, _, _ = JOBS[job]
-    runs = tmp_path / "runs"
-    done = subprocess.run(
-        command(launcher, runs, script, [*args, *extra], *ours),
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=env,
-    )
-    return done, only_run_dir(runs)
+    argv = command(launcher, tmp_path / "runs", script, [*args, *extra], *ours)
+    return run_in(tmp_path, argv, env, timeout)
 
 
 def finished(summary) -> bool:
