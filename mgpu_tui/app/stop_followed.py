@@ -22,9 +22,6 @@ def stop_followed(app: App, run: FollowedRun) -> None:
     """Ask, then stop ``run``; every outcome is said in a notification."""
     job = run.recorded_spec.slurm
     if job is not None:
-        if reason := run.why_not_cancellable():  # the folder's word alone never picks a job
-            app.notify(plain(reason), title="Cannot stop", severity="error", timeout=8, markup=False)
-            return
         _cancel_slurm_job(app, run, job.job_id, job.nodelist)
         return
     monitor = run.monitor()
@@ -66,7 +63,15 @@ def _cancel_slurm_job(app: App, run: FollowedRun, job_id: str, nodelist: str) ->
         if yes:
             threading.Thread(target=cancel, name=f"scancel-{job_id}", daemon=True).start()
 
-    question = (
-        f"This run is Slurm job {job_id} on {nodelist}. Cancel the job (scancel {job_id}) and every rank?"
-    )
-    app.push_screen(Confirm(plain(question)), answered)
+    def ask() -> None:  # the folder's word alone never picks a job; checking may ask Slurm (scontrol)
+        if reason := run.why_not_cancellable():
+            app.call_from_thread(
+                app.notify, plain(reason), title="Cannot stop", severity="error", timeout=8, markup=False
+            )
+            return
+        question = (
+            f"This run is Slurm job {job_id} on {nodelist}. Cancel the job (scancel {job_id}) and every rank?"
+        )
+        app.call_from_thread(app.push_screen, Confirm(plain(question)), answered)
+
+    threading.Thread(target=ask, name=f"check-{job_id}", daemon=True).start()

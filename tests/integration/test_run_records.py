@@ -542,3 +542,33 @@ def test_a_slurm_job_named_only_by_the_runs_folder_is_never_cancelled(runs_root,
         for process in (local, holder):
             process.kill()
             process.wait(10)
+
+
+async def test_s_in_the_app_on_a_folder_that_only_names_a_slurm_job_asks_nothing_and_says_why(runs_root):
+    """The app's side of the rule above: `s` on a followed local run whose spec.json a rank filled
+    with a job id never asks to cancel that job; the reason comes in a notification (the check,
+    which may ask Slurm, runs off the UI thread)."""
+    from mgpu_tui.app import create_app
+    from mgpu_tui.app.views.confirm import Confirm
+
+    run_dir, local = a_followed_run(runs_root, "20200101T000000Z-ddp")
+    spec = json.loads((run_dir / "spec.json").read_text())
+    spec["spec"]["slurm"] = SLURM
+    (run_dir / "spec.json").write_text(json.dumps(spec))
+    app = create_app(telemetry=[], topology=None, run_root=runs_root)
+    try:
+        async with app.run_test(size=(160, 50)) as pilot:
+            await app.open_run(run_dir)
+            await pilot.pause(0.5)
+            await pilot.press("s")
+            said = []
+            for _ in range(50):
+                await pilot.pause(0.1)
+                said = [str(n.message) for n in app._notifications]
+                if any("Slurm job 4242 was not cancelled" in m for m in said):
+                    break
+            assert any("runs in no Slurm job, so Slurm job 4242 was not cancelled" in m for m in said), said
+            assert not isinstance(app.screen, Confirm)
+    finally:
+        local.kill()
+        local.wait(10)
