@@ -187,11 +187,16 @@ class MgpuApp(App):
         if isinstance(message, KEPT):
             self._latest[type(message)] = message
         if isinstance(message, (RunStarted, RunOpened, RunEnded, CompareStarted, CompareEnded)):
-            self.call_after_refresh(self.refresh_bindings)  # s offered only while there is work to stop
-            self.set_timer(1.0, self.refresh_bindings)  # (an end's thread finishes just after posting it)
+            self.call_after_refresh(self._refresh_keys)  # s offered only while there is work to stop
+            self.set_timer(1.0, self._refresh_keys)  # (an end's thread finishes just after posting it)
         views = self._views()
         for view in views.children if views else ():
             hand(view, message)
+
+    def _refresh_keys(self) -> None:
+        """The footer's keys again; nothing once the app is closing (a timer may fire after its last screen went)."""
+        if self.is_running and self.screen_stack:
+            self.refresh_bindings()
 
     async def on_tabs_tab_activated(self, event: Tabs.TabActivated) -> None:
         """A tab chosen with the mouse or the arrow keys (the letter keys come through show_tab)."""

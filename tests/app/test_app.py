@@ -1,5 +1,6 @@
 """The app, driven with Textual's Pilot, on the real engine: real ranks, real files."""
 
+import asyncio
 import os
 import re
 import threading
@@ -134,6 +135,21 @@ async def test_a_quit_answered_after_the_run_ended_quits_at_once(tmp_path, monke
         await pilot.press("y")
         assert await wait_for(pilot, lambda: app.return_code is not None, timeout=5)
     assert live_processes_of(run_dir) == []
+
+
+async def test_a_comparison_ending_as_the_app_closes_leaves_no_error():
+    """CI, stop 47: a comparison's end asks for the footer's keys again after the next frame and
+    one second later; the app closed in between, and the late call raised "No screens on stack"."""
+    from mgpu_tui.app.messages import CompareEnded
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.1)
+        app.post_message(CompareEnded(pinned_comparison()))  # a worker's news, not yet handled
+        app._running = False  # what App._shutdown does first, then it closes every screen:
+        await app._close_all()
+        await asyncio.sleep(1.3)  # the news handled, and the timer it set (1 s) fired
+    # run_test raises what the app raised while closing: nothing may have
 
 
 async def test_bad_form_input_is_one_sentence_and_starts_nothing(tmp_path, monkeypatch):
