@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 
-.PHONY: run test test-fast test-hosts test-frameworks install lint bench clean gpu-check
+.PHONY: run test test-fast test-models test-hosts test-frameworks install lint bench clean gpu-check
 
 run: $(VENV)/.installed-app
 	$(BIN)/mgpu-tui $(ARGS)
@@ -25,6 +25,12 @@ test-fast: install
 # limit, a node that dies. About 4 minutes; CI runs it after `make test`.
 test-hosts: install
 	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
+
+# Every mode trained against the single-device baseline, and the memory plan against torch's own
+# trackers (tests/models): whole models trained on 2 CPU ranks, about two and a half minutes. Apart
+# from `make test` so that each stays well under ten minutes on CI's 2 cores; CI runs it after it.
+test-models: install
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m models --durations=12 tests/models
 
 # The scripts users write, launched as they launch them, each against the job's own log
 # (tests/frameworks): unchanged scripts under the drop-in, mp.spawn's shapes under `exec`, and

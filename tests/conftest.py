@@ -187,6 +187,7 @@ KINDS = {
     "integration": "real processes: torchrun launches, the CLI",
     "app": "the Textual app: Pilot, snapshots, a real terminal",
     "frameworks": "real frameworks' own launch lines (make test-frameworks)",
+    "models": "every mode against the baseline, the plan against torch's trackers (make test-models)",
 }
 
 

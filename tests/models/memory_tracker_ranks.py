@@ -1,4 +1,4 @@
-"""Torch's own memory trackers over the demos' GPT, for tests/integration/test_memory_tracker.py.
+"""Torch's own memory trackers over the demos' GPT, for tests/models/test_memory_tracker.py.
 
 Run by torchrun on 2 CPU ranks (gloo). For ddp (MemTracker) and fsdp (FSDPMemTracker), at each
 batch size given, two training steps as the demos take them (zero_grad to None, forward, loss,
