@@ -16,6 +16,7 @@ import resource
 import torch
 
 from mgpu_tui.demos import faults
+from mgpu_tui.engine.rank import step_clock
 from mgpu_tui.engine.rank.reporter import Reporter
 
 # The steps torch's MemTracker watches on the CPU: by the end of the second the optimizer's state
@@ -115,6 +116,12 @@ class Reporting:
         # What to measure after the first optimizer step (watch_state).
         self._state: tuple[torch.nn.Module, torch.optim.Optimizer] | None = None
         self._tensor_peak: TensorPeak | None = None  # on the CPU, over the first steps
+        # Where each step's time goes, as a script's watch takes it apart (step_clock.py): the
+        # backward and the optimizer from here, the batch here, the forward from watch_state.
+        self.clock = step_clock.StepClock()
+        step_clock.install(torch, self.clock)
+        if task is not None:
+            task.batch = step_clock.timed(self.clock, "data", task.batch)
 
     @property
     def device(self) -> torch.device:
@@ -157,6 +164,7 @@ class Reporting:
         CPU, the peak of the live tensors is watched from here (on CUDA the allocator keeps it)
         unless ``tensor_peak`` is False: where torch's MemTracker cannot follow the backward."""
         self._state = (module, optimizer)
+        step_clock.hook_forward(module, self.clock, torch)
         if self.device.type == "cpu" and tensor_peak:
             self._tensor_peak = TensorPeak(module, optimizer)
 
@@ -164,6 +172,7 @@ class Reporting:
         """Report a step; ``samples`` counts only samples new to the job (0 on TP peers and later
         pipeline stages), so no sample is counted twice."""
         current, peak = memory(self.device)
+        parts = self.clock.cut()  # the first step's holds everything since the start: not told
         data_s = self.task.data_s if self.task is not None else None
         state = None
         if self._state is not None and step == 1:
@@ -188,6 +197,7 @@ class Reporting:
             data_s=data_s,
             state_bytes=state,
             tensor_peak_bytes=tensor_peak,
+            parts=parts if step > 1 else None,
         )
         faults.maybe_fail(self.args, step + 1, self.rank, self.device)
 

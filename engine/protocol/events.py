@@ -11,14 +11,16 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   pipeline stages report 0, so throughput is never counted twice), tokens,
   loss (null when this rank has none), step_s (wall seconds since the previous
   step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
-  optionally data_s (the seconds before its compute) and state_bytes (its parameters,
-  gradients and optimizer state, measured once after the first optimizer step).
+  optionally data_s (the seconds before its compute), state_bytes (its parameters,
+  gradients and optimizer state, measured once after the first optimizer step) and parts (where
+  the step's time went: seconds in each of STEP_PARTS, engine/rank/step_clock.py).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback; optionally type (the exception's qualified name) and
   whole_message (every line of it, where ``message`` is its first).
 - ``about``: what a script really used, learnt once it ran (engine/rank/script_watch.py): device
   (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
-  batch_source (the samples a step and where they were counted).
+  batch_source (the samples a step and where they were counted) and loader_workers (its training
+  DataLoader's worker processes).
 - ``beat``: the rank's main thread moved since its last event, though no step ended (an
   evaluation, a checkpoint, a compile): where (``function at file.py:12``, or null). A rank that
   neither steps nor beats has not moved; that is the stall watch's evidence (watchdog.py).
@@ -78,6 +80,10 @@ class Hello:
     stacks: bool = False  # it answers a stack request (requests/stacks) with its stacks
 
 
+# The parts a step's time is taken apart into (engine/rank/step_clock.py says how each is measured).
+STEP_PARTS = ("data", "forward", "backward", "comm", "optimizer", "host")
+
+
 @dataclass(frozen=True, slots=True)
 class Step:
     rank: int
@@ -95,6 +101,8 @@ class Step:
     # The peak of its live tensors' bytes so far (the CPU demos: torch's MemTracker), if measured.
     tensor_peak_bytes: int | None = None
     loss_nonfinite: bool = False  # its loss was NaN or infinite (written as null: JSON has neither)
+    # Seconds in each of STEP_PARTS (every one present), where the rank took its step apart.
+    parts: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +132,7 @@ class About:
     backend: str | None  # the process group's ("gloo", "nccl"); None when the script made none
     batch: int | None = None  # samples a step, as they entered the root DDP or FSDP module
     batch_source: str | None = None  # where they were counted
+    loader_workers: int | None = None  # its training DataLoader's worker processes, where it has one
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,7 +257,17 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         state_bytes=_get(r, "state_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         tensor_peak_bytes=_get(r, "tensor_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         loss_nonfinite=r.get("loss_nonfinite") is True and loss is None,
+        parts=_parts(r.get("parts")),
     )
+
+
+def _parts(value: object) -> tuple[float, ...] | None:
+    """A step's parts: an object with a number of seconds for each of STEP_PARTS (others ignored)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise MalformedEvent("field 'parts' must be an object")
+    return tuple(float(_get(value, name, _NUM, minimum=0, maximum=MAX_SECONDS)) for name in STEP_PARTS)
 
 
 _DONE_FIELDS = {"v", "kind", "rank", "t", "steps"}
@@ -279,6 +298,7 @@ def _parse_about(r: dict, rank: int, t: float) -> About:
         backend=_str(r, "backend", optional=True),
         batch=_get(r, "batch", _INT, optional=True, minimum=1, maximum=MAX_COUNT),
         batch_source=_str(r, "batch_source", optional=True),
+        loader_workers=_get(r, "loader_workers", _INT, optional=True, minimum=0, maximum=MAX_COUNT),
     )
 
 

@@ -411,6 +411,7 @@ class Reporter:
         data_s: float | None = None,
         state_bytes: int | None = None,
         tensor_peak_bytes: int | None = None,
+        parts: dict[str, float] | None = None,
         at: float | None = None,
     ) -> None:
         """Record the end of a training step.
@@ -419,7 +420,8 @@ class Reporter:
         ``loss`` may be a float, a 0-d tensor or None (a tensor is detached first: no autograd
         warning, no graph kept). ``data_s``: of this step, the seconds spent before its compute
         (loading the batch): with it, a rank that arrives late at the step's collectives is named,
-        and why (a straggler). ``at``: when the step ended (``time.time()``), if not now.
+        and why (a straggler). ``parts``: seconds in each of the step's parts (STEP_PARTS), where
+        they were measured. ``at``: when the step ended (``time.time()``), if not now.
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
@@ -441,6 +443,7 @@ class Reporter:
                 **({"data_s": data_s} if data_s is not None else {}),
                 **({"state_bytes": state_bytes} if state_bytes is not None else {}),
                 **({"tensor_peak_bytes": tensor_peak_bytes} if tensor_peak_bytes is not None else {}),
+                **({"parts": {k: round(v, 6) for k, v in parts.items()}} if parts is not None else {}),
             },
             now,
         )

@@ -16,6 +16,9 @@ and how it is taken (docs/your-script.md says the same to users):
   batch (token ids) all its elements as tokens.
 - **data_s**: from the end of the previous step to the first such forward, the time the rank spent
   on its batch (a straggler's evidence, aggregate.py).
+- **parts**: the step taken apart, from the second step on: data, forward, backward, the
+  communication backward did not hide, the optimizer and the host's time between (step_clock.py
+  says how each is measured); with the training DataLoader's worker count, in ``about``.
 - **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
   it), summed over the step's micro-batches (scripts divide each by the accumulation count). On a
   GPU it is read without draining the stream: a non-blocking copy into pinned memory, read once its
@@ -46,6 +49,7 @@ from types import ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank import reporter as reporter_module
+from mgpu_tui.engine.rank import step_clock
 from mgpu_tui.engine.rank.after_import import after_import
 from mgpu_tui.engine.rank.model_root import batch_source, find_root
 from mgpu_tui.engine.rank.reporter import Reporter, stop_before_exit
@@ -104,6 +108,7 @@ class _Step:
     data_s: float | None
     mem: tuple[int | None, int | None]
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
+    parts: dict[str, float] | None = None  # where its time went (step_clock.py); None for the first
 
 
 class ScriptWatch:
@@ -127,6 +132,7 @@ class ScriptWatch:
         self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
         self._batch_source: str | None = None  # where the batch is counted (BATCH_SOURCE), once hooked
         self._failures: set[str] = set()  # hooks that failed once, and said so
+        self._clock = step_clock.StepClock()  # where each step's time goes (step_clock.py)
         self._start_counting()
 
     def _start_counting(self) -> None:
@@ -152,6 +158,8 @@ class ScriptWatch:
         self._lead: int | None = None  # id() of the optimizer whose steps are the steps
         self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
         self._beats: threading.Thread | None = None
+        self._clock.restart()
+        self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
 
     # ---- installing --------------------------------------------------------------------
 
@@ -203,6 +211,7 @@ class ScriptWatch:
         optimizers = importlib.import_module("torch.optim.optimizer")
         optimizers.register_optimizer_step_post_hook(self._after_optimizer_step)
         torch.autograd.backward = self._watched_backward(torch.autograd.backward)
+        step_clock.install(torch, self._clock)
         scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
         scaler.scale = around(
             scaler.scale, after=lambda a, k, out: self._remember_scaled(argument(a, k, 1, "outputs"), out)
@@ -211,7 +220,7 @@ class ScriptWatch:
             scaler.step, after=lambda a, k, out: self._after_scaler_step(argument(a, k, 1, "optimizer"))
         )
         loaders = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
-        loaders.__next__ = around(loaders.__next__, after=lambda a, k, out: self._on_loader_batch(out))
+        loaders.__next__ = self._watched_next(loaders.__next__)
         ddp = torch.nn.parallel.DistributedDataParallel
         ddp.__init__ = around(ddp.__init__, after=lambda a, k, out: self._hook_root(a[0], "ddp"))
         dist = torch.distributed
@@ -226,6 +235,25 @@ class ScriptWatch:
                 dist.destroy_process_group,
                 around(dist.destroy_process_group, before=lambda a, k: self._before_destroy()),
             )
+
+    def _watched_next(self, next_batch: Any) -> Any:
+        """A DataLoader iterator's ``__next__``: a training batch's wait is the step's data, and the
+        batch is counted (an evaluation's, under no_grad, is neither)."""
+
+        @functools.wraps(next_batch)
+        def watched_next(*args: Any, **kwargs: Any) -> Any:
+            torch = self.torch
+            if not torch.is_grad_enabled():
+                return next_batch(*args, **kwargs)
+            self._clock.enter("data")
+            try:
+                batch = next_batch(*args, **kwargs)
+            finally:
+                self._clock.leave("data")
+            self._on_loader_batch(batch, args[0] if args else None)
+            return batch
+
+        return watched_next
 
     def _watched_backward(self, backward: Any) -> Any:
         """torch.autograd.backward (Tensor.backward calls it): the outer call of a backward is a
@@ -284,10 +312,18 @@ class ScriptWatch:
                     handle.remove()
                 continue
             return  # a root is hooked already, and this module does not hold it
-        handle = module.register_forward_pre_hook(self._untraced(self._before_forward), with_kwargs=True)
-        keep_out_of_copies(module, handle.id)
-        self._roots = [*kept, (weakref.ref(module), [handle])]
+        handles = self._forward_hooks(module, self._untraced)
+        self._roots = [*kept, (weakref.ref(module), handles)]
         self._batch_source = BATCH_SOURCE.get(kind, kind)
+
+    def _forward_hooks(self, module: Any, wrap: Any) -> list[Any]:
+        """The root's hooks: before its forward (the batch, and the forward's start) and after it,
+        even when it raises (the forward's end); kept out of pickles and deep copies."""
+        handles = [module.register_forward_pre_hook(wrap(self._before_forward), with_kwargs=True)]
+        handles += step_clock.hook_forward(module, self._clock, self.torch, wrap)
+        for handle in handles:
+            keep_out_of_copies(module, handle.id)
+        return handles
 
     def _untraced(self, hook: Any) -> Any:
         """``hook`` kept out of torch.compile's graphs (torch._dynamo.disable), if dynamo is loaded:
@@ -300,9 +336,10 @@ class ScriptWatch:
         for ref, handles in self._roots:
             module = ref()
             for handle in handles:
-                hooks = getattr(module, "_forward_pre_hooks", {})
-                if module is not None and handle.id in hooks:
-                    hooks[handle.id] = dynamo.disable(hooks[handle.id])
+                for name in ("_forward_pre_hooks", "_forward_hooks"):
+                    hooks = getattr(module, name, {})
+                    if module is not None and handle.id in hooks:
+                        hooks[handle.id] = dynamo.disable(hooks[handle.id])
         compiled = importlib.import_module("torch._dynamo.eval_frame").OptimizedModule
         compiled.__init__ = around(
             compiled.__init__, after=lambda a, k, out: self._move_root(getattr(a[0], "_orig_mod", None), a[0])
@@ -316,9 +353,7 @@ class ScriptWatch:
             if inner is not None and ref() is inner:
                 for handle in handles:
                     handle.remove()
-                handle = outer.register_forward_pre_hook(self._before_forward, with_kwargs=True)
-                keep_out_of_copies(outer, handle.id)
-                self._roots = [(weakref.ref(outer), [handle])]
+                self._roots = [(weakref.ref(outer), self._forward_hooks(outer, lambda hook: hook))]
                 return
 
     # ---- the hooks (the main thread; each one @_quiet: a figure lost, never the script's step) ----
@@ -349,12 +384,15 @@ class ScriptWatch:
             self._first_forward_at = time.time()
 
     @_quiet
-    def _on_loader_batch(self, batch: Any) -> None:
+    def _on_loader_batch(self, batch: Any, loader: Any = None) -> None:
         """A batch a DataLoader gave while gradients are on (an evaluation's are not): counted, and
         used for the step where no model's forward counted one (a model whose forward is not what
         the script calls: Lightning on one device calls training_step)."""
         if not self.torch.is_grad_enabled():
             return
+        workers = getattr(loader, "_num_workers", None)
+        if isinstance(workers, int):
+            self._loader_workers = workers
         first = _first_tensor((batch,))
         if first is None or first.dim() == 0:
             return
@@ -428,7 +466,9 @@ class ScriptWatch:
         samples, tokens, source = self._samples, self._tokens, self._batch_source
         if not samples and self._loader_samples:  # no model's forward counted them: the loader's
             samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
+        parts = self._clock.cut()
         step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses))
+        step.parts = parts if self.steps > 1 else None  # the first holds everything since the start
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now
@@ -492,6 +532,7 @@ class ScriptWatch:
                 mem_bytes=mem,
                 mem_peak_bytes=peak,
                 data_s=step.data_s,
+                parts=step.parts,
                 at=step.at,
             )
             self._last_event_at = time.monotonic()
@@ -516,6 +557,8 @@ class ScriptWatch:
         if batch and source:
             fields.update(batch=batch, batch_source=source)
             self._batch_said = True
+        if self._loader_workers is not None:
+            fields["loader_workers"] = self._loader_workers
         if self.reporter is not None:
             self.reporter.about(**fields)
 

@@ -42,10 +42,16 @@ def backend_for(backend: str | None, device: str) -> str | None:
     return pairs.get(device.split(":")[0], backend)
 
 
-# The ids of the forward pre-hooks the watch put on the script's modules (torch numbers every hook
+# The ids of the forward hooks the watch put on the script's modules (torch numbers every hook
 # handle once, across all modules): what a pickle or a deep copy of such a module leaves out.
 _OUR_HOOKS: set[int] = set()
-_HOOK_STATE = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs")
+_HOOK_STATE = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+)
 
 
 def keep_out_of_copies(module: Any, hook_id: int) -> None:

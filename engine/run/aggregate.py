@@ -45,6 +45,7 @@ from mgpu_tui.engine.protocol.events import (
 )
 from mgpu_tui.engine.protocol.folder import open_regular
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run.anatomy import RankAnatomy, StepParts, Verdict
 
 
 def warmup_steps(n: int) -> int:
@@ -109,7 +110,7 @@ class Straggler:
     late_s: float  # how much later than the earliest rank it is ready: the median over the rounds
     steps: int  # of how many steps (or collectives) it was the last
     of_steps: int
-    data_s: float | None = None  # its mean time on its batch a step ("loading data"), when reported
+    data_s: float | None = None  # its median time on its batch a step ("loading data"), when reported
     others_data_s: float | None = None  # the other ranks' median
     counted: str = "steps"  # "steps" (from data_s) or "collectives" (from the flight recorder)
 
@@ -153,7 +154,8 @@ def stragglers_among(
     rank -> when it was ready, in seconds on one clock (or any measure where later is larger). A
     rank late by :func:`straggler_margin` of ``step_s`` (the job's step time) in STRAGGLER_SHARE of
     them is one; its lateness is its median. ``with_data``: the values are the ranks' time on their
-    batch (``data_s``), so its mean and the others' median say where its time goes."""
+    batch (``data_s``), so its median and the others' say where its time goes (a median: a
+    script's first step holds its whole start)."""
     ranks = list(rounds[0]) if rounds else []
     if len(ranks) < 2 or len(rounds) < STRAGGLER_MIN_STEPS:
         return ()
@@ -170,7 +172,7 @@ def stragglers_among(
             continue
         typical = statistics.median(late)
         if with_data:
-            own = statistics.fmean(ready[rank] for ready in rounds)
+            own = statistics.median(ready[rank] for ready in rounds)
             others = statistics.median(s for ready in rounds for r, s in ready.items() if r != rank)
             found.append(Straggler(rank, typical, count, len(rounds), own, others, counted))
         else:
@@ -190,6 +192,8 @@ class RunStats:
     first_step_t: float | None  # when the first step event of any rank was written
     stragglers: tuple[Straggler, ...] = ()
     tokens_per_s: float | None = None  # where the ranks count tokens (a GPT): over the same steps
+    anatomy: tuple[RankAnatomy, ...] = ()  # where each rank's step goes, where it took it apart (anatomy.py)
+    verdicts: tuple[Verdict, ...] = ()  # why the job is slow, where that is clear (anatomy.py)
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
@@ -200,6 +204,7 @@ class Aggregator:
 
     def __init__(self) -> None:
         self._ranks: dict[int, _RankTrack] = {}
+        self._parts = StepParts()
 
     def add(self, event: Event) -> None:
         track = self._ranks.setdefault(event.rank, _RankTrack())
@@ -216,6 +221,8 @@ class Aggregator:
                 track.tensor_peak_bytes = max(event.tensor_peak_bytes, track.tensor_peak_bytes or 0)
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
+            if event.parts is not None:
+                self._parts.add(event.rank, event.step, event.step_s, event.parts)
             if event.loss is not None:
                 track.loss[event.step] = (event.loss, event.samples)
             elif event.loss_nonfinite and track.diverged_at is None:
@@ -230,6 +237,7 @@ class Aggregator:
             track.hello = event
         elif isinstance(event, About):
             track.about = event
+            self._parts.loader_workers(event.rank, event.loader_workers)
         elif isinstance(event, Done):
             track.done = event
             peak = event.extra.get("mem_peak_bytes")  # a script's rank says its peak at its end, too
@@ -396,6 +404,8 @@ class Aggregator:
 
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
         return RunStats(
+            anatomy=self._parts.anatomy(warm),
+            verdicts=self._parts.verdicts(warm, world),
             ranks=tuple(rank_stats),
             world_size=world,
             steps=common,

@@ -48,6 +48,12 @@
   cluster, gpus_on_node (launch/slurm.py); null outside Slurm;
 - ``stopped_by``: an interrupted run that Slurm ended: "cancelled" (scancel) or "time limit"
   (machine/slurm.py); null for any other end.
+- ``anatomy``: where the ranks took their steps apart (a script's watch, the demos), per rank: rank,
+  steps (the steady steps it is the mean of), step_s, and data_s, forward_s, backward_s, comm_s,
+  optimizer_s and host_s (its mean seconds a step in each part); absent otherwise (anatomy.py).
+- ``verdicts``: why the job was slow, where that was clear: kind ("input-bound", "straggler",
+  "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint (the
+  change to try); absent when none (anatomy.py).
 
 aggregate.py defines every figure.
 """
@@ -68,6 +74,7 @@ from mgpu_tui.engine.protocol.folder import finite_only
 from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
+from mgpu_tui.engine.run.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.nccl_record import NcclFigures
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
@@ -263,6 +270,10 @@ class RunSummary:
     stopped_by: str | None = None  # who stopped an interrupted run: "cancelled" or "time limit" (Slurm)
     # A command's (mgpu-tui exec): every process its tree ran, each with the rank it was or belonged to.
     processes: tuple[ProcessSeen, ...] = ()
+    # Where each rank's step went (its mean seconds a step in each part), where its ranks took their
+    # steps apart, and why the job was slow, where that was clear (anatomy.py).
+    anatomy: tuple[RankAnatomy, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -363,6 +374,8 @@ class RunSummary:
             slurm=spec.slurm,
             stopped_by=stopped_by if status is RunStatus.INTERRUPTED else None,
             processes=processes,
+            anatomy=stats.anatomy,
+            verdicts=stats.verdicts,
         )
 
     def to_json(self) -> dict:
@@ -385,6 +398,9 @@ class RunSummary:
         document["processes"] = [asdict(p) for p in self.processes]
         if not self.processes:  # a command's alone (mgpu-tui exec): every other summary reads as before
             del document["processes"]
+        for taken_apart in ("anatomy", "verdicts"):  # where the ranks took their steps apart, alone
+            if not document[taken_apart]:
+                del document[taken_apart]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod

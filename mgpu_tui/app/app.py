@@ -194,7 +194,8 @@ class MgpuApp(App):
             hand(view, message)
 
     def _refresh_keys(self) -> None:
-        """The footer's keys again; nothing once the app is closing (a timer may fire after its last screen went)."""
+        """The footer's keys again; nothing once the app is closing (a timer may fire after its
+        last screen went)."""
         if self.is_running and self.screen_stack:
             self.refresh_bindings()
 

@@ -236,6 +236,7 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
     named: set[int] = set()  # stragglers already said, while the run goes
+    found: set[tuple[str, tuple[int, ...]]] = set()  # verdicts already said (kind, ranks)
     said_stall = False
     said_silent: set[int] = set()  # ranks whose silence was said (said again once they moved)
     heard: set[int] = set()  # other nodes already said to have joined
@@ -247,11 +248,17 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
                 progress.clear()
                 joined = f"mgpu-tui: node {node.node} ({node.host}, ranks {node.ranks}) joined"
                 print(plain(joined), file=sys.stderr)
-        for straggler in run.stats().stragglers:
+        stats = run.stats()
+        for straggler in stats.stragglers:
             if straggler.rank not in named:
                 named.add(straggler.rank)
                 progress.clear()
                 print(plain(f"mgpu-tui: straggler: {straggler.describe()}"), file=sys.stderr)
+        for verdict in stats.verdicts:
+            if (verdict.kind, verdict.ranks) not in found:
+                found.add((verdict.kind, verdict.ranks))
+                progress.clear()
+                print(plain(f"mgpu-tui: {verdict.text} (try: {verdict.hint})"), file=sys.stderr)
         nonlocal said_stall, said_silent
         quiet = {r.rank for r in run.silent}
         if quiet - said_silent and not run.stall:

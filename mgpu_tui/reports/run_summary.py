@@ -1,7 +1,8 @@
 """A run's summary as the console prints it at the end of `run`, `torchrun` and `exec`: the head
 line (mode, status, world size, device, steps), a table of the ranks, the step time, and the notes
-(the cause, memory, the machine, stragglers, nodes, Slurm, a script's batch, a command's other
-processes). Every text passes the one sink (console.plain): a rank's words are text only."""
+(where a step goes and why it is slow, the cause, memory, the machine, stragglers, nodes, Slurm,
+a script's batch, a command's other processes). Every text passes the one sink (console.plain): a
+rank's words are text only."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from mgpu_tui.console import (
     table,
 )
 from mgpu_tui.engine.run.summary import RankSummary, RunSummary
+from mgpu_tui.reports.anatomy import anatomy_lines, verdict_lines
 from mgpu_tui.reports.memory import memory_lines
 
 
@@ -226,7 +228,8 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, "nodes: " + "; ".join(each))
     if summary.root_cause:  # the summary says why it failed, not only that it did
         head += f"\ncause: {summary.root_cause.headline()}"
-    return plain("\n".join([head, body, timing, *notes]))  # a path, a rank's words: text only
+    taken_apart = [*anatomy_lines(summary.anatomy), *verdict_lines(summary.verdicts)]
+    return plain("\n".join([head, body, timing, *taken_apart, *notes]))  # a path, a rank's words: text only
 
 
 def _diverged(summary: RunSummary) -> bool:

@@ -153,6 +153,7 @@ class RunView(Widget):
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
         self._noted: str | None = None  # the note shown while the run goes
+        self._bars = False  # the rank table shows where each step goes (and its legend)
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
         self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
         self._begun = time.monotonic()  # when the run shown began (or was opened)
@@ -437,8 +438,10 @@ class RunView(Widget):
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
         self._draw_charts()
         self._fill_table(stats)
-        if stats.stragglers and not self.finished:
-            self._note(" ".join(f"Straggler: {s.describe()}." for s in stats.stragglers))
+        if (stats.stragglers or stats.verdicts) and not self.finished:
+            said = [f"Straggler: {s.describe()}." for s in stats.stragglers]
+            said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
+            self._note(" ".join(said))
 
     def _waiting(self) -> str:
         """How long the run has been starting, and the causes this machine shows: the ranks' lower
@@ -521,7 +524,11 @@ class RunView(Widget):
         # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
         relayout = len(rows) != len(self.rank_rows)
         self.rank_rows = rows
-        self.query_one("#ranks", TextPanel).update(rank_table(rows, self.sorted_by), relayout=relayout)
+        bars = {a.rank: a for a in stats.anatomy} if stats else {}
+        relayout = relayout or bool(bars) != self._bars
+        self._bars = bool(bars)  # (the legend's line changes the table's height)
+        table = rank_table(rows, self.sorted_by, bars)
+        self.query_one("#ranks", TextPanel).update(table, relayout=relayout)
 
     def ended(self, summary: RunSummary | None, stats: RunStats | None) -> None:
         """The run ended; no summary: a followed run cut off (its monitor died without one)."""

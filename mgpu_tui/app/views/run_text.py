@@ -3,6 +3,7 @@ run's result panel. Pure functions of the run's figures (the view draws them; te
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -10,9 +11,11 @@ from rich.text import Text
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.protocol.causes import PEER_LOST
+from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.typed import Word
 from mgpu_tui.engine.run.aggregate import RankStats
+from mgpu_tui.engine.run.anatomy import RankAnatomy
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.reports.memory import memory_lines
 
@@ -62,6 +65,35 @@ NODE_RANK_STATE = {
 }
 RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
 
+# Where a rank's step goes (engine/run/anatomy.py), as a bar of BAR cells after its row: each part
+# its colour, the same everywhere; the legend under the table.
+BAR = 16
+BAR_HEADER = "step's parts"
+PART_STYLE = {
+    "data": "yellow",
+    "forward": "green",
+    "backward": "blue",
+    "comm": "red",
+    "optimizer": "magenta",
+    "host": "bright_black",
+}
+
+
+def step_bar(rank: RankAnatomy, width: int = BAR) -> Text:
+    """The rank's step as ``width`` cells, each part's count its share (the largest remainders
+    rounded up, so the cells always fill the bar)."""
+    shares = [max(0.0, rank.share(part)) for part in STEP_PARTS]
+    total = sum(shares) or 1.0
+    exact = [share / total * width for share in shares]
+    cells = [int(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: exact[i] - cells[i], reverse=True)[: width - sum(cells)]:
+        cells[i] += 1
+    return Text.assemble(*(("█" * n, PART_STYLE[part]) for part, n in zip(STEP_PARTS, cells) if n))
+
+
+def parts_legend() -> Text:
+    return Text.assemble(*((f"█ {part}  ", PART_STYLE[part]) for part in STEP_PARTS))
+
 
 # What o sorts the rank table by, in turn: each column, the row to look at first on top (the
 # slowest, the furthest behind, the highest loss, the most memory).
@@ -81,13 +113,18 @@ def sort_key(column: str, rank: int, stats: RankStats | None) -> tuple:
     return (value is None or value != value, value if value is not None and value == value else 0, rank)
 
 
-def rank_table(rows: list[tuple[str, ...]], sorted_by: str = "rank") -> Text:
+def rank_table(
+    rows: list[tuple[str, ...]], sorted_by: str = "rank", bars: Mapping[int, RankAnatomy] | None = None
+) -> Text:
     """The per-rank rows under a bold header (the column they are sorted by underlined); text columns
-    left, numbers right. A row of one cell heads a node's ranks (a job over several nodes)."""
+    left, numbers right. A row of one cell heads a node's ranks (a job over several nodes). ``bars``:
+    where each rank's step goes, by rank, drawn after its row (step_bar), the legend under them."""
     text = Text()
     for i, (name, width) in enumerate(RANK_COLUMNS):
         style = "bold underline" if name == sorted_by else "bold"
         text.append((name.ljust(width) if i < 2 else name.rjust(width)) + " ", style=style)
+    if bars:
+        text.append(BAR_HEADER, style="bold")
     for cells in rows:
         text.append("\n")
         if len(cells) == 1:
@@ -96,6 +133,12 @@ def rank_table(rows: list[tuple[str, ...]], sorted_by: str = "rank") -> Text:
         for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
             style = STATE_STYLE[RankState(cell)] if i == 1 else ""
             text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
+        number = cells[0].removeprefix("rank ")
+        if bars and number.isdigit() and int(number) in bars:
+            text.append_text(step_bar(bars[int(number)]))
+    if bars:
+        text.append("\n")
+        text.append_text(parts_legend())
     return text
 
 
@@ -183,6 +226,7 @@ def result_panel(summary: RunSummary) -> Text:
         summary.status
     ]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
+    slow += "".join(f"\n{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in summary.verdicts)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
         (f"{title}: ", "bold"),

@@ -1,0 +1,302 @@
+"""Where each rank's step goes, and why the job is slow: the step's parts and the verdicts.
+
+A rank that took its steps apart (engine/rank/step_clock.py: a script's watch) writes, with each
+step, the seconds it spent in each part: ``data`` (in its DataLoader), ``forward``, ``backward``,
+``comm`` (the end of backward that waited for the gradients' all-reduce: what backward did not
+hide), ``optimizer`` and ``host`` (every other moment). Over its latest steady steps (the warm-up
+left out, as everywhere: aggregate.py), a rank's figure of a part is its mean seconds a step, and
+its share that over the rank's mean step time; compute is forward, backward and the optimizer.
+
+A verdict is named only when its margin is clear and consistent: the steps looked at are cut into
+CHUNKS runs of consecutive steps, and its condition holds on the figures of each of them but one at
+most, on every rank it speaks of. (Not step by step: a step of a few milliseconds on a busy machine
+flips between its parts from one step to the next, while what holds over a few steps holds.)
+
+- **input-bound**: data is at least SHARE_INPUT of the step. On some ranks only, and the others' data
+  share below theirs by SHARE_APART: those ranks hold the job back, the others wait for them (in
+  communication) and are not called communication-bound.
+- **straggler**: a rank's compute or host time above the others' median by STRAGGLER_MIN_S and
+  STRAGGLER_STEP_SHARE of the step, while the others wait longer in communication than it does by
+  half that (over the steps looked at, and over each run of them but one).
+- **communication-bound**: on every rank, communication is the largest part (over the steps looked
+  at) and at least SHARE_COMM of the step; no rank holds the others back. (Named before
+  compute-bound: where both hold, communication is the larger single cost, and the one to cut.)
+- **compute-bound**: on every rank, compute is at least SHARE_COMPUTE of the step.
+- **host-bound**: on every rank, host time is at least SHARE_HOST of the step.
+
+Each verdict says its number and one change to try. Nothing is named where nothing is clear.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from dataclasses import dataclass
+
+from mgpu_tui.engine.protocol.events import STEP_PARTS
+
+WINDOW = 200  # the latest steps of a rank looked at: why it is slow now
+MIN_STEPS = 5  # steady steps before a verdict is named
+CHUNKS = 4
+SHARE_INPUT = 0.3
+SHARE_APART = 0.2
+SHARE_COMM = 0.3
+SHARE_COMPUTE = 0.5
+SHARE_HOST = 0.5
+STRAGGLER_MIN_S = 0.010
+STRAGGLER_STEP_SHARE = 0.2  # (twice the collectives' rule, aggregate.py: a busy machine's noise)
+COMPUTE = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class RankAnatomy:
+    """A rank's step taken apart: its mean seconds a step in each part, over ``steps`` steady steps."""
+
+    rank: int
+    steps: int
+    step_s: float  # its mean step time over them (the events' step_s)
+    data_s: float
+    forward_s: float
+    backward_s: float
+    comm_s: float
+    optimizer_s: float
+    host_s: float
+
+    def seconds(self, part: str) -> float:
+        if part == "compute":
+            return self.forward_s + self.backward_s + self.optimizer_s
+        value: float = getattr(self, f"{part}_s")
+        return value
+
+    def share(self, part: str) -> float:
+        return self.seconds(part) / self.step_s if self.step_s > 0 else 0.0
+
+    @property
+    def parts_s(self) -> float:
+        """The parts added up: the step time again, where they were all measured (a check)."""
+        return sum(self.seconds(part) for part in STEP_PARTS)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """Why the job is slow, with its number, and the change to try."""
+
+    kind: str  # "input-bound", "straggler", "communication-bound", "compute-bound", "host-bound"
+    ranks: tuple[int, ...]  # the ranks it names (every rank, for a job-wide one)
+    text: str
+    hint: str
+
+
+class StepParts:
+    """The latest steps' parts of each rank, kept as they come (at most WINDOW a rank)."""
+
+    def __init__(self) -> None:
+        self._ranks: dict[int, deque[tuple[int, float, tuple[float, ...]]]] = {}
+        self._workers: dict[int, int] = {}
+
+    def add(self, rank: int, step: int, step_s: float, parts: tuple[float, ...]) -> None:
+        self._ranks.setdefault(rank, deque(maxlen=WINDOW)).append((step, step_s, parts))
+
+    def loader_workers(self, rank: int, workers: int | None) -> None:
+        """The worker processes of the rank's training DataLoader, as it said (for the hint)."""
+        if workers is not None:
+            self._workers[rank] = workers
+
+    def _steady(self, rank: int, warm: int) -> list[tuple[float, tuple[float, ...]]]:
+        return [
+            (step_s, parts) for step, step_s, parts in self._ranks.get(rank, ()) if step > warm and step_s > 0
+        ]
+
+    def anatomy(self, warm: int) -> tuple[RankAnatomy, ...]:
+        """Each rank's, over its steady steps (after step ``warm``) in the window."""
+        found = []
+        for rank in sorted(self._ranks):
+            steps = self._steady(rank, warm)
+            if not steps:
+                continue
+            n = len(steps)
+            means = [sum(parts[i] for _, parts in steps) / n for i in range(len(STEP_PARTS))]
+            found.append(RankAnatomy(rank, n, sum(s for s, _ in steps) / n, *means))
+        return tuple(found)
+
+    def verdicts(self, warm: int, world_size: int | None = None) -> tuple[Verdict, ...]:
+        """The verdicts (module docstring), once every rank of the job (``world_size``, where known)
+        has MIN_STEPS steady steps."""
+        ranks = self.anatomy(warm)
+        steady = {r.rank: self._steady(r.rank, warm) for r in ranks}
+        if not ranks or any(r.steps < MIN_STEPS for r in ranks):
+            return ()
+        if world_size is not None and len(ranks) < world_size:
+            return ()
+        return _verdicts(ranks, steady, self._workers)
+
+
+Steps = list[tuple[float, tuple[float, ...]]]  # (step_s, the seconds of each part), in order
+
+
+def _chunks(steps: Steps) -> list[dict[str, float]]:
+    """CHUNKS runs of consecutive steps (the last takes the remainder), each as its step time and
+    its parts' seconds ("compute": forward, backward and the optimizer), the means of its steps."""
+    size = max(1, len(steps) // CHUNKS)
+    runs = [steps[i : i + size] for i in range(0, size * (CHUNKS - 1), size)] + [steps[size * (CHUNKS - 1) :]]
+    found = []
+    for run in runs:
+        n = len(run)
+        seconds = {part: sum(parts[i] for _, parts in run) / n for i, part in enumerate(STEP_PARTS)}
+        seconds["compute"] = sum(seconds[p] for p in COMPUTE)
+        seconds["step"] = sum(step_s for step_s, _ in run) / n
+        found.append(seconds)
+    return found
+
+
+def _often(steps: Steps, holds) -> bool:  # noqa: ANN001
+    """Whether ``holds(shares)`` is true over each of the CHUNKS runs of steps but one at most
+    (shares: part -> its share of those steps' time)."""
+    count = 0
+    for chunk in _chunks(steps):
+        count += bool(holds({part: x / chunk["step"] for part, x in chunk.items()}))
+    return count >= CHUNKS - 1
+
+
+def _slower(mine: Steps, theirs: list[Steps], part: str, margin: float) -> bool:
+    """Whether a rank spends longer in ``part`` than the others' median by ``margin``, while they wait
+    longer in communication than it does by half that, over each run of steps but one at most."""
+    own, others = _chunks(mine), [_chunks(steps) for steps in theirs]
+    count = 0
+    for c, chunk in enumerate(own):
+        typical = statistics.median(o[c][part] for o in others)
+        waiting = statistics.median(o[c]["comm"] for o in others)
+        count += chunk[part] - typical >= margin and waiting - chunk["comm"] >= margin / 2
+    return count >= CHUNKS - 1
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f}%"
+
+
+def _span(shares: list[float]) -> str:
+    low, high = min(shares), max(shares)
+    return _pct(low) if round(low * 100) == round(high * 100) else f"{_pct(low)}-{_pct(high)}"
+
+
+def _ranks_text(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _data_hint(ranks: list[int], workers: dict[int, int]) -> str:
+    known = {workers[r] for r in ranks if r in workers}
+    if known == {0}:
+        return (
+            "its DataLoader has num_workers=0: give it worker processes (num_workers=4 or more), "
+            "with pin_memory=True and persistent_workers=True"
+        )
+    if known:
+        return (
+            f"its DataLoader's {max(known)} worker(s) cannot keep up: more workers, "
+            "or a cheaper __getitem__ (decode or transform once, ahead of training)"
+        )
+    return "load batches ahead of the step: DataLoader worker processes (num_workers), pin_memory=True"
+
+
+def _verdicts(
+    ranks: tuple[RankAnatomy, ...],
+    steady: dict[int, list[tuple[float, tuple[float, ...]]]],
+    workers: dict[int, int],
+) -> tuple[Verdict, ...]:
+    everyone = tuple(r.rank for r in ranks)
+    found: list[Verdict] = []
+    # Input-bound: the ranks that wait for their data.
+    starved = [r for r in ranks if _often(steady[r.rank], lambda s: s["data"] >= SHARE_INPUT)]
+    fed = [r for r in ranks if r not in starved]
+    if starved and not fed:
+        found.append(
+            Verdict(
+                "input-bound",
+                everyone,
+                f"input-bound: every rank waits for its data {_span([r.share('data') for r in ranks])} "
+                "of each step",
+                _data_hint(list(everyone), workers),
+            )
+        )
+        return tuple(found)
+    if starved:
+        own = statistics.median(r.share("data") for r in starved)
+        others = statistics.median(r.share("data") for r in fed)
+        if own - others >= SHARE_APART:
+            names = [r.rank for r in starved]
+            waiting = statistics.median(r.share("comm") for r in fed)
+            found.append(
+                Verdict(
+                    "input-bound",
+                    tuple(names),
+                    f"input-bound: {_ranks_text(names)} waits for its data {_pct(own)} of each step, "
+                    f"the others {_pct(others)}; they wait for it ({_pct(waiting)} of their step in "
+                    "communication)",
+                    _data_hint(names, workers),
+                )
+            )
+            return tuple(found)
+    # A straggler: slower at the same compute or host work, the others waiting for it.
+    for part, words in (
+        ("compute", "in compute (forward, backward, the optimizer)"),
+        ("host", "on the host"),
+    ):
+        for r in ranks:
+            rest = [o for o in ranks if o.rank != r.rank]
+            if not rest:
+                break
+            typical = statistics.median(o.seconds(part) for o in rest)
+            margin = max(STRAGGLER_MIN_S, STRAGGLER_STEP_SHARE * r.step_s)
+            waiting = statistics.median(o.seconds("comm") for o in rest)
+            theirs = [steady[o.rank] for o in rest]
+            if (
+                r.seconds(part) - typical >= margin
+                and waiting - r.seconds("comm") >= margin / 2
+                and _slower(steady[r.rank], theirs, part, margin)
+            ):
+                found.append(
+                    Verdict(
+                        "straggler",
+                        (r.rank,),
+                        f"rank {r.rank} is slow {words}: {r.seconds(part) * 1000:.0f} ms a step, the "
+                        f"others {typical * 1000:.0f} ms; they wait for it in communication",
+                        "the same work done slower: its device (clocks, heat, another process on it) "
+                        "or an uneven share of the batch",
+                    )
+                )
+                return tuple(found)
+    largest = all(r.comm_s >= max(r.seconds(p) for p in STEP_PARTS) for r in ranks)
+    if largest and all(_often(steady[r.rank], lambda s: s["comm"] >= SHARE_COMM) for r in ranks):
+        found.append(
+            Verdict(
+                "communication-bound",
+                everyone,
+                "communication-bound: the gradients' all-reduce is not hidden behind backward: "
+                f"{_span([r.share('comm') for r in ranks])} of each step on every rank",
+                "fewer all-reduces a sample: a larger batch per rank, or gradient accumulation with "
+                "no_sync(); DDP's bucket_cap_mb (25 by default) sets how soon each bucket starts",
+            )
+        )
+    elif all(_often(steady[r.rank], lambda s: s["compute"] >= SHARE_COMPUTE) for r in ranks):
+        found.append(
+            Verdict(
+                "compute-bound",
+                everyone,
+                "compute-bound: forward, backward and the optimizer take "
+                f"{_span([r.share('compute') for r in ranks])} of each step on every rank",
+                "the device is the limit, as it should be: on a GPU, bf16 autocast and torch.compile "
+                "make each step cheaper; a larger batch uses the device better",
+            )
+        )
+    elif all(_often(steady[r.rank], lambda s: s["host"] >= SHARE_HOST) for r in ranks):
+        found.append(
+            Verdict(
+                "host-bound",
+                everyone,
+                f"host-bound: {_span([r.share('host') for r in ranks])} of each step is spent outside "
+                "the DataLoader, the model and the optimizer on every rank",
+                "look at the loop between steps: .item() or printing each step, batches made by hand "
+                "in Python (a DataLoader with workers makes them ahead), the loss outside the model",
+            )
+        )
+    return tuple(found)

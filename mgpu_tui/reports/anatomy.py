@@ -1,0 +1,60 @@
+"""Where a run's steps went and why it was slow, as the console says it: a table of each rank's
+step taken apart (its share of each part, and the seconds), and each verdict with the change to try
+(engine/run/anatomy.py defines every figure)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from mgpu_tui.console import fmt_seconds, plain, table
+from mgpu_tui.engine.protocol.events import STEP_PARTS
+from mgpu_tui.engine.run.anatomy import RankAnatomy, Verdict
+
+EACH_RANK_AT_MOST = 16  # ranks the table lists one by one; past that, the range over the ranks
+
+
+def _ms(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.1f} ms"
+
+
+def part_cell(rank: RankAnatomy, part: str) -> str:
+    """A part of a rank's step: its share, then its seconds ("98% 121 ms")."""
+    return f"{rank.share(part) * 100:.0f}% {_ms(rank.seconds(part))}"
+
+
+def anatomy_lines(anatomy: Sequence[RankAnatomy]) -> list[str]:
+    """The table of where each rank's step goes (none where no rank took its steps apart)."""
+    if not anatomy:
+        return []
+    fewest, most = min(r.steps for r in anatomy), max(r.steps for r in anatomy)
+    steps = str(fewest) if fewest == most else f"{fewest}-{most}"
+    head = f"where a step goes (each rank's mean over its last {steps} steady steps)"
+    headers = ["", "step", *STEP_PARTS]
+    if len(anatomy) <= EACH_RANK_AT_MOST:
+        rows = [
+            [f"rank {r.rank}", fmt_seconds(r.step_s), *(part_cell(r, p) for p in STEP_PARTS)] for r in anatomy
+        ]
+    else:
+        first, last = anatomy[0].rank, anatomy[-1].rank
+        rows = [
+            [
+                f"ranks {first}-{last}",
+                _range([r.step_s * 1000 for r in anatomy], " ms"),
+                *(_range([r.share(p) * 100 for r in anatomy], "%") for p in STEP_PARTS),
+            ]
+        ]
+    return [head, table(headers, rows, right=tuple(range(1, len(headers))))]
+
+
+def _range(values: list[float], unit: str) -> str:
+    low, high = min(values), max(values)
+    return f"{low:.0f}{unit}" if round(low) == round(high) else f"{low:.0f}-{high:.0f}{unit}"
+
+
+def verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
+    """Each verdict, then the change to try."""
+    lines = []
+    for verdict in verdicts:
+        lines += [f"why it is slow: {verdict.text}", f"  try: {verdict.hint}"]
+    return [plain(line) for line in lines]
