@@ -20,6 +20,9 @@ Entries:
   micro-batches a step, AdamW) timed bare, then with the hooks in (they cannot be taken out again),
   the step's event written included. Goal: < 200 us a step (a GPU's throughput ratio is the GPU
   issue's to measure).
+- ``anatomy``: what taking each step apart (data, forward, backward, communication, optimizer,
+  host: engine/rank/step_clock.py) adds to a step, in interleaved pairs (bench/step_anatomy.py).
+  Goal: < 100 us a step.
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
@@ -69,6 +72,7 @@ from pathlib import Path
 
 from exec_costs import bench_exec_first_step, bench_exec_start
 from first_step import first_step_times
+from step_anatomy import bench_anatomy
 
 from mgpu_tui.console import table as console_table
 from mgpu_tui.engine.planning.shapes import MODELS
@@ -843,6 +847,7 @@ def main() -> None:
             "transformer",
             "reporter",
             "bootstrap",
+            "anatomy",
             "first-step",
             "exec-start",
             "exec-first-step",
@@ -867,6 +872,7 @@ def main() -> None:
         "help",
         "reporter",
         "bootstrap",
+        "anatomy",
         "first-step",
         "exec-start",
         "exec-first-step",
@@ -889,6 +895,9 @@ def main() -> None:
             print(bench_reporter(20_000), flush=True)
         elif entry == "bootstrap":
             print(bench_bootstrap(300), flush=True)
+        elif entry == "anatomy":
+            title, rows = bench_anatomy(args.pairs or 7, 300, {**_clean_env(), "OMP_NUM_THREADS": "1"})
+            print(title + "\n" + table(["", "us"], rows), flush=True)
         elif entry == "first-step":
             print(bench_first_step(args.pairs or 8), flush=True)
         elif entry in ("exec-start", "exec-first-step"):

@@ -165,6 +165,8 @@ class Reporting:
         unless ``tensor_peak`` is False: where torch's MemTracker cannot follow the backward."""
         self._state = (module, optimizer)
         step_clock.hook_forward(module, self.clock, torch)
+        dist = torch.distributed
+        self.clock.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if self.device.type == "cpu" and tensor_peak:
             self._tensor_peak = TensorPeak(module, optimizer)
 

@@ -595,6 +595,7 @@ class ScriptWatch:
                 self._backend = str(dist.get_backend())
                 if self._backend == "undefined":  # made without a backend: one for each device type
                     self._backend = str(dist.get_backend_config())  # "cpu:gloo,cuda:nccl"
+                self._clock.distributed = int(dist.get_world_size()) > 1  # its backward may wait for others
             if alive and self.reporter is None:
                 self._become_rank(int(dist.get_rank()), int(dist.get_world_size()))
         except Exception:  # noqa: BLE001 (a group torn down between the two calls)

@@ -41,6 +41,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--samples", type=int, default=96)
+    parser.add_argument("--accumulate", type=int, default=1)  # accumulate_grad_batches
     args = parser.parse_args()
     L.seed_everything(0, verbose=False)
     x = torch.randn(args.samples, 16)
@@ -51,6 +52,7 @@ def main():
         devices=args.devices,
         strategy=args.strategy,
         max_epochs=args.epochs,
+        accumulate_grad_batches=args.accumulate,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

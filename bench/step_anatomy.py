@@ -1,0 +1,89 @@
+"""What taking each step apart costs a rank (bench/run.py's ``anatomy``; issue 41).
+
+The same loop (a DDP model over gloo, one rank, a DataLoader without workers, AdamW, one backward a
+step) bare and with the step clock's wrappers alone (engine/rank/step_clock.py: the timed backward
+with its end-of-graph mark, made as in a job of several ranks, the optimizer's pre- and
+post-hooks, the forward's two hooks, the DataLoader's ``__next__`` timed, a cut a step), in
+interleaved pairs of processes: the median of each, and the median of the pairs' differences.
+Goal: under 100 us a step. Beside it, the clock's own calls a step, timed in one process (a floor
+the loop's noise can hide).
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+
+LOOP = """
+import statistics, sys, time
+import torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, TensorDataset
+dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
+torch.manual_seed(0)
+model = DDP(torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)))
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+data = TensorDataset(torch.randn(4096, 32), torch.randint(0, 8, (4096,)))
+cut = lambda: None
+if sys.argv[1] == "clock":
+    from mgpu_tui.engine.rank import step_clock
+    clock = step_clock.StepClock()
+    clock.distributed = True  # as in a job of several ranks: each backward marks its graph's end
+    step_clock.install(torch, clock)
+    step_clock.hook_forward(model, clock, torch)
+    iterators = torch.utils.data.dataloader._BaseDataLoaderIter
+    iterators.__next__ = step_clock.timed(clock, "data", iterators.__next__)
+    cut = clock.cut
+
+def round_(steps):
+    batches = iter(DataLoader(data, batch_size=8, shuffle=True))
+    start = time.perf_counter()
+    for _ in range(steps):
+        x, y = next(batches)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        cut()
+    return (time.perf_counter() - start) / steps * 1e6
+
+round_(100)
+print(statistics.median(round_(STEPS) for _ in range(3)))
+"""
+
+CALLS = """
+import timeit, torch
+from mgpu_tui.engine.rank import step_clock
+clock = step_clock.StepClock()
+def one_step():  # a step's clock calls: data, forward, backward with its end, optimizer, cut
+    for part in ("data", "forward", "backward", "optimizer"):
+        clock.enter(part)
+        if part == "backward":
+            clock.graph_done()
+        clock.leave(part)
+    clock.cut()
+print(min(timeit.repeat(one_step, number=20000, repeat=5)) / 20000 * 1e6)
+"""
+
+
+def bench_anatomy(pairs: int, steps: int, env: dict) -> tuple[str, list[list[str]]]:
+    run = [sys.executable, "-c"]
+    calls = float(subprocess.run([*run, CALLS], capture_output=True, text=True, env=env, check=True).stdout)
+    loops: dict[str, list[float]] = {"bare": [], "clock": []}
+    code = LOOP.replace("STEPS", str(steps))
+    for _ in range(pairs):
+        for how in loops:
+            done = subprocess.run([*run, code, how], capture_output=True, text=True, env=env, check=True)
+            loops[how].append(float(done.stdout))
+    differences = [clock - bare for bare, clock in zip(loops["bare"], loops["clock"])]
+    rows = [
+        ["the clock's own calls a step (one process, best of 5)", f"{calls:.1f}"],
+        [f"the loop bare ({pairs} processes, median)", f"{statistics.median(loops['bare']):.0f}"],
+        [
+            f"the loop with the step taken apart ({pairs} processes, median)",
+            f"{statistics.median(loops['clock']):.0f}",
+        ],
+        ["added a step (median of the pairs' differences)", f"{statistics.median(differences):.0f}"],
+    ]
+    title = "a step taken apart, 1 CPU rank, DDP + DataLoader + AdamW (goal < 100 us a step)"
+    return title, rows
