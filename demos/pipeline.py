@@ -58,6 +58,8 @@ def main() -> None:
         # Checked against the planner's prediction. No tensor peak on the CPU: the schedule's
         # backward calls autograd.grad, which torch's MemTracker does not support.
         report.watch_state(module, optimizer, tensor_peak=False)
+        # Inside the schedule, what is not a stage's forward or backward waits for the other stages.
+        schedule.step = report.timed("comm", schedule.step)
         for step in range(1, args.steps + 1):
             harness.warm_up(optimizer, args, step)  # this step's learning rate (--warmup-steps)
             x, y = task.batch(step, args.batch_size)

@@ -119,6 +119,7 @@ class Reporting:
         # Where each step's time goes, as a script's watch takes it apart (step_clock.py): the
         # backward and the optimizer from here, the batch here, the forward from watch_state.
         self.clock = step_clock.StepClock()
+        self._timed = False  # its steps are taken apart once watch_state hooked the model
         step_clock.install(torch, self.clock)
         if task is not None:
             task.batch = step_clock.timed(self.clock, "data", task.batch)
@@ -165,10 +166,16 @@ class Reporting:
         unless ``tensor_peak`` is False: where torch's MemTracker cannot follow the backward."""
         self._state = (module, optimizer)
         step_clock.hook_forward(module, self.clock, torch)
+        self._timed = True
         dist = torch.distributed
         self.clock.distributed = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         if self.device.type == "cpu" and tensor_peak:
             self._tensor_peak = TensorPeak(module, optimizer)
+
+    def timed(self, part: str, function):
+        """``function``, its time told to ``part`` of the step (less the forward and backward run
+        inside it): a pipeline schedule's waits for the other stages are communication."""
+        return step_clock.timed(self.clock, part, function)
 
     def step(self, step: int, samples: int, loss) -> None:
         """Report a step; ``samples`` counts only samples new to the job (0 on TP peers and later
@@ -199,7 +206,7 @@ class Reporting:
             data_s=data_s,
             state_bytes=state,
             tensor_peak_bytes=tensor_peak,
-            parts=parts if step > 1 else None,
+            parts=parts if step > 1 and self._timed else None,
         )
         faults.maybe_fail(self.args, step + 1, self.rank, self.device)
 

@@ -18,13 +18,16 @@ flips between its parts from one step to the next, while what holds over a few s
 - **straggler**: a rank's compute or host time above the others' median by STRAGGLER_MIN_S and
   STRAGGLER_STEP_SHARE of the step, while the others wait longer in communication than it does by
   half that (over the steps looked at, and over each run of them but one).
-- **communication-bound**: on every rank, communication is the largest part (over the steps looked
-  at) and at least SHARE_COMM of the step; no rank holds the others back. (Named before
-  compute-bound: where both hold, communication is the larger single cost, and the one to cut.)
+- **communication-bound**: on every rank, a straggler's included (its own wait is not for it),
+  communication is the largest part (over the steps looked at) and at least SHARE_COMM of the step.
+  Named before compute-bound: where both hold, communication is the larger single cost, the one
+  to cut.
 - **compute-bound**: on every rank, compute is at least SHARE_COMPUTE of the step.
 - **host-bound**: on every rank, host time is at least SHARE_HOST of the step.
 
-Each verdict says its number and one change to try. Nothing is named where nothing is clear.
+Each verdict says its number and one change to try. Input-bound ranks are the whole story (the
+others wait for them); a straggler may come with what the whole job is bound by (every rank
+compute-bound, one slower at it). Nothing is named where nothing is clear.
 """
 
 from __future__ import annotations
@@ -198,6 +201,35 @@ def _data_hint(ranks: list[int], workers: dict[int, int]) -> str:
     return "load batches ahead of the step: DataLoader worker processes (num_workers), pin_memory=True"
 
 
+def _straggler(ranks: tuple[RankAnatomy, ...], steady: dict[int, Steps]) -> Verdict | None:
+    """The first rank slower at the same compute or host work than the others, who wait for it."""
+    for part, words in (
+        ("compute", "in compute (forward, backward, the optimizer)"),
+        ("host", "on the host"),
+    ):
+        for r in ranks:
+            rest = [o for o in ranks if o.rank != r.rank]
+            if not rest:
+                return None
+            typical = statistics.median(o.seconds(part) for o in rest)
+            margin = max(STRAGGLER_MIN_S, STRAGGLER_STEP_SHARE * r.step_s)
+            waiting = statistics.median(o.seconds("comm") for o in rest)
+            if (
+                r.seconds(part) - typical >= margin
+                and waiting - r.seconds("comm") >= margin / 2
+                and _slower(steady[r.rank], [steady[o.rank] for o in rest], part, margin)
+            ):
+                return Verdict(
+                    "straggler",
+                    (r.rank,),
+                    f"rank {r.rank} is slow {words}: {r.seconds(part) * 1000:.0f} ms a step, the "
+                    f"others {typical * 1000:.0f} ms; they wait for it in communication",
+                    "the same work done slower: its device (clocks, heat, another process on it) "
+                    "or an uneven share of the batch",
+                )
+    return None
+
+
 def _verdicts(
     ranks: tuple[RankAnatomy, ...],
     steady: dict[int, list[tuple[float, tuple[float, ...]]]],
@@ -237,34 +269,10 @@ def _verdicts(
             )
             return tuple(found)
     # A straggler: slower at the same compute or host work, the others waiting for it.
-    for part, words in (
-        ("compute", "in compute (forward, backward, the optimizer)"),
-        ("host", "on the host"),
-    ):
-        for r in ranks:
-            rest = [o for o in ranks if o.rank != r.rank]
-            if not rest:
-                break
-            typical = statistics.median(o.seconds(part) for o in rest)
-            margin = max(STRAGGLER_MIN_S, STRAGGLER_STEP_SHARE * r.step_s)
-            waiting = statistics.median(o.seconds("comm") for o in rest)
-            theirs = [steady[o.rank] for o in rest]
-            if (
-                r.seconds(part) - typical >= margin
-                and waiting - r.seconds("comm") >= margin / 2
-                and _slower(steady[r.rank], theirs, part, margin)
-            ):
-                found.append(
-                    Verdict(
-                        "straggler",
-                        (r.rank,),
-                        f"rank {r.rank} is slow {words}: {r.seconds(part) * 1000:.0f} ms a step, the "
-                        f"others {typical * 1000:.0f} ms; they wait for it in communication",
-                        "the same work done slower: its device (clocks, heat, another process on it) "
-                        "or an uneven share of the batch",
-                    )
-                )
-                return tuple(found)
+    straggler = _straggler(ranks, steady)
+    if straggler is not None:
+        found.append(straggler)
+    # What the whole job is bound by, on every rank (a straggler's included: it waits less).
     largest = all(r.comm_s >= max(r.seconds(p) for p in STEP_PARTS) for r in ranks)
     if largest and all(_often(steady[r.rank], lambda s: s["comm"] >= SHARE_COMM) for r in ranks):
         found.append(

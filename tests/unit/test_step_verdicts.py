@@ -58,6 +58,19 @@ def test_a_rank_slow_at_the_same_compute_is_the_straggler_not_a_communication_bo
     )
 
 
+def test_a_compute_bound_job_with_one_rank_slower_at_it_is_named_both():
+    parts = job(
+        {
+            0: {"forward": 0.02, "backward": 0.04, "comm": 0.03},
+            1: {"forward": 0.03, "backward": 0.06, "comm": 0.001},
+        }
+    )
+    assert [(v.kind, v.ranks) for v in parts.verdicts(warm=2)] == [
+        ("straggler", (1,)),
+        ("compute-bound", (0, 1)),
+    ]
+
+
 def test_communication_compute_and_host_bound_jobs():
     comm = job({r: {"forward": 0.004, "backward": 0.01, "comm": 0.04} for r in range(2)}, jitter=0.1)
     assert [v.kind for v in comm.verdicts(warm=2)] == ["communication-bound"]
@@ -101,3 +114,25 @@ def test_the_console_says_the_table_and_each_verdict_with_what_to_try():
     said = verdict_lines(parts.verdicts(warm=2))
     assert said[0].startswith("why it is slow: input-bound: rank 1") and said[1].startswith("  try: ")
     assert anatomy_lines(()) == []
+
+
+def test_the_run_views_bar_gives_each_part_its_share_of_the_cells_in_its_colour():
+    from mgpu_tui.app.views.run_text import BAR, BAR_HEADER, PART_STYLE, rank_table, step_bar
+
+    parts = job({0: {"forward": 0.002, "comm": 0.120}, 1: {"data": 0.120, "forward": 0.002}})
+    anatomy = {a.rank: a for a in parts.anatomy(warm=2)}
+    bar = step_bar(anatomy[1])
+    assert bar.plain == "█" * BAR  # the cells always fill the bar
+    colours = [span.style for span in bar.spans for _ in range(span.end - span.start)]
+    assert colours == [PART_STYLE["data"]] * 16  # 98% of 16 cells: 15.7, the largest remainder up
+    even = job({0: {"data": 0.01, "forward": 0.01, "backward": 0.02, "host": 0.02}}).anatomy(warm=2)[0]
+    cells = [span.end - span.start for span in step_bar(even).spans]
+    assert cells == [3, 3, 5, 5]  # 1/6, 1/6, 1/3, 1/3 of 16 cells: 2.67 twice rounded up, 5.33 down
+    rows = [
+        ("rank 0", "running", "20", "32", "0.5", "300 MiB"),
+        ("rank 1", "slow", "20", "32", "0.5", "300 MiB"),
+    ]
+    text = rank_table(rows, bars=anatomy).plain
+    assert BAR_HEADER in text.splitlines()[0] and "█ data  █ forward" in text.splitlines()[-1]
+    assert BAR_HEADER not in rank_table(rows).plain  # no bars, no column: the table as it was
+    assert max(len(line) for line in text.splitlines()) <= 76  # the 80-column screen's panel
