@@ -189,10 +189,7 @@ def _ranks_text(ranks: list[int]) -> str:
 def _data_hint(ranks: list[int], workers: dict[int, int]) -> str:
     known = {workers[r] for r in ranks if r in workers}
     if known == {0}:
-        return (
-            "its DataLoader has num_workers=0: give it worker processes (num_workers=4 or more), "
-            "with pin_memory=True and persistent_workers=True"
-        )
+        return "its DataLoader has num_workers=0: give it workers (num_workers=4, pin_memory=True)"
     if known:
         return (
             f"its DataLoader's {max(known)} worker(s) cannot keep up: more workers, "
@@ -262,7 +259,7 @@ def _verdicts(
                     "input-bound",
                     tuple(names),
                     f"input-bound: {_ranks_text(names)} waits for its data {_pct(own)} of each step, "
-                    f"the others {_pct(others)}; they wait for it ({_pct(waiting)} of their step in "
+                    f"the others {_pct(others)}, who wait for it ({_pct(waiting)} of their step in "
                     "communication)",
                     _data_hint(names, workers),
                 )

@@ -439,7 +439,10 @@ class RunView(Widget):
         self._draw_charts()
         self._fill_table(stats)
         if (stats.stragglers or stats.verdicts) and not self.finished:
-            said = [f"Straggler: {s.describe()}." for s in stats.stragglers]
+            # A straggler a verdict names already is said once, by the verdict (it says why, and
+            # what to try): the note's few lines on an 80x24 screen hold it whole.
+            named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
+            said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
             said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
             self._note(" ".join(said))
 
