@@ -6,7 +6,8 @@ with its end-of-graph mark, made as in a job of several ranks, the optimizer's p
 post-hooks, the forward's two hooks, the DataLoader's ``__next__`` timed, a cut a step), in
 interleaved pairs of processes: the median of each, and the median of the pairs' differences.
 Goal: under 100 us a step. Beside it, the clock's own calls a step, timed in one process (a floor
-the loop's noise can hide).
+the loop's noise can hide), and what the monitor spends on a job of 1,024 ranks (issue 45): each
+rank's figures and the verdicts, over 200 steps each, computed once.
 """
 
 from __future__ import annotations
@@ -66,9 +67,29 @@ print(min(timeit.repeat(one_step, number=20000, repeat=5)) / 20000 * 1e6)
 """
 
 
+AT_SCALE = """
+import random, time
+from mgpu_tui.engine.run.anatomy import StepParts, WINDOW
+parts, rng = StepParts(), random.Random(0)
+for rank in range(1024):
+    for step in range(1, WINDOW + 21):
+        v = tuple(rng.random() * 0.01 for _ in range(6))
+        parts.add(rank, step, sum(v), v)
+times = []
+for _ in range(3):
+    start = time.perf_counter()
+    parts.figures(5, 1024)
+    times.append(time.perf_counter() - start)
+print(min(times) * 1000)
+"""
+
+
 def bench_anatomy(pairs: int, steps: int, env: dict) -> tuple[str, list[list[str]]]:
     run = [sys.executable, "-c"]
     calls = float(subprocess.run([*run, CALLS], capture_output=True, text=True, env=env, check=True).stdout)
+    at_scale = float(
+        subprocess.run([*run, AT_SCALE], capture_output=True, text=True, env=env, check=True).stdout
+    )
     loops: dict[str, list[float]] = {"bare": [], "clock": []}
     code = LOOP.replace("STEPS", str(steps))
     for _ in range(pairs):
@@ -84,6 +105,10 @@ def bench_anatomy(pairs: int, steps: int, env: dict) -> tuple[str, list[list[str
             f"{statistics.median(loops['clock']):.0f}",
         ],
         ["added a step (median of the pairs' differences)", f"{statistics.median(differences):.0f}"],
+        [
+            "the figures and verdicts of 1,024 ranks, 200 steps each, once (best of 3)",
+            f"{at_scale * 1000:,.0f}",
+        ],
     ]
     title = "a step taken apart, 1 CPU rank, DDP + DataLoader + AdamW (goal < 100 us a step)"
     return title, rows

@@ -403,9 +403,10 @@ class Aggregator:
             spread = (q[0], q[-1])
 
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
+        anatomy, verdicts = self._parts.figures(warm, world)
         return RunStats(
-            anatomy=self._parts.anatomy(warm),
-            verdicts=self._parts.verdicts(warm, world),
+            anatomy=anatomy,
+            verdicts=verdicts,
             ranks=tuple(rank_stats),
             world_size=world,
             steps=common,

@@ -32,6 +32,7 @@ compute-bound, one slower at it). Nothing is named where nothing is clear.
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from collections import deque
 from dataclasses import dataclass
@@ -110,31 +111,40 @@ class StepParts:
             (step_s, parts) for step, step_s, parts in self._ranks.get(rank, ()) if step > warm and step_s > 0
         ]
 
+    def figures(
+        self, warm: int, world_size: int | None = None
+    ) -> tuple[tuple[RankAnatomy, ...], tuple[Verdict, ...]]:
+        """Each rank's anatomy, over its steady steps (after step ``warm``) in the window, and the
+        verdicts (module docstring), once every rank of the job (``world_size``, where known) has
+        MIN_STEPS steady steps."""
+        steady = {rank: steps for rank in sorted(self._ranks) if (steps := self._steady(rank, warm))}
+        ranks = tuple(_anatomy_of(rank, steps) for rank, steps in steady.items())
+        if not ranks or any(r.steps < MIN_STEPS for r in ranks):
+            return ranks, ()
+        if world_size is not None and len(ranks) < world_size:
+            return ranks, ()
+        chunks = {rank: _chunks(steps) for rank, steps in steady.items()}
+        return ranks, _verdicts(ranks, chunks, self._workers)
+
     def anatomy(self, warm: int) -> tuple[RankAnatomy, ...]:
-        """Each rank's, over its steady steps (after step ``warm``) in the window."""
-        found = []
-        for rank in sorted(self._ranks):
-            steps = self._steady(rank, warm)
-            if not steps:
-                continue
-            n = len(steps)
-            means = [sum(parts[i] for _, parts in steps) / n for i in range(len(STEP_PARTS))]
-            found.append(RankAnatomy(rank, n, sum(s for s, _ in steps) / n, *means))
-        return tuple(found)
+        return self.figures(warm)[0]
 
     def verdicts(self, warm: int, world_size: int | None = None) -> tuple[Verdict, ...]:
-        """The verdicts (module docstring), once every rank of the job (``world_size``, where known)
-        has MIN_STEPS steady steps."""
-        ranks = self.anatomy(warm)
-        steady = {r.rank: self._steady(r.rank, warm) for r in ranks}
-        if not ranks or any(r.steps < MIN_STEPS for r in ranks):
-            return ()
-        if world_size is not None and len(ranks) < world_size:
-            return ()
-        return _verdicts(ranks, steady, self._workers)
+        return self.figures(warm, world_size)[1]
 
 
 Steps = list[tuple[float, tuple[float, ...]]]  # (step_s, the seconds of each part), in order
+
+
+def _anatomy_of(rank: int, steps: Steps) -> RankAnatomy:
+    n = len(steps)
+    sums = [0.0] * len(STEP_PARTS)
+    total = 0.0
+    for step_s, parts in steps:
+        total += step_s
+        for i, seconds in enumerate(parts):
+            sums[i] += seconds
+    return RankAnatomy(rank, n, total / n, *(x / n for x in sums))
 
 
 def _chunks(steps: Steps) -> list[dict[str, float]]:
@@ -152,23 +162,48 @@ def _chunks(steps: Steps) -> list[dict[str, float]]:
     return found
 
 
-def _often(steps: Steps, holds) -> bool:  # noqa: ANN001
+Chunks = list[dict[str, float]]  # a rank's CHUNKS runs of steps (_chunks)
+
+
+def _often(chunks: Chunks, holds) -> bool:  # noqa: ANN001
     """Whether ``holds(shares)`` is true over each of the CHUNKS runs of steps but one at most
     (shares: part -> its share of those steps' time)."""
     count = 0
-    for chunk in _chunks(steps):
+    for chunk in chunks:
         count += bool(holds({part: x / chunk["step"] for part, x in chunk.items()}))
     return count >= CHUNKS - 1
 
 
-def _slower(mine: Steps, theirs: list[Steps], part: str, margin: float) -> bool:
+def _median_without(ordered: list[float], value: float) -> float:
+    """The median of ``ordered`` (sorted) with one ``value`` taken out: the others' median, without
+    sorting the others again for each rank (a job of 1,024 ranks asks it 1,024 times)."""
+    gone = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(i: int) -> float:
+        return ordered[i if i < gone else i + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+class _Others:
+    """Each part's values over the ranks, sorted once: the means, and each run of steps'."""
+
+    def __init__(self, ranks: tuple[RankAnatomy, ...], chunks: dict[int, Chunks]) -> None:
+        self.means = {part: sorted(r.seconds(part) for r in ranks) for part in ("compute", "host", "comm")}
+        self.runs = {
+            part: [sorted(chunks[r.rank][c][part] for r in ranks) for c in range(CHUNKS)]
+            for part in ("compute", "host", "comm")
+        }
+
+
+def _slower(own: Chunks, others: _Others, part: str, margin: float) -> bool:
     """Whether a rank spends longer in ``part`` than the others' median by ``margin``, while they wait
     longer in communication than it does by half that, over each run of steps but one at most."""
-    own, others = _chunks(mine), [_chunks(steps) for steps in theirs]
     count = 0
     for c, chunk in enumerate(own):
-        typical = statistics.median(o[c][part] for o in others)
-        waiting = statistics.median(o[c]["comm"] for o in others)
+        typical = _median_without(others.runs[part][c], chunk[part])
+        waiting = _median_without(others.runs["comm"][c], chunk["comm"])
         count += chunk[part] - typical >= margin and waiting - chunk["comm"] >= margin / 2
     return count >= CHUNKS - 1
 
@@ -198,23 +233,23 @@ def _data_hint(ranks: list[int], workers: dict[int, int]) -> str:
     return "load batches ahead of the step: DataLoader worker processes (num_workers), pin_memory=True"
 
 
-def _straggler(ranks: tuple[RankAnatomy, ...], steady: dict[int, Steps]) -> Verdict | None:
+def _straggler(ranks: tuple[RankAnatomy, ...], chunks: dict[int, Chunks]) -> Verdict | None:
     """The first rank slower at the same compute or host work than the others, who wait for it."""
+    if len(ranks) < 2:
+        return None
+    others = _Others(ranks, chunks)
     for part, words in (
         ("compute", "in compute (forward, backward, the optimizer)"),
         ("host", "on the host"),
     ):
         for r in ranks:
-            rest = [o for o in ranks if o.rank != r.rank]
-            if not rest:
-                return None
-            typical = statistics.median(o.seconds(part) for o in rest)
+            typical = _median_without(others.means[part], r.seconds(part))
             margin = max(STRAGGLER_MIN_S, STRAGGLER_STEP_SHARE * r.step_s)
-            waiting = statistics.median(o.seconds("comm") for o in rest)
+            waiting = _median_without(others.means["comm"], r.seconds("comm"))
             if (
                 r.seconds(part) - typical >= margin
                 and waiting - r.seconds("comm") >= margin / 2
-                and _slower(steady[r.rank], [steady[o.rank] for o in rest], part, margin)
+                and _slower(chunks[r.rank], others, part, margin)
             ):
                 return Verdict(
                     "straggler",
@@ -229,13 +264,13 @@ def _straggler(ranks: tuple[RankAnatomy, ...], steady: dict[int, Steps]) -> Verd
 
 def _verdicts(
     ranks: tuple[RankAnatomy, ...],
-    steady: dict[int, list[tuple[float, tuple[float, ...]]]],
+    chunks: dict[int, Chunks],
     workers: dict[int, int],
 ) -> tuple[Verdict, ...]:
     everyone = tuple(r.rank for r in ranks)
     found: list[Verdict] = []
     # Input-bound: the ranks that wait for their data.
-    starved = [r for r in ranks if _often(steady[r.rank], lambda s: s["data"] >= SHARE_INPUT)]
+    starved = [r for r in ranks if _often(chunks[r.rank], lambda s: s["data"] >= SHARE_INPUT)]
     fed = [r for r in ranks if r not in starved]
     if starved and not fed:
         found.append(
@@ -266,12 +301,12 @@ def _verdicts(
             )
             return tuple(found)
     # A straggler: slower at the same compute or host work, the others waiting for it.
-    straggler = _straggler(ranks, steady)
+    straggler = _straggler(ranks, chunks)
     if straggler is not None:
         found.append(straggler)
     # What the whole job is bound by, on every rank (a straggler's included: it waits less).
     largest = all(r.comm_s >= max(r.seconds(p) for p in STEP_PARTS) for r in ranks)
-    if largest and all(_often(steady[r.rank], lambda s: s["comm"] >= SHARE_COMM) for r in ranks):
+    if largest and all(_often(chunks[r.rank], lambda s: s["comm"] >= SHARE_COMM) for r in ranks):
         found.append(
             Verdict(
                 "communication-bound",
@@ -282,7 +317,7 @@ def _verdicts(
                 "no_sync(); DDP's bucket_cap_mb (25 by default) sets how soon each bucket starts",
             )
         )
-    elif all(_often(steady[r.rank], lambda s: s["compute"] >= SHARE_COMPUTE) for r in ranks):
+    elif all(_often(chunks[r.rank], lambda s: s["compute"] >= SHARE_COMPUTE) for r in ranks):
         found.append(
             Verdict(
                 "compute-bound",
@@ -293,7 +328,7 @@ def _verdicts(
                 "make each step cheaper; a larger batch uses the device better",
             )
         )
-    elif all(_often(steady[r.rank], lambda s: s["host"] >= SHARE_HOST) for r in ranks):
+    elif all(_often(chunks[r.rank], lambda s: s["host"] >= SHARE_HOST) for r in ranks):
         found.append(
             Verdict(
                 "host-bound",
