@@ -341,7 +341,9 @@ class Aggregator:
         full = [ready for ready in per_step.values() if len(ready) == len(tracks)][-STRAGGLER_WINDOW:]
         return stragglers_among(full, with_data=True, step_s=self.recent_step_time())
 
-    def stats(self) -> RunStats:
+    def stats(self, *, fresh: bool = True) -> RunStats:
+        """The figures now; not ``fresh`` (a live view's): a large job's anatomy and verdicts may be
+        a second or two old (anatomy.py)."""
         tracks = self._ranks
         stepping = {r: t for r, t in tracks.items() if t.steps}
         common = min((t.steps[-1] for t in stepping.values()), default=0)
@@ -403,7 +405,7 @@ class Aggregator:
             spread = (q[0], q[-1])
 
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
-        anatomy, verdicts = self._parts.figures(warm, world)
+        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh)
         return RunStats(
             anatomy=anatomy,
             verdicts=verdicts,

@@ -286,9 +286,11 @@ class Ingest:
 
     # ---- for any thread ----------------------------------------------------------------
 
-    def stats(self) -> RunStats:
+    def stats(self, *, fresh: bool = False) -> RunStats:
+        """The figures now, for a live view (``fresh``: a large job's anatomy worked out again
+        whatever its age, for the summary: aggregate.py)."""
         with self._lock:
-            stats = self.aggregator.stats()
+            stats = self.aggregator.stats(fresh=fresh)
             late, collectives = self._late_arrivals, self._collectives
         if (
             collectives

@@ -556,7 +556,7 @@ class Run(IngestReadings):
         self.summary = RunSummary.build(
             self.resolved,
             str(self.run_dir.path),
-            self._ingest.stats(),
+            self._ingest.stats(fresh=True),
             status=RunStatus(state.value),  # a finished state: ok, failed or interrupted
             exit_code=returncode,
             root_cause=root_cause,

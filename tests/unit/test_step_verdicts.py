@@ -136,3 +136,18 @@ def test_the_run_views_bar_gives_each_part_its_share_of_the_cells_in_its_colour(
     assert BAR_HEADER in text.splitlines()[0] and "█ data  █ forward" in text.splitlines()[-1]
     assert BAR_HEADER not in rank_table(rows).plain  # no bars, no column: the table as it was
     assert max(len(line) for line in text.splitlines()) <= 76  # the 80-column screen's panel
+
+
+def test_a_large_live_job_works_its_figures_out_again_at_most_every_two_seconds_but_its_summary_now():
+    from mgpu_tui.engine.run.anatomy import LARGE
+
+    parts = job({r: {"data": 0.01, "forward": 0.01} for r in range(LARGE + 1)}, steps=10)
+    live = parts.figures(warm=2, fresh=False)
+    parts.add(0, 11, 1.0, (1.0, 0, 0, 0, 0, 0))  # a new step, within AGAIN_S
+    assert parts.figures(warm=2, fresh=False) is live  # the live view's: the same, a moment old
+    now = parts.figures(warm=2)  # the summary's: worked out again
+    assert now[0][0].steps == live[0][0].steps + 1
+    small = job({r: {"data": 0.01} for r in range(2)}, steps=10)
+    first = small.figures(warm=2, fresh=False)
+    small.add(0, 11, 1.0, (1.0, 0, 0, 0, 0, 0))
+    assert small.figures(warm=2, fresh=False)[0][0].steps == first[0][0].steps + 1  # small: always now
