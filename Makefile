@@ -27,7 +27,7 @@ test-hosts: install
 	$(BIN)/python -m pytest -m "hosts or slurm" --durations=12 tests/integration/test_separate_hosts.py tests/integration/test_slurm.py
 
 # Every mode trained against the single-device baseline, and the memory plan against torch's own
-# trackers (tests/models): whole models trained on 2 CPU ranks, about two and a half minutes. Apart
+# trackers (tests/models): whole models trained on 2 CPU ranks, about a minute and a half. Apart
 # from `make test` so that each stays well under ten minutes on CI's 2 cores; CI runs it after it.
 test-models: install
 	$(BIN)/python -m pytest -n 2 --dist worksteal -m models --durations=12 tests/models

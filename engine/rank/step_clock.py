@@ -161,13 +161,19 @@ def hook_forward(
     loaded). The end is a forward hook that runs even when the forward raises."""
 
     def before(mod: Any, args: Any) -> None:
-        if mod.training and torch.is_grad_enabled():
-            clock.enter("forward")
-            # DDP decides in its forward whether the backward syncs (no_sync() micro-batches do not)
-            clock.will_sync = getattr(mod, "require_backward_grad_sync", True)
+        try:
+            if mod.training and torch.is_grad_enabled():
+                clock.enter("forward")
+                # DDP decides in its forward whether the backward syncs (no_sync() micro-batches do not)
+                clock.will_sync = bool(getattr(mod, "require_backward_grad_sync", True))
+        except Exception:  # noqa: BLE001 (a hook of mgpu-tui's never fails the script's forward)
+            pass
 
     def after(mod: Any, args: Any, output: Any) -> None:
-        clock.leave("forward")  # (only where its start was one)
+        try:
+            clock.leave("forward")  # (only where its start was one)
+        except Exception:  # noqa: BLE001
+            pass
 
     return [
         module.register_forward_pre_hook(wrap(before)),
