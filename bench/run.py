@@ -72,6 +72,7 @@ from pathlib import Path
 
 from exec_costs import bench_exec_first_step, bench_exec_start
 from first_step import first_step_times
+from pairs import alternated, figure
 from step_anatomy import bench_anatomy
 
 from mgpu_tui.console import table as console_table
@@ -303,16 +304,8 @@ def bench_bootstrap(steps: int, pairs: int = 5) -> str:
     beside it the whole loop bare and hooked in alternated processes, whose difference this machine's
     noise (a few percent of a 2 ms step) can hide."""
     env = {**_clean_env(), "OMP_NUM_THREADS": "1"}
-    run = [sys.executable, "-c"]
-    hooks = eval(
-        subprocess.run([*run, BOOTSTRAP_HOOKS], capture_output=True, text=True, env=env, check=True).stdout
-    )
-    loops: dict[str, list[float]] = {"bare": [], "hooked": []}
-    code = BOOTSTRAP_LOOP.replace("STEPS", str(steps))
-    for _ in range(pairs):
-        for how in loops:
-            done = subprocess.run([*run, code, how], capture_output=True, text=True, env=env, check=True)
-            loops[how].append(float(done.stdout))
+    hooks = eval(figure(BOOTSTRAP_HOOKS, env=env))
+    loops = alternated(BOOTSTRAP_LOOP.replace("STEPS", str(steps)), ("bare", "hooked"), pairs, env)
     rows = [[part, f"{cost:.1f}"] for part, cost in hooks["parts"].items()]
     rows.append(["the hooks, a whole step", f"{hooks['step']:.1f}"])
     bare, hooked = statistics.median(loops["bare"]), statistics.median(loops["hooked"])

@@ -13,8 +13,8 @@ rank's figures and the verdicts, over 200 steps each, computed once.
 from __future__ import annotations
 
 import statistics
-import subprocess
-import sys
+
+from pairs import alternated, figure
 
 LOOP = """
 import statistics, sys, time
@@ -85,17 +85,9 @@ print(min(times) * 1000)
 
 
 def bench_anatomy(pairs: int, steps: int, env: dict) -> tuple[str, list[list[str]]]:
-    run = [sys.executable, "-c"]
-    calls = float(subprocess.run([*run, CALLS], capture_output=True, text=True, env=env, check=True).stdout)
-    at_scale = float(
-        subprocess.run([*run, AT_SCALE], capture_output=True, text=True, env=env, check=True).stdout
-    )
-    loops: dict[str, list[float]] = {"bare": [], "clock": []}
-    code = LOOP.replace("STEPS", str(steps))
-    for _ in range(pairs):
-        for how in loops:
-            done = subprocess.run([*run, code, how], capture_output=True, text=True, env=env, check=True)
-            loops[how].append(float(done.stdout))
+    calls = float(figure(CALLS, env=env))
+    at_scale = float(figure(AT_SCALE, env=env))
+    loops = alternated(LOOP.replace("STEPS", str(steps)), ("bare", "clock"), pairs, env)
     differences = [clock - bare for bare, clock in zip(loops["bare"], loops["clock"])]
     rows = [
         ["the clock's own calls a step (one process, best of 5)", f"{calls:.1f}"],
