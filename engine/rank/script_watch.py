@@ -108,7 +108,7 @@ class _Step:
     data_s: float | None
     mem: tuple[int | None, int | None]
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
-    parts: dict[str, float] | None = None  # where its time went (step_clock.py); None for the first
+    parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
 
 
 class ScriptWatch:
@@ -385,11 +385,10 @@ class ScriptWatch:
 
     @_quiet
     def _on_loader_batch(self, batch: Any, loader: Any = None) -> None:
-        """A batch a DataLoader gave while gradients are on (an evaluation's are not): counted, and
+        """A batch a DataLoader gave while gradients are on (_watched_next: an evaluation's is not
+        handed here): counted, and
         used for the step where no model's forward counted one (a model whose forward is not what
         the script calls: Lightning on one device calls training_step)."""
-        if not self.torch.is_grad_enabled():
-            return
         workers = getattr(loader, "_num_workers", None)
         if isinstance(workers, int):
             self._loader_workers = workers
@@ -466,9 +465,10 @@ class ScriptWatch:
         samples, tokens, source = self._samples, self._tokens, self._batch_source
         if not samples and self._loader_samples:  # no model's forward counted them: the loader's
             samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
-        parts = self._clock.cut()
-        step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses))
-        step.parts = parts if self.steps > 1 else None  # the first holds everything since the start
+        parts: dict[str, float] | None = self._clock.cut()
+        if self.steps == 1:
+            parts = None  # the first step's holds everything since the watch started
+        step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses), parts)
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now

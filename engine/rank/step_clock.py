@@ -55,7 +55,6 @@ class StepClock:
         self._since = self._now()
         self._parts = dict.fromkeys(PARTS, 0.0)
         self._graph_done: float | None = None
-        self.in_backward = False  # inside the outer backward (install's wrapper)
         self.distributed = False  # this process trains with others: mark each graph's end
         self.will_sync = True  # the last forward's DDP module syncs its gradients (not no_sync())
 
@@ -84,6 +83,10 @@ class StepClock:
             pass
         if part == "backward":
             self._graph_done = None
+
+    def within(self, part: str) -> bool:
+        """Whether ``part`` is open (on the clock's thread; elsewhere nothing is)."""
+        return part in self._stack and threading.get_ident() == self._thread
 
     def graph_done(self) -> None:
         """Autograd ran the backward's whole graph (an engine final callback: any thread)."""
@@ -136,19 +139,15 @@ def install(torch: Any, clock: StepClock) -> None:
         except Exception:  # noqa: BLE001 (never the script's backward that fails)
             pass
 
+    outer = timed(clock, "backward", backward)
+
     @functools.wraps(backward)
     def timed_backward(*args: Any, **kwargs: Any) -> Any:
-        if clock.in_backward:
+        if clock.within("backward"):
             return backward(*args, **kwargs)
         if clock.distributed and clock.will_sync:
             _mark_graph_end(args[0] if args else kwargs.get("tensors"), first_node_runs)
-        clock.in_backward = True
-        clock.enter("backward")
-        try:
-            return backward(*args, **kwargs)
-        finally:
-            clock.in_backward = False
-            clock.leave("backward")
+        return outer(*args, **kwargs)
 
     torch.autograd.backward = timed_backward
 
