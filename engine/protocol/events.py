@@ -13,14 +13,17 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
   optionally data_s (the seconds before its compute), state_bytes (its parameters,
   gradients and optimizer state, measured once after the first optimizer step) and parts (where
-  the step's time went: seconds in each of STEP_PARTS, engine/rank/step_clock.py).
+  the step's time went: seconds in each of STEP_PARTS, engine/rank/step_clock.py) and flops (the
+  step's floating-point operations on this rank, counted by torch: engine/rank/flop_count.py).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback; optionally type (the exception's qualified name) and
   whole_message (every line of it, where ``message`` is its first).
 - ``about``: what a script really used, learnt once it ran (engine/rank/script_watch.py): device
   (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
   batch_source (the samples a step and where they were counted) and loader_workers (its training
-  DataLoader's worker processes).
+  DataLoader's worker processes), precision (what the step's matrix multiplies run in: fp32,
+  tf32, bf16, fp16, fp8), device_name (the GPU's, as torch names it) and flops_note (why a step's
+  FLOPs are not counted).
 - ``beat``: the rank's main thread moved since its last event, though no step ended (an
   evaluation, a checkpoint, a compile): where (``function at file.py:12``, or null). A rank that
   neither steps nor beats has not moved; that is the stall watch's evidence (watchdog.py).
@@ -55,6 +58,7 @@ MAX_RANK = 1 << 20  # ranks, local ranks, world size
 MAX_PID = 1 << 22  # Linux's largest pid_max
 MAX_COUNT = 1 << 48  # steps, samples, tokens
 MAX_BYTES = 1 << 60  # memory
+MAX_FLOPS = 1 << 80  # a step's FLOPs on one rank (1.2e24: far beyond any step of today)
 MAX_SECONDS = 1e9  # a step's seconds
 MAX_TIME = 1e11  # Unix time: beyond the year 5000
 MAX_NAME = 1024  # host, device, mode, a GPU's UUID
@@ -103,6 +107,7 @@ class Step:
     loss_nonfinite: bool = False  # its loss was NaN or infinite (written as null: JSON has neither)
     # Seconds in each of STEP_PARTS (every one present), where the rank took its step apart.
     parts: tuple[float, ...] | None = None
+    flops: int | None = None  # the step's floating-point operations on this rank, where counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +138,9 @@ class About:
     batch: int | None = None  # samples a step, as they entered the root DDP or FSDP module
     batch_source: str | None = None  # where they were counted
     loader_workers: int | None = None  # its training DataLoader's worker processes, where it has one
+    precision: str | None = None  # what its matrix multiplies run in (fp32, tf32, bf16, fp16, fp8)
+    device_name: str | None = None  # the GPU's name, as torch gives it
+    flops_note: str | None = None  # why its steps' FLOPs are not counted
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +266,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         tensor_peak_bytes=_get(r, "tensor_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         loss_nonfinite=r.get("loss_nonfinite") is True and loss is None,
         parts=_parts(r.get("parts")),
+        flops=_get(r, "flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
     )
 
 
@@ -299,6 +308,9 @@ def _parse_about(r: dict, rank: int, t: float) -> About:
         batch=_get(r, "batch", _INT, optional=True, minimum=1, maximum=MAX_COUNT),
         batch_source=_str(r, "batch_source", optional=True),
         loader_workers=_get(r, "loader_workers", _INT, optional=True, minimum=0, maximum=MAX_COUNT),
+        precision=_str(r, "precision", optional=True),
+        device_name=_str(r, "device_name", optional=True),
+        flops_note=_str(r, "flops_note", optional=True, limit=MAX_TEXT),
     )
 
 

@@ -413,6 +413,7 @@ class Reporter:
         tensor_peak_bytes: int | None = None,
         parts: dict[str, float] | None = None,
         at: float | None = None,
+        flops: int | None = None,
     ) -> None:
         """Record the end of a training step.
 
@@ -421,7 +422,8 @@ class Reporter:
         warning, no graph kept). ``data_s``: of this step, the seconds spent before its compute
         (loading the batch): with it, a rank that arrives late at the step's collectives is named,
         and why (a straggler). ``parts``: seconds in each of the step's parts (STEP_PARTS), where
-        they were measured. ``at``: when the step ended (``time.time()``), if not now.
+        they were measured. ``at``: when the step ended (``time.time()``), if not now. ``flops``: the
+        step's floating-point operations on this rank, where counted (flop_count.py).
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
@@ -444,6 +446,7 @@ class Reporter:
                 **({"state_bytes": state_bytes} if state_bytes is not None else {}),
                 **({"tensor_peak_bytes": tensor_peak_bytes} if tensor_peak_bytes is not None else {}),
                 **({"parts": {k: round(v, 6) for k, v in parts.items()}} if parts is not None else {}),
+                **({"flops": int(flops)} if flops is not None else {}),
             },
             now,
         )

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from mgpu_tui.engine.rank import flop_count, step_clock
 from mgpu_tui.engine.rank import reporter as reporter_module
-from mgpu_tui.engine.rank import step_clock
 from mgpu_tui.engine.rank.after_import import after_import
 from mgpu_tui.engine.rank.model_root import batch_source, find_root
 from mgpu_tui.engine.rank.reporter import Reporter, stop_before_exit
@@ -109,6 +109,7 @@ class _Step:
     mem: tuple[int | None, int | None]
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
     parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
+    flops: int | None  # its floating-point operations, counted by torch (flop_count.py)
 
 
 class ScriptWatch:
@@ -160,6 +161,7 @@ class ScriptWatch:
         self._beats: threading.Thread | None = None
         self._clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
+        self._flops = flop_count.StepFlops(self.torch) if self.torch is not None else None
 
     # ---- installing --------------------------------------------------------------------
 
@@ -208,6 +210,7 @@ class ScriptWatch:
         """Each wrapper passes its arguments through exactly as called (_around: positional or
         keyword, under any name, the wrapped signature kept) and does its own part quietly."""
         self.torch = torch
+        self._flops = flop_count.StepFlops(torch)
         optimizers = importlib.import_module("torch.optim.optimizer")
         optimizers.register_optimizer_step_post_hook(self._after_optimizer_step)
         torch.autograd.backward = self._watched_backward(torch.autograd.backward)
@@ -372,6 +375,11 @@ class ScriptWatch:
         torch = self.torch
         if not module.training or not torch.is_grad_enabled():
             return  # an evaluation: its samples are not trained on
+        flops = self._flops
+        if flops is not None:
+            if flops.replaying:
+                return  # the FLOP count's replay of a forward (flop_count.py), not the script's
+            flops.seen(module, args, kwargs)
         batch = _first_tensor(args)
         if batch is None:
             batch = _first_tensor(tuple(kwargs.values()))
@@ -454,6 +462,7 @@ class ScriptWatch:
     def _count_step(self) -> None:
         if self.reporter is None and not self._see_group():
             self._become_rank(0, 1)  # a step with no process group: a job of one process
+        flops = self._flops.total(self._clock.aside) if self._flops is not None else None
         now = time.time()
         self.steps += 1
         self._backwards = 0
@@ -468,13 +477,13 @@ class ScriptWatch:
         parts: dict[str, float] | None = self._clock.cut()
         if self.steps == 1:
             parts = None  # the first step's holds everything since the watch started
-        step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses), parts)
+        step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses), parts, flops)
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now
         self._pending.append(step)
         self._write_ready(wait=len(self._pending) > MAX_PENDING)
-        if not self._about_said or (step.samples and not self._batch_said):
+        if not self._about_said or (step.samples and not self._batch_said) or (self._flops and self._flops.news):
             self._say_about(step.samples, source)
 
     # ---- figures ------------------------------------------------------------------------
@@ -534,6 +543,7 @@ class ScriptWatch:
                 data_s=step.data_s,
                 parts=step.parts,
                 at=step.at,
+                flops=step.flops,
             )
             self._last_event_at = time.monotonic()
 
@@ -559,6 +569,15 @@ class ScriptWatch:
             self._batch_said = True
         if self._loader_workers is not None:
             fields["loader_workers"] = self._loader_workers
+        if device.startswith("cuda:"):
+            fields["device_name"] = torch.cuda.get_device_name(int(device.split(":")[1]))
+        counted = self._flops
+        if counted is not None:
+            counted.news = False
+            if counted.precision is not None:
+                fields["precision"] = counted.precision
+            if counted.note is not None:
+                fields["flops_note"] = counted.note
         if self.reporter is not None:
             self.reporter.about(**fields)
 

@@ -30,11 +30,12 @@ Standard library only: the watch imports no torch before the script does.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from mgpu_tui.engine.protocol.events import STEP_PARTS as PARTS
@@ -83,6 +84,18 @@ class StepClock:
             pass
         if part == "backward":
             self._graph_done = None
+
+    @contextlib.contextmanager
+    def aside(self) -> Iterator[None]:
+        """Time that is no part of the step (mgpu-tui's own FLOP count, flop_count.py): charged to
+        none, and no phase entered meanwhile is seen."""
+        self._charge(self._now())
+        thread, self._thread = self._thread, None
+        try:
+            yield
+        finally:
+            self._thread = thread
+            self._since = self._now()
 
     def within(self, part: str) -> bool:
         """Whether ``part`` is open (on the clock's thread; elsewhere nothing is)."""

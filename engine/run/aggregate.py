@@ -45,7 +45,9 @@ from mgpu_tui.engine.protocol.events import (
 )
 from mgpu_tui.engine.protocol.folder import open_regular
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run import mfu
 from mgpu_tui.engine.run.anatomy import RankAnatomy, StepParts, Verdict
+from mgpu_tui.engine.run.mfu import Compute
 
 
 def warmup_steps(n: int) -> int:
@@ -61,6 +63,7 @@ class _RankTrack:
     tokens: array = field(default_factory=lambda: array("q"))
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
+    flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
     first_step_t: float | None = None
     last_t: float | None = None
@@ -100,6 +103,7 @@ class RankStats:
     tokens_per_s: float | None = None  # where it counts tokens (a GPT's, a script's token ids)
     collectives: int | None = None  # the collectives it entered, as its flight records say (ingest.py)
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
+    compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (mfu.py)
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,7 @@ class RunStats:
     tokens_per_s: float | None = None  # where the ranks count tokens (a GPT): over the same steps
     anatomy: tuple[RankAnatomy, ...] = ()  # where each rank's step goes, where it took it apart (anatomy.py)
     verdicts: tuple[Verdict, ...] = ()  # why the job is slow, where that is clear (anatomy.py)
+    compute: Compute | None = None  # the job's TF/s and MFU, where its ranks counted FLOPs (mfu.py)
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
@@ -221,6 +226,7 @@ class Aggregator:
                 track.tensor_peak_bytes = max(event.tensor_peak_bytes, track.tensor_peak_bytes or 0)
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
+            track.flops.append(math.nan if event.flops is None else float(event.flops))
             if event.parts is not None:
                 self._parts.add(event.rank, event.step, event.step_s, event.parts)
             if event.loss is not None:
@@ -354,9 +360,11 @@ class Aggregator:
         total_rate, token_rate = 0.0, 0.0
         any_rate = False
         per_step_max: dict[int, float] = {}
+        computes: list[Compute] = []
         for rank in sorted(tracks):
             t = tracks[rank]
             rate = tokens_rate = None
+            compute = None
             if t.steps:
                 lo = warm if len(t.steps) > warm else 0
                 seconds = sum(t.step_s[lo:])
@@ -368,6 +376,9 @@ class Aggregator:
                     tokens_rate = sum(t.tokens[lo:]) / seconds or None
                     token_rate += tokens_rate or 0.0
                     any_rate = True
+                if any(not math.isnan(f) for f in t.flops) or (t.about and t.about.flops_note):
+                    compute = mfu.of_rank(t.flops[lo:], t.step_s[lo:], t.about)
+                    computes.append(compute)
                 for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
                     if step <= common:
                         per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
@@ -394,6 +405,7 @@ class Aggregator:
                     process_group=_text(t.done.extra.get("process_group")) if t.done else None,
                     tokens_per_s=tokens_rate,
                     diverged_at=t.diverged_at,
+                    compute=compute,
                 )
             )
 
@@ -407,6 +419,7 @@ class Aggregator:
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
         anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh)
         return RunStats(
+            compute=mfu.of_job(computes) if computes else None,
             anatomy=anatomy,
             verdicts=verdicts,
             ranks=tuple(rank_stats),

@@ -54,6 +54,10 @@
 - ``verdicts``: why the job was slow, where that was clear: kind ("input-bound", "straggler",
   "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint (the
   change to try); absent when none (anatomy.py).
+- ``compute``: where the ranks counted their steps' FLOPs (a script's watch: engine/rank/flop_count.py):
+  tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
+  peak_tflops, and note (why the MFU, or both, is null); also per rank in ``ranks``; absent
+  otherwise (run/mfu.py).
 
 aggregate.py defines every figure.
 """
@@ -75,6 +79,7 @@ from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.aggregate import RunStats, Straggler
 from mgpu_tui.engine.run.anatomy import RankAnatomy, Verdict
+from mgpu_tui.engine.run.mfu import Compute
 from mgpu_tui.engine.run.nccl_record import NcclFigures
 from mgpu_tui.engine.run.rootcause import RootCause
 from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
@@ -226,6 +231,7 @@ class RankSummary:
         None  # the collectives it entered (its flight records): a script's progress without steps
     )
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite (its loss is null)
+    compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (run/mfu.py)
 
 
 @dataclass(frozen=True)
@@ -274,6 +280,7 @@ class RunSummary:
     # steps apart, and why the job was slow, where that was clear (anatomy.py).
     anatomy: tuple[RankAnatomy, ...] = ()
     verdicts: tuple[Verdict, ...] = ()
+    compute: Compute | None = None  # the job's TF/s and MFU, where its ranks counted FLOPs (run/mfu.py)
 
     @property
     def ok(self) -> bool:
@@ -351,6 +358,7 @@ class RunSummary:
                     r.tokens_per_s,
                     r.collectives,
                     r.diverged_at,
+                    r.compute,
                 )
                 for r in stats.ranks
             ),
@@ -376,6 +384,7 @@ class RunSummary:
             processes=processes,
             anatomy=stats.anatomy,
             verdicts=stats.verdicts,
+            compute=stats.compute,
         )
 
     def to_json(self) -> dict:
@@ -384,7 +393,8 @@ class RunSummary:
         document["peak_mem_bytes"] = list(self.peak_mem_bytes)
         # A rank's diverged_at only where its loss diverged: every other summary reads as before.
         document["ranks"] = [
-            {k: v for k, v in asdict(r).items() if k != "diverged_at" or v is not None} for r in self.ranks
+            {k: v for k, v in asdict(r).items() if k not in ("diverged_at", "compute") or v is not None}
+            for r in self.ranks
         ]
         document["root_cause"] = self.root_cause.to_json() if self.root_cause else None
         document["verify"] = self.verify.to_json() if self.verify else None
@@ -398,6 +408,8 @@ class RunSummary:
         document["processes"] = [asdict(p) for p in self.processes]
         if not self.processes:  # a command's alone (mgpu-tui exec): every other summary reads as before
             del document["processes"]
+        if self.compute is None:  # a job whose ranks counted FLOPs alone: every other reads as before
+            del document["compute"]
         for taken_apart in ("anatomy", "verdicts"):  # where the ranks took their steps apart, alone
             if not document[taken_apart]:
                 del document[taken_apart]

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from mgpu_tui.console import fmt_seconds, plain, table
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.run.anatomy import RankAnatomy, Verdict
+from mgpu_tui.engine.run.mfu import Compute
 
 EACH_RANK_AT_MOST = 16  # ranks the table lists one by one; past that, the range over the ranks
 
@@ -58,3 +59,21 @@ def verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
     for verdict in verdicts:
         lines += [f"why it is slow: {verdict.text}", f"  try: {verdict.hint}"]
     return [plain(line) for line in lines]
+
+
+def fmt_tflops(tflops: float) -> str:
+    return f"{tflops:,.0f}" if tflops >= 100 else f"{tflops:.3g}"
+
+
+def compute_line(compute: Compute | None, ranks: int = 1) -> str | None:
+    """The job's TF/s and MFU, as torch's counter and the peak table give them (None: not counted)."""
+    if compute is None:
+        return None
+    if compute.tflops is None:
+        return f"compute n/a: {compute.note}"
+    line = f"compute {fmt_tflops(compute.tflops)} TFLOP/s (torch's FLOP count of each step)"
+    if compute.mfu is None:
+        return f"{line}, MFU n/a: {compute.note}"
+    each = f"{ranks} x " if ranks > 1 and compute.basis != "mixed" else ""
+    peak = fmt_tflops(compute.peak_tflops / ranks if each and compute.peak_tflops else compute.peak_tflops or 0)
+    return f"{line}, MFU {compute.mfu * 100:.1f}% of {each}{peak} TFLOP/s ({compute.basis} dense peak)"

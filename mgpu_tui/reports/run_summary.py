@@ -20,7 +20,7 @@ from mgpu_tui.console import (
     table,
 )
 from mgpu_tui.engine.run.summary import RankSummary, RunSummary
-from mgpu_tui.reports.anatomy import anatomy_lines, verdict_lines
+from mgpu_tui.reports.anatomy import anatomy_lines, compute_line, verdict_lines
 from mgpu_tui.reports.memory import memory_lines
 
 
@@ -228,7 +228,12 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, "nodes: " + "; ".join(each))
     if summary.root_cause:  # the summary says why it failed, not only that it did
         head += f"\ncause: {summary.root_cause.headline()}"
-    taken_apart = [*anatomy_lines(summary.anatomy), *verdict_lines(summary.verdicts)]
+    compute = compute_line(summary.compute, sum(1 for r in summary.ranks if r.compute is not None))
+    taken_apart = [
+        *([compute] if compute else []),
+        *anatomy_lines(summary.anatomy),
+        *verdict_lines(summary.verdicts),
+    ]
     return plain("\n".join([head, body, timing, *taken_apart, *notes]))  # a path, a rank's words: text only
 
 
