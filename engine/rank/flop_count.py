@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_SHAPES = 16  # distinct input shapes counted at most; beyond, the count stops (a reason says why)
+LIGHTNING = ("lightning.pytorch", "pytorch_lightning")  # a LightningModule's classes
 SHARDED = "FSDP holds shards of the parameters on each rank, so a step's FLOPs are not counted"
 
 
@@ -91,6 +92,11 @@ def eager_module(torch: Any, root: Any) -> Any:
             module = module._orig_mod
         else:
             break
+    if any(c.__module__.startswith(LIGHTNING) for c in type(module).__mro__):
+        raise NotCounted(
+            "Lightning calls training_step through the module's forward, and replaying it would run its "
+            "logging: a step's FLOPs are not counted"
+        )
     if any(type(p).__name__ == "DTensor" for p in module.parameters()):
         raise NotCounted("its parameters are DTensors (sharded across ranks), so a step's FLOPs are not counted")
     return module
@@ -100,7 +106,7 @@ def count(torch: Any, root: Any, call: Call) -> int:
     """The FLOPs of one forward and backward of ``root`` on ``call``'s inputs (torch's counter on a
     fake replay); :class:`NotCounted` with the reason when it cannot be replayed."""
     module = eager_module(torch, root)
-    _register_missing_formulas(torch)
+    register_missing_formulas(torch)
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -195,7 +201,7 @@ def _autocast(torch: Any, autocast: tuple[str, Any] | None) -> Any:
 _registered = False
 
 
-def _register_missing_formulas(torch: Any) -> None:
+def register_missing_formulas(torch: Any) -> None:
     """The CPU's fused attention kernels have no formula in torch's counter (it counts them 0): they
     get the formulas torch gives the GPU's (sdpa_flop, sdpa_backward_flop: the same arithmetic)."""
     global _registered

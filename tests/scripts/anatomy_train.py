@@ -60,12 +60,15 @@ def main() -> None:
     p.add_argument("--sleep", type=float, default=0.0, help="seconds an item, on the slow rank")
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--no-loader", action="store_true")
+    p.add_argument("--device", default="cpu", help="cuda: each rank on its local GPU, over NCCL")
     args = p.parse_args()
 
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
+    device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count()) if cuda else torch.device("cpu")
     torch.manual_seed(0)
-    model = DistributedDataParallel(Heavy(args.features, args.width, args.compute))
+    model = DistributedDataParallel(Heavy(args.features, args.width, args.compute).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     sleep_s = args.sleep if rank == args.slow_data_rank else 0.0
     items = Items(args.batch * args.steps, args.features, sleep_s)
@@ -80,6 +83,7 @@ def main() -> None:
     step = 0
     loss = torch.zeros(())
     for x, y in batches:
+        x, y = x.to(device), y.to(device)
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()

@@ -42,6 +42,7 @@ parser.add_argument("--hang-at", type=int, default=20, help="... from this itera
 parser.add_argument("--slow-rank", type=int, default=-1, help="this rank's data loading is slow ...")
 parser.add_argument("--slow-ms", type=float, default=50.0, help="... by this much a batch")
 parser.add_argument("--eval-seconds", type=float, default=0.0, help="evaluate this long at eval time")
+parser.add_argument("--peak-flops", type=float, default=312e12, help="for the MFU estimate (nanoGPT's: A100)")
 parser.add_argument("--abort-at-exit", type=int, default=-1, help="this rank aborts as Python shuts down")
 args = parser.parse_args()
 
@@ -75,6 +76,15 @@ class GPT(nn.Module):
         if targets is None:
             return logits, None
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
+
+
+def estimate_mfu(model, fwdbwd_per_iter, dt):
+    """nanoGPT's estimate (its model.py, after PaLM's appendix B): 6N + 12 L H Q T FLOPs a token,
+    N the parameters without the position embeddings, against --peak-flops."""
+    n = sum(p.numel() for p in model.parameters()) - model.pos.weight.numel()
+    layers, d, t = len(model.blocks), model.tok.embedding_dim, args.block_size
+    flops_per_token = 6 * n + 12 * layers * d * t
+    return flops_per_token * t * fwdbwd_per_iter / dt / args.peak_flops
 
 
 ddp = int(os.environ.get("RANK", -1)) != -1
@@ -187,7 +197,8 @@ for it in range(args.max_iters + 1):
     if master:
         mem = f", mem {torch.cuda.max_memory_allocated() / 2**20:.1f}MiB" if device_type == "cuda" else ""
         lossf = loss.item() * grad_accum
-        print(f"iter {it}: loss {lossf:.4f}, time {(t1 - t0) * 1000:.2f}ms{mem}", flush=True)
+        mfu = estimate_mfu(raw_model, args.batch_size * grad_accum, t1 - t0)
+        print(f"iter {it}: loss {lossf:.4f}, time {(t1 - t0) * 1000:.2f}ms{mem}, mfu {mfu * 100:.2f}%", flush=True)
     t0 = t1
 
 if ddp:

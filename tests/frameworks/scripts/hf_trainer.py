@@ -7,13 +7,16 @@ where losses are the Trainer's own logged loss at each step (every rank's mean).
 """
 
 import json
+import os
 import sys
 import tempfile
 
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
 
-BATCH, ACCUMULATION, STEPS, SEQ = 4, 2, 6, 16
+BATCH, ACCUMULATION, SEQ = 4, 2, 16
+STEPS = int(os.environ.get("HF_STEPS", "6"))
+ON_GPU = os.environ.get("HF_ON_GPU") == "1"  # on a GPU box (scripts/gpu_check.py); else the CPU
 
 
 class Tokens(torch.utils.data.Dataset):
@@ -42,11 +45,11 @@ def main():
             learning_rate=1e-3,
             report_to=[],
             save_strategy="no",
-            use_cpu=True,
+            use_cpu=not ON_GPU,
             disable_tqdm=True,
             dataloader_num_workers=0,
         )
-        trainer = Trainer(model=model, args=args, train_dataset=Tokens(256))
+        trainer = Trainer(model=model, args=args, train_dataset=Tokens(max(256, STEPS * BATCH * ACCUMULATION)))
         output = trainer.train()
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     result = {

@@ -42,13 +42,14 @@ def main():
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--samples", type=int, default=96)
     parser.add_argument("--accumulate", type=int, default=1)  # accumulate_grad_batches
+    parser.add_argument("--accelerator", default="cpu")  # "gpu" on a GPU box (scripts/gpu_check.py)
     args = parser.parse_args()
     L.seed_everything(0, verbose=False)
     x = torch.randn(args.samples, 16)
     data = TensorDataset(x, x.sum(dim=1, keepdim=True) * 0.1)
     model = Regressor()
     trainer = L.Trainer(
-        accelerator="cpu",
+        accelerator=args.accelerator,
         devices=args.devices,
         strategy=args.strategy,
         max_epochs=args.epochs,
