@@ -21,10 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from demos.transformer import build_gpt  # noqa: E402
-from mgpu_tui.engine.planning.shapes import model_shape  # noqa: E402
-from mgpu_tui.engine.rank.flop_count import register_missing_formulas  # noqa: E402
+from mgpu_tui.demos.transformer import build_gpt
+from mgpu_tui.engine.planning.shapes import model_shape
+from mgpu_tui.engine.rank.flop_count import register_missing_formulas
 
 PEAK = 989.5e12  # the H200 SXM's dense bf16 (engine/machine/peaks.py)
 

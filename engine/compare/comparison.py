@@ -7,10 +7,9 @@ data, seed and global batch. Each finished run becomes a :class:`Row`:
 - step time: the median over steady steps, with p10-p90 (see aggregate.py);
 - samples/s global, and per device: per GPU on CUDA, per rank on the CPU;
 - tokens/s: global, for a GPT (--model gpt-...): null for the MLP, which reads vectors;
-- TFLOP/s per device: the model's training FLOPs x throughput / devices: for the
-  MLP 3 x the forward's per sample (the backward costs about twice the forward),
-  for a GPT 6N + 12 L d s per token (engine/planning/shapes.py); MFU = that over
-  the GPU's dense peak for the precision, where the GPU is one we know;
+- TFLOP/s per device: the model's training FLOPs x throughput / devices, the
+  FLOPs as torch's counter counts them (engine/planning/shapes.py); MFU = that over
+  the GPU's dense peak for the precision (engine/machine/peaks.py), where it has one;
 - memory per rank: the planner's predicted state and total next to what each
   rank measured (summary.py's ``memory``);
 - peak memory per rank (allocator peak on CUDA, peak RSS on the CPU);
@@ -33,7 +32,7 @@ from secrets import token_hex
 from mgpu_tui.engine.compare import scaling
 from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve, workload_of
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.machine import nvml
+from mgpu_tui.engine.machine import nvml, peaks
 from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
@@ -44,16 +43,6 @@ PARALLEL_NOTE = (
     "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
     "and PCIe): the figures are not a fair race"
 )
-# Dense peak FLOP/s from NVIDIA's datasheets: (16-bit tensor core, plain fp32). Matched on the NVML name.
-GPU_PEAK_FLOPS = {
-    "H200": (989e12, 67e12),
-    "H100 PCIe": (756e12, 51e12),
-    "H100": (989e12, 67e12),  # SXM
-    "A100": (312e12, 19.5e12),
-    "L40S": (362e12, 91.6e12),
-}
-
-
 def train_flops_per_sample(workload: ModelShape | MlpShape) -> float:
     """Training FLOPs for one sample: the MLP's 3 x forward, or a GPT's sequence of tokens at
     6N + 12 L d s a token (PaLM's appendix B)."""
@@ -63,12 +52,9 @@ def train_flops_per_sample(workload: ModelShape | MlpShape) -> float:
 
 
 def peak_flops(gpu_name: str | None, half_precision: bool) -> float | None:
-    if not gpu_name:
-        return None
-    for key, (half, single) in GPU_PEAK_FLOPS.items():
-        if key in gpu_name:
-            return half if half_precision else single
-    return None
+    """The GPU's dense peak for the demos' precision (16-bit with --amp, else plain fp32: the demos
+    leave TF32 off), from the one peak table (engine/machine/peaks.py); None where it has none."""
+    return peaks.peak(gpu_name, "bf16" if half_precision else "fp32")[0]
 
 
 def devices_used(mode: str, device: str, world_size: int, nproc: int, stages: int, gpu_count: int) -> int:

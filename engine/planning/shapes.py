@@ -96,11 +96,23 @@ class ModelShape:
     # ---- compute ----------------------------------------------------------------------
 
     @property
+    def matmul_params(self) -> int:
+        """The weights that multiply a matrix: each block's Q, K, V, output and MLP matrices, and the
+        head's (a tied head's too: the embeddings' matrix is multiplied there). Embedding lookups,
+        biases and LayerNorms do no matrix multiply."""
+        d, f = self.d_model, self.d_ff
+        return self.layers * (4 * d * d + 2 * d * f) + d * self.vocab
+
+    @property
     def flops_per_token(self) -> int:
-        """Training FLOPs per token: 6N + 12 L d s (PaLM, Chowdhery et al. 2022, appendix B: the
-        forward and backward matmuls with every parameter, plus attention's QK^T and AV over the
-        sequence; N counts every parameter)."""
-        return 6 * self.params + 12 * self.layers * self.d_model * self.seq_len
+        """Training FLOPs per token, as torch's FLOP counter counts them (torch.utils.flop_counter;
+        docs/compare.md): 6 a weight of the matrix multiplies (2 forward, 2 for the input's gradient,
+        2 for the weight's), and attention's 14 d s a layer: 4 forward (QK^T and AV over the whole
+        sequence, the causal mask not discounted) and 10 backward (the scores recomputed, then four
+        products). PaLM's 6N + 12 L d s (Chowdhery et al. 2022, appendix B), which counted every
+        parameter and attention's backward at twice its forward, was 2% under the counter on
+        gpt-1.3b and 20% under it on gpt-tiny."""
+        return 6 * self.matmul_params + 14 * self.layers * self.d_model * self.seq_len
 
     def to_json(self) -> dict:
         return {**asdict(self), "params": self.params, "flops_per_token": self.flops_per_token}
@@ -123,10 +135,12 @@ class MlpShape:
 
     @property
     def flops_per_sample(self) -> int:
-        """Training FLOPs for one sample: 3 x the forward's 2 x multiply-adds (the backward costs
-        about twice the forward)."""
+        """Training FLOPs for one sample, as torch's FLOP counter counts them: 2 a weight forward, 2
+        for the weight's gradient, and 2 for the input's gradient except at the first layer (its
+        input, the data, needs none)."""
         w = self.width
-        return 3 * 2 * (self.depth * (w * 2 * w + 2 * w * w) + w * self.classes)
+        weights = self.depth * (w * 2 * w + 2 * w * w) + w * self.classes
+        return 6 * weights - 2 * (w * 2 * w)
 
 
 # The named sizes. gpt-tiny runs in seconds on 2 CPU ranks (the tests' size); 125m/350m/1.3b are

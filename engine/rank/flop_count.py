@@ -144,30 +144,32 @@ def count(torch: Any, root: Any, call: Call) -> int:
 
 def precision(torch: Any, root: Any, call: Call) -> str:
     """What the step's matrix multiplies run in: the autocast dtype, else the parameters' dtype;
-    float32 is "tf32" where torch lets matmuls use TF32 on CUDA."""
+    float32 is "tf32" on CUDA where torch lets matmuls use TF32."""
     if call.autocast is not None:
-        return _name(call.autocast[1])
+        return precision_name(str(call.autocast[1]), call.autocast[0], tf32=False)
     param = next((p for p in root.parameters() if p.is_floating_point()), None)
-    name = _name(param.dtype if param is not None else torch.float32)
-    if name == "fp32" and param is not None and param.device.type == "cuda" and _tf32(torch):
-        return "tf32"
-    return name
+    if param is None:
+        return "fp32"
+    return precision_name(str(param.dtype), param.device.type, tf32=_tf32(torch))
+
+
+def precision_name(dtype: str, device_type: str, *, tf32: bool) -> str:
+    """``torch.bfloat16`` -> "bf16", ...; float32 on CUDA with TF32 allowed -> "tf32"."""
+    text = dtype.replace("torch.", "")
+    name = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}.get(
+        text, "fp8" if text.startswith("float8") else text
+    )
+    return "tf32" if name == "fp32" and device_type == "cuda" and tf32 else name
 
 
 def _tf32(torch: Any) -> bool:
+    """torch.backends.cuda.matmul.allow_tf32, or a float32 matmul precision of "high" or "medium"."""
     try:
         if torch.backends.cuda.matmul.allow_tf32:
             return True
         return torch.get_float32_matmul_precision() in ("high", "medium")
     except Exception:  # noqa: BLE001
         return False
-
-
-def _name(dtype: Any) -> str:
-    text = str(dtype).replace("torch.", "")
-    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float64": "fp64"}.get(
-        text, "fp8" if text.startswith("float8") else text
-    )
 
 
 def _fake(torch: Any, meta: _Meta) -> Any:

@@ -1,0 +1,58 @@
+"""Issue 42: TF/s and MFU for any script, its steps' FLOPs counted by torch's own counter on a fake
+replay (engine/rank/flop_count.py), on real torchrun ranks over gloo."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import results_of, run_cli, summary_from
+from mgpu_tui.reports.run_summary import summary_text
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def dropin(tmp_path: Path, script: str, *args: str, nproc: int = 1):
+    done = run_cli(
+        "torchrun", "--nproc-per-node", str(nproc), "--json", "--run-dir", str(tmp_path / "runs"), script, *args,
+        timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = summary_from(done.stdout)
+    steps = {}
+    for rank in range(nproc):
+        lines = (Path(summary.run_dir) / "events" / f"rank{rank}.jsonl").read_text().splitlines()
+        steps[rank] = [e for e in map(json.loads, lines) if e["kind"] == "step"]
+    return summary, steps, done
+
+
+def test_a_compiled_script_is_counted_as_torchs_counter_counts_it_and_stays_compiled(tmp_path):
+    script = str(SCRIPTS / "compiled_mlp.py")
+    bare = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", script],
+        capture_output=True, text=True, timeout=240, cwd=tmp_path,
+    )  # fmt: skip
+    assert bare.returncode == 0, bare.stderr[-2000:]
+    summary, steps, done = dropin(tmp_path, script)
+    watched, alone = results_of(done.stdout + done.stderr)[0], results_of(bare.stdout)[0]
+    # Every step ran the compiled graph, the steps after the count too: as many runs as bare.
+    assert watched["compiled_runs"] == alone["compiled_runs"] >= watched["steps"]
+    assert [e["flops"] for e in steps[0]] == [watched["flops"]] * watched["steps"]
+    assert summary.compute.tflops > 0 and summary.compute.mfu is None
+    assert summary.compute.note == "the CPU has no peak in the table"
+
+
+def test_a_nanogpt_shaped_script_on_two_ranks_shows_its_tflops_and_why_mfu_is_na(tmp_path):
+    # 2 layers, width 64, 32 tokens, vocabulary 256, untied head; 4 micro-batches of 4, 2 a rank.
+    summary, steps, _ = dropin(
+        tmp_path, str(SCRIPTS / "gpt_train.py"), "--max-iters", "12", "--grad-accum", "4",
+        "--out-dir", str(tmp_path / "out"), nproc=2,
+    )  # fmt: skip
+    layers, d, seq, vocab = 2, 64, 32, 256
+    per_token = 6 * (layers * 12 * d * d + d * vocab) + 14 * layers * d * seq  # as the counter counts
+    for rank in (0, 1):
+        assert [e["flops"] for e in steps[rank]] == [per_token * 4 * seq * 2] * 12
+    text = summary_text(summary)
+    assert "TFLOP/s (torch's FLOP count of each step), MFU n/a: the CPU has no peak in the table" in text
+    assert len([r for r in summary.ranks if r.compute and r.compute.tflops]) == 2
+    assert summary.compute.tflops == sum(r.compute.tflops for r in summary.ranks)

@@ -1,0 +1,50 @@
+"""A plain loop over a torch.compile'd MLP, knowing nothing of mgpu-tui (issue 42's test): the
+compiled graph counts its own runs (a backend that wraps the graph), and at the end the script
+counts one eager step itself with torch's FLOP counter. Prints, on rank 0:
+    RESULT {"rank": 0, "steps": 12, "compiled_runs": 12, "flops": 12345}
+"""
+
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from torch.utils.flop_counter import FlopCounterMode
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=12)
+args = parser.parse_args()
+runs = []
+
+
+def counting(graph, example_inputs):
+    def run(*inputs):
+        runs.append(1)
+        return graph.forward(*inputs)
+
+    return run
+
+
+distributed = "RANK" in os.environ
+if distributed:
+    dist.init_process_group("gloo")
+torch.manual_seed(0)
+eager = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+model = torch.compile(eager, backend=counting)
+if distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 32), torch.randn(16, 8)
+for step in range(args.steps):
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad()
+compiled_runs = len(runs)
+with FlopCounterMode(display=False) as counter:
+    eager(x).square().mean().backward()
+if not distributed or dist.get_rank() == 0:
+    print("RESULT " + json.dumps({"rank": 0, "steps": args.steps, "compiled_runs": compiled_runs, "flops": counter.get_total_flops()}))
+if distributed:
+    dist.destroy_process_group()

@@ -1,0 +1,120 @@
+"""Issue 42: a step's FLOPs as torch's own counter gives them, for any model (engine/rank/flop_count.py
+replays the step on fake tensors), and the demos' analytic count held to the same counter."""
+
+import argparse
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mgpu_tui.demos.model import build_model
+from mgpu_tui.demos.transformer import build_gpt
+from mgpu_tui.engine.planning.shapes import MlpShape, model_shape
+from mgpu_tui.engine.rank import flop_count
+
+
+def counted_step(model, *inputs, loss_of=lambda out: out.float().square().mean()) -> int:
+    """torch's counter over one real eager step (forward and backward)."""
+    flop_count.register_missing_formulas(torch)
+    with FlopCounterMode(display=False) as counter:
+        loss_of(model(*inputs)).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize(
+    "name, overrides",
+    [("gpt-tiny", {}), ("gpt-125m", {"layers": 2, "seq_len": 64}), ("gpt-1.3b", {"layers": 1, "seq_len": 32, "d_model": 256, "heads": 4})],
+)
+def test_the_gpt_demos_analytic_count_is_torchs_counter_on_an_eager_step(name, overrides):
+    shape = model_shape(name, **overrides)
+    torch.manual_seed(0)
+    model = build_gpt(shape)
+    ids = torch.randint(0, shape.vocab, (2, shape.seq_len))
+    counted = counted_step(model, ids)
+    analytic = shape.flops_per_token * shape.seq_len * 2
+    assert abs(analytic - counted) <= 0.01 * counted, (analytic, counted)
+
+
+def test_the_mlp_demos_count_is_torchs_counter_exactly():
+    shape = MlpShape(width=32, depth=3)
+    model = build_model(argparse.Namespace(width=32, depth=3, seed=0, shape=None))
+    counted = counted_step(model, torch.randn(5, 32))
+    assert shape.flops_per_sample * 5 == counted
+
+
+def test_a_fake_replay_counts_what_a_real_step_does_and_touches_nothing_real():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 3))
+    x = torch.randn(7, 24)
+    before = [p.detach().clone() for p in model.parameters()]
+    call = flop_count.describe(torch, (x,), {})
+    replayed = flop_count.count(torch, model, call)
+    assert replayed == counted_step(model, x) == 2 * 7 * (24 * 48 + 48 * 3) * 3 - 2 * 7 * 24 * 48
+    assert all(p.grad is None for p in model.parameters())  # no fake gradient left in .grad
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_compiled_model_is_counted_on_its_eager_module_and_stays_compiled():
+    calls = []
+
+    def backend(graph, example_inputs):  # counts each time the compiled graph runs
+        def run(*args):
+            calls.append(1)
+            return graph.forward(*args)
+
+        return run
+
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+    model = torch.compile(eager, backend=backend)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 16)
+    counted = None
+    for step in range(6):
+        model(x).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 1:  # at a step boundary, as the watch counts
+            counted = flop_count.count(torch, model, flop_count.describe(torch, (x,), {}))
+    assert len(calls) == 6  # the compiled graph ran at every step, the ones after the count too
+    assert counted == counted_step(eager, x)
+
+
+def test_what_cannot_be_counted_says_why():
+    lightning = pytest.importorskip("lightning")
+
+    class Module(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+    with pytest.raises(flop_count.NotCounted, match="Lightning calls training_step"):
+        flop_count.eager_module(torch, Module())
+
+    class ReadsValues(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+        def forward(self, x):
+            if x.sum().item() > 0:  # data-dependent: fake tensors have no values
+                return self.net(x)
+            return self.net(-x)
+
+    call = flop_count.describe(torch, (torch.randn(2, 4),), {})
+    with pytest.raises(flop_count.NotCounted, match="could not be replayed on fake tensors"):
+        flop_count.count(torch, ReadsValues(), call)
+
+
+def test_the_precision_is_the_autocast_dtype_else_the_weights_with_tf32_on_cuda_only():
+    assert flop_count.precision_name("torch.bfloat16", "cuda", tf32=False) == "bf16"
+    assert flop_count.precision_name("torch.float32", "cuda", tf32=True) == "tf32"
+    assert flop_count.precision_name("torch.float32", "cuda", tf32=False) == "fp32"
+    assert flop_count.precision_name("torch.float32", "cpu", tf32=True) == "fp32"
+    assert flop_count.precision_name("torch.float8_e4m3fn", "cuda", tf32=False) == "fp8"
+    model = torch.nn.Linear(3, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        call = flop_count.describe(torch, (torch.randn(2, 3),), {})
+    assert flop_count.precision(torch, model, call) == "bf16"
+    assert flop_count.precision(torch, model, flop_count.describe(torch, (torch.randn(2, 3),), {})) == "fp32"
