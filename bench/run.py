@@ -23,6 +23,8 @@ Entries:
 - ``anatomy``: what taking each step apart (data, forward, backward, communication, optimizer,
   host: engine/rank/step_clock.py) adds to a step, in interleaved pairs (bench/step_anatomy.py).
   Goal: < 100 us a step.
+- ``flops``: what counting a step's FLOPs costs a rank (bench/flop_cost.py says how). Goals: a
+  count < 100 ms once per input shape, outside the measured steps; < 20 us at each forward.
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
@@ -72,6 +74,7 @@ from pathlib import Path
 
 from exec_costs import bench_exec_first_step, bench_exec_start
 from first_step import first_step_times
+from flop_cost import bench_flops
 from pairs import alternated, figure
 from step_anatomy import bench_anatomy
 
@@ -841,6 +844,7 @@ def main() -> None:
             "reporter",
             "bootstrap",
             "anatomy",
+            "flops",
             "first-step",
             "exec-start",
             "exec-first-step",
@@ -866,6 +870,7 @@ def main() -> None:
         "reporter",
         "bootstrap",
         "anatomy",
+        "flops",
         "first-step",
         "exec-start",
         "exec-first-step",
@@ -891,6 +896,9 @@ def main() -> None:
         elif entry == "anatomy":
             title, rows = bench_anatomy(args.pairs or 7, 300, {**_clean_env(), "OMP_NUM_THREADS": "1"})
             print(title + "\n" + table(["", "us"], rows), flush=True)
+        elif entry == "flops":
+            title, rows = bench_flops()
+            print(title + "\n" + table(["", "measured"], rows), flush=True)
         elif entry == "first-step":
             print(bench_first_step(args.pairs or 8), flush=True)
         elif entry in ("exec-start", "exec-first-step"):

@@ -88,10 +88,16 @@ def main() -> int:
         step(model, optimizer, x, y)
     counted = counter.get_total_flops()
     analytic = shape.flops_per_token * shape.seq_len * args.batch
-    lines.append(f"FLOPs a step: torch's counter {counted:.4e}, analytic (compare) {analytic:.4e}, analytic/counter {analytic / counted:.4f}")
+    lines.append(
+        f"FLOPs a step: torch's counter {counted:.4e}, analytic (compare) {analytic:.4e}, "
+        f"analytic/counter {analytic / counted:.4f}"
+    )
 
     eager_s = timed(model, optimizer, x, y, args.steps)
-    lines.append(f"eager: {eager_s * 1000:.1f} ms a step, {counted / eager_s / 1e12:.1f} TFLOP/s, MFU {counted / eager_s / PEAK * 100:.1f}%")
+    lines.append(
+        f"eager: {eager_s * 1000:.1f} ms a step, {counted / eager_s / 1e12:.1f} TFLOP/s, "
+        f"MFU {counted / eager_s / PEAK * 100:.1f}%"
+    )
 
     from torch.profiler import ProfilerActivity, profile
 
@@ -125,7 +131,9 @@ def main() -> int:
             f"each block compiled (first steps {time.monotonic() - started:.0f} s with the compile): "
             f"{compiled_s * 1000:.1f} ms a step, MFU {counted / compiled_s / PEAK * 100:.1f}%"
         )
-        summary += f"; blocks compiled MFU {counted / compiled_s / PEAK * 100:.1f}% ({compiled_s * 1000:.0f} ms)"
+        summary += (
+            f"; blocks compiled MFU {counted / compiled_s / PEAK * 100:.1f}% ({compiled_s * 1000:.0f} ms)"
+        )
     peak = torch.cuda.max_memory_allocated() / 2**30 if DEVICE == "cuda" else 0.0
     summary += f"; counter/analytic {counted / analytic:.4f}; peak {peak:.1f} GiB; {by_kind}"
     args.out.write_text("\n".join(lines) + "\n")

@@ -32,9 +32,23 @@ GPT = ROOT / "tests" / "scripts" / "gpt_train.py"
 H200_BF16 = 989.5e12  # engine/machine/peaks.py, the H200 SXM's dense bf16 (datasheet 1,979 with sparsity)
 MFU_ARGS = [
     "--compile",
-    "--n-layer", "12", "--n-embd", "768", "--n-head", "12", "--block-size", "1024",
-    "--batch-size", "8", "--grad-accum", "2", "--max-iters", "60", "--eval-interval", "1000",
-]  # fmt: skip
+    "--n-layer",
+    "12",
+    "--n-embd",
+    "768",
+    "--n-head",
+    "12",
+    "--block-size",
+    "1024",
+    "--batch-size",
+    "8",
+    "--grad-accum",
+    "2",
+    "--max-iters",
+    "60",
+    "--eval-interval",
+    "1000",
+]
 ITER = re.compile(r"iter (\d+): loss [\d.]+, time ([\d.]+)ms.*?, mfu ([\d.]+)%")
 RESULT = re.compile(r"RESULT (\{.*\})")
 
@@ -64,11 +78,38 @@ def _script_log(summary: dict | None) -> str:
 class Round3:
     """Mixed into gpu_check's Checker (its sh, mgpu, out, python, pairs, and Result)."""
 
-    lightning_args = ["--devices", "1", "--accelerator", "gpu", "--strategy", "ddp", "--samples", "512", "--epochs", "2"]
+    lightning_args = [
+        "--devices",
+        "1",
+        "--accelerator",
+        "gpu",
+        "--strategy",
+        "ddp",
+        "--samples",
+        "512",
+        "--epochs",
+        "2",
+    ]
     hf_env = {"HF_ON_GPU": "1", "HF_STEPS": "200"}
     gpt_args = MFU_ARGS
-    anatomy_args = ["--device", "cuda", "--steps", "40", "--batch", "16", "--features", "1024", "--width", "4096",
-                    "--compute", "8", "--slow-data-rank", "0", "--sleep", "0.004"]  # fmt: skip
+    anatomy_args = [
+        "--device",
+        "cuda",
+        "--steps",
+        "40",
+        "--batch",
+        "16",
+        "--features",
+        "1024",
+        "--width",
+        "4096",
+        "--compute",
+        "8",
+        "--slow-data-rank",
+        "0",
+        "--sleep",
+        "0.004",
+    ]
 
     def peak_flops(self) -> float:
         return H200_BF16
@@ -81,18 +122,51 @@ class Round3:
         lightning = str(FRAMEWORKS / "lightning_ddp.py")
         own = self.lightning_args
         for name, argv in (
-            ("lightning-exec", self.mgpu("exec", "--json", "--run-dir", str(self.out / "runs-l"), "--", self.python, lightning, *own)),
-            ("lightning-dropin", self.mgpu("torchrun", "--nproc-per-node", "1", "--json", "--run-dir", str(self.out / "runs-l"), lightning, *own)),
-        ):  # fmt: skip
+            (
+                "lightning-exec",
+                self.mgpu(
+                    "exec",
+                    "--json",
+                    "--run-dir",
+                    str(self.out / "runs-l"),
+                    "--",
+                    self.python,
+                    lightning,
+                    *own,
+                ),
+            ),
+            (
+                "lightning-dropin",
+                self.mgpu(
+                    "torchrun",
+                    "--nproc-per-node",
+                    "1",
+                    "--json",
+                    "--run-dir",
+                    str(self.out / "runs-l"),
+                    lightning,
+                    *own,
+                ),
+            ),
+        ):
             start = time.monotonic()
             done = self.sh(name, argv, 240)
             summary, truth = _summary(done.stdout), _result_line(done.stdout + done.stderr)
             if summary is None or truth is None:
-                results.append(Result(name, False, f"exit {done.returncode}, no summary or RESULT; see {name}.log"))
+                results.append(
+                    Result(name, False, f"exit {done.returncode}, no summary or RESULT; see {name}.log")
+                )
                 continue
             rank0 = summary["ranks"][0] if summary["ranks"] else {}
-            same_loss = rank0.get("loss") is not None and abs(rank0["loss"] - truth["loss"]) <= 1e-6 * max(1, abs(truth["loss"]))
-            ok = done.returncode == 0 and summary["steps"] == truth["steps"] and same_loss and summary["device"].startswith("cuda")
+            same_loss = rank0.get("loss") is not None and abs(rank0["loss"] - truth["loss"]) <= 1e-6 * max(
+                1, abs(truth["loss"])
+            )
+            ok = (
+                done.returncode == 0
+                and summary["steps"] == truth["steps"]
+                and same_loss
+                and summary["device"].startswith("cuda")
+            )
             results.append(
                 Result(
                     name,
@@ -106,16 +180,34 @@ class Round3:
         start = time.monotonic()
         done = self.sh(
             "hf-trainer",
-            self.mgpu("exec", "--json", "--run-dir", str(self.out / "runs-hf"), "--", self.python, str(FRAMEWORKS / "hf_trainer.py")),
+            self.mgpu(
+                "exec",
+                "--json",
+                "--run-dir",
+                str(self.out / "runs-hf"),
+                "--",
+                self.python,
+                str(FRAMEWORKS / "hf_trainer.py"),
+            ),
             240,
             env=self.hf_env,
-        )  # fmt: skip
+        )
         summary, truth = _summary(done.stdout), _result_line(done.stdout + done.stderr)
         if summary is None or truth is None:
             results.append(Result("hf-trainer", False, f"exit {done.returncode}; see hf-trainer.log"))
         else:
-            rate, tokens, theirs = summary["samples_per_s"], summary["tokens_per_s"], truth["samples_per_second"]
-            ok = bool(done.returncode == 0 and rate and tokens and abs(tokens / rate - 16) < 1e-6 and summary["steps"] == truth["steps"])
+            rate, tokens, theirs = (
+                summary["samples_per_s"],
+                summary["tokens_per_s"],
+                truth["samples_per_second"],
+            )
+            ok = bool(
+                done.returncode == 0
+                and rate
+                and tokens
+                and abs(tokens / rate - 16) < 1e-6
+                and summary["steps"] == truth["steps"]
+            )
             results.append(
                 Result(
                     "hf-trainer",
@@ -131,16 +223,27 @@ class Round3:
         done = self.sh(
             "accelerate-one",
             self.mgpu(
-                "exec", "--json", "--run-dir", str(self.out / "runs-acc"), "--",
-                self.python, "-m", "accelerate.commands.launch", "--num_processes", "1", str(FRAMEWORKS / "accelerate_loop.py"),
+                "exec",
+                "--json",
+                "--run-dir",
+                str(self.out / "runs-acc"),
+                "--",
+                self.python,
+                "-m",
+                "accelerate.commands.launch",
+                "--num_processes",
+                "1",
+                str(FRAMEWORKS / "accelerate_loop.py"),
             ),
             240,
-        )  # fmt: skip
+        )
         summary, truth = _summary(done.stdout), _result_line(done.stdout + done.stderr)
         if summary is None or truth is None:
             results.append(Result("accelerate-one", False, f"exit {done.returncode}; see accelerate-one.log"))
         else:
-            ok = bool(done.returncode == 0 and summary["steps"] == truth["steps"] and summary["samples_per_s"])
+            ok = bool(
+                done.returncode == 0 and summary["steps"] == truth["steps"] and summary["samples_per_s"]
+            )
             results.append(
                 Result(
                     "accelerate-one",
@@ -154,11 +257,22 @@ class Round3:
 
     # ---- the GPT script: MFU against its own estimate, then speed in pairs --------------
 
-    def _gpt_runs(self, name: str, instrumented: bool) -> tuple[subprocess.CompletedProcess, dict | None, str]:
+    def _gpt_runs(
+        self, name: str, instrumented: bool
+    ) -> tuple[subprocess.CompletedProcess, dict | None, str]:
         own = [*self.gpt_args, "--peak-flops", str(self.peak_flops()), "--out-dir", str(self.out / "ckpt")]
         env = {"TORCH_LOGS": "graph_breaks,recompiles"}
         if instrumented:
-            argv = self.mgpu("torchrun", "--nproc-per-node", "1", "--json", "--run-dir", str(self.out / "runs-gpt"), str(GPT), *own)
+            argv = self.mgpu(
+                "torchrun",
+                "--nproc-per-node",
+                "1",
+                "--json",
+                "--run-dir",
+                str(self.out / "runs-gpt"),
+                str(GPT),
+                *own,
+            )
         else:
             argv = [self.python, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(GPT), *own]
         done = self.sh(name, argv, 300, env=env)
@@ -170,17 +284,27 @@ class Round3:
         start = time.monotonic()
         warm, _, _ = self._gpt_runs("gpt-warm-up", instrumented=False)  # fills inductor's cache
         if warm.returncode != 0:
-            return [Result("script-mfu", False, f"the script failed bare (exit {warm.returncode}); see gpt-warm-up.log")]
+            return [
+                Result(
+                    "script-mfu",
+                    False,
+                    f"the script failed bare (exit {warm.returncode}); see gpt-warm-up.log",
+                )
+            ]
         done, summary, log = self._gpt_runs("gpt-mfu", instrumented=True)
         self.mfu_seen = [self._mfu_figures(done, summary, log)]
         figures = self.mfu_seen[0]
         ok = figures.get("ratio") is not None and abs(figures["ratio"] - 1) <= 0.05
         breaks = (figures["graph_breaks"], len(re.findall(r"Graph break", warm.stderr + warm.stdout)))
-        recompiles = (figures["recompiles"], len(re.findall(r"Recompiling function", warm.stderr + warm.stdout)))
+        recompiles = (
+            figures["recompiles"],
+            len(re.findall(r"Recompiling function", warm.stderr + warm.stdout)),
+        )
         ok = ok and breaks[0] == breaks[1] and recompiles[0] == recompiles[1]
         detail = (
-            f"mgpu-tui MFU {figures.get('mfu')} ({figures.get('tflops')} TFLOP/s, {figures.get('basis')}) against "
-            f"the script's own estimate {figures.get('own_mfu')} (ratio {figures.get('ratio')}, goal within 5%); "
+            f"mgpu-tui MFU {figures.get('mfu')} ({figures.get('tflops')} TFLOP/s, {figures.get('basis')}) "
+            f"against the script's own estimate {figures.get('own_mfu')} (ratio {figures.get('ratio')}, "
+            "goal within 5%); "
             f"graph breaks {breaks[0]} vs {breaks[1]} bare, recompiles {recompiles[0]} vs {recompiles[1]}; "
             f"note {figures.get('note')}"
         )
@@ -189,7 +313,11 @@ class Round3:
     def _mfu_figures(self, done: subprocess.CompletedProcess, summary: dict | None, log: str) -> dict:
         iters = [(int(i), float(ms), float(m) / 100) for i, ms, m in ITER.findall(log)]
         steady = iters[5:]
-        own = len(steady) / sum(1 / m for _, _, m in steady) if steady and all(m > 0 for *_, m in steady) else None
+        own = (
+            len(steady) / sum(1 / m for _, _, m in steady)
+            if steady and all(m > 0 for *_, m in steady)
+            else None
+        )
         compute = (summary or {}).get("compute") or {}
         mfu = compute.get("mfu")
         return {
@@ -202,7 +330,9 @@ class Round3:
             "basis": compute.get("basis"),
             "note": compute.get("note"),
             "ratio": mfu / own if mfu and own else None,
-            "step_ms": 1000 * summary["step_time_s_median"] if summary and summary.get("step_time_s_median") else None,
+            "step_ms": 1000 * summary["step_time_s_median"]
+            if summary and summary.get("step_time_s_median")
+            else None,
             "graph_breaks": len(re.findall(r"Graph break", done.stderr + log)),
             "recompiles": len(re.findall(r"Recompiling function", done.stderr + log)),
         }
@@ -237,9 +367,18 @@ class Round3:
         args = self.anatomy_args
         done = self.sh(
             "input-bound",
-            self.mgpu("torchrun", "--nproc-per-node", "1", "--json", "--run-dir", str(self.out / "runs-ib"), script, *args),
+            self.mgpu(
+                "torchrun",
+                "--nproc-per-node",
+                "1",
+                "--json",
+                "--run-dir",
+                str(self.out / "runs-ib"),
+                script,
+                *args,
+            ),
             240,
-        )  # fmt: skip
+        )
         summary = _summary(done.stdout)
         if summary is None:
             return [Result("input-bound", False, f"exit {done.returncode}; see input-bound.log")]
@@ -251,8 +390,9 @@ class Round3:
         telemetry = summary.get("telemetry") or {}
         ok = done.returncode == 0 and "input-bound" in verdicts and share is not None and share >= 0.8
         detail = (
-            f"verdicts {verdicts}; data {share if share is None else round(share, 3)} of a {step_s * 1000:.1f} ms "
-            f"step (planted {planted * 1000:.0f} ms of data a step); GPU telemetry {json.dumps(telemetry)[:400]}"
+            f"verdicts {verdicts}; data {share if share is None else round(share, 3)} of a "
+            f"{step_s * 1000:.1f} ms step (planted {planted * 1000:.0f} ms of data a step); "
+            f"GPU telemetry {json.dumps(telemetry)[:400]}"
         )
         return [Result("input-bound", ok, detail, time.monotonic() - start, {"summary": summary})]
 
@@ -262,21 +402,34 @@ class Round3:
         Result = self.Result  # noqa: N806
         start = time.monotonic()
         results = []
-        torch_version = self.sh("torch-version", [self.python, "-c", "import torch; print(torch.__version__)"], 60).stdout.strip()
+        torch_version = self.sh(
+            "torch-version", [self.python, "-c", "import torch; print(torch.__version__)"], 60
+        ).stdout.strip()
         if gloo_run_dir:
             read = self.sh(
                 "fr-trace-gloo",
-                [self.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(Path(gloo_run_dir) / "fr" / "torch-readable")],
+                [
+                    self.python,
+                    "-m",
+                    "torch.distributed.flight_recorder.fr_trace",
+                    str(Path(gloo_run_dir) / "fr" / "torch-readable"),
+                ],
                 120,
-            )  # fmt: skip
+            )
             text = read.stdout + read.stderr
             refused = "gloo" in text and ("nccl" in text or "xccl" in text) and read.returncode != 0
             results.append(
                 Result(
                     "fr-trace:gloo",
-                    True if read.returncode == 0 and "missing ranks: {1}" in text else (None if refused else False),
+                    True
+                    if read.returncode == 0 and "missing ranks: {1}" in text
+                    else (None if refused else False),
                     f"torch {torch_version}: exit {read.returncode}; "
-                    + ("refuses gloo dumps: " + text.strip().splitlines()[-1][:200] if refused else text.strip()[-300:]),
+                    + (
+                        "refuses gloo dumps: " + text.strip().splitlines()[-1][:200]
+                        if refused
+                        else text.strip()[-300:]
+                    ),
                     time.monotonic() - start,
                 )
             )
@@ -289,15 +442,22 @@ class Round3:
         )
         dumps = sorted(p.name for p in folder.glob("*")) if folder.is_dir() else []
         if done.returncode != 0 or not dumps:
-            results.append(Result("fr-trace:nccl", False, f"exit {done.returncode}, dumps {dumps}; see fr-nccl-run.log"))
+            results.append(
+                Result("fr-trace:nccl", False, f"exit {done.returncode}, dumps {dumps}; see fr-nccl-run.log")
+            )
             return results
-        read = self.sh("fr-trace-nccl", [self.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)], 120)
+        read = self.sh(
+            "fr-trace-nccl",
+            [self.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(folder)],
+            120,
+        )
         text = read.stdout + read.stderr
         results.append(
             Result(
                 "fr-trace:nccl",
                 read.returncode == 0 and "Traceback" not in text,
-                f"torch {torch_version}: dumps {dumps}; fr_trace exit {read.returncode}: {text.strip()[-300:]}",
+                f"torch {torch_version}: dumps {dumps}; fr_trace exit {read.returncode}: "
+                f"{text.strip()[-300:]}",
                 time.monotonic() - start,
             )
         )
@@ -309,35 +469,67 @@ class Round3:
         Result = self.Result  # noqa: N806
         start = time.monotonic()
         smi = subprocess.Popen(
-            ["nvidia-smi", "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active",
-             "--format=csv,noheader", "-lms", "500"],
-            stdout=open(self.out / "gpt13b-clocks.csv", "w"), stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "nvidia-smi",
+                "--query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active",
+                "--format=csv,noheader",
+                "-lms",
+                "500",
+            ],
+            stdout=open(self.out / "gpt13b-clocks.csv", "w"),
+            stderr=subprocess.DEVNULL,
+        )
         try:
             rows, ok, code = self.run_compare(
                 "gpt13b-compare",
-                ["single", "--device", "cuda", "--nproc", "1", "--steps", "20", "--model", "gpt-1.3b",
-                 "--batch-size", "8", "--amp", "--amp-dtype", "bf16"],
+                [
+                    "single",
+                    "--device",
+                    "cuda",
+                    "--nproc",
+                    "1",
+                    "--steps",
+                    "20",
+                    "--model",
+                    "gpt-1.3b",
+                    "--batch-size",
+                    "8",
+                    "--amp",
+                    "--amp-dtype",
+                    "bf16",
+                ],
                 300,
-            )  # fmt: skip
+            )
             profile = self.sh(
                 "gpt13b-profile",
-                [self.python, str(ROOT / "scripts" / "gpu_profile_gpt.py"), "--out", str(self.out / "gpt13b-profile.txt")],
+                [
+                    self.python,
+                    str(ROOT / "scripts" / "gpu_profile_gpt.py"),
+                    "--out",
+                    str(self.out / "gpt13b-profile.txt"),
+                ],
                 240,
             )
         finally:
             smi.terminate()
-        clocks = [line.split(", ") for line in (self.out / "gpt13b-clocks.csv").read_text().splitlines() if line.count(",") >= 5]
+        clocks = [
+            line.split(", ")
+            for line in (self.out / "gpt13b-clocks.csv").read_text().splitlines()
+            if line.count(",") >= 5
+        ]
         sm = [float(c[1].split()[0]) for c in clocks if c[1].split()[0].replace(".", "").isdigit()]
         watts = [float(c[3].split()[0]) for c in clocks if c[3].split()[0].replace(".", "").isdigit()]
         row = rows[0] if rows else {}
         detail = (
-            f"compare MFU {row.get('mfu')} ({row.get('tokens_per_s')} tokens/s, step {row.get('step_time_s_median')} s); "
-            f"SM clock median {statistics.median(sm) if sm else None} MHz (min {min(sm) if sm else None}), power median "
+            f"compare MFU {row.get('mfu')} ({row.get('tokens_per_s')} tokens/s, step "
+            f"{row.get('step_time_s_median')} s); SM clock median "
+            f"{statistics.median(sm) if sm else None} MHz (min {min(sm) if sm else None}), power median "
             f"{statistics.median(watts) if watts else None} W; profile exit {profile.returncode}: "
             f"{profile.stdout.strip().splitlines()[-1] if profile.stdout.strip() else profile.stderr[-300:]}"
         )
-        return [Result("gpt13b-profile", bool(rows) and profile.returncode == 0, detail, time.monotonic() - start)]
+        return [
+            Result("gpt13b-profile", bool(rows) and profile.returncode == 0, detail, time.monotonic() - start)
+        ]
 
 
 NCCL_ONE_RANK = """

@@ -43,6 +43,8 @@ PARALLEL_NOTE = (
     "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
     "and PCIe): the figures are not a fair race"
 )
+
+
 def train_flops_per_sample(workload: ModelShape | MlpShape) -> float:
     """Training FLOPs for one sample: the MLP's 3 x forward, or a GPT's sequence of tokens at
     6N + 12 L d s a token (PaLM's appendix B)."""

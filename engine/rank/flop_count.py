@@ -22,7 +22,6 @@ This module receives the torch module; it imports none itself (the engine's rule
 from __future__ import annotations
 
 import importlib
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,7 +97,9 @@ def eager_module(torch: Any, root: Any) -> Any:
             "logging: a step's FLOPs are not counted"
         )
     if any(type(p).__name__ == "DTensor" for p in module.parameters()):
-        raise NotCounted("its parameters are DTensors (sharded across ranks), so a step's FLOPs are not counted")
+        raise NotCounted(
+            "its parameters are DTensors (sharded across ranks), so a step's FLOPs are not counted"
+        )
     return module
 
 
@@ -118,12 +119,20 @@ def count(torch: Any, root: Any, call: Call) -> int:
     stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     counter = FlopCounterMode(display=False)
     try:
-        with torch.enable_grad(), _maybe(stance, "force_eager"), fake, counter, _autocast(torch, call.autocast):
+        with (
+            torch.enable_grad(),
+            _maybe(stance, "force_eager"),
+            fake,
+            counter,
+            _autocast(torch, call.autocast),
+        ):
             out = module(*args, **kwargs)
             outs = [
                 t
                 for t in torch.utils._pytree.tree_leaves(out)
-                if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+                if isinstance(t, torch.Tensor)
+                and t.requires_grad
+                and (t.is_floating_point() or t.is_complex())
             ]
             params = [p for p in module.parameters() if p.requires_grad]
             if outs and params:
@@ -237,7 +246,7 @@ class StepFlops:
         self.precision: str | None = None  # of the first counted call
         self.news = False  # precision or note changed since the rank last said its about
         self.replaying = False  # inside a count: the root's own hooks must not see this forward
-        self.last_cost_s: float | None = None  # what the latest count took
+        self.counted_now = False  # the latest total() replayed a new shape (its time is not the step's)
 
     def seen(self, module: Any, args: tuple, kwargs: dict) -> None:
         if self.note is None and not self.replaying:
@@ -248,6 +257,7 @@ class StepFlops:
         """The FLOPs of the step that ends now (the sum over its forwards), counting each new shape
         with ``aside()`` open (the step clock leaves that time out); None where any is unknown."""
         calls, self._calls = self._calls, []
+        self.counted_now = False
         if not calls or self.note is not None:
             return None
         total = 0
@@ -267,7 +277,7 @@ class StepFlops:
         return total
 
     def _count(self, call: Call, aside: Any) -> int | None:
-        started = time.perf_counter()
+        self.counted_now = True
         self.replaying = True
         try:
             with aside():
@@ -283,7 +293,6 @@ class StepFlops:
             return None
         finally:
             self.replaying = False
-            self.last_cost_s = time.perf_counter() - started
         return flops
 
     def _say(self, note: str) -> None:

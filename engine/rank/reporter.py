@@ -414,6 +414,7 @@ class Reporter:
         parts: dict[str, float] | None = None,
         at: float | None = None,
         flops: int | None = None,
+        aside_s: float = 0.0,
     ) -> None:
         """Record the end of a training step.
 
@@ -423,12 +424,13 @@ class Reporter:
         (loading the batch): with it, a rank that arrives late at the step's collectives is named,
         and why (a straggler). ``parts``: seconds in each of the step's parts (STEP_PARTS), where
         they were measured. ``at``: when the step ended (``time.time()``), if not now. ``flops``: the
-        step's floating-point operations on this rank, where counted (flop_count.py).
+        step's floating-point operations on this rank, where counted (flop_count.py); ``aside_s``: seconds
+        of mgpu-tui's own work inside the step (counting its FLOPs), left out of its time.
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
         now = time.time() if at is None else at
-        step_s = max(0.0, now - self._last)
+        step_s = max(0.0, now - self._last - aside_s)
         self._last = now
         detach = getattr(loss, "detach", None)
         loss_value = None if loss is None else float(detach() if detach is not None else loss)

@@ -110,6 +110,7 @@ class _Step:
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
     parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
     flops: int | None  # its floating-point operations, counted by torch (flop_count.py)
+    aside_s: float  # the seconds counting them took inside this step: not the step's own
 
 
 class ScriptWatch:
@@ -462,7 +463,11 @@ class ScriptWatch:
     def _count_step(self) -> None:
         if self.reporter is None and not self._see_group():
             self._become_rank(0, 1)  # a step with no process group: a job of one process
+        counting = time.perf_counter()
         flops = self._flops.total(self._clock.aside) if self._flops is not None else None
+        aside_s = (
+            time.perf_counter() - counting if self._flops is not None and self._flops.counted_now else 0.0
+        )
         now = time.time()
         self.steps += 1
         self._backwards = 0
@@ -477,13 +482,18 @@ class ScriptWatch:
         parts: dict[str, float] | None = self._clock.cut()
         if self.steps == 1:
             parts = None  # the first step's holds everything since the watch started
-        step = _Step(self.steps, now, samples, tokens, data_s, self._memory(), self._loss_of(losses), parts, flops)
+        memory, loss = self._memory(), self._loss_of(losses)
+        step = _Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, flops, aside_s)
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now
         self._pending.append(step)
         self._write_ready(wait=len(self._pending) > MAX_PENDING)
-        if not self._about_said or (step.samples and not self._batch_said) or (self._flops and self._flops.news):
+        if (
+            not self._about_said
+            or (step.samples and not self._batch_said)
+            or (self._flops and self._flops.news)
+        ):
             self._say_about(step.samples, source)
 
     # ---- figures ------------------------------------------------------------------------
@@ -544,6 +554,7 @@ class ScriptWatch:
                 parts=step.parts,
                 at=step.at,
                 flops=step.flops,
+                aside_s=step.aside_s,
             )
             self._last_event_at = time.monotonic()
 

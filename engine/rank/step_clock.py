@@ -51,7 +51,7 @@ class StepClock:
 
     def restart(self) -> None:
         """From nothing, on this thread (a forked child's own clock)."""
-        self._thread = threading.get_ident()
+        self._thread: int | None = threading.get_ident()  # None: set aside (aside())
         self._stack: list[str] = []
         self._since = self._now()
         self._parts = dict.fromkeys(PARTS, 0.0)

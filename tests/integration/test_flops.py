@@ -14,9 +14,16 @@ SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 
 def dropin(tmp_path: Path, script: str, *args: str, nproc: int = 1):
     done = run_cli(
-        "torchrun", "--nproc-per-node", str(nproc), "--json", "--run-dir", str(tmp_path / "runs"), script, *args,
+        "torchrun",
+        "--nproc-per-node",
+        str(nproc),
+        "--json",
+        "--run-dir",
+        str(tmp_path / "runs"),
+        script,
+        *args,
         timeout=240,
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     summary = summary_from(done.stdout)
     steps = {}
@@ -30,8 +37,11 @@ def test_a_compiled_script_is_counted_as_torchs_counter_counts_it_and_stays_comp
     script = str(SCRIPTS / "compiled_mlp.py")
     bare = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", script],
-        capture_output=True, text=True, timeout=240, cwd=tmp_path,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+    )
     assert bare.returncode == 0, bare.stderr[-2000:]
     summary, steps, done = dropin(tmp_path, script)
     watched, alone = results_of(done.stdout + done.stderr)[0], results_of(bare.stdout)[0]
@@ -45,9 +55,16 @@ def test_a_compiled_script_is_counted_as_torchs_counter_counts_it_and_stays_comp
 def test_a_nanogpt_shaped_script_on_two_ranks_shows_its_tflops_and_why_mfu_is_na(tmp_path):
     # 2 layers, width 64, 32 tokens, vocabulary 256, untied head; 4 micro-batches of 4, 2 a rank.
     summary, steps, _ = dropin(
-        tmp_path, str(SCRIPTS / "gpt_train.py"), "--max-iters", "12", "--grad-accum", "4",
-        "--out-dir", str(tmp_path / "out"), nproc=2,
-    )  # fmt: skip
+        tmp_path,
+        str(SCRIPTS / "gpt_train.py"),
+        "--max-iters",
+        "12",
+        "--grad-accum",
+        "4",
+        "--out-dir",
+        str(tmp_path / "out"),
+        nproc=2,
+    )
     layers, d, seq, vocab = 2, 64, 32, 256
     per_token = 6 * (layers * 12 * d * d + d * vocab) + 14 * layers * d * seq  # as the counter counts
     for rank in (0, 1):

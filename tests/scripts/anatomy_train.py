@@ -66,7 +66,9 @@ def main() -> None:
     cuda = args.device == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo")
     rank = dist.get_rank()
-    device = torch.device("cuda", dist.get_rank() % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    device = (
+        torch.device("cuda", dist.get_rank() % torch.cuda.device_count()) if cuda else torch.device("cpu")
+    )
     torch.manual_seed(0)
     model = DistributedDataParallel(Heavy(args.features, args.width, args.compute).to(device))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)

@@ -36,7 +36,7 @@ if distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
 x, y = torch.randn(16, 32), torch.randn(16, 8)
-for step in range(args.steps):
+for _ in range(args.steps):
     loss = torch.nn.functional.mse_loss(model(x), y)
     loss.backward()
     optimizer.step()
@@ -45,6 +45,16 @@ compiled_runs = len(runs)
 with FlopCounterMode(display=False) as counter:
     eager(x).square().mean().backward()
 if not distributed or dist.get_rank() == 0:
-    print("RESULT " + json.dumps({"rank": 0, "steps": args.steps, "compiled_runs": compiled_runs, "flops": counter.get_total_flops()}))
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "rank": 0,
+                "steps": args.steps,
+                "compiled_runs": compiled_runs,
+                "flops": counter.get_total_flops(),
+            }
+        )
+    )
 if distributed:
     dist.destroy_process_group()

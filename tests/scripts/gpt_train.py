@@ -198,7 +198,10 @@ for it in range(args.max_iters + 1):
         mem = f", mem {torch.cuda.max_memory_allocated() / 2**20:.1f}MiB" if device_type == "cuda" else ""
         lossf = loss.item() * grad_accum
         mfu = estimate_mfu(raw_model, args.batch_size * grad_accum, t1 - t0)
-        print(f"iter {it}: loss {lossf:.4f}, time {(t1 - t0) * 1000:.2f}ms{mem}, mfu {mfu * 100:.2f}%", flush=True)
+        print(
+            f"iter {it}: loss {lossf:.4f}, time {(t1 - t0) * 1000:.2f}ms{mem}, mfu {mfu * 100:.2f}%",
+            flush=True,
+        )
     t0 = t1
 
 if ddp:

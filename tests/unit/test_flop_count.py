@@ -24,7 +24,11 @@ def counted_step(model, *inputs, loss_of=lambda out: out.float().square().mean()
 
 @pytest.mark.parametrize(
     "name, overrides",
-    [("gpt-tiny", {}), ("gpt-125m", {"layers": 2, "seq_len": 64}), ("gpt-1.3b", {"layers": 1, "seq_len": 32, "d_model": 256, "heads": 4})],
+    [
+        ("gpt-tiny", {}),
+        ("gpt-125m", {"layers": 2, "seq_len": 64}),
+        ("gpt-1.3b", {"layers": 1, "seq_len": 32, "d_model": 256, "heads": 4}),
+    ],
 )
 def test_the_gpt_demos_analytic_count_is_torchs_counter_on_an_eager_step(name, overrides):
     shape = model_shape(name, **overrides)

@@ -16,7 +16,9 @@ from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.typed import Word
 from mgpu_tui.engine.run.aggregate import RankStats
 from mgpu_tui.engine.run.anatomy import RankAnatomy
+from mgpu_tui.engine.run.mfu import Compute
 from mgpu_tui.engine.run.summary import RunStatus
+from mgpu_tui.reports.anatomy import fmt_tflops
 from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
@@ -203,6 +205,15 @@ def of_steps(requested: int | None) -> str:
     return "" if requested is None else f"/{requested:,}"
 
 
+def compute_text(compute: Compute | None) -> str | None:
+    """The job's TF/s and MFU in a few words (None: its steps' FLOPs are not counted)."""
+    if compute is None or compute.tflops is None:
+        return None
+    if compute.mfu is None:
+        return f"{fmt_tflops(compute.tflops)} TFLOP/s (MFU n/a: {compute.note})"
+    return f"{fmt_tflops(compute.tflops)} TFLOP/s, MFU {compute.mfu * 100:.1f}%"
+
+
 def result_panel(summary: RunSummary) -> Text:
     """A finished run's figures in two lines, and where its files are."""
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
@@ -215,6 +226,9 @@ def result_panel(summary: RunSummary) -> Text:
         f"loss {fmt_loss(summary.final_loss)}",
         f"{peak} {fmt_bytes(max(peaks)) if peaks else 'n/a'} a rank",
     ]
+    compute = compute_text(summary.compute)
+    if compute:
+        figures.append(compute)
     memory = memory_lines(summary)  # the tensors' peak beside the plan's, where the run had a plan
     if summary.verify is not None:
         figures.append(f"verify {summary.verify.describe()}")

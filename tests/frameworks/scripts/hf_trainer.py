@@ -49,7 +49,9 @@ def main():
             disable_tqdm=True,
             dataloader_num_workers=0,
         )
-        trainer = Trainer(model=model, args=args, train_dataset=Tokens(max(256, STEPS * BATCH * ACCUMULATION)))
+        trainer = Trainer(
+            model=model, args=args, train_dataset=Tokens(max(256, STEPS * BATCH * ACCUMULATION))
+        )
         output = trainer.train()
     logged = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     result = {
