@@ -75,7 +75,5 @@ def compute_line(compute: Compute | None, ranks: int = 1) -> str | None:
     if compute.mfu is None:
         return f"{line}, MFU n/a: {compute.note}"
     each = f"{ranks} x " if ranks > 1 and compute.basis != "mixed" else ""
-    peak = fmt_tflops(
-        compute.peak_tflops / ranks if each and compute.peak_tflops else compute.peak_tflops or 0
-    )
-    return f"{line}, MFU {compute.mfu * 100:.1f}% of {each}{peak} TFLOP/s ({compute.basis} dense peak)"
+    peak = (compute.peak_tflops or 0) / (ranks if each else 1)
+    return f"{line}, MFU {compute.mfu * 100:.1f}% of {each}{peak:,g} TFLOP/s ({compute.basis} dense peak)"

@@ -33,6 +33,13 @@ def dropin(tmp_path: Path, script: str, *args: str, nproc: int = 1):
     return summary, steps, done
 
 
+def test_a_plain_mlp_script_is_counted_exactly_as_torchs_counter_counts_its_step(tmp_path):
+    summary, steps, done = dropin(tmp_path, str(SCRIPTS / "compiled_mlp.py"), "--eager")
+    own = results_of(done.stdout + done.stderr)[0]
+    assert [e["flops"] for e in steps[0]] == [own["flops"]] * own["steps"]
+    assert own["flops"] == 16 * (32 * 64 + 64 * 8) * 2 * 3 - 16 * 32 * 64 * 2  # no input gradient at layer 1
+
+
 def test_a_compiled_script_is_counted_as_torchs_counter_counts_it_and_stays_compiled(tmp_path):
     script = str(SCRIPTS / "compiled_mlp.py")
     bare = subprocess.run(

@@ -1,6 +1,6 @@
-"""A plain loop over a torch.compile'd MLP, knowing nothing of mgpu-tui (issue 42's test): the
-compiled graph counts its own runs (a backend that wraps the graph), and at the end the script
-counts one eager step itself with torch's FLOP counter. Prints, on rank 0:
+"""A plain loop over a torch.compile'd MLP (or the same MLP eager, --eager), knowing nothing of
+mgpu-tui (issue 42's test): the compiled graph counts its own runs (a backend that wraps the graph),
+and at the end the script counts one eager step itself with torch's FLOP counter. Prints, on rank 0:
     RESULT {"rank": 0, "steps": 12, "compiled_runs": 12, "flops": 12345}
 """
 
@@ -14,6 +14,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=12)
+parser.add_argument("--eager", action="store_true", help="no torch.compile: the plain script")
 args = parser.parse_args()
 runs = []
 
@@ -31,7 +32,7 @@ if distributed:
     dist.init_process_group("gloo")
 torch.manual_seed(0)
 eager = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
-model = torch.compile(eager, backend=counting)
+model = eager if args.eager else torch.compile(eager, backend=counting)
 if distributed:
     model = torch.nn.parallel.DistributedDataParallel(model)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
