@@ -16,15 +16,20 @@ The loss function outside the model is not counted (a cross-entropy is a few ele
 FSDP's modules hold shards: their step is n/a, with the reason. The formulas torch lacks (the
 CPU's fused attention) are registered, the same as torch's own for the GPU kernels.
 
-This module receives the torch module; it imports none itself (the engine's rule).
+This module receives the torch module, and reaches torch's parts (fake tensors, the counter) only while it
+counts: in a rank, where the script has imported torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+OFF = "MGPU_FLOPS"  # "0" in the environment: no FLOP is counted, and the summary says why
 MAX_SHAPES = 16  # distinct input shapes counted at most; beyond, the count stops (a reason says why)
 LIGHTNING = ("lightning.pytorch", "pytorch_lightning")  # a LightningModule's classes
 SHARDED = "FSDP holds shards of the parameters on each rank, so a step's FLOPs are not counted"
@@ -109,7 +114,6 @@ def count(torch: Any, root: Any, call: Call) -> int:
     module = eager_module(torch, root)
     register_missing_formulas(torch)
     from torch._subclasses.fake_tensor import FakeTensorMode
-    from torch.utils.flop_counter import FlopCounterMode
 
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
@@ -117,30 +121,9 @@ def count(torch: Any, root: Any, call: Call) -> int:
             lambda leaf: _fake(torch, leaf) if isinstance(leaf, _Meta) else leaf, (call.args, call.kwargs)
         )
     stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
-    counter = FlopCounterMode(display=False)
     try:
-        with (
-            torch.enable_grad(),
-            _maybe(stance, "force_eager"),
-            fake,
-            counter,
-            _autocast(torch, call.autocast),
-        ):
-            out = module(*args, **kwargs)
-            outs = [
-                t
-                for t in torch.utils._pytree.tree_leaves(out)
-                if isinstance(t, torch.Tensor)
-                and t.requires_grad
-                and (t.is_floating_point() or t.is_complex())
-            ]
-            params = [p for p in module.parameters() if p.requires_grad]
-            if outs and params:
-                torch.autograd.grad(
-                    outs, params, grad_outputs=[torch.ones_like(t) for t in outs], allow_unused=True
-                )
-    except NotCounted:
-        raise
+        with _hooks_set_aside(torch, module), torch.enable_grad(), _maybe(stance, "force_eager"):
+            return _replay(torch, module, fake, args, kwargs, call.autocast)
     except Exception as exc:  # noqa: BLE001 (the user's forward, on fake tensors: any error is a reason)
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
         raise NotCounted(
@@ -148,7 +131,74 @@ def count(torch: Any, root: Any, call: Call) -> int:
             + (f": {first}" if first else "")
             + ")"
         ) from None
+
+
+def _replay(torch: Any, module: Any, fake: Any, args: Any, kwargs: Any, autocast: Any) -> int:
+    """Forward, then the parameters' gradients of every output that needs one, under the counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with fake, counter, _autocast(torch, autocast):
+        out = module(*args, **kwargs)
+        outs = [
+            t
+            for t in torch.utils._pytree.tree_leaves(out)
+            if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+        ]
+        params = [p for p in module.parameters() if p.requires_grad]
+        if outs and params:
+            torch.autograd.grad(
+                outs, params, grad_outputs=[torch.ones_like(t) for t in outs], allow_unused=True
+            )
     return int(counter.get_total_flops())
+
+
+_MODULE_HOOKS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+)
+_GLOBAL_HOOKS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_forward_hooks_with_kwargs",
+    "_global_forward_hooks_always_called",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+)
+
+
+@contextlib.contextmanager
+def _hooks_set_aside(torch: Any, module: Any) -> Iterator[None]:
+    """Every module hook (the modules' own and the global ones) out of the way while the replay
+    runs, and back as they were after: a hook of the script's that keeps what it sees (an
+    activation for logging) must never be handed a fake tensor. The counter's own (global) hooks go
+    into the empty tables and leave with it."""
+    modules = importlib.import_module("torch.nn.modules.module")
+
+    saved: list[tuple[Any, str, Any]] = []
+    try:
+        for name in _GLOBAL_HOOKS:
+            if hasattr(modules, name):
+                saved.append((modules, name, getattr(modules, name)))
+                setattr(modules, name, type(getattr(modules, name))())
+        for sub in module.modules():
+            for name in _MODULE_HOOKS:
+                table = sub.__dict__.get(name)
+                if table:
+                    saved.append((sub, name, table))
+                    sub.__dict__[name] = type(table)()
+        yield
+    finally:
+        for owner, name, table in reversed(saved):
+            if owner is modules:
+                setattr(owner, name, table)
+            else:
+                owner.__dict__[name] = table
 
 
 def precision(torch: Any, root: Any, call: Call) -> str:
@@ -242,9 +292,10 @@ class StepFlops:
         self._calls: list[Call] = []
         self._root: Any = None
         self._counted: dict[tuple, int] = {}
-        self.note: str | None = None  # why the steps are not counted, once known
+        off = os.environ.get(OFF) == "0"
+        self.note: str | None = f"counting FLOPs is off ({OFF}=0)" if off else None  # why not counted
         self.precision: str | None = None  # of the first counted call
-        self.news = False  # precision or note changed since the rank last said its about
+        self.news = off  # precision or note changed since the rank last said its about
         self.replaying = False  # inside a count: the root's own hooks must not see this forward
         self.counted_now = False  # the latest total() replayed a new shape (its time is not the step's)
 

@@ -2,6 +2,7 @@
 replays the step on fake tensors), and the demos' analytic count held to the same counter."""
 
 import argparse
+import contextlib
 
 import pytest
 import torch
@@ -122,3 +123,27 @@ def test_the_precision_is_the_autocast_dtype_else_the_weights_with_tf32_on_cuda_
         call = flop_count.describe(torch, (torch.randn(2, 3),), {})
     assert flop_count.precision(torch, model, call) == "bf16"
     assert flop_count.precision(torch, model, flop_count.describe(torch, (torch.randn(2, 3),), {})) == "fp32"
+
+
+def test_the_scripts_hooks_never_see_the_replay_and_stay_in_place():
+    seen, everywhere = [], []
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    model[0].register_forward_hook(lambda module, args, out: seen.append(out))  # keeps an activation
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: everywhere.append(m))
+    try:
+        x = torch.randn(3, 8)
+        assert flop_count.count(torch, model, flop_count.describe(torch, (x,), {})) > 0
+        assert seen == [] and everywhere == []  # no fake tensor handed to the script's hooks
+        model(x)
+        assert len(seen) == 1 and not isinstance(seen[0], torch._subclasses.FakeTensor) and everywhere
+    finally:
+        handle.remove()
+
+
+def test_counting_can_be_turned_off_and_says_so(monkeypatch):
+    monkeypatch.setenv("MGPU_FLOPS", "0")
+    counted = flop_count.StepFlops(torch)
+    model = torch.nn.Linear(4, 2)
+    counted.seen(model, (torch.randn(2, 4),), {})
+    assert counted.total(contextlib.nullcontext) is None
+    assert counted.note == "counting FLOPs is off (MGPU_FLOPS=0)" and counted.news
