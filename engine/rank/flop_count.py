@@ -5,7 +5,8 @@ counter, and marks the frame to be skipped for good (a compiled model then ran e
 steps). The step is *replayed* instead, at a step boundary, once per input shape:
 
 - on the eager module inside the wrappers (DistributedDataParallel's ``.module``, DataParallel's,
-  torch.compile's ``_orig_mod``), so no collective is issued and nothing is compiled;
+  torch.compile's ``_orig_mod``, a DeepSpeed engine's ``.module``), so no collective is issued and
+  nothing is compiled;
 - with fake tensors of the shapes, dtypes and devices the root's forward was called with
   (``FakeTensorMode``: no memory, no kernels), under ``torch.compiler.set_stance("force_eager")``
   (a model that compiles its blocks runs them eagerly) and the autocast the forward ran under;
@@ -94,12 +95,18 @@ def eager_module(torch: Any, root: Any) -> Any:
             module = module.module
         elif hasattr(module, "_orig_mod") and kind == "OptimizedModule":
             module = module._orig_mod
+        elif kind == "DeepSpeedEngine" and hasattr(module, "module"):  # its forward runs ZeRO's machinery
+            module = module.module
         else:
             break
     if any(c.__module__.startswith(LIGHTNING) for c in type(module).__mro__):
         raise NotCounted(
             "Lightning calls training_step through the module's forward, and replaying it would run its "
             "logging: a step's FLOPs are not counted"
+        )
+    if any(hasattr(p, "ds_id") for p in module.parameters()):
+        raise NotCounted(
+            "DeepSpeed ZeRO-3 partitions the parameters across ranks, so a step's FLOPs are not counted"
         )
     if any(type(p).__name__ == "DTensor" for p in module.parameters()):
         raise NotCounted(
