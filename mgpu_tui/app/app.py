@@ -96,6 +96,8 @@ class MgpuApp(App):
         Binding("l", "view('filter_logs')", "Rank's logs", show=False),
         Binding("x", "view('stop_rank')", "Stop that rank", show=False),
         Binding("o", "view('sort_ranks')", "Sort ranks", show=False),
+        Binding("n", "view('open_node')", "Open next node", show=False),
+        Binding("N", "view('close_node')", "Close node", show=False),
         Binding("W", "view('wrap_logs')", "Wrap logs", show=False),
         Binding("ctrl+s", "view('save_logs')", "Save logs", show=False),
         Binding("f", "view('toggle_form')", "Form", show=False),

@@ -33,6 +33,8 @@ Escape or ? closes this help; the arrows and PgDn scroll it.
   l   Run view: the logs of one rank, or of all (a list to choose from)
   o   Run view: sort the ranks by their next column (rank, samples/s,
       step, loss, peak memory): the one to look at first on top
+  n   Run view of a job over 4 nodes or more (a row a node, the worst
+      first): open the next node's ranks; N closes it
   W   Run view: long log lines wrap, or scroll sideways
   Ctrl+S  Run view: save the log lines shown (that rank's, that search's)
       into a new file in the current folder

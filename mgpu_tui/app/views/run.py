@@ -22,6 +22,7 @@ from textual.widgets import Select, Static
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
 from mgpu_tui.app.views.confirm import Confirm
+from mgpu_tui.app.views.node_table import NODE_TABLE_FROM, NodeRow, node_rows, node_table
 from mgpu_tui.app.views.run_form import NARROW, RunForm, chosen
 from mgpu_tui.app.views.run_text import (
     NODE_RANK_STATE,
@@ -47,7 +48,7 @@ from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT
 from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.text import plain_line, short_line
-from mgpu_tui.engine.run.aggregate import RunStats
+from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 from mgpu_tui.reports.anatomy import fmt_tflops
@@ -151,6 +152,8 @@ class RunView(Widget):
         self.finished = False
         self.ended_ok = False
         self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
+        self.node_order: list[NodeRow] = []  # a large job's nodes, the worst first (node_table.py)
+        self.opened_node: int | None = None  # the node whose ranks show under its row (n, N)
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
         self._noted: str | None = None  # the note shown while the run goes
@@ -479,6 +482,9 @@ class RunView(Widget):
         by_rank = {r.rank: r for r in stats.ranks} if stats else {}
         slow = {s.rank for s in stats.stragglers} if stats else set()
         now = time.time()
+        if len(self.nodes) >= NODE_TABLE_FROM:  # a large job: a row a node, the worst first
+            self._fill_node_table(stats, by_rank, slow, now)
+            return
         rows: list[tuple[str, ...]] = []
         several = len(self.nodes) > 1
         groups: list[tuple[NodeView | None, range]] = [
@@ -489,46 +495,7 @@ class RunView(Widget):
                 rows.append((node_heading(node, self.machines.get(node.node)),))
             # The job's ranks by their own number, or by the column o chose (within a node's group).
             order = sorted(ranks, key=lambda rank: sort_key(self.sorted_by, rank, by_rank.get(rank)))
-            for rank in order:
-                r = by_rank.get(rank)
-                if r is None and node is not None and not node.here:  # only its node's word for it
-                    step = dict(node.steps).get(rank)
-                    rows.append(
-                        (
-                            f"rank {rank}",
-                            NODE_RANK_STATE[node.state],
-                            "n/a" if step is None else str(step),
-                            "n/a",
-                            "n/a",
-                            "n/a",
-                        )
-                    )
-                    continue
-                state = rank_state(
-                    r,
-                    now,
-                    self.stall_after,
-                    self.failed_rank,
-                    self.finished,
-                    self.ended_ok,
-                    number=rank,
-                    stalled=self.stalled,
-                )
-                if state is RankState.RUNNING and rank in slow:
-                    state = RankState.SLOW
-                if r is None:
-                    rows.append((f"rank {rank}", state, "0", "n/a", "n/a", "n/a"))
-                    continue
-                rows.append(
-                    (
-                        f"rank {rank}",
-                        state,
-                        str(r.last_step),
-                        fmt_rate(r.samples_per_s),
-                        fmt_rank_loss(r.loss, r.diverged_at),
-                        fmt_bytes(r.mem_peak_bytes),
-                    )
-                )
+            rows += [self._rank_cells(rank, node, by_rank, slow, now) for rank in order]
         # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
         relayout = len(rows) != len(self.rank_rows)
         self.rank_rows = rows
@@ -537,6 +504,87 @@ class RunView(Widget):
         self._bars = bool(bars)  # (the legend's line changes the table's height)
         table = rank_table(rows, self.sorted_by, bars)
         self.query_one("#ranks", TextPanel).update(table, relayout=relayout)
+
+    def _rank_cells(
+        self, rank: int, node: NodeView | None, by_rank: dict[int, RankStats], slow: set[int], now: float
+    ) -> tuple[str, ...]:
+        """A rank's row: its name, state, step, samples/s, loss and peak memory."""
+        r = by_rank.get(rank)
+        if r is None and node is not None and not node.here:  # only its node's word for it
+            step = dict(node.steps).get(rank)
+            return (
+                f"rank {rank}",
+                NODE_RANK_STATE[node.state],
+                "n/a" if step is None else str(step),
+                "n/a",
+                "n/a",
+                "n/a",
+            )
+        state = rank_state(
+            r,
+            now,
+            self.stall_after,
+            self.failed_rank,
+            self.finished,
+            self.ended_ok,
+            number=rank,
+            stalled=self.stalled,
+        )
+        if state is RankState.RUNNING and rank in slow:
+            state = RankState.SLOW
+        if r is None:
+            return (f"rank {rank}", state, "0", "n/a", "n/a", "n/a")
+        return (
+            f"rank {rank}",
+            state,
+            str(r.last_step),
+            fmt_rate(r.samples_per_s),
+            fmt_rank_loss(r.loss, r.diverged_at),
+            fmt_bytes(r.mem_peak_bytes),
+        )
+
+    def _fill_node_table(self, stats: RunStats | None, by_rank: dict, slow: set[int], now: float) -> None:
+        """A row a node, the worst first (node_table.py); the opened node's ranks under its row."""
+        cells = {
+            rank: self._rank_cells(rank, node, by_rank, slow, now)
+            for node in self.nodes
+            for rank in range(node.first_rank, node.last_rank + 1)
+        }
+        rates = {rank: r.samples_per_s for rank, r in by_rank.items()}
+        self.node_order = node_rows(self.nodes, cells, rates, self.machines)
+        opened: list[tuple[str, ...]] = []
+        node = next((n for n in self.nodes if n.node == self.opened_node), None)
+        if node is not None:
+            ranks = range(node.first_rank, node.last_rank + 1)
+            order = sorted(ranks, key=lambda rank: sort_key(self.sorted_by, rank, by_rank.get(rank)))
+            opened = [cells[rank] for rank in order]
+        rows = [(f"node {row.view.node}",) for row in self.node_order] + opened
+        relayout = len(rows) != len(self.rank_rows)
+        self.rank_rows = rows
+        table = node_table(self.node_order, self.opened_node, opened)
+        panel = self.query_one("#ranks", TextPanel)
+        panel.styles.text_wrap = "nowrap"  # a node's row is one line: its host cut where the view ends
+        panel.styles.text_overflow = "ellipsis"
+        panel.update(table, relayout=relayout)
+
+    def action_open_node(self) -> None:
+        """n: the next node's ranks under its row, in the table's order (the worst node first)."""
+        order = [row.view.node for row in self.node_order]
+        if not order:
+            self.app.notify(
+                "A job over several nodes lists its nodes here; this one has none to open.", title="n"
+            )
+            return
+        at = order.index(self.opened_node) + 1 if self.opened_node in order else 0
+        self.opened_node = order[at % len(order)]
+        self._fill_table(self._stats)
+        row = self.node_order[at % len(order)]
+        self.app.notify(f"Node {row.view.node} opened: ranks {row.view.ranks} (N closes it)", timeout=2)
+
+    def action_close_node(self) -> None:
+        """N: the opened node closes."""
+        self.opened_node = None
+        self._fill_table(self._stats)
 
     def ended(self, summary: RunSummary | None, stats: RunStats | None) -> None:
         """The run ended; no summary: a followed run cut off (its monitor died without one)."""

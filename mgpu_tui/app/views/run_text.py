@@ -132,15 +132,22 @@ def rank_table(
         if len(cells) == 1:
             text.append(cells[0], style="bold cyan")
             continue
-        for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
-            style = STATE_STYLE[RankState(cell)] if i == 1 else ""
-            text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
+        text.append_text(rank_line(cells))
         number = cells[0].removeprefix("rank ")
         if bars and number.isdigit() and int(number) in bars:
             text.append_text(step_bar(bars[int(number)]))
     if bars:
         text.append("\n")
         text.append_text(parts_legend())
+    return text
+
+
+def rank_line(cells: tuple[str, ...]) -> Text:
+    """One rank's row: its cells in the rank table's columns, its state in the state's colour."""
+    text = Text()
+    for i, (cell, (_, width)) in enumerate(zip(cells, RANK_COLUMNS)):
+        style = STATE_STYLE[RankState(cell)] if i == 1 else ""
+        text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
     return text
 
 
