@@ -97,3 +97,30 @@ def test_node_rows_count_each_state_and_name_the_rank_to_look_at():
     assert rows[0].worst == (2, "failed") and rows[0].states == (("failed", 1), ("no peer", 1))
     assert rows[1].worst == (5, "slow") and rows[1].samples_per_s == 9.0 and rows[1].steps == (4, 4)
     assert rows[2].worst is None and rows[2].samples_per_s == 22.0
+
+
+async def test_the_logs_filter_offers_each_node_and_shows_its_ranks_lines():
+    from textual.widgets import Select
+
+    from mgpu_tui.app.widgets.log_view import LogPane, LogView
+
+    snapshots, topology, host = recorded(0)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        pinned_job(view)
+        view.add_log_lines(
+            [(rank, "stdout", f"loss at rank {rank}") for rank in (0, 295, 296, 301, 303, 304)], 0
+        )
+        await pilot.pause(0.1)
+        select = app.query_one("#log-rank", Select)
+        labels = [str(option[0]) for option in select._options]
+        assert (
+            labels[:3] == ["all ranks", "node 0 (ranks 0-7)", "node 1 (ranks 8-15)"] and "rank 1023" in labels
+        )
+        select.value = (37, 296, 303)
+        await pilot.pause(0.1)
+        shown = [entry[0] for entry in app.query_one(LogPane).entries]
+        assert shown == [296, 301, 303]
+        assert app.query_one(LogView).rank_shown() is None  # a node is no one rank (x needs a rank)

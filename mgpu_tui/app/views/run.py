@@ -154,6 +154,7 @@ class RunView(Widget):
         self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
         self.node_order: list[NodeRow] = []  # a large job's nodes, the worst first (node_table.py)
         self.opened_node: int | None = None  # the node whose ranks show under its row (n, N)
+        self._log_nodes: tuple[tuple[int, int, int], ...] = ()  # the nodes the logs' filter offers
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
         self._noted: str | None = None  # the note shown while the run goes
@@ -390,6 +391,9 @@ class RunView(Widget):
         self.query_one(TelemetryCharts).display = False
         self.query_one("#run-middle").display = True
         self.query_one(LogView).reset(world_size)
+        self._log_nodes, self.opened_node, self.node_order = (), None, []
+        ranks_panel = self.query_one("#ranks", TextPanel)  # a large job's node rows were cut, not wrapped
+        ranks_panel.styles.text_wrap, ranks_panel.styles.text_overflow = "wrap", "fold"
         self.show_guide(False)
         self._fill_table(None)
 
@@ -428,9 +432,13 @@ class RunView(Widget):
         each as heard from here (its ranks are grouped under it); ``stalled``: rank_state's."""
         self.stall_after, self.stalled = stall_after, stalled
         self.nodes = nodes
-        if stats.world_size and stats.world_size > self.world_size:  # a command's, learned as it joins
-            self.world_size = stats.world_size
-            self.query_one(LogView).set_ranks(self.world_size)
+        grown = bool(stats.world_size and stats.world_size > self.world_size)
+        if grown:  # a command's, learned as it joins
+            self.world_size = stats.world_size or 0
+        layout = tuple((n.node, n.first_rank, n.last_rank) for n in nodes) if len(nodes) > 1 else ()
+        if grown or layout != self._log_nodes:  # the logs' filter offers each rank, and each node
+            self._log_nodes = layout
+            self.query_one(LogView).set_ranks(self.world_size, layout)
         self.machines = machines or self.machines  # a node's last word stays once it has ended
         self._series, self._whole = series, whole or series
         status = (

@@ -60,10 +60,13 @@ class LogView(Vertical):
         self.query_one("#log-search", Input).value = ""  # a new run's log starts unfiltered
         self.query_one(LogPane).clear()
 
-    def set_ranks(self, ranks: int) -> None:
-        """The rank filter's choices: every rank, or one of ``ranks`` (a command's grow as its
+    def set_ranks(self, ranks: int, nodes: Sequence[tuple[int, int, int]] = ()) -> None:
+        """The rank filter's choices: every rank, one node's ranks (``nodes``: each node's number,
+        first and last rank, for a job over several), or one of ``ranks`` (a command's grow as its
         processes join); the filter goes back to every rank, the lines stay."""
-        options = [("all ranks", -1)] + [(f"rank {r}", r) for r in range(ranks)]
+        options: list[tuple[str, int | tuple[int, int, int]]] = [("all ranks", -1)]
+        options += [(f"node {n} (ranks {a}-{b})", (n, a, b)) for n, a, b in nodes]
+        options += [(f"rank {r}", r) for r in range(ranks)]
         self.query_one("#log-rank", Select).set_options(options)
         self.query_one("#log-rank", Select).value = -1
 
@@ -81,8 +84,9 @@ class LogView(Vertical):
         """The lines shown (the rank filter's and the search's), as text, into a new file
         ``folder/mgpu-tui-log-NAME[-N].txt``: never over an existing file, never through a link."""
         pane = self.query_one(LogPane)
-        rank = self.rank_shown()
-        stem = f"mgpu-tui-log-{name}-{'all' if rank is None else f'rank{rank}'}"
+        rank, value = self.rank_shown(), self.query_one("#log-rank", Select).value
+        shown = f"node{value[0]}" if isinstance(value, tuple) else "all" if rank is None else f"rank{rank}"
+        stem = f"mgpu-tui-log-{name}-{shown}"
         text = "".join(f"{entry_text(entry)}\n" for entry in pane.entries)
         for n in range(1, 1000):
             path = folder / (f"{stem}.txt" if n == 1 else f"{stem}-{n}.txt")
@@ -96,7 +100,7 @@ class LogView(Vertical):
         raise FileExistsError(f"{folder / stem}.txt and 998 more exist already")
 
     def rank_shown(self) -> int | None:
-        """The rank whose lines the filter shows; None: every rank."""
+        """The rank whose lines the filter shows; None: every rank, or a node's."""
         value = self.query_one("#log-rank", Select).value
         return value if isinstance(value, int) and value >= 0 else None
 
@@ -115,11 +119,16 @@ class LogView(Vertical):
         wanted = self.query_one("#log-rank", Select).value
         search = self.query_one("#log-search", Input).value.lower()
 
+        def chosen(rank: int) -> bool:
+            if isinstance(wanted, tuple):  # a node: its ranks
+                return wanted[1] <= rank <= wanted[2]
+            return wanted == -1 or wanted == rank
+
         def matches(entry: Entry) -> bool:
             rank, _, line = entry
             if rank is None:  # the app's own notes are always shown
                 return True
-            return (wanted == -1 or wanted == rank) and (not search or search in line.lower())
+            return chosen(rank) and (not search or search in line.lower())
 
         return matches
 
