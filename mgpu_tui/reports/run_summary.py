@@ -227,7 +227,7 @@ def summary_text(summary: RunSummary) -> str:
         each = [f"node {n.node} {n.host or '?'} ranks {n.ranks} {n.state}" for n in summary.nodes]
         notes.insert(0, "nodes: " + "; ".join(each))
     if summary.root_cause:  # the summary says why it failed, not only that it did
-        head += f"\ncause: {summary.root_cause.headline()}"
+        head += f"\ncause: {node_prefix(summary, summary.root_cause.rank)}{summary.root_cause.headline()}"
     compute = compute_line(summary.compute, sum(1 for r in summary.ranks if r.compute is not None))
     taken_apart = [
         *([compute] if compute else []),
@@ -235,6 +235,15 @@ def summary_text(summary: RunSummary) -> str:
         *verdict_lines(summary.verdicts),
     ]
     return plain("\n".join([head, body, timing, *taken_apart, *notes]))  # a path, a rank's words: text only
+
+
+def node_prefix(summary: RunSummary, rank: int | None) -> str:
+    """A job over several nodes: the node a rank is on, before what is said of it ("node 37 (ranks
+    296-303): "); nothing for one node, or for no rank."""
+    if rank is None or len(summary.nodes) < 2:
+        return ""
+    node = next((n for n in summary.nodes if n.first_rank <= rank <= n.last_rank), None)
+    return "" if node is None else f"node {node.node} (ranks {node.ranks}): "
 
 
 def _diverged(summary: RunSummary) -> bool:

@@ -52,6 +52,7 @@ from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
 from mgpu_tui.reports.anatomy import fmt_tflops
+from mgpu_tui.reports.run_summary import node_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -638,7 +639,10 @@ class RunView(Widget):
             )
             panel.update(
                 Text.assemble(
-                    (plain(f"Root cause: {cause.headline()}\n"), "bold red"),
+                    (
+                        plain(f"Root cause: {node_prefix(summary, cause.rank)}{cause.headline()}\n"),
+                        "bold red",
+                    ),
                     *hint,
                     plain(users_frames(cause.traceback[-6000:])[-3000:]),  # the user's frames first
                 )
