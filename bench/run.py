@@ -25,6 +25,10 @@ Entries:
   Goal: < 100 us a step.
 - ``flops``: what counting a step's FLOPs costs a rank (bench/flop_cost.py says how). Goals: a
   count < 100 ms once per input shape, outside the measured steps; < 20 us at each forward.
+- ``large-job``: the login node's view (the app, opened on the shared folder) of a synthetic job of
+  64, 256 and 1,024 ranks, 8 a node, one rank hung and one slow (bench/large_job.py says how).
+  Goals at 1,024: under one core and 200 MB, a new step shown at least every 2 s, the hung rank
+  called stalled within the stall timeout + 5 s with its node first, the slow rank named.
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
@@ -75,6 +79,7 @@ from pathlib import Path
 from exec_costs import bench_exec_first_step, bench_exec_start
 from first_step import first_step_times
 from flop_cost import bench_flops
+from large_job import bench_large_job
 from pairs import alternated, figure
 from step_anatomy import bench_anatomy
 
@@ -845,6 +850,7 @@ def main() -> None:
             "bootstrap",
             "anatomy",
             "flops",
+            "large-job",
             "first-step",
             "exec-start",
             "exec-first-step",
@@ -871,6 +877,7 @@ def main() -> None:
         "bootstrap",
         "anatomy",
         "flops",
+        "large-job",
         "first-step",
         "exec-start",
         "exec-first-step",
@@ -896,6 +903,9 @@ def main() -> None:
         elif entry == "anatomy":
             title, rows = bench_anatomy(args.pairs or 7, 300, {**_clean_env(), "OMP_NUM_THREADS": "1"})
             print(title + "\n" + table(["", "us"], rows), flush=True)
+        elif entry == "large-job":
+            title, rows = bench_large_job()
+            print(title + "\n" + table(["", "measured"], rows), flush=True)
         elif entry == "flops":
             title, rows = bench_flops()
             print(title + "\n" + table(["", "measured"], rows), flush=True)

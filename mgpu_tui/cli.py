@@ -27,6 +27,7 @@ from mgpu_tui.arguments import (
 from mgpu_tui.commands.workload import add_model_arguments
 from mgpu_tui.console import plain, plain_output
 from mgpu_tui.engine.launch import options
+from mgpu_tui.engine.machine.open_files import raise_open_files_limit
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.errors import ExitCode, UsageError, exit_code_for
@@ -452,6 +453,7 @@ def _report(exc: BaseException) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line; whatever any command prints passes the one sink (console.plain_output)."""
+    raise_open_files_limit()  # a job of many ranks: an event file each, open while it is followed
     with plain_output():
         return _main(sys.argv[1:] if argv is None else list(argv))
 

@@ -1,12 +1,18 @@
 """Issue 42: TF/s and MFU for any script, its steps' FLOPs counted by torch's own counter on a fake
-replay (engine/rank/flop_count.py), on real torchrun ranks over gloo."""
+replay (engine/rank/flop_count.py), on real torchrun ranks over gloo; and a LightningModule, which
+is never replayed (make test-frameworks, where Lightning is installed)."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import lightning
+import pytest
+import torch
+
 from conftest import results_of, run_cli, summary_from
+from mgpu_tui.engine.rank import flop_count
 from mgpu_tui.reports.run_summary import summary_text
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -80,3 +86,13 @@ def test_a_nanogpt_shaped_script_on_two_ranks_shows_its_tflops_and_why_mfu_is_na
     assert "TFLOP/s (torch's FLOP count of each step), MFU n/a: the CPU has no peak in the table" in text
     assert len([r for r in summary.ranks if r.compute and r.compute.tflops]) == 2
     assert summary.compute.tflops == sum(r.compute.tflops for r in summary.ranks)
+
+
+def test_a_lightning_module_is_never_replayed_and_says_why():
+    class Module(lightning.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(4, 1)
+
+    with pytest.raises(flop_count.NotCounted, match="Lightning calls training_step"):
+        flop_count.eager_module(torch, Module())

@@ -1,0 +1,189 @@
+"""A job of many nodes followed from the folder they share (bench/run.py's ``large-job``; issue 45).
+
+A synthetic job of N ranks on N / 8 nodes: a real shared run folder (each node's own spec file, as
+``mgpu-tui run --nnodes`` writes it), held live by a monitor lock as a running job's is, and every
+rank's events written in the protocol's format at a real step rate (2 steps a second) by 4 writer
+processes. One rank stops after its 10th step (a hang); one rank spends 0.3 s of each 0.5 s step
+on its data (a straggler). The login node's view of it is the real app, opened on the folder (as
+``mgpu-tui open``), run under Pilot in this process. Measured, for N = 64, 256 and 1,024: the
+app's CPU (its process: every thread) and peak RSS over the run, the longest time its Run view
+went without a new step while the job moved (the refresh), and how long after the hung rank's
+last event the view called it stalled, naming its node, and how long until the slow rank was named.
+Goals (the issue's, for 1,024 ranks on 128 nodes): under one core and 200 MB, a refresh at least
+every 2 s, the stall named within the stall timeout + 5 s, the slow rank named.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+PER_NODE = 8
+STEP_S = 0.5
+HUNG_AT = 10  # the hung rank's last step
+WRITERS = 4
+SECONDS = 60.0  # how long the view is watched (the stall timeout, 30 s, and its margin)
+
+
+def _ranks_of(writer: int, world: int) -> range:
+    share = world // WRITERS
+    return range(writer * share, world if writer == WRITERS - 1 else (writer + 1) * share)
+
+
+def _write(folder: str, writer: int, world: int, hung: int, slow: int, until: float) -> None:
+    """One writer process: its share of the ranks' events, a step every STEP_S for each."""
+    events = Path(folder) / "events"
+    files = {r: open(events / f"rank{r}.jsonl", "a", buffering=1) for r in _ranks_of(writer, world)}  # noqa: SIM115
+    now = time.time()
+    for rank, f in files.items():
+        hello = {"v": 1, "kind": "hello", "rank": rank, "t": now, "local_rank": rank % PER_NODE,
+                 "world_size": world, "pid": 100000 + rank, "host": f"gpu-node-{rank // PER_NODE:03d}",
+                 "device": "cpu", "device_uuid": None, "mode": "ddp", "config": {}}  # fmt: skip
+        f.write(json.dumps(hello) + "\n")
+    step, started = 0, time.monotonic()
+    while time.monotonic() < until:
+        step += 1
+        now = time.time()
+        for rank, f in files.items():
+            if rank == hung and step > HUNG_AT:
+                continue
+            data_s = 0.3 if rank == slow else 0.01
+            event = {"v": 1, "kind": "step", "rank": rank, "t": now, "step": step, "samples": 16, "tokens": 0,
+                     "loss": 2.0 - step / 1000, "step_s": STEP_S, "mem_bytes": 300 << 20,
+                     "mem_peak_bytes": 320 << 20, "data_s": data_s}  # fmt: skip
+            f.write(json.dumps(event) + "\n")
+        time.sleep(max(0.0, started + step * STEP_S - time.monotonic()))
+    for f in files.values():
+        f.close()
+
+
+def _job_folder(root: Path, nodes: int) -> Path:
+    """The shared folder, as the nodes of `mgpu-tui run --nnodes` make it: each node's spec file."""
+    from mgpu_tui import __version__
+    from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+    from mgpu_tui.engine.machine import host as host_module
+    from mgpu_tui.engine.protocol.rundir import RunDir
+
+    host = host_module.probe()
+    run_dir = None
+    for node in range(nodes):
+        spec = LaunchSpec(
+            "ddp",
+            nproc=PER_NODE,
+            nnodes=nodes,
+            node_rank=node,
+            steps=100_000,
+            device="cpu",
+            rdzv_endpoint="127.0.0.1:29400",
+            rdzv_id="bench-large-job",
+            run_root=str(root),
+        )
+        resolved = resolve(spec, host)
+        run_dir = RunDir.create(root, "ddp", node=node, shared=spec.rdzv_id)
+        run_dir.write_json(
+            run_dir.spec_path,
+            {
+                "spec": resolved.to_json(),
+                "run_id": "bench",
+                "argv": [],
+                "env_changes": {},
+                "created_at": time.time(),
+                "mgpu_tui_version": __version__,
+                "machine": {
+                    "hostname": f"gpu-node-{node:03d}",
+                    "cpu_count": 16,
+                    "gpu_count": 8,
+                    "gpu_note": "",
+                },
+            },
+        )
+    assert run_dir is not None
+    return run_dir.path
+
+
+def measure(world: int) -> dict:
+    from mgpu_tui.app import create_app
+    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.engine.run.monitor import MonitorLock
+
+    nodes = world // PER_NODE
+    hung, slow = world * 3 // 10 + 5, world * 7 // 10 + 2
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _job_folder(Path(tmp) / "runs", nodes)
+        lock = MonitorLock(folder / "monitor.lock")
+        lock.hold()  # the job is followed: the app follows it live
+        until, began = time.monotonic() + SECONDS + 5, time.monotonic()  # the job's start
+        writers = [
+            multiprocessing.Process(target=_write, args=(str(folder), w, world, hung, slow, until))
+            for w in range(WRITERS)
+        ]
+        for w in writers:
+            w.start()
+        figures: dict = {"ranks": world, "nodes": nodes}
+        app = create_app(open_run=folder, run_root=Path(tmp) / "runs")
+
+        async def watch() -> None:
+            async with app.run_test(size=(160, 50)) as pilot:
+                cpu0, started = time.process_time(), time.monotonic()
+                last_step, last_change, longest = -1, started, 0.0
+                hung_seen = slow_seen = None
+                while time.monotonic() - started < SECONDS:
+                    await pilot.pause(0.25)
+                    view = app.query_one(RunView)
+                    stats = view._stats
+                    now = time.monotonic()
+                    newest = max((r.last_step for r in stats.ranks), default=0) if stats else 0
+                    if newest != last_step:  # the furthest rank's step (the job's waits for the hung one)
+                        if last_step > 0:
+                            longest = max(longest, now - last_change)
+                        last_step, last_change = newest, now
+                    first = view.node_order[0] if view.node_order else None
+                    if hung_seen is None and first and first.worst and first.worst[0] == hung:
+                        if first.worst[1] == "stalled":
+                            hung_seen = now - began
+                    if slow_seen is None and any(
+                        r.worst and r.worst[0] == slow and r.worst[1] == "slow" for r in view.node_order
+                    ):
+                        slow_seen = now - began
+                figures["cpu_cores"] = (time.process_time() - cpu0) / (time.monotonic() - started)
+                figures["longest_without_refresh_s"] = longest
+                figures["hung_named_after_s"] = hung_seen
+                figures["hung_last_event_at_s"] = HUNG_AT * STEP_S
+                figures["slow_named_after_s"] = slow_seen
+                figures["first_row"] = None if not view.node_order else (
+                    view.node_order[0].view.node, view.node_order[0].worst
+                )  # fmt: skip
+
+        asyncio.run(watch())
+        figures["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        for w in writers:
+            w.join(timeout=30)
+        lock.release()
+    return figures
+
+
+def bench_large_job(sizes: tuple[int, ...] = (64, 256, 1024)) -> tuple[str, list[tuple[str, str]]]:
+    rows = []
+    for world in sizes:
+        # Each size in a fresh process: the peak RSS is its own, and nothing of the last is warm.
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            got = pool.apply(measure, (world,))
+        name = f"{world} ranks on {got['nodes']} nodes"
+        hung, slow = got["hung_named_after_s"], got["slow_named_after_s"]
+        rows += [
+            (f"{name}: the app's CPU (cores)", f"{got['cpu_cores']:.2f}"),
+            (f"{name}: its peak RSS", f"{got['peak_rss_mb']:.0f} MB"),
+            (f"{name}: the longest wait for a new step shown", f"{got['longest_without_refresh_s']:.1f} s"),
+            (
+                f"{name}: the hung rank called stalled, its node first",
+                "never" if hung is None else f"{hung - got['hung_last_event_at_s']:.1f} s after its last",
+            ),
+            (f"{name}: the slow rank named", "never" if slow is None else f"after {slow:.1f} s"),
+        ]  # fmt: skip
+    title = "large-job: the login view of a job of many nodes (goals at 1,024: < 1 core, < 200 MB, 2 s, +5 s)"
+    return title, rows
