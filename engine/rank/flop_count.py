@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 OFF = "MGPU_FLOPS"  # "0" in the environment: no FLOP is counted, and the summary says why
+MAX_FORWARDS = 1024  # a step's forwards held at most (a loop that never steps must not grow them)
 MAX_SHAPES = 16  # distinct input shapes counted at most; beyond, the count stops (a reason says why)
 LIGHTNING = ("lightning.pytorch", "pytorch_lightning")  # a LightningModule's classes
 SHARDED = "FSDP holds shards of the parameters on each rank, so a step's FLOPs are not counted"
@@ -307,8 +308,18 @@ class StepFlops:
         self.counted_now = False  # the latest total() replayed a new shape (its time is not the step's)
 
     def seen(self, module: Any, args: tuple, kwargs: dict) -> None:
+        """A training forward of the root, its inputs reduced; never raises (the forward it precedes
+        counts the step's batch too, and must not lose it to this)."""
         if self.note is None and not self.replaying:
-            self._calls.append(describe(self._torch, args, kwargs))
+            if len(self._calls) >= MAX_FORWARDS:
+                self._calls.clear()
+                self._say(f"more than {MAX_FORWARDS} forwards came between two optimizer steps")
+                return
+            try:
+                self._calls.append(describe(self._torch, args, kwargs))
+            except Exception as exc:  # noqa: BLE001 (inputs of a kind torch's pytree cannot take apart)
+                self._say(f"its forward's inputs could not be described ({type(exc).__name__})")
+                return
             self._root = module
 
     def total(self, aside: Any) -> int | None:

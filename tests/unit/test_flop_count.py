@@ -137,3 +137,23 @@ def test_counting_can_be_turned_off_and_says_so(monkeypatch):
     counted.seen(model, (torch.randn(2, 4),), {})
     assert counted.total(contextlib.nullcontext) is None
     assert counted.note == "counting FLOPs is off (MGPU_FLOPS=0)" and counted.news
+
+
+def test_inputs_that_cannot_be_described_stop_the_count_and_never_raise(monkeypatch):
+    counted = flop_count.StepFlops(torch)
+
+    def refuses(*args, **kwargs):
+        raise TypeError("an input of a kind nobody flattens")
+
+    monkeypatch.setattr(flop_count, "describe", refuses)
+    counted.seen(torch.nn.Linear(2, 2), (object(),), {})  # no exception into the script's forward
+    assert counted.note == "its forward's inputs could not be described (TypeError)" and counted.news
+    assert counted.total(contextlib.nullcontext) is None
+
+
+def test_forwards_without_a_step_are_never_held_without_bound():
+    counted = flop_count.StepFlops(torch)
+    model, x = torch.nn.Linear(2, 2), torch.randn(1, 2)
+    for _ in range(flop_count.MAX_FORWARDS + 5):
+        counted.seen(model, (x,), {})
+    assert len(counted._calls) == 0 and "more than 1024 forwards" in counted.note
