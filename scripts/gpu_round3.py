@@ -116,42 +116,26 @@ class Round3:
 
     # ---- launchers -------------------------------------------------------------------
 
+    def _exec(self, runs: str, *command: str) -> list[str]:
+        """`mgpu-tui exec` of ``command``, its runs under ``runs``, its summary as JSON."""
+        return self.mgpu("exec", "--json", "--run-dir", str(self.out / runs), "--", *command)
+
+    def _job(self, name: str, argv: list[str], env: dict | None = None) -> tuple:
+        """(the finished process, its summary, the job's own RESULT line), its output in <name>.log."""
+        done = self.sh(name, argv, 240, env=env)
+        return done, _summary(done.stdout), _result_line(done.stdout + done.stderr)
+
     def launchers(self) -> list:
         Result = self.Result  # noqa: N806
         results = []
-        lightning = str(FRAMEWORKS / "lightning_ddp.py")
-        own = self.lightning_args
+        lightning = [str(FRAMEWORKS / "lightning_ddp.py"), *self.lightning_args]
+        dropin = ["torchrun", "--nproc-per-node", "1", "--json", "--run-dir", str(self.out / "runs-l")]
         for name, argv in (
-            (
-                "lightning-exec",
-                self.mgpu(
-                    "exec",
-                    "--json",
-                    "--run-dir",
-                    str(self.out / "runs-l"),
-                    "--",
-                    self.python,
-                    lightning,
-                    *own,
-                ),
-            ),
-            (
-                "lightning-dropin",
-                self.mgpu(
-                    "torchrun",
-                    "--nproc-per-node",
-                    "1",
-                    "--json",
-                    "--run-dir",
-                    str(self.out / "runs-l"),
-                    lightning,
-                    *own,
-                ),
-            ),
+            ("lightning-exec", self._exec("runs-l", self.python, *lightning)),
+            ("lightning-dropin", self.mgpu(*dropin, *lightning)),
         ):
             start = time.monotonic()
-            done = self.sh(name, argv, 240)
-            summary, truth = _summary(done.stdout), _result_line(done.stdout + done.stderr)
+            done, summary, truth = self._job(name, argv)
             if summary is None or truth is None:
                 results.append(
                     Result(name, False, f"exit {done.returncode}, no summary or RESULT; see {name}.log")
@@ -178,21 +162,8 @@ class Round3:
                 )
             )
         start = time.monotonic()
-        done = self.sh(
-            "hf-trainer",
-            self.mgpu(
-                "exec",
-                "--json",
-                "--run-dir",
-                str(self.out / "runs-hf"),
-                "--",
-                self.python,
-                str(FRAMEWORKS / "hf_trainer.py"),
-            ),
-            240,
-            env=self.hf_env,
-        )
-        summary, truth = _summary(done.stdout), _result_line(done.stdout + done.stderr)
+        trainer = self._exec("runs-hf", self.python, str(FRAMEWORKS / "hf_trainer.py"))
+        done, summary, truth = self._job("hf-trainer", trainer, env=self.hf_env)
         if summary is None or truth is None:
             results.append(Result("hf-trainer", False, f"exit {done.returncode}; see hf-trainer.log"))
         else:
@@ -220,24 +191,10 @@ class Round3:
                 )
             )
         start = time.monotonic()
-        done = self.sh(
-            "accelerate-one",
-            self.mgpu(
-                "exec",
-                "--json",
-                "--run-dir",
-                str(self.out / "runs-acc"),
-                "--",
-                self.python,
-                "-m",
-                "accelerate.commands.launch",
-                "--num_processes",
-                "1",
-                str(FRAMEWORKS / "accelerate_loop.py"),
-            ),
-            240,
+        launch = [self.python, "-m", "accelerate.commands.launch", "--num_processes", "1"]
+        done, summary, truth = self._job(
+            "accelerate-one", self._exec("runs-acc", *launch, str(FRAMEWORKS / "accelerate_loop.py"))
         )
-        summary, truth = _summary(done.stdout), _result_line(done.stdout + done.stderr)
         if summary is None or truth is None:
             results.append(Result("accelerate-one", False, f"exit {done.returncode}; see accelerate-one.log"))
         else:
