@@ -46,14 +46,26 @@ def pinned_job(view: RunView, nodes: int = 128, per: int = 8) -> None:
     view.show(events.stats(), ([], [], []), 30.0, nodes=views)
 
 
+def an_app():
+    """The app on a box without GPUs, every figure pinned (test_view_snapshots.py's recorded box)."""
+    snapshots, topology, host = recorded(0)
+    return create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+
+
+async def shown_job(app, pilot) -> RunView:
+    """The Run view with the pinned job of 128 nodes in it."""
+    await pilot.press("r")
+    view = app.query_one(RunView)
+    pinned_job(view)
+    return view
+
+
 @pytest.mark.parametrize("size", list(SIZES))
 def test_a_job_of_128_nodes_shows_a_row_a_node_the_worst_first_and_one_key_opens_it(snap_compare, size):
-    snapshots, topology, host = recorded(0)
-    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+    app = an_app()
 
     async def job(pilot):
-        await pilot.press("r")
-        pinned_job(app.query_one(RunView))
+        await shown_job(app, pilot)
         await pilot.pause(0.2)
         await pilot.press("n")  # the worst node opens
         await pilot.pause(0.2)
@@ -62,12 +74,9 @@ def test_a_job_of_128_nodes_shows_a_row_a_node_the_worst_first_and_one_key_opens
 
 
 async def test_the_worst_node_is_first_and_n_opens_the_next_in_that_order():
-    snapshots, topology, host = recorded(0)
-    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+    app = an_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.press("r")
-        view = app.query_one(RunView)
-        pinned_job(view)
+        view = await shown_job(app, pilot)
         await pilot.pause(0.1)
         first, second = view.node_order[:2]
         assert (first.view.node, first.worst) == (37, (STALLED, "stalled"))
@@ -104,12 +113,9 @@ async def test_the_logs_filter_offers_each_node_and_shows_its_ranks_lines():
 
     from mgpu_tui.app.widgets.log_view import LogPane, LogView
 
-    snapshots, topology, host = recorded(0)
-    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+    app = an_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await pilot.press("r")
-        view = app.query_one(RunView)
-        pinned_job(view)
+        view = await shown_job(app, pilot)
         view.add_log_lines(
             [(rank, "stdout", f"loss at rank {rank}") for rank in (0, 295, 296, 301, 303, 304)], 0
         )
