@@ -304,13 +304,12 @@ class StepFlops:
         self.note: str | None = f"counting FLOPs is off ({OFF}=0)" if off else None  # why not counted
         self.precision: str | None = None  # of the first counted call
         self.news = off  # precision or note changed since the rank last said its about
-        self.replaying = False  # inside a count: the root's own hooks must not see this forward
         self.counted_now = False  # the latest total() replayed a new shape (its time is not the step's)
 
     def seen(self, module: Any, args: tuple, kwargs: dict) -> None:
         """A training forward of the root, its inputs reduced; never raises (the forward it precedes
         counts the step's batch too, and must not lose it to this)."""
-        if self.note is None and not self.replaying:
+        if self.note is None:
             if len(self._calls) >= MAX_FORWARDS:
                 self._calls.clear()
                 self._say(f"more than {MAX_FORWARDS} forwards came between two optimizer steps")
@@ -347,7 +346,6 @@ class StepFlops:
 
     def _count(self, call: Call, aside: Any) -> int | None:
         self.counted_now = True
-        self.replaying = True
         try:
             with aside():
                 flops = count(self._torch, self._root, call)
@@ -360,8 +358,6 @@ class StepFlops:
         except Exception as exc:  # noqa: BLE001 (mgpu-tui's own part fails: the figure is n/a, said why)
             self._say(f"counting its FLOPs failed ({type(exc).__name__}: {str(exc)[:160]})")
             return None
-        finally:
-            self.replaying = False
         return flops
 
     def _say(self, note: str) -> None:

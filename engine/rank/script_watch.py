@@ -376,11 +376,8 @@ class ScriptWatch:
         torch = self.torch
         if not module.training or not torch.is_grad_enabled():
             return  # an evaluation: its samples are not trained on
-        flops = self._flops
-        if flops is not None:
-            if flops.replaying:
-                return  # the FLOP count's replay of a forward (flop_count.py), not the script's
-            flops.seen(module, args, kwargs)
+        if self._flops is not None:  # (the count's own replay never gets here: its hooks are set aside)
+            self._flops.seen(module, args, kwargs)
         batch = _first_tensor(args)
         if batch is None:
             batch = _first_tensor(tuple(kwargs.values()))

@@ -64,6 +64,7 @@ class _RankTrack:
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
     flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
+    counted: bool = False  # some step of it said its FLOPs
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
     first_step_t: float | None = None
     last_t: float | None = None
@@ -227,6 +228,7 @@ class Aggregator:
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
             track.flops.append(math.nan if event.flops is None else float(event.flops))
+            track.counted = track.counted or event.flops is not None
             if event.parts is not None:
                 self._parts.add(event.rank, event.step, event.step_s, event.parts)
             if event.loss is not None:
@@ -376,7 +378,7 @@ class Aggregator:
                     tokens_rate = sum(t.tokens[lo:]) / seconds or None
                     token_rate += tokens_rate or 0.0
                     any_rate = True
-                if any(not math.isnan(f) for f in t.flops) or (t.about and t.about.flops_note):
+                if t.counted or (t.about and t.about.flops_note):
                     compute = mfu.of_rank(t.flops[lo:], t.step_s[lo:], t.about)
                     computes.append(compute)
                 for step, secs in zip(t.steps[lo:], t.step_s[lo:]):

@@ -28,6 +28,7 @@ from mgpu_tui.app.views.run_text import (
     NODE_RANK_STATE,
     SORTS,
     RankState,
+    compute_text,
     node_heading,
     of_steps,
     rank_state,
@@ -51,7 +52,6 @@ from mgpu_tui.engine.protocol.text import plain_line, short_line
 from mgpu_tui.engine.run.aggregate import RankStats, RunStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.engine.run.watchdog import DEFAULT_MIN_S
-from mgpu_tui.reports.anatomy import fmt_tflops
 from mgpu_tui.reports.run_summary import node_prefix
 
 if TYPE_CHECKING:
@@ -446,10 +446,9 @@ class RunView(Widget):
             f"{self.label} {self.hint}   step {stats.steps:,}{of_steps(self.steps)}   "  # the key first:
             f"{fmt_rate(stats.samples_per_s)} samples/s   loss {fmt_loss(stats.final_loss)}"  # 80 columns cut
         )
-        compute = stats.compute
-        if compute is not None and compute.tflops is not None:  # counted (a script's watch): its rate
-            status += f"   {fmt_tflops(compute.tflops)} TFLOP/s"
-            status += f" MFU {compute.mfu * 100:.1f}%" if compute.mfu is not None else ""
+        compute = compute_text(stats.compute, why=False)  # counted (a script's watch): its rate
+        if compute:
+            status += f"   {compute}"
         if not stats.steps and not self.finished:  # no step yet: for how long, and what may slow it
             status = f"{self.label} {self.hint}   starting for {self._waiting()}"
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))

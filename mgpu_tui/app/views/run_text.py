@@ -212,12 +212,14 @@ def of_steps(requested: int | None) -> str:
     return "" if requested is None else f"/{requested:,}"
 
 
-def compute_text(compute: Compute | None) -> str | None:
-    """The job's TF/s and MFU in a few words (None: its steps' FLOPs are not counted)."""
+def compute_text(compute: Compute | None, why: bool = True) -> str | None:
+    """The job's TF/s and MFU in a few words (None: its steps' FLOPs are not counted); ``why``: an
+    MFU that is n/a says why (the status line, short, leaves it out)."""
     if compute is None or compute.tflops is None:
         return None
     if compute.mfu is None:
-        return f"{fmt_tflops(compute.tflops)} TFLOP/s (MFU n/a: {compute.note})"
+        reason = f" (MFU n/a: {compute.note})" if why else ""
+        return f"{fmt_tflops(compute.tflops)} TFLOP/s{reason}"
     return f"{fmt_tflops(compute.tflops)} TFLOP/s, MFU {compute.mfu * 100:.1f}%"
 
 
