@@ -57,12 +57,6 @@ _LIVE = object()  # "read it from this machine"
 KEPT = (TelemetryUpdated, TopologyRead)
 
 
-def hand(view: Widget, message: Message) -> None:
-    """``message`` to ``view``'s own handler of it (on_run_updated in the Run view, ...), if any."""
-    if handler := getattr(view, message.handler_name, None):
-        handler(message)
-
-
 def freeze_heap() -> None:
     """Move what exists now out of the collector's sight, and turn collection back on.
 
@@ -79,7 +73,9 @@ class MgpuApp(App):
     SUB_TITLE = "every PyTorch multi-GPU strategy, on this machine"
     BINDINGS = [
         # The footer shows these in this order, as many as fit: quit and stop first (at 80 columns
-        # the last ones are cut; the tabs above name the views).
+        # the last ones are cut; the tabs above name the views). Each view's own keys are its
+        # BINDINGS: they are added here as the view is built (take_in), so that they reach the view
+        # shown even when nothing inside it has focus (the tabs, or no widget).
         ("q", "quit_app", "Quit"),
         ("s", "stop_run", "Stop"),
         ("question_mark", "help", "Help"),
@@ -88,19 +84,6 @@ class MgpuApp(App):
         ("r", "show_tab('run')", "Run"),
         ("c", "show_tab('compare')", "Compare"),
         ("h", "show_tab('runs')", "Runs"),
-        # Keys of the view shown: each view has the action (action_next_gpu in the Run view, ...).
-        Binding("g", "view('next_gpu')", "Next GPU", show=False),
-        Binding("v", "view('toggle_guide')", "Guide", show=False),
-        Binding("w", "view('toggle_whole')", "Whole run", show=False),
-        Binding("slash", "view('search_logs')", "Search logs", show=False),
-        Binding("l", "view('filter_logs')", "Rank's logs", show=False),
-        Binding("x", "view('stop_rank')", "Stop that rank", show=False),
-        Binding("o", "view('sort_ranks')", "Sort ranks", show=False),
-        Binding("n", "view('open_node')", "Open next node", show=False),
-        Binding("N", "view('close_node')", "Close node", show=False),
-        Binding("W", "view('wrap_logs')", "Wrap logs", show=False),
-        Binding("ctrl+s", "view('save_logs')", "Save logs", show=False),
-        Binding("f", "view('toggle_form')", "Form", show=False),
         # Typing in a field takes letters; Escape leaves the field so the keys above work again.
         Binding("escape", "leave_field", "Leave field", show=False),
     ]
@@ -132,6 +115,7 @@ class MgpuApp(App):
         self._recorded = list(telemetry) if telemetry is not None else None
         self.jobs = Jobs(self, lambda: self.host)  # the app's own run or comparison, or a followed run
         self.feed = MachineFeed(self, interval, self.jobs.rank_processes)
+        self._forwarded: dict[str, str] = {}  # a view's key -> its action, forwarded to the view shown
 
     @property
     def host(self) -> host_module.Host:
@@ -152,9 +136,11 @@ class MgpuApp(App):
         yield Footer()
 
     def on_mount(self) -> None:
+        for view in self.query_one(ViewSwitcher).children:
+            self._forward_keys(view)
         self.call_after_refresh(self._after_first_frame)
         for snapshot in self._recorded or ():  # recorded telemetry is shown in full, in order
-            self.to_views(TelemetryUpdated(snapshot))
+            self.to_views(TelemetryUpdated(snapshot, recorded=True))
         if self.start_spec is not None:
             self.start_run(self.start_spec)
         elif self.open_path is not None:
@@ -193,7 +179,7 @@ class MgpuApp(App):
             self.set_timer(1.0, self._refresh_keys)  # (an end's thread finishes just after posting it)
         views = self._views()
         for view in views.children if views else ():
-            hand(view, message)
+            view.post_message(message)  # News does not bubble: it stops at the view
 
     def _refresh_keys(self) -> None:
         """The footer's keys again; nothing once the app is closing (a timer may fire after its
@@ -207,18 +193,42 @@ class MgpuApp(App):
             await self.action_show_tab(event.tab.id)
 
     async def action_show_tab(self, tab: str) -> None:
+        await self._show(tab)
+
+    async def _show(self, tab: str) -> Widget:
+        """The tab's view, shown; built the first time, then told what was read of the machine
+        before it existed, and its keys forwarded."""
         self.query_one(Tabs).active = tab
         view, built = await self.query_one(ViewSwitcher).show(tab)
-        if built:  # what was read of the machine before it existed
+        if built:
+            self._forward_keys(view)
             for message in self._latest.values():
-                hand(view, message)
+                view.post_message(message)
             self.call_after_refresh(freeze_heap)
+        return view
 
-    def action_view(self, action: str) -> None:
-        """A key of the view shown (the others ignore it)."""
+    def _forward_keys(self, view: Widget) -> None:
+        """Bind the view's own keys (its BINDINGS) here too, each to ``view(action)``: the view shown
+        then gets them wherever the focus is. A key means one action in every view that binds it."""
+        for binding in Binding.make_bindings(view.BINDINGS):
+            known = self._forwarded.get(binding.key)
+            if known is None:
+                self._forwarded[binding.key] = binding.action
+                self.bind(
+                    binding.key, f"view({binding.action!r})", description=binding.description, show=False
+                )
+            elif known != binding.action:
+                raise ValueError(
+                    f"{type(view).__name__} binds {binding.key!r} to {binding.action!r}, "
+                    f"another view to {known!r}"
+                )
+
+    async def action_view(self, action: str) -> None:
+        """A view's key: its action, in the view shown (Textual's own dispatch; a view without
+        that action ignores it)."""
         views = self._views()
-        if views and (view := views.shown()) and (act := getattr(view, f"action_{action}", None)):
-            act()
+        if views and (view := views.shown()):
+            await self.run_action(action, view)
 
     def action_leave_field(self) -> None:
         self.set_focus(None)
@@ -258,8 +268,11 @@ class MgpuApp(App):
 
     async def on_comparison_requested(self, message: ComparisonRequested) -> None:
         """The Runs view's m: that comparison again, in the Compare view (which reads it back)."""
-        await self.action_show_tab("compare")
-        self.to_views(message)
+        from mgpu_tui.app.views.compare import CompareView
+
+        view = await self._show("compare")
+        assert isinstance(view, CompareView)
+        view.show_past(message.comparison, message.paths)
 
     def on_compare_requested(self, message: CompareRequested) -> None:
         self.jobs.compare(message.modes, message.template)

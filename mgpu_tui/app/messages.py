@@ -1,7 +1,8 @@
 """The app's messages: what worker threads report, and what a view asks the app to do.
 
-Worker threads post data and never touch widgets; the app hands each message to the views
-that show it (each view owns its handler: ``on_run_updated`` in the Run view, and so on).
+Worker threads post data and never touch widgets; the app posts each piece of news on to every
+view built (each view owns its handler: ``on_run_updated`` in the Run view, and so on; news does
+not bubble back up from a view).
 Telemetry and run progress arrive faster than they matter: a newer one replaces an
 older one still waiting in the queue (``can_replace``), so a slow frame never builds a
 backlog. The end of a run is never replaced. Views say what the user asked for (start,
@@ -29,7 +30,15 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.run.summary import RunSummary
 
 
-class LatestOnly(Message):
+class News(Message, bubble=False):
+    """What a worker read or did, posted to the app, which posts it on to each view: it stops there
+    (bubbling back up, it would reach the app again)."""
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**{"bubble": False, **kwargs})  # Textual's default is True again
+
+
+class LatestOnly(News):
     """A state update: one still waiting in the queue is replaced by a newer one of its kind."""
 
     def can_replace(self, message: Message) -> bool:
@@ -37,12 +46,16 @@ class LatestOnly(Message):
 
 
 class TelemetryUpdated(LatestOnly):
-    def __init__(self, snapshot: Snapshot) -> None:
+    def __init__(self, snapshot: Snapshot, recorded: bool = False) -> None:
         super().__init__()
         self.snapshot = snapshot
+        self.recorded = recorded  # given to the app, not read live: each is shown, in order
+
+    def can_replace(self, message: Message) -> bool:
+        return not self.recorded and super().can_replace(message)
 
 
-class TopologyRead(Message):
+class TopologyRead(News):
     """The interconnect, read once from NVML (None, with the reason, where there is none)."""
 
     def __init__(self, topology: Topology | None, reason: str) -> None:
@@ -51,7 +64,7 @@ class TopologyRead(Message):
         self.reason = reason
 
 
-class RunStarted(Message):
+class RunStarted(News):
     """The app's own run started: its settings as resolved, its folder, a note on the settings."""
 
     def __init__(self, spec: LaunchSpec, resolved: ResolvedSpec, path: str, note: str | None) -> None:
@@ -59,7 +72,7 @@ class RunStarted(Message):
         self.spec, self.resolved, self.path, self.note = spec, resolved, path, note
 
 
-class RunOpened(Message):
+class RunOpened(News):
     """A run from its folder: a finished one replayed, a live one followed (never owned)."""
 
     def __init__(self, run: FollowedRun) -> None:
@@ -129,7 +142,7 @@ class RunsListed(Message):
         self.root = root
 
 
-class RunEnded(Message):
+class RunEnded(News):
     """The run ended; ``summary`` is None for a followed run that was cut off without one."""
 
     def __init__(
@@ -144,7 +157,7 @@ class RunEnded(Message):
         self.drain = drain  # its last log lines
 
 
-class CompareStarted(Message):
+class CompareStarted(News):
     """The app's comparison started (its modes checked): the plan of its runs."""
 
     def __init__(self, comparison: Comparison) -> None:
@@ -161,7 +174,7 @@ class CompareUpdated(LatestOnly):
         self.progress = progress
 
 
-class CompareEnded(Message):
+class CompareEnded(News):
     def __init__(self, comparison: Comparison) -> None:
         super().__init__()
         self.comparison = comparison

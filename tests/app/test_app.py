@@ -1053,3 +1053,46 @@ async def test_v_shows_the_guide_of_the_mode_that_runs_not_the_forms_last_choice
         show_started(app, spec)
         await pilot.pause(0.2)
         assert app.query_one(ModeGuide).mode.name == "fsdp"
+
+
+async def test_a_views_keys_are_its_own_and_reach_it_only_while_it_is_shown():
+    """Issue #44: each view declares its keys (BINDINGS); the app forwards them to the view shown,
+    wherever the focus is, and a view left with the focus in one of its fields ignores them."""
+    from textual.binding import Binding
+
+    from mgpu_tui.app.views.compare import CompareView
+
+    app = create_app(telemetry=[], topology=None)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await pilot.press("c")
+        await pilot.pause(0.2)
+        code = app.query_one("#compare-code", Static)
+        app.set_focus(app.query_one(CompareView).query_one(Select))  # a field of the Compare form
+        await pilot.pause(0.1)
+        before = code.display
+        await pilot.press("t", "v")  # the Topology view is shown; the focus stayed in Compare's form
+        await pilot.pause(0.2)
+        assert code.display == before
+        await pilot.press("c")
+        await pilot.pause(0.2)
+        app.set_focus(None)  # nothing has the focus: the view's key still reaches it
+        await pilot.press("v")
+        await pilot.pause(0.2)
+        assert code.display != before
+        app_keys = {b.key for b in Binding.make_bindings(app.BINDINGS)}
+        for view in (RunView, CompareView):
+            assert not app_keys & {b.key for b in Binding.make_bindings(view.BINDINGS)}, view
+
+
+async def test_news_stops_at_the_views_and_recorded_telemetry_is_shown_in_full():
+    """Issue #44: the app posts a worker's news on to each view (Textual's own dispatch); news
+    that bubbled back up would reach the app again, and each recorded snapshot is drawn, none
+    replaced by the next in the queue."""
+    from mgpu_tui.app import messages
+
+    news = [c for c in vars(messages).values() if isinstance(c, type) and issubclass(c, messages.News)]
+    assert len(news) >= 9 and not any(c.bubble for c in news)
+    assert messages.StartRequested.bubble  # what a view asks for goes up to the app
+    first, second = (messages.TelemetryUpdated(snapshot, recorded=True) for snapshot in "ab")  # type: ignore[arg-type]
+    assert not first.can_replace(second)
+    assert messages.TelemetryUpdated("a").can_replace(messages.TelemetryUpdated("b"))  # type: ignore[arg-type]

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widget import Widget
 from textual.widgets import (
     Button,
     DataTable,
@@ -36,11 +36,11 @@ from mgpu_tui.app.messages import (
     CompareStarted,
     CompareUpdated,
     ComparisonRead,
-    ComparisonRequested,
     StopRequested,
     TelemetryUpdated,
 )
 from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
+from mgpu_tui.app.views.switcher import View
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.app.widgets.tick_box import TickBox, TickList
@@ -74,7 +74,11 @@ def fill_table(table: DataTable, headers: list[str], rows: list[list]) -> None:
         table.add_row(*row)
 
 
-class CompareView(Widget):
+class CompareView(View):
+    BINDINGS = [
+        Binding("v", "toggle_guide", "Guide", show=False),
+        Binding("f", "toggle_form", "Form", show=False),
+    ]
     DEFAULT_CSS = """
     #compare-form {
         height: 14;
@@ -512,13 +516,10 @@ class CompareView(Widget):
 
     # ---- a past comparison, read back from its runs ---------------------------------------------
 
-    def on_comparison_requested(self, message: ComparisonRequested) -> None:
-        """The Runs view's m (the app showed this view first)."""
-        self.show_past(message.comparison, message.paths)
-
     def show_past(self, comparison: str, paths: list[Path]) -> None:
-        """The comparison ``comparison`` again, from the run folders that were its rows (read by a
-        worker: each run's summary and events)."""
+        """The Runs view's m (the app showed this view first): the comparison ``comparison``
+        again, from the run folders that were its rows (read by a worker: each run's summary and
+        events)."""
         if self.running:
             self.app.notify("A comparison is going; stop it first (s).", title="Cannot show it")
             return

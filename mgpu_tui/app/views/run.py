@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widget import Widget
 from textual.widgets import Select, Static
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
@@ -36,6 +36,7 @@ from mgpu_tui.app.views.run_text import (
     result_panel,
     sort_key,
 )
+from mgpu_tui.app.views.switcher import View
 from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.mode_guide import ModeGuide
@@ -67,7 +68,20 @@ TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under 
 SHORT = 44  # rows of the view under which it folds for its logs (80x24 gives it 20; 160x50, 46)
 
 
-class RunView(Widget):
+class RunView(View):
+    BINDINGS = [
+        Binding("g", "next_gpu", "Next GPU", show=False),
+        Binding("v", "toggle_guide", "Guide", show=False),
+        Binding("w", "toggle_whole", "Whole run", show=False),
+        Binding("slash", "search_logs", "Search logs", show=False),
+        Binding("l", "filter_logs", "Rank's logs", show=False),
+        Binding("x", "stop_rank", "Stop that rank", show=False),
+        Binding("o", "sort_ranks", "Sort ranks", show=False),
+        Binding("n", "open_node", "Open next node", show=False),
+        Binding("N", "close_node", "Close node", show=False),
+        Binding("W", "wrap_logs", "Wrap logs", show=False),
+        Binding("ctrl+s", "save_logs", "Save logs", show=False),
+    ]
     DEFAULT_CSS = """
     RunView {
         height: 1fr;

@@ -13,10 +13,10 @@ from pathlib import Path
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from mgpu_tui.app.messages import ComparisonRequested, OpenRequested, RunsListed
+from mgpu_tui.app.views.switcher import View
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word
 from mgpu_tui.engine.records.history import RecordStatus
 
@@ -43,7 +43,7 @@ COLUMNS = (
 )
 
 
-class RunsView(Widget):
+class RunsView(View):
     BINDINGS = [Binding("m", "open_comparison", "Its comparison")]
     DEFAULT_CSS = """
     RunsView {

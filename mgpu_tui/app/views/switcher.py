@@ -57,6 +57,17 @@ def new_view(tab: str, context: ViewContext) -> Widget:
     return CompareView(context.host(), context.run_root, id="compare-view")
 
 
+class View(Widget):
+    """A tab's view with keys of its own (its BINDINGS, and an ``action_`` method for each).
+
+    The app forwards them to the view shown wherever the focus is (app.py). Focus may also stay
+    on a field of a view that was switched away from: its keys act only while it is shown.
+    """
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return self.display
+
+
 class ViewSwitcher(ContentSwitcher):
     DEFAULT_CSS = """
     ViewSwitcher {
