@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.rundir import RunDir
+
 PER_NODE = 8
 STEP_S = 0.5
 HUNG_AT = 10  # the hung rank's last step
@@ -39,8 +41,7 @@ def _ranks_of(writer: int, world: int) -> range:
 
 def _write(folder: str, writer: int, world: int, hung: int, slow: int, until: float) -> None:
     """One writer process: its share of the ranks' events, a step every STEP_S for each."""
-    events = Path(folder) / "events"
-    files = {r: open(events / f"rank{r}.jsonl", "a", buffering=1) for r in _ranks_of(writer, world)}  # noqa: SIM115
+    files = {r: open(RunDir(folder).events_path(r), "a", buffering=1) for r in _ranks_of(writer, world)}  # noqa: SIM115
     now = time.time()
     for rank, f in files.items():
         hello = {"v": 1, "kind": "hello", "rank": rank, "t": now, "local_rank": rank % PER_NODE,
@@ -69,7 +70,7 @@ def _follow(folder: str, until: float) -> None:
     process's own, so not the app's)."""
     from mgpu_tui.engine.run.monitor import MonitorLock
 
-    lock = MonitorLock(Path(folder) / "monitor-node0.lock")  # node 0's, where the app looks first
+    lock = MonitorLock(RunDir(folder, 0).monitor_lock_path)  # node 0's, where the app looks first
     lock.hold()
     time.sleep(max(0.0, until - time.monotonic()))
     lock.release()

@@ -56,6 +56,7 @@ from mgpu_tui.engine.planning.shapes import (
     add_shape_options,
     model_shape,
 )
+from mgpu_tui.engine.protocol.rundir import params_path
 
 
 def parse_args(
@@ -277,4 +278,4 @@ def save_params(params: dict[str, torch.Tensor], directory: str | None, rank: in
     if directory:
         Path(directory).mkdir(parents=True, exist_ok=True)
         tensors = {k: v.detach().cpu().float() for k, v in params.items()}
-        torch.save(tensors, Path(directory) / f"rank{rank}.pt")
+        torch.save(tensors, params_path(directory, rank))

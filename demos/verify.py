@@ -24,13 +24,14 @@ from pathlib import Path
 import torch
 
 from mgpu_tui.demos import harness, single
+from mgpu_tui.engine.protocol.rundir import params_files
 
 TOLERANCE = {"float32": 1e-5, "amp": 2e-3}
 
 
 def load_parts(directory: Path) -> dict[str, torch.Tensor]:
     merged: dict[str, torch.Tensor] = {}
-    for part in sorted(directory.glob("rank*.pt")):
+    for part in params_files(directory):
         merged.update(torch.load(part))
     return merged
 

@@ -51,6 +51,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mgpu_tui.engine.planning.modes import MODES as CATALOGUE
+from mgpu_tui.engine.protocol.rundir import RunDir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_round3 import Round3  # noqa: E402
@@ -486,7 +487,7 @@ class Checker(Round3):
         start, checked = time.monotonic(), []
         for run_dir in self.runs_of_transformer:
             samples = []
-            for line in (Path(run_dir) / "telemetry.jsonl").read_text().splitlines():
+            for line in RunDir(run_dir).telemetry_path.read_text().splitlines():
                 record = json.loads(line)
                 gpu = record["gpus"][0] if record.get("gpus") else {}
                 if gpu.get("energy_mj") is not None:
@@ -499,7 +500,7 @@ class Checker(Round3):
                 continue
             smi = sum((b[0] - a[0]) * (a[1] + b[1]) / 2 for a, b in zip(inside, inside[1:]))
             smi *= (t1 - t0) / (inside[-1][0] - inside[0][0])  # the edges, at the mean power
-            summary = json.loads((Path(run_dir) / "summary.json").read_text())
+            summary = json.loads(RunDir(run_dir).summary_path.read_text())
             checked.append(
                 {
                     "run": Path(run_dir).name,
@@ -551,7 +552,7 @@ class Checker(Round3):
             180,
         )
         summary = last_summary(done.stdout)
-        logs = sorted(Path(summary.run_dir).glob("nccl-*.log")) if summary else []
+        logs = RunDir(summary.run_dir).nccl_logs() if summary else []
         results = []
         if summary is None or not logs:
             results.append(Result("nccl:log", False, f"no summary or no NCCL log (exit {done.returncode})"))
@@ -721,7 +722,7 @@ class Checker(Round3):
         if summary is None or stall is None:
             return Result("fr-hang", False, f"no stall verdict (exit {proc.returncode}); see fr-hang.log")
         self.fr_gloo_run_dir = summary.run_dir
-        readable = Path(summary.run_dir) / "fr" / "torch-readable"
+        readable = RunDir(summary.run_dir).torch_dumps_dir(readable=True)
         read = self.sh(
             "fr-trace",
             [self.python, "-m", "torch.distributed.flight_recorder.fr_trace", str(readable)],

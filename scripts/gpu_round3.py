@@ -26,6 +26,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.rundir import RunDir
+
 ROOT = Path(__file__).resolve().parent.parent
 FRAMEWORKS = ROOT / "tests" / "frameworks" / "scripts"
 GPT = ROOT / "tests" / "scripts" / "gpt_train.py"
@@ -369,7 +371,7 @@ class Round3:
                     self.python,
                     "-m",
                     "torch.distributed.flight_recorder.fr_trace",
-                    str(Path(gloo_run_dir) / "fr" / "torch-readable"),
+                    str(RunDir(gloo_run_dir).torch_dumps_dir(readable=True)),
                 ],
                 120,
             )

@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.rundir import RunDir
+
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "tests" / "fixtures" / "stragglers"
 CLI = str(Path(sys.executable).with_name("mgpu-tui"))
@@ -53,13 +55,14 @@ def record(kind: str, index: int) -> None:
             burner.kill()
         summary = json.loads(done.stdout.strip().splitlines()[-1])
         (run,) = Path(tmp, "runs").iterdir()
-        if not all((run / "fr" / f"rank{rank}.json").exists() for rank in (0, 1)):
+        if not all(RunDir(run).flight_record_path(rank).exists() for rank in (0, 1)):
             print(f"{kind}-{index}: no flight-recorder dump (a run shorter than one dump period); again")
             return record(kind, index)
         target = OUT / f"{kind}-{index}"
         target.mkdir(parents=True, exist_ok=True)
         for rank in (0, 1):
-            shutil.copy(run / "fr" / f"rank{rank}.json", target / f"rank{rank}.json")
+            record_file = RunDir(run).flight_record_path(rank)
+            shutil.copy(record_file, target / record_file.name)
         meta = {
             "step_time_s_median": summary["step_time_s_median"],
             "stragglers": summary["stragglers"],

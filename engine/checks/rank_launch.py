@@ -79,7 +79,7 @@ class RankLaunch:
             "--batch-size",
             str(SMOKE_BATCH_PER_RANK * nproc),
             "--smoke-dir",
-            str(self.check_dir.path / "smoke"),
+            str(self.check_dir.smoke_dir),
         )
         if any(t.startswith("verify:") for t in tasks):
             args += ("--save-params",)
@@ -100,7 +100,7 @@ class RankLaunch:
         )
         self.ranks = run = Run.prepare(spec, host, name="ranks", environ=opts.environ)
         outcome = LaunchOutcome(run_dir=run.run_dir)
-        results = FileTail(run.run_dir.path / "checks" / "rank0.jsonl")
+        results = FileTail(run.run_dir.check_results_path(0))
         current: str | None = None  # the task rank 0 started last
         deadline = time.monotonic() + START_BUDGET_S + budget(tasks[0])
         self.on_progress(f"starting {nproc} rank(s) on {device} for {len(tasks)} check(s)")
@@ -140,10 +140,7 @@ class RankLaunch:
             return outcome
         # The launch died: the first failure any rank wrote wins; else the task in progress.
         failures = [
-            r
-            for p in sorted((run.run_dir.path / "checks").glob("rank*.jsonl"))
-            for r in read_records(p)
-            if r.get("state") == "failed"
+            r for p in run.run_dir.check_results() for r in read_records(p) if r.get("state") == "failed"
         ]
         if failures:
             first = min(failures, key=lambda r: r.get("t", math.inf))

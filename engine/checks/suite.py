@@ -39,7 +39,7 @@ from mgpu_tui.engine.launch.spec import (
 )
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability, unknown_mode
-from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir import RunDir, smoke_folder
 from mgpu_tui.engine.run.aggregate import read_events
 
 LEVELS = (1, 2, 3)
@@ -102,7 +102,7 @@ class CheckSuite:
             self.close()
             self.report.ended_at = time.time()
             if self._check_dir is not None:
-                self._check_dir.write_json(self._check_dir.path / "check.json", self.report.to_json())
+                self._check_dir.write_json(self._check_dir.check_report_path, self.report.to_json())
         return self.report
 
     def close(self) -> None:
@@ -287,7 +287,7 @@ class CheckSuite:
         seconds = float(record.get("seconds", 0.0))
         if task.startswith("smoke:"):
             mode = task.partition(":")[2]
-            return judge_smoke(mode, check_dir.path / "smoke" / mode, seconds, device)
+            return judge_smoke(mode, smoke_folder(check_dir.smoke_dir, mode), seconds, device)
         return CheckResult(
             name, Status(record["status"]), record.get("detail", ""), record.get("metrics", {}), seconds
         )

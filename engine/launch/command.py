@@ -138,7 +138,6 @@ def _rendezvous(resolved: ResolvedSpec, local_addr: str | None) -> list[str]:
     return ["--standalone"]
 
 
-NCCL_LOG_PATTERN = "nccl-%h.%p.log"
 # The flight recorder's size (torch 2.13 warns about the older TORCH_NCCL_TRACE_BUFFER_SIZE, and
 # reads this one for gloo and NCCL alike).
 FR_BUFFER_ENV = ("TORCH_FR_BUFFER_SIZE",)
@@ -212,11 +211,11 @@ def build_command(
         if "NCCL_DEBUG_SUBSYS" not in base_env:
             changes["NCCL_DEBUG_SUBSYS"] = "INIT,GRAPH,ENV"
         if "NCCL_DEBUG_FILE" not in base_env:
-            changes["NCCL_DEBUG_FILE"] = str(run_dir.path / NCCL_LOG_PATTERN)  # NCCL fills in host and pid
+            changes["NCCL_DEBUG_FILE"] = run_dir.nccl_log_pattern  # NCCL fills in host and pid
     if not mode.multi_process:
         # torchrun sets this for its ranks; a one-process mode gets the same, so
         # @record writes its error file where the engine looks for it.
-        changes["TORCHELASTIC_ERROR_FILE"] = str(run_dir.python_rank_dir() / "error.json")
+        changes["TORCHELASTIC_ERROR_FILE"] = str(run_dir.python_error_file())
 
     return _launch(argv, base_env, changes, python)
 

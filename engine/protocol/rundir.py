@@ -17,10 +17,18 @@ Layout::
         monitor.lock          locked while a process follows the run (run/monitor.py)
         monitor.json          that process's own record of itself: pid, start time, boot, host
         summary.json          written when the run ends
+        mgpu-tui.log          the run's own log (run/runlog.py)
+        verify.log            --verify's comparison of the trained parameters (run/verify.py)
         requests/fr, requests/stacks
                               the engine's requests to every rank (its flight records, its Python
                               stacks): files that each rank's reporter thread polls, never a signal
         stacks/rank<N>.txt    a rank's answer: every thread's Python stack
+        fr/rank<N>.json       a rank's flight record, the engine's reading of it; torch's own dump
+                              under fr/torch/rank<N>, and fr/torch-readable/rank<N> (gloo's groups
+                              named, for fr_trace)
+
+Every path of it is spelled here, and only here (tests/unit/test_layers.py checks): a rank,
+which knows only the folder's path, uses the same ``RunDir``.
 """
 
 from __future__ import annotations
@@ -38,9 +46,18 @@ from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_ato
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
+_PARAMS_FILE = re.compile(r"rank([0-9]{1,7})\.pt")
+_NCCL_LOG = re.compile(r"nccl-.*\.log")
+_SPEC_FILE = re.compile(r"spec(-node[0-9]{1,5})?\.json")
 # The engine's requests to the ranks, under requests/ (the ranks' reporter threads poll for them).
 FR_REQUEST = "fr"
 STACKS_REQUEST = "stacks"
+# Asked for (a stall), torch's own dump is kept too, as torch writes it, for torch's own analyser:
+# python -m torch.distributed.flight_recorder.fr_trace RUN/fr/torch (docs/your-script.md).
+FR_TORCH_DIR = "torch"
+# gloo's dumps name their groups "" in pg_config, which fr_trace cannot match to the entries (a
+# KeyError, torch 2.13): the rank writes a copy whose pg_config it rebuilds from its own groups.
+FR_READABLE_DIR = "torch-readable"
 # The rank a command's own output is shown under (mgpu-tui exec): its lines are every process's,
 # merged as the command's launcher printed them, not one rank's.
 JOB_OUTPUT = -1
@@ -174,6 +191,85 @@ class RunDir:
     def events_dir(self) -> Path:
         return self.path / "events"
 
+    @property
+    def run_log(self) -> Path:
+        """The run's own log (run/runlog.py): one for the folder, each node's lines say its node."""
+        return self.path / "mgpu-tui.log"
+
+    @property
+    def verify_log(self) -> Path:
+        """--verify's own output (run/verify.py)."""
+        return self.path / "verify.log"
+
+    def events_path(self, rank: int) -> Path:
+        """A rank's event stream, named by global rank (events.py)."""
+        return self.events_dir / f"rank{rank}.jsonl"
+
+    def request_path(self, name: str) -> Path:
+        """The engine's request ``name`` (FR_REQUEST, STACKS_REQUEST) to every rank."""
+        return self.path / "requests" / name
+
+    @property
+    def stacks_dir(self) -> Path:
+        return self.path / "stacks"
+
+    def stacks_path(self, rank: int) -> Path:
+        """A rank's answer to STACKS_REQUEST: every thread's Python stack."""
+        return stacks_file(self.stacks_dir, rank)
+
+    def flight_record_path(self, rank: int) -> Path:
+        """A rank's answer to FR_REQUEST: its flight record, as the engine reads it."""
+        return self.path / "fr" / f"rank{rank}.json"
+
+    def torch_dumps_dir(self, *, readable: bool = False) -> Path:
+        """torch's own dumps of the ranks' flight records (FR_TORCH_DIR), or their copies with
+        gloo's groups named (FR_READABLE_DIR): the folder torch's fr_trace reads."""
+        return self.path / "fr" / (FR_READABLE_DIR if readable else FR_TORCH_DIR)
+
+    def torch_dump_path(self, rank: int, *, readable: bool = False) -> Path:
+        return self.torch_dumps_dir(readable=readable) / f"rank{rank}"
+
+    @property
+    def verify_out(self) -> Path:
+        """--verify's outcome, a JSON line (run/verify.py)."""
+        return self.path / "verify.json"
+
+    @property
+    def nccl_log_pattern(self) -> str:
+        """NCCL_DEBUG_FILE for the ranks: NCCL fills in the host (%h) and the pid (%p)."""
+        return str(self.path / "nccl-%h.%p.log")
+
+    def nccl_logs(self) -> list[Path]:
+        """NCCL's own logs in the folder now, by name (one bounded listing)."""
+        return sorted(Path(e.path) for e in entries(self.path) if _NCCL_LOG.fullmatch(e.name))
+
+    def python_error_file(self) -> Path:
+        """A single-process mode's error file, where torch's @record writes it (TORCHELASTIC_ERROR_FILE)."""
+        return self.python_rank_dir() / "error.json"
+
+    # ---- mgpu-tui --check: its own run folder --------------------------------
+
+    @property
+    def check_report_path(self) -> Path:
+        return self.path / "check.json"
+
+    @property
+    def check_results_dir(self) -> Path:
+        """Each check rank's records, a JSON line each (checks/rank<N>.jsonl)."""
+        return self.path / "checks"
+
+    def check_results_path(self, rank: int) -> Path:
+        return self.check_results_dir / f"rank{rank}.jsonl"
+
+    def check_results(self) -> list[Path]:
+        """Every check rank's records file there now, by name."""
+        return sorted(Path(e.path) for e in entries(self.check_results_dir) if _RANK_FILE.fullmatch(e.name))
+
+    @property
+    def smoke_dir(self) -> Path:
+        """The check's smoke runs, a folder a mode (smoke_folder)."""
+        return self.path / "smoke"
+
     def command_output(self) -> RankFiles:
         """mgpu-tui exec: the command's own stdout and stderr (no error file: the ranks tell theirs)."""
         folder = self.logs_dir / "command"
@@ -194,6 +290,15 @@ class RunDir:
             if match:
                 found[int(match.group(1))] = self.events_dir / name
         return found
+
+    def first_spec(self) -> tuple[Path, int | None]:
+        """The run's marker and its node: spec.json; where the nodes of a job share the folder and
+        none wrote it, the lowest node's spec-node<N>.json (spec.json's path when neither is there)."""
+        plain_spec = RunDir(self.path).spec_path
+        if plain_spec.exists() or plain_spec.is_symlink():
+            return plain_spec, None
+        nodes = self.node_specs()
+        return (RunDir(self.path, min(nodes)).spec_path, min(nodes)) if nodes else (plain_spec, None)
 
     def node_specs(self) -> set[int]:
         """The nodes whose own spec (spec-node<N>.json) is in the shared folder now: one bounded
@@ -285,6 +390,37 @@ class RunDir:
         except OSError:
             return None
         return st.f_bavail * st.f_frsize
+
+
+def is_spec_file(name: str) -> bool:
+    """Whether a file of the folder is a run's marker: spec.json, or a node's spec-node<N>.json."""
+    return _SPEC_FILE.fullmatch(name) is not None
+
+
+def stacks_file(stacks_dir: Path | str, rank: int) -> Path:
+    """A rank's stacks in a run's ``stacks_dir`` (a stall keeps the folder's path)."""
+    return Path(stacks_dir) / f"rank{rank}.txt"
+
+
+def params_path(folder: Path | str, rank: int) -> Path:
+    """A rank's trained parameters in ``folder`` (the run's params_dir, given to a demo by
+    --save-params; run/verify.py compares them)."""
+    return Path(folder) / f"rank{rank}.pt"
+
+
+def params_files(folder: Path) -> list[Path]:
+    """Every rank's parameters saved in ``folder``, by name."""
+    return sorted(Path(e.path) for e in entries(folder) if _PARAMS_FILE.fullmatch(e.name))
+
+
+def smoke_folder(smoke_dir: Path, mode: str) -> Path:
+    """--check's smoke run of ``mode`` (its params/ as a run's)."""
+    return Path(smoke_dir) / mode
+
+
+def monitor_record_path(lock: Path) -> Path:
+    """The record beside a run's monitor lock (monitor.json): the monitor's account of itself."""
+    return lock.with_suffix(".json")
 
 
 def _number(name: str) -> bool:

@@ -44,6 +44,7 @@ from mgpu_tui.engine.planning.defaults import DEFAULTS
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.planning.shapes import SHAPE_OPTIONS, add_shape_options
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
+from mgpu_tui.engine.protocol.rundir import RunDir, smoke_folder
 from mgpu_tui.engine.rank.bandwidth import check_bandwidth, check_copy_matrix, check_sweep, sync
 
 INJECT_ENV = "MGPU_CHECK_INJECT"
@@ -54,9 +55,9 @@ class Results:
     """This rank's result file (one JSON line per record, flushed at once)."""
 
     def __init__(self, run_dir: Path, rank: int) -> None:
-        folder = run_dir / "checks"
-        folder.mkdir(parents=True, exist_ok=True)
-        self._file = open(folder / f"rank{rank}.jsonl", "a", buffering=1)
+        path = RunDir(run_dir).check_results_path(rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(path, "a", buffering=1)
 
     def write(self, **record) -> None:
         self._file.write(json.dumps(record) + "\n")
@@ -165,7 +166,7 @@ def smoke(mode: str, args: argparse.Namespace, run_dir: Path, rank: int, world: 
     if f"smoke:{mode}" in _injected():
         argv += ["--fail-at-step", "2", "--fail-rank", str(world - 1 if multi else 0)]
     if args.save_params:  # for verify:MODE later in this launch
-        argv += ["--save-params", str(args.smoke_dir / mode / "params")]
+        argv += ["--save-params", str(RunDir(smoke_folder(args.smoke_dir, mode)).params_dir)]
     start = time.perf_counter()
     if multi or rank == 0:  # a one-process mode runs on rank 0 while the others wait
         os.environ[RUN_DIR_ENV] = str(args.smoke_dir / mode)
@@ -196,7 +197,7 @@ def check_verify(mode: str, args: argparse.Namespace, run_dir: Path) -> dict:
         ]
         baseline_args = harness.parse_args("baseline", argv=argv)
         _baseline = {k: v.detach().cpu().float() for k, v in single.train(baseline_args).state_dict().items()}
-    params = verify.load_parts(args.smoke_dir / mode / "params")
+    params = verify.load_parts(RunDir(smoke_folder(args.smoke_dir, mode)).params_dir)
     if not params:
         return {"status": "fail", "detail": "its smoke run saved no parameters", "metrics": {}}
     outcome = verify.compare(params, _baseline, verify.TOLERANCE["float32"])

@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
-from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST
+from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir
 
 # A progress line every tenth of the run, and at least this often: a long run's log is never silent.
 PRINT_AT_LEAST_EVERY_S = 10.0
@@ -61,12 +61,6 @@ FR_FIELDS = (
 )
 FR_POLL_S = 0.5
 FR_PERIOD_S = 5.0  # unasked, a dump this often: when ranks enter their collectives names stragglers
-# Asked for (a stall), torch's own dump is kept too, as torch writes it, for torch's own analyser:
-# python -m torch.distributed.flight_recorder.fr_trace RUN/fr/torch (docs/your-script.md).
-FR_TORCH_DIR = "torch"
-# gloo's dumps name their groups "" in pg_config, which fr_trace cannot match to the entries (a
-# KeyError, torch 2.13): the rank writes a copy whose pg_config it rebuilds from its own groups.
-FR_READABLE_DIR = "torch-readable"
 
 
 def stop_before_exit(stop: Callable[[], None]) -> None:
@@ -95,13 +89,14 @@ class _FlightRecorderDump:
     """
 
     def __init__(self, run_dir: Path, rank: int) -> None:
-        self.request = run_dir / "requests" / FR_REQUEST
-        self.stacks_request = run_dir / "requests" / STACKS_REQUEST
-        self.stacks_out = run_dir / "stacks" / f"rank{rank}.txt"
+        folder = RunDir(run_dir)
+        self.request = folder.request_path(FR_REQUEST)
+        self.stacks_request = folder.request_path(STACKS_REQUEST)
+        self.stacks_out = folder.stacks_path(rank)
         self._stacks_answered: float | None = None
-        self.out = run_dir / "fr" / f"rank{rank}.json"
-        self.torch_out = run_dir / "fr" / FR_TORCH_DIR / f"rank{rank}"
-        self.readable_out = run_dir / "fr" / FR_READABLE_DIR / f"rank{rank}"
+        self.out = folder.flight_record_path(rank)
+        self.torch_out = folder.torch_dump_path(rank)
+        self.readable_out = folder.torch_dump_path(rank, readable=True)
         self._answered: float | None = None
         self._stopped = threading.Event()
         self._dumping = threading.Lock()  # the thread's dumps and the bootstrap's, one at a time
@@ -272,9 +267,8 @@ class Reporter:
             self._said_hello = True  # the bootstrap said it, with this process's pid
             self._host.adopt(self)
         elif self.run_dir is not None:
-            events_dir = self.run_dir / "events"
-            events_dir.mkdir(parents=True, exist_ok=True)
-            self._events_path = events_dir / f"rank{self.rank}.jsonl"
+            self._events_path = RunDir(self.run_dir).events_path(self.rank)
+            self._events_path.parent.mkdir(parents=True, exist_ok=True)
             self._open_events()
             self._flight_recorder = _FlightRecorderDump(self.run_dir, self.rank)
         self._last = time.time()

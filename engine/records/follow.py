@@ -347,7 +347,7 @@ class FollowedRun(IngestReadings):
         for node in range(self.nnodes):
             if node not in self._hosts and node in written:
                 try:
-                    spec_file = self.path / f"spec-node{node}.json"
+                    spec_file = RunDir(self.path, node).spec_path
                     document = read_json(spec_file, MAX_SPEC_BYTES, root=self.path)
                     self._hosts[node] = plain(str(document["machine"]["hostname"]), MAX_HOST)
                 except (OSError, ValueError, KeyError, TypeError):

@@ -21,7 +21,7 @@ from typing import Literal
 
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
-from mgpu_tui.engine.protocol.rundir import NAME
+from mgpu_tui.engine.protocol.rundir import NAME, RunDir
 from mgpu_tui.engine.protocol.typed import Invalid, Word, build
 from mgpu_tui.engine.run.monitor import is_followed
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary
@@ -186,9 +186,8 @@ def read_run(path: Path) -> RunRecord:
     except FileNotFoundError:
         return _broken(path, "no spec.json: not a run directory")
     except (OSError, ValueError) as exc:  # Unreadable and Invalid among them: each says what
-        return _broken(path, _unreadable("spec.json", exc))
+        return _broken(path, _unreadable(RunDir(path).spec_path.name, exc))
     spec, created = document.spec, document.created_at
-    suffix = "" if node is None else f"-node{node}"
     what, world, nnodes = spec.what, spec.world_size, spec.nnodes
     record = functools.partial(
         RunRecord,
@@ -202,16 +201,16 @@ def read_run(path: Path) -> RunRecord:
         slurm_job=spec.slurm.job_id if spec.slurm else None,
         comparison=spec.comparison,
     )
-    summary_path = path / f"summary{suffix}.json"
+    folder = RunDir(path, node)
     try:
-        summary = RunSummary.from_json(read_json(summary_path, MAX_SUMMARY_BYTES, root=path))
+        summary = RunSummary.from_json(read_json(folder.summary_path, MAX_SUMMARY_BYTES, root=path))
     except FileNotFoundError:
-        lock = path / f"monitor{suffix}.lock"
+        lock = folder.monitor_lock_path
         if not lock.exists():
             return record(RecordStatus.UNFINISHED)
         return record(RecordStatus.RUNNING if is_followed(lock) else RecordStatus.CUT_OFF)
     except (OSError, ValueError) as exc:
-        return record(RecordStatus.BROKEN, reason=_unreadable("summary.json", exc))
+        return record(RecordStatus.BROKEN, reason=_unreadable(folder.summary_path.name, exc))
     if world is None:  # a command's: its ranks said how many they were
         return dataclasses.replace(
             record(RecordStatus.of(summary.status), summary), world_size=summary.world_size
@@ -222,18 +221,7 @@ def read_run(path: Path) -> RunRecord:
 def _spec_document(path: Path) -> tuple[SpecDocument, int | None]:
     """The run's spec.json (or, where the nodes of a job share the folder, the first node's
     spec-node<N>.json) read by the one reader and checked field by field; its node."""
-    spec_path, node = path / "spec.json", None
-    if not spec_path.exists() and not spec_path.is_symlink():
-        nodes = sorted(
-            (int(number), e.name)
-            for e in entries(path)
-            if e.name.startswith("spec-node") and e.name.endswith(".json")
-            for number in [e.name[len("spec-node") : -len(".json")]]
-            if number.isascii() and number.isdigit() and len(number) <= 7
-        )
-        if nodes:
-            node, name = nodes[0]
-            spec_path = path / name
+    spec_path, node = RunDir(path).first_spec()
     return build(SpecDocument, read_json(spec_path, MAX_SPEC_BYTES, root=path)), node
 
 

@@ -303,8 +303,8 @@ class Ingest:
     def read_flight_records(self, ranks: range) -> None:
         """Who arrives late at the collectives, from the ranks' flight-recorder dumps
         (run/flight_records.py); for one host's ranks only: the times are each host's clock's."""
-        fr = self.run_dir.path / "fr"
-        traces = {rank: read_trace(fr / f"rank{rank}.json", self.run_dir.path) for rank in ranks}
+        record = self.run_dir.flight_record_path
+        traces = {rank: read_trace(record(rank), self.run_dir.path) for rank in ranks}
         step_s = self.recent_step_time()
         late = late_arrivals({r: t for r, t in traces.items() if t}, step_s) if all(traces.values()) else ()
         counts = {r: max(e.seq for e in t) for r, t in traces.items() if t}

@@ -101,7 +101,7 @@ class Run(IngestReadings):
         self.run_dir = run_dir
         self.run_id = uuid.uuid4().hex
         self.python = python
-        self.log = RunLog(self.run_id, run_dir.path / "mgpu-tui.log")
+        self.log = RunLog(self.run_id, run_dir.run_log)
         # Several nodes: this node's watch over the others, through the rendezvous store.
         self._nodes = None
         if resolved.spec.nnodes > 1:

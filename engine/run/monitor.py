@@ -39,8 +39,8 @@ from pathlib import Path
 
 from mgpu_tui.engine.launch.processes import create_time
 from mgpu_tui.engine.protocol.folder import dumps, entries, read_json, write_atomic
+from mgpu_tui.engine.protocol.rundir import monitor_record_path
 
-RECORD_SUFFIX = ".json"  # monitor.lock's record is monitor.json: the monitor's own account of itself
 MAX_RECORD_BYTES = 4096
 MAX_FDS_LOOKED_AT = 4096
 SLURM_JOB = re.compile(r"\d{1,20}")  # of the holder's open files: a monitor holds a few dozen
@@ -80,7 +80,7 @@ class MonitorRecord:
     def read(cls, lock: Path) -> MonitorRecord | None:
         """The record beside the lock, read as untrusted (bounded, typed); None if absent or wrong."""
         try:
-            document = read_json(lock.with_suffix(RECORD_SUFFIX), MAX_RECORD_BYTES, root=lock.parent)
+            document = read_json(monitor_record_path(lock), MAX_RECORD_BYTES, root=lock.parent)
             pid, start = document["pid"], document["start"]
             boot, host = document["boot_id"], document["host"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -101,7 +101,7 @@ class MonitorRecord:
             "host": self.host,
             "slurm_job": self.slurm_job,
         }
-        write_atomic(lock.with_suffix(RECORD_SUFFIX), dumps(document), root=lock.parent)
+        write_atomic(monitor_record_path(lock), dumps(document), root=lock.parent)
 
 
 class MonitorLock:

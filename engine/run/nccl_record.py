@@ -9,10 +9,8 @@ summary says of them: the transports NCCL chose, its version, and its warnings a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from mgpu_tui.engine.machine.nccl_log import read_nccl_log
-from mgpu_tui.engine.protocol.folder import entries
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 
 MAX_FILE_BYTES = 1 << 20  # start-up lines are a few hundred a rank: the head of a file says it all
@@ -35,9 +33,7 @@ class NcclFigures:
 
 def nccl_figures(run_dir: RunDir) -> NcclFigures | None:
     """The run's NCCL reading for its summary; None when NCCL wrote nothing here (the CPU, gloo)."""
-    listed = entries(run_dir.path)
-    paths = sorted(Path(e.path) for e in listed if e.name.startswith("nccl-") and e.name.endswith(".log"))
-    paths = paths[:MAX_FILES]
+    paths = run_dir.nccl_logs()[:MAX_FILES]
     lines: list[str] = []
     left = MAX_TOTAL_BYTES
     for path in paths:

@@ -79,8 +79,8 @@ class Verification:
         self, resolved: ResolvedSpec, run_dir: RunDir, *, python: str, env: Mapping[str, str]
     ) -> None:
         self.run_dir = run_dir
-        self._out = run_dir.path / "verify.json"
-        with open(self._out, "wb") as stdout, open(run_dir.path / "verify.log", "wb") as stderr:
+        self._out = run_dir.verify_out
+        with open(self._out, "wb") as stdout, open(run_dir.verify_log, "wb") as stderr:
             self._proc = subprocess.Popen(
                 verify_argv(resolved, run_dir, python),
                 env=dict(env),
@@ -114,7 +114,7 @@ class Verification:
             return Verify.from_json(json.loads(lines[-1]))
         except (OSError, IndexError, ValueError, TypeError):
             try:
-                log = read_capped(self.run_dir.path / "verify.log", 64 * 1024, tail=True)
+                log = read_capped(self.run_dir.verify_log, 64 * 1024, tail=True)
                 tail = log.strip().splitlines()
             except OSError:
                 tail = []

@@ -35,7 +35,7 @@ from pathlib import Path
 from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.folder import write_atomic
-from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir, read_capped
+from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir, read_capped, stacks_file
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
@@ -103,9 +103,7 @@ class Stall:
         parts = []
         for r in stuck:
             try:
-                text = readable_stacks(
-                    read_capped(Path(self.stacks_dir) / f"rank{r.rank}.txt", MAX_STACKS_BYTES)
-                )
+                text = readable_stacks(read_capped(stacks_file(self.stacks_dir, r.rank), MAX_STACKS_BYTES))
             except OSError:
                 text = ""
             parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
@@ -172,13 +170,13 @@ def request_stacks(stalled: tuple[StalledRank, ...], run_dir: Path) -> None:
     """Ask every rank for its stacks (a file each rank's reporter thread polls: no signal, so the
     script's own SIGUSR2 handler, or its reset of SIGUSR2, is never touched), then wait (a few
     seconds at most) for the stalled ranks' answers."""
-    stacks_dir = run_dir / "stacks"
+    folder = RunDir(run_dir)
     asked = _request(run_dir, STACKS_REQUEST)
     deadline = time.monotonic() + STACKS_WAIT_S
 
     def answered(rank: int) -> bool:
         try:
-            return asked is not None and (stacks_dir / f"rank{rank}.txt").stat().st_mtime >= asked
+            return asked is not None and folder.stacks_path(rank).stat().st_mtime >= asked
         except OSError:
             return False
 
@@ -191,7 +189,7 @@ def _request(run_dir: Path, name: str) -> float | None:
     the request, to tell the answers from older ones. None when it cannot be asked: the ranks own
     the folder, and one may have put a FIFO, a link or a folder where the request goes (written as
     protocol/folder.py writes: never through a link, never blocking)."""
-    request = run_dir / "requests" / name
+    request = RunDir(run_dir).request_path(name)
     try:
         if not (request.parent.is_dir() and not request.parent.is_symlink()):
             request.parent.mkdir()
@@ -301,7 +299,7 @@ class Watchdog:
             return
         if self.resolved.stall_evidence and not self._evidence(liveness, stalled, timeout):
             return
-        stacks_dir = self.run_dir.path / "stacks"
+        stacks_dir = self.run_dir.stacks_dir
         # The ranks that answer (their reporter says so, and has not closed): the others are said
         # to have no reporter that answers, in the stall's account.
         local = self.local_ranks()
@@ -353,27 +351,25 @@ class Watchdog:
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
         ranks = self.ranks_here()  # from the spec: a script's ranks need not have said hello
-        fr = self.run_dir.path / "fr"
+        records = self.run_dir.flight_record_path
         deadline = time.monotonic() + STACKS_WAIT_S
 
         def fresh(rank: int) -> bool:
             if asked is None:  # the request could not be made: no answer is this one's
                 return False
             try:
-                return (fr / f"rank{rank}.json").stat().st_mtime >= asked
+                return records(rank).stat().st_mtime >= asked
             except OSError:
                 return False
 
         while asked is not None and time.monotonic() < deadline and not all(fresh(rank) for rank in ranks):
             time.sleep(0.1)
-        traces = {
-            rank: read_trace(fr / f"rank{rank}.json", self.run_dir.path) for rank in ranks if fresh(rank)
-        }
+        traces = {rank: read_trace(records(rank), self.run_dir.path) for rank in ranks if fresh(rank)}
         stacks = {}
         for r in stalled:
             try:
                 stacks[r.rank] = read_capped(
-                    stacks_dir / f"rank{r.rank}.txt", MAX_STACKS_BYTES, root=self.run_dir.path
+                    stacks_file(stacks_dir, r.rank), MAX_STACKS_BYTES, root=self.run_dir.path
                 )
             except OSError:
                 continue

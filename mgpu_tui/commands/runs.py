@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mgpu_tui.console import fmt_loss, fmt_rate, fmt_seconds, plain, status_word, table
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
+from mgpu_tui.engine.protocol.rundir import is_spec_file
 from mgpu_tui.engine.records.history import RecordStatus, list_runs, read_run
 from mgpu_tui.errors import ExitCode, UsageError
 
@@ -109,7 +110,7 @@ def _delete_run(path: Path) -> str | None:
     except OSError as exc:
         return exc.strerror or str(exc)
     for entry in entries:
-        if entry.name == "spec.json" or (entry.name.startswith("spec-node") and entry.name.endswith(".json")):
+        if is_spec_file(entry.name):
             markers.append(entry.path)
         elif entry.is_dir(follow_symlinks=False):
             shutil.rmtree(entry.path, onerror=failed)

@@ -3,6 +3,7 @@ launch command: read from every module's imports (at the top and inside function
 The order is docs/architecture.md's ("The layers of the engine")."""
 
 import ast
+import re
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -116,3 +117,69 @@ def test_one_module_owns_nvml_one_the_event_format_one_the_launch_command():
     # torchrun's module named in an argv: only the launch command builds one (the ranks' own code
     # imports torch.distributed.run to read its parser, which is not a launch).
     assert owners(lambda p: "torch.distributed.run" in constants(p)) == ["engine/launch/command.py"]
+
+
+# The run folder's layout (engine/protocol/rundir.py's docstring): its folders, and its files' names
+# with the node's or the rank's number taken out ({} below).
+RUN_FOLDERS = {
+    "fr",
+    "requests",
+    "stacks",
+    "events",
+    "params",
+    "logs",
+    "checks",
+    "smoke",
+    "torch",
+    "torch-readable",
+}
+RUN_FILES = re.compile(
+    r"(spec|summary|launcher|node-link)(-node\{\})?\.(json|log)|telemetry(-node\{\})?\.jsonl"
+    r"|monitor(-node\{\})?\.(lock|json)"
+    r"|mgpu-tui\.log|verify\.(json|log)|check\.json|error\.json|std(out|err)\.log"
+    r"|rank(\{\}|\*|[0-9]+)\.(jsonl|json|txt|pt)|nccl-[^/ ]*\.log"
+)
+RUN_FOLDER_OWNER = "engine/protocol/rundir.py"
+
+
+def spelled_paths(path: Path) -> list[str]:
+    """Where a module spells a path of the run folder: a file's name (an f-string's numbers as {}),
+    or one of its folders joined onto a path (``run_dir / "fr"``, ``Path(x, "stacks")``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.JoinedStr):
+            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            text = node.value
+        else:
+            text = None
+        if text is not None and RUN_FILES.fullmatch(text):
+            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {text!r}")
+        joined = []
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div):
+            joined = [node.left, node.right]
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in {
+            "Path",
+            "joinpath",
+            "join",
+        }:
+            joined = node.args
+        found += [
+            f"{path.relative_to(REPO)}:{node.lineno}: / {part.value!r}"
+            for part in joined
+            if isinstance(part, ast.Constant) and part.value in RUN_FOLDERS
+        ]
+    return found
+
+
+def test_only_the_run_folders_owner_spells_a_path_in_it():
+    """Issue #44: fr/, requests/, stacks/ and the run's log were spelled by hand in five modules."""
+    spelled = [
+        hit
+        for root in ("mgpu_tui", "engine", "demos", "scripts", "bench")
+        for path in sorted((REPO / root).rglob("*.py"))
+        if path.relative_to(REPO).as_posix() != RUN_FOLDER_OWNER
+        for hit in spelled_paths(path)
+    ]
+    assert spelled == []
+    assert len(spelled_paths(REPO / RUN_FOLDER_OWNER)) >= 15  # the rule sees the owner's own
