@@ -262,12 +262,10 @@ class Checker(Round3):
 
     def _mode_run(self, mode: str, precision: str) -> Result:
         name = f"verify:{mode}:{precision}"
-        if mode == "rpc" and precision == "fp16":
+        only = CATALOGUE[mode].cuda_amp_dtype
+        if PRECISIONS[precision] and only not in (None, precision):
             return Result(
-                name,
-                None,
-                "rpc trains mixed precision in bf16 only (fp16's GradScaler does not "
-                "work with distributed autograd)",
+                name, None, f"{mode} trains mixed precision in {only} only (the catalogue's cuda_amp_dtype)"
             )
         start = time.monotonic()
         argv = [
@@ -286,9 +284,7 @@ class Checker(Round3):
         multi = CATALOGUE[mode].multi_process
         if multi:
             argv += ["--nproc", "2"]
-        per_rank = {"ddp_mp": 2}.get(mode, 1)
-        needed = (2 * per_rank) if multi else (2 if mode == "mp" else 1)
-        if needed > self.gpus:
+        if CATALOGUE[mode].gpus_needed(2 if multi else 1) > self.gpus:
             argv.append("--share-gpus")
         done = self.sh(name.replace(":", "-"), self.mgpu(*argv), 300)
         seconds = time.monotonic() - start
@@ -330,7 +326,7 @@ class Checker(Round3):
             name = f"oom:{mode}"
             start = time.monotonic()
             before = [nvml.readings(i, pcie=False).memory_used for i in range(self.gpus)]
-            rank = "1" if mode == "ddp" else "0"
+            rank = "1" if CATALOGUE[mode].multi_process else "0"
             done = self.sh(
                 name.replace(":", "-"),
                 self.mgpu(

@@ -157,14 +157,17 @@ class CheckSuite:
             self._add(CheckResult(f"smoke:{name}", Status.SKIP, reason))
         if opts.level >= 3:
             tasks += [f"verify:{m}" for m in modes]
-            if "ddp" in modes and nproc > 1:
-                tasks.append("scaling:ddp")
-            elif "ddp" in modes:
-                self._add(
-                    CheckResult(
-                        "scaling:ddp", Status.SKIP, "one rank: nothing to scale over (--nproc 2 or more)"
+            for scaled in (m for m in modes if MODES[m].check_scaling):
+                if nproc > 1:
+                    tasks.append(f"scaling:{scaled}")
+                else:
+                    self._add(
+                        CheckResult(
+                            f"scaling:{scaled}",
+                            Status.SKIP,
+                            "one rank: nothing to scale over (--nproc 2 or more)",
+                        )
                     )
-                )
         check_dir = self._check_dir = RunDir.create(opts.run_root, "check")
         self.report.run_dir = str(check_dir.path)
         self._run_rank_tasks(tasks, host, device, nproc, check_dir)
@@ -198,7 +201,8 @@ class CheckSuite:
         return self.options.bandwidth_bytes or (256 * 2**20 if device == "cuda" else 16 * 2**20)
 
     def _smoke_modes(self, host, device: str, nproc: int) -> tuple[list[str], dict[str, str]]:
-        """The modes that can run here with ``nproc`` ranks (one-process modes first, rpc last)."""
+        """The modes that can run here with ``nproc`` ranks (one-process modes first; a mode with an
+        RPC agent beside its group last)."""
         runnable, skipped = [], {}
         for mode in MODES.values():
             if self.options.modes is not None and mode.name not in self.options.modes:
@@ -218,7 +222,7 @@ class CheckSuite:
                 )
             else:
                 runnable.append(mode.name)
-        runnable.sort(key=lambda m: (MODES[m].multi_process, m == "rpc"))
+        runnable.sort(key=lambda m: (MODES[m].multi_process, MODES[m].rpc_agent))
         return runnable, skipped
 
     def _unfit_model(self, mode, nproc: int) -> str | None:

@@ -95,9 +95,9 @@ def scale_specs(
         batch = batch_sizes[0]
         points = [(n, batch * n if weak else batch) for n in sorted(nprocs)]
     if warmup_steps is not None:
-        warmup = warmup_steps  # rpc refuses one (spec.py says why)
-    else:  # rpc's optimizer lives on its workers, out of a warm-up's reach
-        warmup = 0 if mode == "rpc" else default_warmup(sweep, template.steps)
+        warmup = warmup_steps  # a mode whose optimizer is out of the demo's reach refuses one (spec.py)
+    else:
+        warmup = 0 if MODES[mode].no_warmup else default_warmup(sweep, template.steps)
     reference = points[0][1]
     return [
         dataclasses.replace(

@@ -223,7 +223,7 @@ def workload_of(spec: LaunchSpec) -> ModelShape | MlpShape:
 
 def workload_problem(mode: Mode, spec: LaunchSpec, workload: ModelShape | MlpShape, nproc: int) -> str | None:
     """Why ``mode`` cannot train ``workload`` over ``nproc`` ranks, in one sentence; None if it can."""
-    if mode.name == "tp" and isinstance(workload, ModelShape) and workload.heads % nproc:
+    if mode.splits_heads and isinstance(workload, ModelShape) and workload.heads % nproc:
         return (
             f"tensor parallelism over {nproc} ranks gives each rank whole heads: the model's "
             f"{workload.heads} heads must be a multiple of --nproc."
@@ -362,11 +362,8 @@ def resolve(spec: LaunchSpec, host: Host) -> ResolvedSpec:
         raise SpecError(f"--lr must be more than 0, got {spec.lr}.")
     if spec.warmup_steps < 0:
         raise SpecError(f"--warmup-steps must be 0 or more, got {spec.warmup_steps}.")
-    if spec.warmup_steps and mode.name == "rpc":
-        raise SpecError(
-            "rpc's DistributedOptimizer keeps the learning rate on the workers, out of the "
-            "demo's reach: it takes no warm-up (--warmup-steps 0)."
-        )
+    if spec.warmup_steps and mode.no_warmup:
+        raise SpecError(f"{mode.no_warmup}: it takes no warm-up (--warmup-steps 0).")
     if not mode.multi_process and spec.nproc not in (None, 1):
         raise SpecError(f"mode {mode.name!r} runs as one process; drop --nproc or pass --nproc 1.")
     if not host.torch_available:

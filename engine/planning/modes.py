@@ -18,6 +18,21 @@ from mgpu_tui.engine.protocol.text import nearest
 
 # torchrun starts the ranks; python is the one rank; a command (mgpu-tui exec) starts them its own way.
 Launcher = Literal["torchrun", "python", "command"]
+# How a mode holds the model's memory: engine/planning/memory.py has one planner a shape.
+MemoryShape = Literal[
+    "one_device",  # the whole model and its batch on one device
+    "replicas_gathered",  # DataParallel: a replica per GPU, the outputs and the optimizer on the first
+    "replicated",  # a replica per rank, each its share of the batch, gradient buckets beside
+    "optimizer_sharded",  # replicated, each rank the optimizer state of its partition (ZeRO-1)
+    "sharded",  # FSDP: every tensor sharded, one unit gathered at a time
+    "sharded_kept",  # FSDP without resharding after forward: units stay whole until their backward
+    "tensor_split",  # each rank a slice of every matmul (heads, the MLP's width)
+    "pipelined",  # consecutive stages, a rank each, micro-batches in flight by the schedule
+    "staged",  # consecutive stages, a rank each, the whole batch (rpc)
+    "stages_in_process",  # consecutive stages on the GPUs of one process (mp)
+    "stage_pairs",  # two stages a rank, ranks replicated (ddp_mp)
+    "host_first_layer",  # the first layer in host memory, the rest on one GPU (hybrid)
+]
 
 
 @dataclass(frozen=True)
@@ -42,6 +57,12 @@ class Mode:
     cuda_amp_dtype: str | None = None  # the only AMP dtype it can train on CUDA (rpc: bf16)
     demo_flags: tuple[str, ...] = ()  # what makes its demo this variant (fsdp_grad_op: fsdp's demo)
     own_program: bool = False  # the user's own program runs, not a demo: its steps are its own
+    memory: MemoryShape | None = None  # how memory.py plans it (None: no plan, the user's program)
+    # Its optimizer keeps the learning rate out of the demo's reach, so it takes no warm-up: why.
+    no_warmup: str = ""
+    splits_heads: bool = False  # each rank computes whole attention heads: --nproc divides the heads
+    rpc_agent: bool = False  # it starts torch's RPC agent beside the group: --check runs it last
+    check_scaling: bool = False  # --check --level 3 measures its scaling over the ranks
 
     @property
     def devices_per_rank(self) -> int:
@@ -55,6 +76,12 @@ class Mode:
         """Its layers sit in different places (stages, processes, devices): a head tied to the
         embeddings cannot be there."""
         return self.stages_from is not None or self.layout in ("two_per_rank", "cpu_then_gpu")
+
+    @property
+    def stages_are_devices(self) -> bool:
+        """Its one process drives several devices, a stage each (mp, ddp_mp): without GPUs a
+        device is called a stage, not a rank."""
+        return self.layout in ("stages", "two_per_rank")
 
     @property
     def module(self) -> str:
@@ -82,6 +109,7 @@ MODES: dict[str, Mode] = {
             costs="All of the model, its gradients and its optimizer state on one device; nothing to "
             "communicate.",
             layout="one_gpu",
+            memory="one_device",
         ),
         _mode(
             "dp",
@@ -96,6 +124,7 @@ MODES: dict[str, Mode] = {
             cpu_note="DataParallel only splits over CUDA devices; on the CPU it runs the model once, "
             "unsplit.",
             layout="every_gpu",
+            memory="replicas_gathered",
         ),
         _mode(
             "ddp",
@@ -108,6 +137,8 @@ MODES: dict[str, Mode] = {
             "all-reduces every gradient once (about twice the gradients' bytes per rank), in buckets "
             "that overlap the backward pass.",
             splits_batch=True,
+            memory="replicated",
+            check_scaling=True,
         ),
         _mode(
             "zero1",
@@ -121,6 +152,7 @@ MODES: dict[str, Mode] = {
             "optimizer state (whole tensors, largest first to the emptiest rank); each step all-reduces "
             "the gradients as DDP does, then broadcasts each rank's updated parameters.",
             splits_batch=True,
+            memory="optimizer_sharded",
         ),
         _mode(
             "mp",
@@ -134,6 +166,7 @@ MODES: dict[str, Mode] = {
             cpu_note="every stage sits on the one CPU device, so no activation crosses between devices.",
             layout="stages",
             stages_from="stages",
+            memory="stages_in_process",
         ),
         _mode(
             "ddp_mp",
@@ -147,6 +180,7 @@ MODES: dict[str, Mode] = {
             layout="two_per_rank",
             splits_batch=True,
             cpu_note="each rank's two stages share the CPU, so only the DDP part is real here.",
+            memory="stage_pairs",
         ),
         _mode(
             "pipeline",
@@ -160,6 +194,7 @@ MODES: dict[str, Mode] = {
             "neighbouring stages.",
             stages_from="ranks",
             microbatched=True,
+            memory="pipelined",
         ),
         _mode(
             "fsdp",
@@ -172,6 +207,7 @@ MODES: dict[str, Mode] = {
             "gathered whole at a time; each step all-gathers the parameters (forward and backward) "
             "and reduce-scatters the gradients: about 1.5 times DDP's traffic.",
             splits_batch=True,
+            memory="sharded",
         ),
         Mode(
             "fsdp_grad_op",
@@ -189,6 +225,7 @@ MODES: dict[str, Mode] = {
             "DDP's traffic.",
             splits_batch=True,
             demo_flags=("--no-reshard-after-forward",),
+            memory="sharded_kept",
         ),
         _mode(
             "rpc",
@@ -203,6 +240,10 @@ MODES: dict[str, Mode] = {
             min_nproc=2,
             stages_from="ranks",
             cuda_amp_dtype="bf16",
+            memory="staged",
+            no_warmup="rpc's DistributedOptimizer keeps the learning rate on the workers, out of the "
+            "demo's reach",
+            rpc_agent=True,
         ),
         _mode(
             "tp",
@@ -213,6 +254,8 @@ MODES: dict[str, Mode] = {
             "Single layers are too big or too slow for one GPU; needs fast links (NVLink).",
             costs="Each rank holds 1/N of every split layer; every block all-reduces its activations "
             "forward and their gradients backward, so traffic comes every layer, not once a step.",
+            memory="tensor_split",
+            splits_heads=True,
         ),
         _mode(
             "hybrid",
@@ -225,6 +268,7 @@ MODES: dict[str, Mode] = {
             "the GPU and their gradients back.",
             cpu_note="with no GPU both parts run on the CPU, so nothing crosses to a GPU.",
             layout="cpu_then_gpu",
+            memory="host_first_layer",
         ),
     )
 }

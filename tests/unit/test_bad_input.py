@@ -146,6 +146,11 @@ CASES = [
     (["scale", "ddp", "--nproc", "1,2", "--batch-size", "0"], "--batch-size: each must be at least 1"),
     (["scale", "ddp", "--nproc", "1,2", "--lr-rule", "cube"], "--lr-rule: invalid choice"),
     (["scale", "rpc", "--nproc", "2,3", "--warmup-steps", "2", "--device", "cpu"], "it takes no warm-up"),
+    (["run", "rpc", "--nproc", "2", "--warmup-steps", "2", "--device", "cpu"], "DistributedOptimizer keeps"),
+    (
+        ["run", "tp", "--model", "gpt-tiny", "--nproc", "3", "--device", "cpu"],
+        "the model's 4 heads must be a multiple",
+    ),
     (["scale", "pipeline", "--nproc", "1,2", "--weak"], "pipeline gives every rank the whole batch"),
     (["run", "ddp", "--lr", "-1"], "--lr: must be"),
     (["run", "--script", "{dir}/train.py", "--warmup-steps", "3"], "--warmup-steps are for the modes"),

@@ -183,3 +183,43 @@ def test_only_the_run_folders_owner_spells_a_path_in_it():
     ]
     assert spelled == []
     assert len(spelled_paths(REPO / RUN_FOLDER_OWNER)) >= 15  # the rule sees the owner's own
+
+
+def _strings(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return [text for element in node.elts for text in _strings(element)]
+    return []
+
+
+def test_no_module_outside_the_catalogue_compares_a_modes_name():
+    """Issue #44: a mode's facts were tested by its name in 24 places (``mode == "rpc"``, an
+    if-chain of names in the memory plan); they are fields of Mode in engine/planning/modes.py."""
+    from mgpu_tui.engine.planning.modes import MODES
+
+    compared = []
+    for root in ("mgpu_tui", "engine", "demos", "scripts", "bench"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            if path.relative_to(REPO).as_posix() == "engine/planning/modes.py":
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Compare):
+                    texts = _strings(node.left) + [t for c in node.comparators for t in _strings(c)]
+                elif isinstance(node, ast.MatchValue):
+                    texts = _strings(node.value)
+                else:
+                    continue
+                if set(texts) & set(MODES):
+                    compared.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
+    assert compared == []
+
+
+def test_every_mode_of_the_catalogue_has_a_memory_planner():
+    from typing import get_args
+
+    from mgpu_tui.engine.planning.memory import PLANNERS
+    from mgpu_tui.engine.planning.modes import MODES, MemoryShape
+
+    assert set(PLANNERS) == set(get_args(MemoryShape))
+    assert all(mode.memory in PLANNERS for mode in MODES.values())

@@ -335,7 +335,7 @@ class CompareView(View):
             d = max(p.devices, key=lambda d: d.total)
             fits = "n/a" if p.fits is None else Text("yes", "green") if p.fits else Text("NO", "red")
             if shared:  # no GPUs: a one-process mode's place is its rank; mp's, its stages
-                where = d.device.replace("GPU", "stage" if p.mode in ("mp", "ddp_mp") else "rank")
+                where = d.device.replace("GPU", "stage" if mode.stages_are_devices else "rank")
             else:
                 where = d.device
             rows.append(
