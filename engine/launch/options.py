@@ -129,6 +129,8 @@ class Option:
     switch: bool = False  # a flag that takes no value (store_true)
     metavar: str | None = None
     aliases: tuple[str, ...] = ()  # torchrun's names for it
+    negatable: bool = False  # --name and --no-name (None when neither is given)
+    mode: str | None = None  # the one mode whose demo takes it: `run` passes it on to that demo alone
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -149,6 +151,11 @@ class Option:
         option = dataclasses.replace(self, **changes) if changes else self
         if option.switch:
             parser.add_argument(*option.flags, dest=option.name, action="store_true", help=option.help)
+            return
+        if option.negatable:
+            parser.add_argument(
+                *option.flags, dest=option.name, action=argparse.BooleanOptionalAction, help=option.help
+            )
             return
         extra: dict[str, Any] = {"choices": option.choices} if option.choices else {}
         if option.metavar:
@@ -253,6 +260,20 @@ OPTIONS = {
             1.0,
             metavar="S",
         ),
+        # A mode's own flags, which its demo reads (`run` refuses them for another mode).
+        Option("schedule", "pipeline schedule (default gpipe)", choices=("gpipe", "1f1b"), mode="pipeline"),
+        Option(
+            "manual",
+            "dp: show replicate/scatter/parallel_apply/gather by hand (CUDA)",
+            switch=True,
+            mode="dp",
+        ),
+        Option(
+            "reshard_after_forward",
+            "fsdp: free gathered parameters after forward (default on)",
+            negatable=True,
+            mode="fsdp",
+        ),
         Option(
             "nice",
             "lower the ranks' CPU priority by N, 0-19 (default 0; 10 with --tui, so the "
@@ -275,6 +296,25 @@ def add(parser: Any, *names: str, **changes: Any) -> None:
     """Add these options to ``parser``; ``changes`` apply to each (help=, default=, ...)."""
     for name in names:
         OPTIONS[name].add_to(parser, **changes)
+
+
+def mode_flags(args: argparse.Namespace) -> list[str]:
+    """The mode options given in ``args``, as their demo reads them (--schedule 1f1b, --manual,
+    --no-reshard-after-forward); ValueError("--flag applies to mode M only.") for another mode."""
+    flags: list[str] = []
+    for option in OPTIONS.values():
+        value = getattr(args, option.name, None)
+        if option.mode is None or value is None or (option.switch and not value):
+            continue
+        if args.mode != option.mode:
+            raise ValueError(f"{option.flags[0]} applies to mode {option.mode} only.")
+        if option.switch:
+            flags.append(option.flags[0])
+        elif option.negatable:
+            flags.append(option.flags[0] if value else f"--no-{option.flags[0][2:]}")
+        else:
+            flags += [option.flags[0], str(value)]
+    return flags
 
 
 def spec_values(args: argparse.Namespace, *names: str) -> dict[str, Any]:

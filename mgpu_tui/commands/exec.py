@@ -16,10 +16,10 @@ import os
 import shutil
 
 from mgpu_tui.arguments import Parser
-from mgpu_tui.cli import add_watch_options
 from mgpu_tui.commands.run import follow, launch_nice
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.errors import UsageError
+from mgpu_tui.parser import add_watch_options
 
 USAGE = "mgpu-tui exec [OPTIONS] -- COMMAND [ARG...]"
 

@@ -103,32 +103,18 @@ class Progress:
             self._last_draw = 0.0
 
 
-# Options that belong to one mode: (option, attribute, the mode it applies to).
-_MODE_ONLY = (
-    ("--schedule", "schedule", "pipeline"),
-    ("--manual", "manual", "dp"),
-    ("--reshard-after-forward", "reshard_after_forward", "fsdp"),
-)
-
-
 def _passthrough(args: argparse.Namespace) -> list[str]:
-    """The demo flags the CLI takes itself but the engine only passes on."""
-    for option, attribute, mode in _MODE_ONLY:
-        if getattr(args, attribute) not in (None, False) and args.mode != mode:
-            raise UsageError(f"{option} applies to mode {mode} only.")
+    """The demo flags the CLI takes itself but the engine only passes on (a mode's own flags, as
+    engine/launch/options.py declares them)."""
+    try:
+        mode_flags = options.mode_flags(args)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     out = []
-    for option, value in (
-        ("--seed", args.seed),
-        ("--amp-dtype", args.amp_dtype),
-        ("--schedule", args.schedule),
-    ):
+    for option, value in (("--seed", args.seed), ("--amp-dtype", args.amp_dtype)):
         if value is not None:
             out += [option, str(value)]
-    if args.manual:
-        out.append("--manual")
-    if args.reshard_after_forward is not None:
-        out.append("--reshard-after-forward" if args.reshard_after_forward else "--no-reshard-after-forward")
-    return out
+    return out + mode_flags
 
 
 def _program_args(args: argparse.Namespace, demo_args: list[str]) -> list[str]:
@@ -204,7 +190,7 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
 
 def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
     """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
-    summary, the exit code. ``args``: the watch options (cli.add_watch_options); ``said``: lines
+    summary, the exit code. ``args``: the watch options (parser.add_watch_options); ``said``: lines
     to print once the run has its folder (what came from where)."""
     if args.tui:
         from mgpu_tui.commands.tui import tui_command

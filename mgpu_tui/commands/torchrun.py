@@ -2,7 +2,7 @@
 
 torchrun's arguments are read by torchrun's own parser in a child process (the command line never
 imports torch: engine/rank/torchrun_args.py), so a batch script or a manifest changes one word:
-``torchrun`` becomes ``mgpu-tui torchrun``. mgpu-tui's own watch options (cli.add_watch_options)
+``torchrun`` becomes ``mgpu-tui torchrun``. mgpu-tui's own watch options (parser.add_watch_options)
 may stand among torchrun's, before the script. What torchrun would do that mgpu-tui does its own
 way is said in a line: a free port instead of 29500, every rank's output kept (--log-dir, --tee),
 a static rendezvous of several nodes held by mgpu-tui's c10d one.
@@ -62,7 +62,7 @@ class TorchrunAnswer:
 
 def _our_options() -> list[tuple[str, int, str]]:
     """mgpu-tui's options for the child's parser: each long name, how many values it takes, its help."""
-    from mgpu_tui.cli import build_torchrun_parser
+    from mgpu_tui.parser import build_torchrun_parser
 
     return [
         (a.option_strings[0], 0 if a.nargs == 0 else 1, a.help or "")
@@ -137,7 +137,7 @@ def _within_bounds(t: TorchrunLine) -> None:
 
 
 def torchrun_command(argv: list[str]) -> int:
-    from mgpu_tui.cli import build_torchrun_parser
+    from mgpu_tui.parser import build_torchrun_parser
 
     answer = read_torchrun_line(argv)
     args = build_torchrun_parser().parse_args(answer.ours)

@@ -147,6 +147,8 @@ CASES = [
     (["scale", "ddp", "--nproc", "1,2", "--lr-rule", "cube"], "--lr-rule: invalid choice"),
     (["scale", "rpc", "--nproc", "2,3", "--warmup-steps", "2", "--device", "cpu"], "it takes no warm-up"),
     (["run", "rpc", "--nproc", "2", "--warmup-steps", "2", "--device", "cpu"], "DistributedOptimizer keeps"),
+    # It launched ranks that died on an unknown flag: a mode's own flag, false, was not checked.
+    (["run", "ddp", "--no-reshard-after-forward"], "--reshard-after-forward applies to mode fsdp only."),
     (
         ["run", "tp", "--model", "gpt-tiny", "--nproc", "3", "--device", "cpu"],
         "the model's 4 heads must be a multiple",

@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-from mgpu_tui.cli import build_parser
+from mgpu_tui.parser import build_parser
 from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.spec import Device, LaunchSpec
 from mgpu_tui.errors import UsageError
@@ -83,3 +83,22 @@ def test_a_demos_defaults_are_the_specs():
 
 def test_the_device_type_is_the_declared_devices():
     assert set(typing.get_args(Device)) == set(options.DEVICES)
+
+
+def test_a_modes_own_flags_are_declared_once_and_passed_as_its_demo_reads_them():
+    """Issue #44: --schedule was declared twice (run and plan) and the mode flags by hand; a false
+    --no-reshard-after-forward for ddp went unchecked, and its ranks died on the unknown flag."""
+    parser = build_parser()
+
+    def flags(*argv: str) -> list[str]:
+        return options.mode_flags(parser.parse_args(["run", *argv]))
+
+    assert flags("pipeline", "--schedule", "1f1b") == ["--schedule", "1f1b"]
+    assert flags("dp", "--manual") == ["--manual"]
+    assert flags("fsdp", "--no-reshard-after-forward") == ["--no-reshard-after-forward"]
+    assert flags("fsdp", "--reshard-after-forward") == ["--reshard-after-forward"]
+    assert flags("ddp") == []
+    for argv in (["ddp", "--no-reshard-after-forward"], ["ddp", "--schedule", "gpipe"], ["fsdp", "--manual"]):
+        with pytest.raises(ValueError, match="applies to mode"):
+            flags(*argv)
+    assert parser.parse_args(["plan"]).schedule == "gpipe"  # plan's default, from the one declaration
