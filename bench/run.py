@@ -85,7 +85,7 @@ from step_anatomy import bench_anatomy
 
 from mgpu_tui.console import table as console_table
 from mgpu_tui.engine.planning.shapes import MODELS
-from mgpu_tui.engine.run.aggregate import read_events
+from mgpu_tui.engine.run.figures.aggregate import read_events
 
 CLI = str(Path(sys.executable).with_name("mgpu-tui"))
 # The app in a terminal: COLUMNS and LINES, where set, would win over the terminal's size.

@@ -69,7 +69,7 @@ print(min(timeit.repeat(one_step, number=20000, repeat=5)) / 20000 * 1e6)
 
 AT_SCALE = """
 import random, time
-from mgpu_tui.engine.run.anatomy import StepParts, WINDOW
+from mgpu_tui.engine.run.figures.anatomy import StepParts, WINDOW
 parts, rng = StepParts(), random.Random(0)
 for rank in range(1024):
     for step in range(1, WINDOW + 21):

@@ -40,7 +40,7 @@ from mgpu_tui.engine.launch.spec import (
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability, unknown_mode
 from mgpu_tui.engine.protocol.rundir import RunDir, smoke_folder
-from mgpu_tui.engine.run.aggregate import read_events
+from mgpu_tui.engine.run.figures.aggregate import read_events
 
 LEVELS = (1, 2, 3)
 MAX_LAUNCHES = 4  # one, and up to three more after crashes

@@ -30,7 +30,7 @@ from mgpu_tui.engine.records.history import (
     read_run,
     read_spec,
 )
-from mgpu_tui.engine.run.aggregate import read_events
+from mgpu_tui.engine.run.figures.aggregate import read_events
 
 # What must be the same for two runs' figures to be compared: (spec key, what it is called).
 SAME_JOB = (

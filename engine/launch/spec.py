@@ -169,7 +169,7 @@ class ResolvedSpec:
 
     @property
     def stall_evidence(self) -> bool:
-        """Whether a stall needs evidence (engine/run/watchdog.py): a user's program, whose silences
+        """Whether a stall needs evidence (engine/run/causes/watchdog.py): a user's program, whose silences
         mgpu-tui did not write, must show that nothing moves; a demo's silence is enough."""
         return self.mode.own_program and self.spec.instrument
 

@@ -1,7 +1,7 @@
 """How a failure is told: the one shape every part uses for it (a run's summary, the CLI's and the
 app's root cause, a node's record of how it failed, a comparison's row), and which failures only
 echo another's. Standard library only: it sits at the bottom of the engine's layers, where the
-nodes' watch and a run's root cause both reach it (engine/run/rootcause.py finds the cause itself).
+nodes' watch and a run's root cause both reach it (engine/run/causes/rootcause.py finds the cause itself).
 """
 
 from __future__ import annotations

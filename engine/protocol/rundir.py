@@ -13,7 +13,7 @@ Layout::
                               merged as its launcher printed them (the "rank" JOB_OUTPUT)
         events/rank<N>.jsonl  the rank event stream (see events.py)
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
-        telemetry.jsonl       the machine during the run (run/telemetry_log.py)
+        telemetry.jsonl       the machine during the run (run/figures/telemetry_log.py)
         monitor.lock          locked while a process follows the run (run/monitor.py)
         monitor.json          that process's own record of itself: pid, start time, boot, host
         summary.json          written when the run ends
@@ -161,7 +161,7 @@ class RunDir:
 
     @property
     def telemetry_path(self) -> Path:
-        """The machine during the run, a JSON line a sample (run/telemetry_log.py)."""
+        """The machine during the run, a JSON line a sample (run/figures/telemetry_log.py)."""
         return self.path / f"telemetry{self._suffix}.jsonl"
 
     @property

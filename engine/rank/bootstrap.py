@@ -11,7 +11,7 @@ hooks go into torch when the script imports it. After it:
 
 - the script returned (or exited with 0): ``done`` with the steps it took and whether its process
   group is still up. A crash of the interpreter after this (gloo's teardown race) is then an abort
-  at exit of a finished training, and is said so (engine/run/rootcause.py).
+  at exit of a finished training, and is said so (engine/run/causes/rootcause.py).
 - an exception ended it: ``error`` with its type, its first line, its whole message and its
   traceback (the bootstrap's own frames taken out, torch's ``[rankN]:`` prefixes never in it); then
   it is printed and the process exits with 1, as Python would have.

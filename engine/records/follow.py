@@ -39,10 +39,10 @@ from mgpu_tui.engine.records.history import (
     read_run,
     read_spec,
 )
+from mgpu_tui.engine.run.causes.watchdog import stall_timeout
 from mgpu_tui.engine.run.ingest import FileTail, Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
-from mgpu_tui.engine.run.watchdog import stall_timeout
 
 READS_PER_POLL = 64  # a finished run's files are read in chunks; this many a poll keeps it brisk
 MAX_TELEMETRY_POINTS = 20_000  # past this, every other point is dropped: the whole run stays in view

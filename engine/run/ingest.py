@@ -27,8 +27,8 @@ from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, Step, parse_line
 from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
-from mgpu_tui.engine.run.aggregate import Aggregator, RunStats
-from mgpu_tui.engine.run.flight_records import late_arrivals, read_trace
+from mgpu_tui.engine.run.figures.aggregate import Aggregator, RunStats
+from mgpu_tui.engine.run.figures.flight_records import late_arrivals, read_trace
 
 # How much one call reads at most, so that one poll of a file that grew by
 # gigabytes cannot stall the caller or hold it all in memory at once.
@@ -302,7 +302,7 @@ class Ingest:
 
     def read_flight_records(self, ranks: range) -> None:
         """Who arrives late at the collectives, from the ranks' flight-recorder dumps
-        (run/flight_records.py); for one host's ranks only: the times are each host's clock's."""
+        (run/figures/flight_records.py); for one host's ranks only: the times are each host's clock's."""
         record = self.run_dir.flight_record_path
         traces = {rank: read_trace(record(rank), self.run_dir.path) for rank in ranks}
         step_s = self.recent_step_time()

@@ -38,21 +38,21 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
-from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
-from mgpu_tui.engine.run.monitor import MonitorLock
-from mgpu_tui.engine.run.nccl_record import nccl_figures
-from mgpu_tui.engine.run.rootcause import (
+from mgpu_tui.engine.run.causes.rootcause import (
     RootCause,
     after_finishing,
     command_root_cause,
     find_root_cause,
     hint_for,
 )
+from mgpu_tui.engine.run.causes.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
+from mgpu_tui.engine.run.figures.nccl_record import nccl_figures
+from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
+from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
+from mgpu_tui.engine.run.monitor import MonitorLock
 from mgpu_tui.engine.run.runlog import RunLog
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary
-from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.verify import Verification, Verify
-from mgpu_tui.engine.run.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
 
 # Once every rank has said hello, the process tree is rescanned this rarely: each
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
@@ -225,7 +225,7 @@ class Run(IngestReadings):
         else:
             self._start_launcher()
         interval = self.resolved.spec.sample_interval
-        if interval:  # the machine during the run, kept with it (engine/run/telemetry_log.py)
+        if interval:  # the machine during the run, kept with it (engine/run/figures/telemetry_log.py)
             self._telemetry = TelemetryLog(  # the run's own processes are not "other" for BUSY MACHINE
                 self.run_dir.telemetry_path,
                 interval=interval,

@@ -27,10 +27,10 @@
   earliest rank it was ready, on average), steps and of_steps (how often it was the last), data_s
   and others_data_s (its time on its batch, and the others' median) (aggregate.py),
 - ``nccl``: null, or what NCCL's own log of a CUDA run says: summary (one line), versions,
-  transports, ring_channels, warnings, errors, files (run/nccl_record.py),
+  transports, ring_channels, warnings, errors, files (run/figures/nccl_record.py),
 - ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
   was doing, stopped, running or gone; answers_stacks), stacks_dir, verdict (why, from the flight
-  recorder and the stacks: run/flight_records.py; null when they cannot tell), culprit and
+  recorder and the stacks: run/figures/flight_records.py; null when they cannot tell), culprit and
   found_at (when the stall watch declared it) (watchdog.py).
 - ``tokens_per_s``: global tokens/s, where the ranks count tokens (a GPT), else null;
 - ``memory``: per rank, ``predicted_state_bytes`` (parameters, gradients and optimizer state, as
@@ -57,7 +57,7 @@
 - ``compute``: where the ranks counted their steps' FLOPs (a script's watch: engine/rank/flop_count.py):
   tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
   peak_tflops, and note (why the MFU, or both, is null); also per rank in ``ranks``; absent
-  otherwise (run/mfu.py).
+  otherwise (run/figures/mfu.py).
 
 aggregate.py defines every figure.
 """
@@ -77,14 +77,14 @@ from mgpu_tui.engine.planning.modes import variant
 from mgpu_tui.engine.protocol.folder import finite_only
 from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.protocol.typed import Word, build
-from mgpu_tui.engine.run.aggregate import RunStats, Straggler
-from mgpu_tui.engine.run.anatomy import RankAnatomy, Verdict
-from mgpu_tui.engine.run.mfu import Compute
-from mgpu_tui.engine.run.nccl_record import NcclFigures
-from mgpu_tui.engine.run.rootcause import RootCause
-from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
+from mgpu_tui.engine.run.causes.rootcause import RootCause
+from mgpu_tui.engine.run.causes.watchdog import Stall
+from mgpu_tui.engine.run.figures.aggregate import RunStats, Straggler
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
+from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
+from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.verify import Verify
-from mgpu_tui.engine.run.watchdog import Stall
 
 SHARED_GPUS_NOTE = (
     "the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
@@ -231,7 +231,7 @@ class RankSummary:
         None  # the collectives it entered (its flight records): a script's progress without steps
     )
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite (its loss is null)
-    compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (run/mfu.py)
+    compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (run/figures/mfu.py)
 
 
 @dataclass(frozen=True)
@@ -263,9 +263,9 @@ class RunSummary:
     note: str | None
     verify: Verify | None
     stall: Stall | None
-    telemetry: TelemetryFigures | None = None  # the machine during the run (run/telemetry_log.py)
+    telemetry: TelemetryFigures | None = None  # the machine during the run (run/figures/telemetry_log.py)
     stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
-    nccl: NcclFigures | None = None  # NCCL's own account of a CUDA run (run/nccl_record.py)
+    nccl: NcclFigures | None = None  # NCCL's own account of a CUDA run (run/figures/nccl_record.py)
     nodes: tuple[NodeView, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
     memory: tuple[RankMemory, ...] = ()  # per rank: the planner's prediction beside what it measured
@@ -280,7 +280,9 @@ class RunSummary:
     # steps apart, and why the job was slow, where that was clear (anatomy.py).
     anatomy: tuple[RankAnatomy, ...] = ()
     verdicts: tuple[Verdict, ...] = ()
-    compute: Compute | None = None  # the job's TF/s and MFU, where its ranks counted FLOPs (run/mfu.py)
+    compute: Compute | None = (
+        None  # the job's TF/s and MFU, where its ranks counted FLOPs (run/figures/mfu.py)
+    )
 
     @property
     def ok(self) -> bool:

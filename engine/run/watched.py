@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.run.aggregate import RunStats
+from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunSummary
 
 Series = tuple[list[int], list[float], list[float | None]]  # steps, global samples/s, loss

@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.nodes.watch import NodeView
     from mgpu_tui.engine.records.follow import FollowedRun, NodeMachine, TelemetrySeries
     from mgpu_tui.engine.records.history import RunRecord
-    from mgpu_tui.engine.run.aggregate import RunStats
+    from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
 

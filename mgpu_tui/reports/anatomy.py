@@ -1,6 +1,6 @@
 """Where a run's steps went and why it was slow, as the console says it: a table of each rank's
 step taken apart (its share of each part, and the seconds), and each verdict with the change to try
-(engine/run/anatomy.py defines every figure)."""
+(engine/run/figures/anatomy.py defines every figure)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 from mgpu_tui.console import fmt_seconds, plain, table
 from mgpu_tui.engine.protocol.events import STEP_PARTS
-from mgpu_tui.engine.run.anatomy import RankAnatomy, Verdict
-from mgpu_tui.engine.run.mfu import Compute
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
+from mgpu_tui.engine.run.figures.mfu import Compute
 
 EACH_RANK_AT_MOST = 16  # ranks the table lists one by one; past that, the range over the ranks
 

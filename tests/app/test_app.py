@@ -182,7 +182,7 @@ async def test_help_lists_the_keys_and_closes_on_escape():
 
 def test_rank_states_read_as_a_user_expects():
     from mgpu_tui.app.views.run_text import rank_state
-    from mgpu_tui.engine.run.aggregate import RankStats
+    from mgpu_tui.engine.run.figures.aggregate import RankStats
 
     def rank(step, last_t=100.0, done=False, error=None):
         return RankStats(0, step, 10.0, 1.0, None, None, last_t, done, error, "cpu", 1)
@@ -855,7 +855,7 @@ async def test_a_run_that_has_not_stepped_says_for_how_long_and_why():
     """Issue #43: app runs sat at "starting" for 40-100 s on a busy machine with no time or cause
     shown. Until the first step the status line counts the seconds and names the ranks' priority."""
     from mgpu_tui.engine.launch.spec import LaunchSpec
-    from mgpu_tui.engine.run.aggregate import Aggregator
+    from mgpu_tui.engine.run.figures.aggregate import Aggregator
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -891,7 +891,7 @@ async def test_the_runs_view_says_the_highlighted_runs_cause_whole_at_80_columns
     the table, the run under the cursor: its folder, its status and its cause, whole."""
     from mgpu_tui.app.views.runs import RunsView
     from mgpu_tui.engine.records.history import RecordStatus, RunRecord
-    from mgpu_tui.engine.run.rootcause import RootCause
+    from mgpu_tui.engine.run.causes.rootcause import RootCause
 
     cause = RootCause(1, 3, 1, "RuntimeError: \x1b[2Jthe loss went NaN at step 3 of rank 1", "tb")
     failed = pinned_summary(tmp_path / "b", status="failed", exit_code=1, root_cause=cause)
@@ -955,7 +955,7 @@ async def test_o_sorts_the_rank_table_by_each_column_in_turn():
     the step (the furthest behind), the loss (the highest), the peak memory (the most), and back."""
     from mgpu_tui.engine.launch.spec import LaunchSpec
     from mgpu_tui.engine.protocol.events import Hello, Step
-    from mgpu_tui.engine.run.aggregate import Aggregator
+    from mgpu_tui.engine.run.figures.aggregate import Aggregator
 
     events, now = Aggregator(), time.time()
     figures = {0: (10, 3000.0, 0.5, 300), 1: (8, 1000.0, 0.9, 500), 2: (12, 2000.0, 0.7, 400)}

@@ -16,7 +16,7 @@ from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.protocol.events import Hello, Step
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.run.aggregate import Aggregator
+from mgpu_tui.engine.run.figures.aggregate import Aggregator
 
 STALLED, SLOW_NODE = 301, 90  # rank 301 (node 37) stopped at step 120; node 90 is behind
 

@@ -10,7 +10,7 @@ from mgpu_tui.app.widgets.log_pane import LogPane, printable
 from mgpu_tui.app.widgets.log_view import SHOWN, LogView
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine.host import Host
-from mgpu_tui.engine.run.rootcause import RootCause
+from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.summary import SHARED_GPUS_NOTE, RunSummary
 
 

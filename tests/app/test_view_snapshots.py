@@ -181,7 +181,7 @@ def pinned_run(view, finished: bool, run_dir: str = "runs/20261125T120000Z-ddp")
 
     from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
     from mgpu_tui.engine.protocol.events import Done, Hello, Step
-    from mgpu_tui.engine.run.aggregate import Aggregator
+    from mgpu_tui.engine.run.figures.aggregate import Aggregator
     from mgpu_tui.engine.run.summary import RankMemory
 
     _, _, host = recorded(0)
@@ -236,7 +236,7 @@ async def test_after_a_run_its_logs_keep_at_least_five_lines_at_both_sizes(size,
     log pane shows five lines or more, at 80x24 and at 160x50."""
     from mgpu_tui.app.views.run import RunView
     from mgpu_tui.app.widgets.log_view import LogPane
-    from mgpu_tui.engine.run.rootcause import RootCause
+    from mgpu_tui.engine.run.causes.rootcause import RootCause
 
     snapshots, topology, host = recorded(0)
     app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))

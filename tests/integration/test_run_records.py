@@ -16,8 +16,8 @@ import pytest
 
 from conftest import CLI, TESTS, live_processes_of, only_run_dir, run_cli, summary_from
 from mgpu_tui.engine.launch.processes import create_time
+from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.monitor import MonitorRecord, boot_id
-from mgpu_tui.engine.run.telemetry_log import TelemetryLog
 
 
 def test_a_run_keeps_the_host_and_ranks_every_second_and_the_summary_says_what_they_used(runs_root):

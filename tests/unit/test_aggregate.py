@@ -3,7 +3,7 @@
 import pytest
 
 from mgpu_tui.engine.protocol.events import Hello, Step
-from mgpu_tui.engine.run.aggregate import Aggregator, warmup_steps
+from mgpu_tui.engine.run.figures.aggregate import Aggregator, warmup_steps
 
 
 def step(rank, n, samples=32, loss=1.0, step_s=0.1, peak=None, t=None):

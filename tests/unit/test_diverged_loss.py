@@ -7,7 +7,7 @@ import math
 from conftest import pinned_summary
 from mgpu_tui.console import fmt_rank_loss
 from mgpu_tui.engine.protocol.events import encode, parse_line
-from mgpu_tui.engine.run.aggregate import Aggregator
+from mgpu_tui.engine.run.figures.aggregate import Aggregator
 from mgpu_tui.reports.run_summary import summary_text
 
 

@@ -8,8 +8,8 @@ import time
 
 from mgpu_tui.engine.protocol.events import encode
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run.causes.watchdog import find_stalled
 from mgpu_tui.engine.run.ingest import READ_CHUNK, SHOWN_LINE_BYTES, Ingest
-from mgpu_tui.engine.run.watchdog import find_stalled
 
 STEPS = 100_000  # ~13 MB a rank: several chunks of READ_CHUNK behind
 

@@ -27,11 +27,11 @@ from mgpu_tui.engine.protocol.rundir import RunDir, folder_name
 from mgpu_tui.engine.protocol.text import plain
 from mgpu_tui.engine.protocol.typed import Invalid
 from mgpu_tui.engine.records.history import list_runs, read_run
-from mgpu_tui.engine.run.aggregate import Straggler
-from mgpu_tui.engine.run.flight_records import hang_verdict, late_arrivals, read_trace
-from mgpu_tui.engine.run.rootcause import read_error_file
+from mgpu_tui.engine.run.causes.rootcause import read_error_file
+from mgpu_tui.engine.run.causes.watchdog import request_flight_records
+from mgpu_tui.engine.run.figures.aggregate import Straggler
+from mgpu_tui.engine.run.figures.flight_records import hang_verdict, late_arrivals, read_trace
 from mgpu_tui.engine.run.summary import RunSummary
-from mgpu_tui.engine.run.watchdog import request_flight_records
 
 ESC_OR_C1 = [chr(c) for c in (0x1B, *range(0x80, 0xA0))]
 EVIL = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202eevil\u200b[bold]x[/bold]"
@@ -369,7 +369,7 @@ def test_a_spec_claiming_thousands_of_nodes_is_read_in_one_listing(tmp_path):
 
 def test_a_summarys_nodes_and_nccl_are_typed_and_their_json_is_as_before(tmp_path):
     from mgpu_tui.engine.nodes.watch import NodeView
-    from mgpu_tui.engine.run.nccl_record import NcclFigures
+    from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 
     node = NodeView(1, "b", 2, 3, "lost", 7, 12.34, False, ((2, 7), (3, 6)))
     nccl = NcclFigures("4 ranks on 2 hosts", ("2.21.5",), ("NET/Socket",), 2, (), ("ncclInternalError",), 4)

@@ -1,10 +1,10 @@
-"""Issue 42: TF/s and MFU from the ranks' counted FLOPs (engine/run/mfu.py), and how the console says
+"""Issue 42: TF/s and MFU from the ranks' counted FLOPs (engine/run/figures/mfu.py), and how the console says
 them (reports/anatomy.py's compute_line)."""
 
 import math
 
 from mgpu_tui.engine.protocol.events import About
-from mgpu_tui.engine.run import mfu
+from mgpu_tui.engine.run.figures import mfu
 from mgpu_tui.reports.anatomy import compute_line
 
 

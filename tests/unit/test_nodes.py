@@ -25,7 +25,7 @@ from mgpu_tui.engine.nodes.endpoint import (
 from mgpu_tui.engine.nodes.watch import HEARTBEAT_TIMEOUT_S, PEER_FAILED_GRACE_S, NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, NodeState, parse_peer
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.run.rootcause import RootCause
+from mgpu_tui.engine.run.causes.rootcause import RootCause
 
 HOST = Host(cpu_count=8, gpu_count=0, gpu_note="no NVIDIA GPU", torch_available=True)
 SPEC = LaunchSpec(

@@ -6,10 +6,10 @@ import typing
 
 import pytest
 
-from mgpu_tui.parser import build_parser
 from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.spec import Device, LaunchSpec
 from mgpu_tui.errors import UsageError
+from mgpu_tui.parser import build_parser
 
 GIVEN = {  # a value for each option `run` takes that is a LaunchSpec field, none its default
     "nproc": "3",

@@ -3,7 +3,7 @@ error texts torch, NCCL and CUDA print (tests/integration/test_hints.py reproduc
 
 import pytest
 
-from mgpu_tui.engine.run.rootcause import WORK_DONE_ABORT, RootCause, hint_for
+from mgpu_tui.engine.run.causes.rootcause import WORK_DONE_ABORT, RootCause, hint_for
 
 CAPTURED = [
     (

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.run.rootcause import find_root_cause
+from mgpu_tui.engine.run.causes.rootcause import find_root_cause
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures/torchrun/segv-reported-after-its-casualty.txt"
 REPORT = "".join(line for line in FIXTURE.read_text().splitlines(keepends=True) if not line.startswith("#"))
@@ -57,7 +57,7 @@ def test_torchrun_is_believed_when_its_first_failure_is_a_failure_of_its_own(tmp
 def test_a_rank_that_timed_out_waiting_for_a_hung_peer_is_a_casualty_too(tmp_path):
     # One pattern decides a casualty everywhere: torchrun's order of failures, the nodes' verdicts
     # and the hint. A watchdog timeout is the waiting rank's consequence of its peer's hang.
-    from mgpu_tui.engine.run.rootcause import RootCause, is_consequence
+    from mgpu_tui.engine.run.causes.rootcause import RootCause, is_consequence
 
     timeout = (
         "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) "

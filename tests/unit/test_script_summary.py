@@ -1,7 +1,7 @@
 """What a script's summary says of what its ranks used (engine/run/summary.py), from their events."""
 
 from mgpu_tui.engine.protocol.events import About, Done, Hello, Step
-from mgpu_tui.engine.run.aggregate import Aggregator
+from mgpu_tui.engine.run.figures.aggregate import Aggregator
 from mgpu_tui.engine.run.summary import shared_device_note
 
 

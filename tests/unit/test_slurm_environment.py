@@ -12,7 +12,6 @@ import shlex
 
 import pytest
 
-from mgpu_tui.parser import build_parser
 from mgpu_tui.commands.slurm import batch_script, bind_task_gpu, from_slurm
 from mgpu_tui.engine.launch.slurm import (
     PORTS,
@@ -25,6 +24,7 @@ from mgpu_tui.engine.launch.slurm import (
 )
 from mgpu_tui.engine.machine.slurm import JobState, field, parse_time, why_ended
 from mgpu_tui.errors import UsageError
+from mgpu_tui.parser import build_parser
 
 # `srun -N2 env` on the test cluster: node 1 of bn-host[1-2], job 2, step 0.
 STEP_ENV = {

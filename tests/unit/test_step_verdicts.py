@@ -1,10 +1,10 @@
 """Issue 41: why a job is slow, from its ranks' steps taken apart: each verdict with its number, named
-only when clear and consistent (engine/run/anatomy.py)."""
+only when clear and consistent (engine/run/figures/anatomy.py)."""
 
 import random
 
 from mgpu_tui.engine.protocol.events import STEP_PARTS
-from mgpu_tui.engine.run.anatomy import StepParts
+from mgpu_tui.engine.run.figures.anatomy import StepParts
 from mgpu_tui.reports.anatomy import anatomy_lines, verdict_lines
 
 
@@ -139,7 +139,7 @@ def test_the_run_views_bar_gives_each_part_its_share_of_the_cells_in_its_colour(
 
 
 def test_a_large_live_job_works_its_figures_out_again_at_most_every_two_seconds_but_its_summary_now():
-    from mgpu_tui.engine.run.anatomy import LARGE
+    from mgpu_tui.engine.run.figures.anatomy import LARGE
 
     parts = job({r: {"data": 0.01, "forward": 0.01} for r in range(LARGE + 1)}, steps=10)
     live = parts.figures(warm=2, fresh=False)

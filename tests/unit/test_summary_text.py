@@ -162,7 +162,7 @@ def test_the_progress_line_of_a_large_job_stays_one_short_line_naming_its_outlie
 
     from mgpu_tui.commands.run import Progress
     from mgpu_tui.engine.protocol.events import Hello, Step
-    from mgpu_tui.engine.run.aggregate import Aggregator
+    from mgpu_tui.engine.run.figures.aggregate import Aggregator
 
     def stats_of(world: int):
         events, now = Aggregator(), time.time()

@@ -121,7 +121,7 @@ def test_pcie_rates_are_read_one_gpu_per_sample_in_turn(h100_box):
 
 
 def test_a_machine_is_busy_when_others_use_half_a_core_and_a_quarter_of_the_cores():
-    from mgpu_tui.engine.run.telemetry_log import TelemetryFigures
+    from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
 
     def figures(others, cores):
         return TelemetryFigures(10, 1.0, 50.0, 1 << 30, cores=cores, others_cpu_cores=others)

@@ -14,9 +14,9 @@ from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.typed import Word
-from mgpu_tui.engine.run.aggregate import RankStats
-from mgpu_tui.engine.run.anatomy import RankAnatomy
-from mgpu_tui.engine.run.mfu import Compute
+from mgpu_tui.engine.run.figures.aggregate import RankStats
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy
+from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.reports.anatomy import fmt_tflops
 from mgpu_tui.reports.memory import memory_lines
@@ -67,7 +67,7 @@ NODE_RANK_STATE = {
 }
 RANK_COLUMNS = (("rank", 7), ("state", 8), ("step", 7), ("samples/s", 10), ("loss", 8), ("peak memory", 11))
 
-# Where a rank's step goes (engine/run/anatomy.py), as a bar of BAR cells after its row: each part
+# Where a rank's step goes (engine/run/figures/anatomy.py), as a bar of BAR cells after its row: each part
 # its colour, the same everywhere; the legend under the table.
 BAR = 16
 BAR_HEADER = "step's parts"

@@ -37,9 +37,9 @@ from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.folder import write_atomic
 from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir, read_capped, stacks_file
 from mgpu_tui.engine.protocol.typed import build
-from mgpu_tui.engine.run.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
+from mgpu_tui.engine.run.causes.rootcause import RootCause
+from mgpu_tui.engine.run.figures.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import FileTail, Ingest
-from mgpu_tui.engine.run.rootcause import RootCause
 
 DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
@@ -73,7 +73,7 @@ class Stall:
     timeout_s: float
     ranks: tuple[StalledRank, ...]
     stacks_dir: str
-    verdict: str | None = None  # why, from the flight recorder and stacks (run/flight_records.py)
+    verdict: str | None = None  # why, from the flight recorder and stacks (run/figures/flight_records.py)
     culprit: int | None = None  # the rank the verdict blames
     found_at: float | None = None  # when the stall watch declared it (Unix time)
 

@@ -45,9 +45,9 @@ from mgpu_tui.engine.protocol.events import (
 )
 from mgpu_tui.engine.protocol.folder import open_regular
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.run import mfu
-from mgpu_tui.engine.run.anatomy import RankAnatomy, StepParts, Verdict
-from mgpu_tui.engine.run.mfu import Compute
+from mgpu_tui.engine.run.figures import mfu
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
+from mgpu_tui.engine.run.figures.mfu import Compute
 
 
 def warmup_steps(n: int) -> int:
