@@ -15,13 +15,13 @@ Entries:
 - ``transformer``: the same comparison on the transformer workload (``--model gpt-tiny``:
   a 2-block GPT, sequences of 32 tokens), its throughput also in tokens/s. Same goals.
 - ``reporter``: the cost of one step event written by the reporter. Goal: < 20 us.
-- ``bootstrap``: what the bootstrap's hooks (engine/rank/script_watch.py) add to a training step of
+- ``bootstrap``: what the bootstrap's hooks (engine/rank/watch/script_watch.py) add to a training step of
   an unchanged script, in microseconds, on the CPU: the same small DDP loop (one rank, gloo; 4
   micro-batches a step, AdamW) timed bare, then with the hooks in (they cannot be taken out again),
   the step's event written included. Goal: < 200 us a step (a GPU's throughput ratio is the GPU
   issue's to measure).
 - ``anatomy``: what taking each step apart (data, forward, backward, communication, optimizer,
-  host: engine/rank/step_clock.py) adds to a step, in interleaved pairs (bench/step_anatomy.py).
+  host: engine/rank/watch/step_clock.py) adds to a step, in interleaved pairs (bench/step_anatomy.py).
   Goal: < 100 us a step.
 - ``flops``: what counting a step's FLOPs costs a rank (bench/flop_cost.py says how). Goals: a
   count < 100 ms once per input shape, outside the measured steps; < 20 us at each forward.
@@ -244,7 +244,7 @@ import statistics, sys, tempfile, time, timeit
 import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
-from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
+from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 reporter = ScriptReporter(rank=0, world_size=1, run_dir=tempfile.mkdtemp(), print_every=10**9)
 reporter.hello(mode="script", device="unknown")
 watch = ScriptWatch(reporter, "bench")
@@ -284,7 +284,7 @@ import torch, torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 dist.init_process_group("gloo", rank=0, world_size=1, store=dist.HashStore())
 if sys.argv[1] == "hooked":
-    from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
+    from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
     reporter = ScriptReporter(rank=0, world_size=1, run_dir=tempfile.mkdtemp(), print_every=10**9)
     reporter.hello(mode="script", device="unknown")
     ScriptWatch(reporter, "bench").start()

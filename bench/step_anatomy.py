@@ -1,7 +1,7 @@
 """What taking each step apart costs a rank (bench/run.py's ``anatomy``; issue 41).
 
 The same loop (a DDP model over gloo, one rank, a DataLoader without workers, AdamW, one backward a
-step) bare and with the step clock's wrappers alone (engine/rank/step_clock.py: the timed backward
+step) bare and with the step clock's wrappers alone (engine/rank/watch/step_clock.py: the timed backward
 with its end-of-graph mark, made as in a job of several ranks, the optimizer's pre- and
 post-hooks, the forward's two hooks, the DataLoader's ``__next__`` timed, a cut a step), in
 interleaved pairs of processes: the median of each, and the median of the pairs' differences.
@@ -28,7 +28,7 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 data = TensorDataset(torch.randn(4096, 32), torch.randint(0, 8, (4096,)))
 cut = lambda: None
 if sys.argv[1] == "clock":
-    from mgpu_tui.engine.rank import step_clock
+    from mgpu_tui.engine.rank.watch import step_clock
     clock = step_clock.StepClock()
     clock.distributed = True  # as in a job of several ranks: each backward marks its graph's end
     step_clock.install(torch, clock)
@@ -54,7 +54,7 @@ print(statistics.median(round_(STEPS) for _ in range(3)))
 
 CALLS = """
 import timeit, torch
-from mgpu_tui.engine.rank import step_clock
+from mgpu_tui.engine.rank.watch import step_clock
 clock = step_clock.StepClock()
 def one_step():  # a step's clock calls: data, forward, backward with its end, optimizer, cut
     for part in ("data", "forward", "backward", "optimizer"):

@@ -16,8 +16,8 @@ import resource
 import torch
 
 from mgpu_tui.demos import faults
-from mgpu_tui.engine.rank import step_clock
 from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.engine.rank.watch import step_clock
 
 # The steps torch's MemTracker watches on the CPU: by the end of the second the optimizer's state
 # exists and DDP has rebuilt its buckets under the tracker's eye, so the peak has come; watching

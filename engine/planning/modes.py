@@ -289,7 +289,8 @@ SCRIPT = Mode(
 )
 
 # Any command line, run as given (mgpu-tui exec): its launcher, whatever it is, starts the ranks, and
-# each Python process that joins a process group or steps an optimizer is one (engine/rank/process_watch.py).
+# each Python process that joins a process group or steps an optimizer is one
+# (engine/rank/watch/process_watch.py).
 EXEC = Mode(
     name="exec",
     title="Your own command",

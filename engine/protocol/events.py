@@ -13,12 +13,12 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
   optionally data_s (the seconds before its compute), state_bytes (its parameters,
   gradients and optimizer state, measured once after the first optimizer step) and parts (where
-  the step's time went: seconds in each of STEP_PARTS, engine/rank/step_clock.py) and flops (the
-  step's floating-point operations on this rank, counted by torch: engine/rank/flop_count.py).
+  the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
+  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flop_count.py).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback; optionally type (the exception's qualified name) and
   whole_message (every line of it, where ``message`` is its first).
-- ``about``: what a script really used, learnt once it ran (engine/rank/script_watch.py): device
+- ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): device
   (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
   batch_source (the samples a step and where they were counted) and loader_workers (its training
   DataLoader's worker processes), precision (what the step's matrix multiplies run in: fp32,
@@ -84,7 +84,7 @@ class Hello:
     stacks: bool = False  # it answers a stack request (requests/stacks) with its stacks
 
 
-# The parts a step's time is taken apart into (engine/rank/step_clock.py says how each is measured).
+# The parts a step's time is taken apart into (engine/rank/watch/step_clock.py says how each is measured).
 STEP_PARTS = ("data", "forward", "backward", "comm", "optimizer", "host")
 
 

@@ -31,7 +31,7 @@ import types
 from types import TracebackType
 
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
-from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
+from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 
 USAGE = "usage: python -m mgpu_tui.engine.rank.bootstrap (SCRIPT | -m MODULE) [ARG...]"
 _OWN_FILES = {os.path.abspath(__file__), getattr(runpy, "__file__", ""), "<frozen runpy>"}

@@ -230,7 +230,7 @@ def _write_whole(path: Path, data: bytes) -> None:
 # parent's): kept referenced for the process's life, so that no collection ever closes them.
 _LET_GO: list[Any] = []
 
-# In a script run's rank, the bootstrap's own reporter (engine/rank/script_watch.py): a Reporter the
+# In a script run's rank, the bootstrap's own reporter (engine/rank/watch/script_watch.py): a Reporter the
 # script makes itself then speaks through it (one hello, one file, one stack handler) and its steps
 # replace the ones the bootstrap counts.
 _bootstrap: Reporter | None = None

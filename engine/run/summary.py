@@ -54,7 +54,7 @@
 - ``verdicts``: why the job was slow, where that was clear: kind ("input-bound", "straggler",
   "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint (the
   change to try); absent when none (anatomy.py).
-- ``compute``: where the ranks counted their steps' FLOPs (a script's watch: engine/rank/flop_count.py):
+- ``compute``: where the ranks counted their steps' FLOPs (a script's watch: engine/rank/watch/flop_count.py):
   tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
   peak_tflops, and note (why the MFU, or both, is null); also per rank in ``ranks``; absent
   otherwise (run/figures/mfu.py).

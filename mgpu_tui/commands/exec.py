@@ -4,7 +4,7 @@ The command runs as the user typed it (``python train.py``, ``python -m pkg.trai
 launch ...``, ``deepspeed ...``, a shell script that ends in one of these), never inside a torchrun
 worker, with none of a torchrun worker's environment. Its launcher, whatever it is, starts the ranks;
 every Python process of its tree runs mgpu-tui's sitecustomize (engine/rank/sitewatch/), and those
-that join a process group or step an optimizer become the job's ranks (engine/rank/process_watch.py):
+that join a process group or step an optimizer become the job's ranks (engine/rank/watch/process_watch.py):
 the world size is learned from them. The rest is what `mgpu-tui torchrun` shows: per-rank steps,
 samples/s, loss, memory, stalls from evidence, the root cause, the run folder.
 """

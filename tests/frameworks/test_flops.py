@@ -1,5 +1,5 @@
 """Issue 42: TF/s and MFU for any script, its steps' FLOPs counted by torch's own counter on a fake
-replay (engine/rank/flop_count.py), on real torchrun ranks over gloo; and a LightningModule, which
+replay (engine/rank/watch/flop_count.py), on real torchrun ranks over gloo; and a LightningModule, which
 is never replayed (make test-frameworks, where Lightning is installed)."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import results_of, run_cli, summary_from
-from mgpu_tui.engine.rank import flop_count
+from mgpu_tui.engine.rank.watch import flop_count
 from mgpu_tui.reports.run_summary import summary_text
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

@@ -1,4 +1,4 @@
-"""The beat thread of a script's rank (engine/rank/script_watch.py) reads the main thread's stack
+"""The beat thread of a script's rank (engine/rank/watch/script_watch.py) reads the main thread's stack
 and lets go of it at once. A frame it held until its next beat kept that frame's locals alive past
 their function's end; torch's DDPOptimizer ends its compile state in a guard's __del__, so on a GPU
 torch.compile of a DDP model failed under mgpu-tui ("Cannot access data pointer of Tensor") and
@@ -8,8 +8,8 @@ import threading
 import time
 import weakref
 
-from mgpu_tui.engine.rank import script_watch
-from mgpu_tui.engine.rank.script_watch import ScriptWatch
+from mgpu_tui.engine.rank.watch import script_watch
+from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
 
 
 class Beats:

@@ -1,4 +1,4 @@
-"""Issue 42: a step's FLOPs as torch's own counter gives them, for any model (engine/rank/flop_count.py
+"""Issue 42: a step's FLOPs as torch's own counter gives them, for any model (engine/rank/watch/flop_count.py
 replays the step on fake tensors), and the demos' analytic count held to the same counter."""
 
 import argparse
@@ -11,7 +11,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from mgpu_tui.demos.model import build_model
 from mgpu_tui.demos.transformer import build_gpt
 from mgpu_tui.engine.planning.shapes import MlpShape, model_shape
-from mgpu_tui.engine.rank import flop_count
+from mgpu_tui.engine.rank.watch import flop_count
 
 
 def counted_step(model, *inputs, loss_of=lambda out: out.float().square().mean()) -> int:

@@ -1,10 +1,10 @@
-"""What a script's rank says it ran on when no loss told it (engine/rank/script_watch.py's about):
+"""What a script's rank says it ran on when no loss told it (engine/rank/watch/script_watch.py's about):
 the CPU only where CUDA was never started; else unknown. On a GPU, a script that failed in its first
 forward was summarised as a CPU run (docs/gpu-validation.md)."""
 
 import torch
 
-from mgpu_tui.engine.rank.script_watch import ScriptWatch
+from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
 
 
 class Reporter:

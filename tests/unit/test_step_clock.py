@@ -5,7 +5,7 @@ import threading
 import pytest
 
 from mgpu_tui.engine.protocol.events import STEP_PARTS, MalformedEvent, parse_line
-from mgpu_tui.engine.rank.step_clock import StepClock
+from mgpu_tui.engine.rank.watch.step_clock import StepClock
 
 
 class Ticks:

@@ -1,4 +1,4 @@
-"""The wrappers mgpu-tui puts around torch's APIs inside a script's ranks (engine/rank/wrapping.py):
+"""The wrappers mgpu-tui puts around torch's APIs inside a script's ranks (engine/rank/watch/wrapping.py):
 every argument passes through exactly as called, positional or keyword, under any name (Lightning
 calls ``DistributedDataParallel(module=...)``; a wrapper whose own first parameter was named
 ``module`` made that "got multiple values for argument 'module'"); the wrapped signature is kept;
@@ -8,8 +8,8 @@ import inspect
 
 import pytest
 
-from mgpu_tui.engine.rank.wrapping import around as _around
-from mgpu_tui.engine.rank.wrapping import backend_for as _backend_for
+from mgpu_tui.engine.rank.watch.wrapping import around as _around
+from mgpu_tui.engine.rank.watch.wrapping import backend_for as _backend_for
 
 
 class Wrapped:

@@ -12,7 +12,7 @@ At start-up it:
    mgpu-tui. A process that never imports torch (a shell's python, a tool) pays a dictionary
    lookup an import.
 
-Once the process imports torch, it loads mgpu-tui's watch (engine/rank/process_watch.py) from the
+Once the process imports torch, it loads mgpu-tui's watch (engine/rank/watch/process_watch.py) from the
 mgpu-tui that launched the command (``MGPU_WATCH_PATHS``), which puts its hooks into torch. The
 process becomes a rank, and opens its files, only when it joins a process group or steps an
 optimizer. Standard library only, and it never raises: a failure would print "Error in
@@ -94,7 +94,7 @@ def _watch(torch):
     """mgpu-tui's watch into this process's torch; silent when mgpu-tui cannot be loaded here."""
     try:
         _load_paths()
-        from mgpu_tui.engine.rank import process_watch
+        from mgpu_tui.engine.rank.watch import process_watch
 
         process_watch.start(torch)
     except BaseException:  # noqa: BLE001 (no figure is worth the user's import of torch)

@@ -5,7 +5,7 @@
   is silent when its last event is older than ``--stall-timeout``, or by default max(30 s, 10 x
   the job's recent median step time). Ranks that have not said hello are starting; ranks that said
   done are not watched. For a demo, silence is a stall. For a user's own program (whose bootstrap
-  beats while its main thread moves: engine/rank/script_watch.py), silence alone is only shown
+  beats while its main thread moves: engine/rank/watch/script_watch.py), silence alone is only shown
   (:attr:`Watchdog.silent`): evaluations, checkpoints and compiles are long and quiet. It is a
   stall on evidence: every watched rank silent (no stack moved for the whole window), or the
   flight records showing ranks waiting in a collective that a silent rank never entered. Then the

@@ -1,6 +1,6 @@
 """Where each rank's step goes, and why the job is slow: the step's parts and the verdicts.
 
-A rank that took its steps apart (engine/rank/step_clock.py: a script's watch) writes, with each
+A rank that took its steps apart (engine/rank/watch/step_clock.py: a script's watch) writes, with each
 step, the seconds it spent in each part: ``data`` (in its DataLoader), ``forward``, ``backward``,
 ``comm`` (the end of backward that waited for the gradients' all-reduce: what backward did not
 hide), ``optimizer`` and ``host`` (every other moment). Over its latest steady steps (the warm-up

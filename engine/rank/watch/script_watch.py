@@ -48,13 +48,20 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from mgpu_tui.engine.rank import flop_count, step_clock
 from mgpu_tui.engine.rank import reporter as reporter_module
-from mgpu_tui.engine.rank.after_import import after_import
-from mgpu_tui.engine.rank.model_root import batch_source, find_root
 from mgpu_tui.engine.rank.reporter import Reporter, stop_before_exit
-from mgpu_tui.engine.rank.stack_signature import main_frame, signature
-from mgpu_tui.engine.rank.wrapping import argument, around, backend_for, guarded, keep_out_of_copies, rebind
+from mgpu_tui.engine.rank.watch import flop_count, step_clock
+from mgpu_tui.engine.rank.watch.after_import import after_import
+from mgpu_tui.engine.rank.watch.model_root import batch_source, find_root
+from mgpu_tui.engine.rank.watch.stack_signature import main_frame, signature
+from mgpu_tui.engine.rank.watch.wrapping import (
+    argument,
+    around,
+    backend_for,
+    guarded,
+    keep_out_of_copies,
+    rebind,
+)
 
 BEAT_S = 1.0
 MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once

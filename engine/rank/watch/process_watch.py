@@ -33,7 +33,7 @@ from types import ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank.bootstrap import describe
-from mgpu_tui.engine.rank.script_watch import ScriptReporter, ScriptWatch
+from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 
 _watch: ScriptWatch | None = None
 _told = False  # this process's end was told (an error, before mp.spawn's child exits)
