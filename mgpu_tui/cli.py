@@ -21,7 +21,7 @@ from mgpu_tui.parser import build_check_parser, build_parser
 # Each command's function, imported when it runs (``--help`` loads none of them).
 COMMANDS = {
     "run": ("mgpu_tui.commands.run", "run_command"),
-    "slurm": ("mgpu_tui.commands.slurm", "slurm_command"),
+    "slurm": ("mgpu_tui.commands.launchers.slurm", "slurm_command"),
     "compare": ("mgpu_tui.commands.compare", "compare_command"),
     "scale": ("mgpu_tui.commands.compare", "scale_command"),
     "runs": ("mgpu_tui.commands.runs", "runs_command"),
@@ -46,10 +46,10 @@ def _dispatch_whole_line(command: str, argv: list[str]) -> int:
     """torchrun and exec read their lines whole: the program's own arguments may hold "--"."""
     try:
         if command == "torchrun":
-            from mgpu_tui.commands.torchrun import torchrun_command
+            from mgpu_tui.commands.launchers.torchrun import torchrun_command
 
             return torchrun_command(argv)
-        from mgpu_tui.commands.exec import exec_command
+        from mgpu_tui.commands.launchers.exec import exec_command
 
         return exec_command(argv)
     except (Exception, KeyboardInterrupt) as exc:

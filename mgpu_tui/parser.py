@@ -39,7 +39,8 @@ def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExc
 
 
 def build_torchrun_parser() -> Parser:
-    """`mgpu-tui torchrun`'s own options: torchrun's are read by torchrun's parser (commands/torchrun.py)."""
+    """`mgpu-tui torchrun`'s own options: torchrun's are read by torchrun's parser
+    (commands/launchers/torchrun.py)."""
     parser = Parser(prog="mgpu-tui torchrun", add_help=False)
     add_watch_options(parser)
     parser.add_argument(

@@ -102,7 +102,7 @@ class LaunchSpec:
     # Further arguments for the demo (--lr 0.1, --schedule 1f1b, ...), passed through as given.
     demo_args: tuple[str, ...] = ()
     # torchrun's own settings that mgpu-tui does not model (--monitor-interval 1, --role trainer),
-    # passed to torchrun as given (mgpu-tui torchrun: commands/torchrun.py).
+    # passed to torchrun as given (mgpu-tui torchrun: commands/launchers/torchrun.py).
     launcher_args: tuple[str, ...] = ()
     # The Slurm job and step this node runs in (launch/slurm.py), where its options came from Slurm.
     slurm: SlurmJob | None = None

@@ -7,7 +7,7 @@ import signal
 import sys
 import time
 
-from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
+from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_loss, fmt_rank_loss, fmt_rate, plain, redraw
 from mgpu_tui.engine.launch import options

@@ -524,7 +524,7 @@ def test_the_keeper_ends_the_whole_run_however_many_stop_signals_arrive_meanwhil
 def test_the_batch_script_of_any_script_name_is_shell_that_bash_reads_as_written(name):
     """Issue #40: a space in the script's name gave a batch script sbatch refused; a newline added an
     #SBATCH line. The script `mgpu-tui slurm` writes parses (bash -n: sbatch's shell, reading)."""
-    from mgpu_tui.commands.slurm import batch_script
+    from mgpu_tui.commands.launchers.slurm import batch_script
     from mgpu_tui.parser import build_parser
 
     script = batch_script(build_parser().parse_args(["slurm", "--script", name]), ["--", "it's"])

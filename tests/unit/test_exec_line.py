@@ -1,11 +1,11 @@
-"""`mgpu-tui exec`'s line read in process (commands/exec.py): a missing or unknown command, an
+"""`mgpu-tui exec`'s line read in process (commands/launchers/exec.py): a missing or unknown command, an
 option of its own put after it, an unknown option, each one sentence and exit 2, nothing started;
 and the launch line that does not start what it seems to (accelerate launch --cpu)."""
 
 import pytest
 
 from conftest import cli_in_process
-from mgpu_tui.commands.exec import read_exec_line, what_it_starts
+from mgpu_tui.commands.launchers.exec import read_exec_line, what_it_starts
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import shlex
 
 import pytest
 
-from mgpu_tui.commands.slurm import batch_script, bind_task_gpu, from_slurm
+from mgpu_tui.commands.launchers.slurm import batch_script, bind_task_gpu, from_slurm
 from mgpu_tui.engine.launch.slurm import (
     PORTS,
     SlurmEnvironmentError,

@@ -90,7 +90,7 @@ def test_what_torchrun_would_refuse_is_one_sentence(argv, words):
 def test_the_drop_in_holds_torchruns_counts_and_join_timeout_to_runs_bounds():
     """torchrun takes --nnodes 1000000000000 (the drop-in then followed that many nodes every poll)
     and --rdzv-conf join_timeout=abc (a traceback): each is one sentence, exit 2, as `run` says it."""
-    from mgpu_tui.commands.torchrun import TorchrunLine, _checked, _within_bounds
+    from mgpu_tui.commands.launchers.torchrun import TorchrunLine, _checked, _within_bounds
     from mgpu_tui.engine.protocol.typed import build
     from mgpu_tui.errors import UsageError
 

@@ -17,8 +17,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm
 from mgpu_tui.commands.run import follow, launch_nice
-from mgpu_tui.commands.slurm import bind_task_gpu, from_slurm
 from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
@@ -108,7 +108,7 @@ def _nodes_from_slurm(
 ) -> tuple[SlurmJob | None, argparse.Namespace, str | None]:
     """The node options of torchrun's line (nnodes, node_rank, rdzv_endpoint, rdzv_id, nproc):
     inside a Slurm step, where the line names no node (torchrun's defaults: one node, no
-    endpoint, port or id), Slurm's (commands/slurm.py); the job, and the line that says so."""
+    endpoint, port or id), Slurm's (commands/launchers/slurm.py); the job, and the line that says so."""
     given = {"nnodes": t.nnodes, "node_rank": t.node_rank, "rdzv_endpoint": endpoint}
     nodes = argparse.Namespace(**given, rdzv_id=t.rdzv_id, nproc=t.nproc)
     if t.nnodes != 1 or t.node_rank or endpoint or t.master_port or t.rdzv_id:
