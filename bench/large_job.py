@@ -122,7 +122,7 @@ def _job_folder(root: Path, nodes: int) -> Path:
 
 def measure(world: int) -> dict:
     from mgpu_tui.app import create_app
-    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.run.view import RunView
 
     nodes = world // PER_NODE
     hung, slow = world * 3 // 10 + 5, world * 7 // 10 + 2

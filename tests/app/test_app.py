@@ -13,7 +13,7 @@ from textual.widgets import Input, Select, Static
 from conftest import live_processes_of, pinned_comparison, pinned_summary
 from mgpu_tui.app import create_app
 from mgpu_tui.app.views.confirm import Confirm
-from mgpu_tui.app.views.run import RunView
+from mgpu_tui.app.views.run.view import RunView
 from mgpu_tui.app.widgets.log_pane import LogPane
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.text_panel import TextPanel
@@ -181,7 +181,7 @@ async def test_help_lists_the_keys_and_closes_on_escape():
 
 
 def test_rank_states_read_as_a_user_expects():
-    from mgpu_tui.app.views.run_text import rank_state
+    from mgpu_tui.app.views.run.text import rank_state
     from mgpu_tui.engine.run.figures.aggregate import RankStats
 
     def rank(step, last_t=100.0, done=False, error=None):
@@ -681,7 +681,7 @@ async def test_the_compare_views_number_fields_show_their_values_whole(size):
 @pytest.mark.parametrize("size", [(80, 24), (160, 50)])
 async def test_every_model_name_fits_its_dropdown_on_one_row(size):
     """Issue #31: the model dropdown wrapped gpt-tiny as "gpt-ti" / "ny" at both sizes."""
-    from mgpu_tui.app.views.run_form import MODEL_OPTIONS
+    from mgpu_tui.app.views.run.form import MODEL_OPTIONS
 
     app = create_app(telemetry=[], topology=None)
     async with app.run_test(size=size) as pilot:
@@ -737,7 +737,7 @@ async def test_a_script_run_shown_in_the_form_is_what_start_runs_again(tmp_path)
     says its own), and Start's spec is the script's on the form's ranks and device."""
     from textual.widgets._select import SelectCurrent
 
-    from mgpu_tui.app.views.run_form import RunForm
+    from mgpu_tui.app.views.run.form import RunForm
     from mgpu_tui.engine.launch.spec import LaunchSpec
 
     ran = LaunchSpec(
@@ -922,7 +922,7 @@ async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it
     """Issue #43: stopping one rank, not the whole run (as nvitop and k9s can). l chooses the rank,
     x asks, then that rank's process gets SIGTERM: torchrun sees it die and ends the others, and
     the root cause is that rank."""
-    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.run.view import RunView
 
     monkeypatch.chdir(tmp_path)
     app = create_app()
@@ -1023,7 +1023,7 @@ async def test_the_logs_wrap_with_W_and_ctrl_s_saves_the_lines_shown(tmp_path, m
 
 async def test_the_form_takes_a_demos_own_arguments_as_after_double_dash(tmp_path):
     """Issue #43: the form had no field for a demo's own arguments (`run ddp -- --lr 0.2`)."""
-    from mgpu_tui.app.views.run_form import RunForm
+    from mgpu_tui.app.views.run.form import RunForm
     from mgpu_tui.errors import UsageError
 
     app = create_app(telemetry=[], topology=None, run_root=tmp_path)

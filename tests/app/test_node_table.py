@@ -10,8 +10,8 @@ import pytest
 from test_view_snapshots import SIZES, recorded
 
 from mgpu_tui.app import create_app
-from mgpu_tui.app.views.node_table import node_rows
-from mgpu_tui.app.views.run import RunView
+from mgpu_tui.app.views.run.node_table import node_rows
+from mgpu_tui.app.views.run.view import RunView
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.protocol.events import Hello, Step

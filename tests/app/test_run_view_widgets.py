@@ -199,7 +199,7 @@ def failed_summary(cause) -> RunSummary:
 
 class RunViewApp(App):
     def compose(self) -> ComposeResult:
-        from mgpu_tui.app.views.run import RunView
+        from mgpu_tui.app.views.run.view import RunView
 
         yield RunView(ONE_GPU)
 
@@ -207,7 +207,7 @@ class RunViewApp(App):
 async def test_a_run_on_shared_gpus_says_so_and_a_failure_takes_the_panel_over():
     from textual.widgets import Static
 
-    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.run.view import RunView
 
     app = RunViewApp()
     async with app.run_test(size=(160, 50)) as pilot:

@@ -234,7 +234,7 @@ async def test_after_a_run_its_logs_keep_at_least_five_lines_at_both_sizes(size,
     """Issue #43: once a run ended, the result panel took the Run view's room at 80x24 and the logs
     had no row left (a failing rank's traceback could not be read). After a run, ok or failed, the
     log pane shows five lines or more, at 80x24 and at 160x50."""
-    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.run.view import RunView
     from mgpu_tui.app.widgets.log_view import LogPane
     from mgpu_tui.engine.run.causes.rootcause import RootCause
 
@@ -258,7 +258,7 @@ def test_the_run_view_during_and_after_a_run_at_both_sizes(snap_compare, size, p
     """Issue #31: at 80x24 the charts had 20 columns and the result panel was cut after two lines.
     The ranks, the charts under them (at 80 columns) or beside them, the status line with the stop
     key while it goes, and the result panel whole once it ended."""
-    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.run.view import RunView
 
     snapshots, topology, host = recorded(0)
     app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))

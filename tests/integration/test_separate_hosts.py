@@ -128,7 +128,7 @@ async def test_two_hosts_of_two_ranks_train_one_job_of_world_size_four(hosts, tm
 
 async def shows_ranks_by_node(folder: Path) -> None:
     from mgpu_tui.app import create_app
-    from mgpu_tui.app.views.run import RunView
+    from mgpu_tui.app.views.run.view import RunView
 
     app = create_app(telemetry=[], topology=None, open_run=folder, run_root=folder.parent)
     async with app.run_test(size=(120, 40)) as pilot:

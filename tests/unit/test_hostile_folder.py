@@ -411,7 +411,7 @@ def test_a_summarys_nodes_and_nccl_are_typed_and_their_json_is_as_before(tmp_pat
 def test_a_programs_path_and_arguments_reach_the_run_forms_list_as_plain_text():
     """The mode list's entry for a script or a command is built from its spec (a spec.json a live
     rank can rewrite): OSC and CSI sequences retitled and cleared the terminal through it."""
-    from mgpu_tui.app.views.run_form import one_row, program_label
+    from mgpu_tui.app.views.run.form import one_row, program_label
     from mgpu_tui.engine.launch.spec import LaunchSpec
 
     hostile = "\x1b]0;owned\x07\x1b[2J\x9b31m\u202etrain.py"

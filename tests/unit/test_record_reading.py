@@ -170,7 +170,7 @@ def test_a_folder_that_nodes_share_gives_every_nodes_rank_logs_by_global_rank(tm
         2 << 30,
         80.0,
     )
-    from mgpu_tui.app.views.run_text import node_heading
+    from mgpu_tui.app.views.run.text import node_heading
 
     node = run.nodes()[1]
     assert (

@@ -117,7 +117,7 @@ def test_the_console_says_the_table_and_each_verdict_with_what_to_try():
 
 
 def test_the_run_views_bar_gives_each_part_its_share_of_the_cells_in_its_colour():
-    from mgpu_tui.app.views.run_text import BAR, BAR_HEADER, PART_STYLE, rank_table, step_bar
+    from mgpu_tui.app.views.run.text import BAR, BAR_HEADER, PART_STYLE, rank_table, step_bar
 
     parts = job({0: {"forward": 0.002, "comm": 0.120}, 1: {"data": 0.120, "forward": 0.002}})
     anatomy = {a.rank: a for a in parts.anatomy(warm=2)}

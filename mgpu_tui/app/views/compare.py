@@ -39,7 +39,7 @@ from mgpu_tui.app.messages import (
     StopRequested,
     TelemetryUpdated,
 )
-from mgpu_tui.app.views.run_form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
+from mgpu_tui.app.views.run.form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
 from mgpu_tui.app.views.switcher import View
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel

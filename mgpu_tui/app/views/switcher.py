@@ -45,7 +45,7 @@ def new_view(tab: str, context: ViewContext) -> Widget:
 
         return TopologyView(host_layout=context.host_layout, id="topology-view")
     if tab == "run":
-        from mgpu_tui.app.views.run import RunView
+        from mgpu_tui.app.views.run.view import RunView
 
         return RunView(context.host(), context.run_root, id="run-view")
     if tab == "runs":

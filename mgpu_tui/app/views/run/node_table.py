@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from rich.text import Text
 
-from mgpu_tui.app.views.run_text import STATE_STYLE, RankState, rank_line
+from mgpu_tui.app.views.run.text import STATE_STYLE, RankState, rank_line
 from mgpu_tui.console import fmt_rate, plain
 from mgpu_tui.engine.nodes.watch import NodeView
 

@@ -22,9 +22,9 @@ from textual.widgets import Select, Static
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
 from mgpu_tui.app.views.confirm import Confirm
-from mgpu_tui.app.views.node_table import NODE_TABLE_FROM, NodeRow, node_rows, node_table
-from mgpu_tui.app.views.run_form import NARROW, RunForm, chosen
-from mgpu_tui.app.views.run_text import (
+from mgpu_tui.app.views.run.form import NARROW, RunForm, chosen
+from mgpu_tui.app.views.run.node_table import NODE_TABLE_FROM, NodeRow, node_rows, node_table
+from mgpu_tui.app.views.run.text import (
     NODE_RANK_STATE,
     SORTS,
     RankState,
