@@ -22,6 +22,7 @@ from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup
 from mgpu_tui.reports import compare as compare_output
+from mgpu_tui.reports import compare_charts
 from mgpu_tui.reports.files import ensure_writable, write_atomic
 
 
@@ -102,7 +103,7 @@ def _report(
     else:
         print(compare_output.scale_table(comparison) if scale else compare_output.compare_table(comparison))
         print()
-        print(compare_output.scale_charts(comparison) if scale else compare_output.compare_charts(comparison))
+        print(compare_charts.scale_charts(comparison) if scale else compare_charts.compare_charts(comparison))
     if out is not None and suffix is not None:  # _out_suffix gave one for every --out
         try:
             write_atomic(out, compare_output.file_text(comparison, suffix))

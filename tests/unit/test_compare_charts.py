@@ -4,7 +4,7 @@ Compare view draws them as wide as it is, and at 80x24 their bars wrapped (issue
 import pytest
 
 from conftest import pinned_comparison
-from mgpu_tui.reports.compare import BAR_WIDTH, MIN_BAR, compare_charts
+from mgpu_tui.reports.compare_charts import BAR_WIDTH, MIN_BAR, compare_charts
 
 
 @pytest.mark.parametrize("width", [60, 76, 100, 156])  # the Compare view's from 64 columns up

@@ -55,6 +55,7 @@ from mgpu_tui.engine.planning.modes import MODES, availability
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
+from mgpu_tui.reports import compare_charts
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.machine.telemetry import Snapshot
@@ -511,7 +512,7 @@ class CompareView(View):
         if comparison is None:
             return
         width = self.query_one("#compare-charts-box").content_region.width or None
-        charts = compare_output.compare_charts(comparison, width) if comparison.rows else ""
+        charts = compare_charts.compare_charts(comparison, width) if comparison.rows else ""
         self.query_one("#compare-charts", Static).update(Text(charts))  # text, not markup
 
     # ---- a past comparison, read back from its runs ---------------------------------------------
