@@ -19,6 +19,7 @@ from mgpu_tui.engine.machine.host import Host
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.compare import comparison as compare
+    from mgpu_tui.engine.compare.runner import Runner
     from mgpu_tui.engine.run.lifecycle import Run
 
 log = logging.getLogger(__name__)
@@ -29,7 +30,7 @@ class CompareController:
         """``host``: what the machine can run, asked for when a comparison starts."""
         self.app = app
         self.host = host
-        self.runner: compare.Runner | None = None
+        self.runner: Runner | None = None
         self._thread: threading.Thread | None = None
         self._closed = threading.Event()
 
@@ -42,9 +43,10 @@ class CompareController:
         if self.active:
             raise RuntimeError("a comparison is already going")
         from mgpu_tui.engine.compare import comparison as compare  # loaded by the first comparison
+        from mgpu_tui.engine.compare.runner import Runner
 
         comparison = compare.new_comparison(modes, template)
-        runner = compare.Runner(
+        runner = Runner(
             compare.compare_specs(modes, template), comparison, host=self.host(), on_update=self._post_update
         )
         runner.check()
@@ -58,7 +60,7 @@ class CompareController:
         progress = [(r.resolved.mode.name, r.stats().steps, r.resolved.spec.steps) for r in running]
         self.app.post_message(CompareUpdated(list(comparison.rows), progress))
 
-    def _work(self, runner: compare.Runner) -> None:
+    def _work(self, runner: Runner) -> None:
         try:
             runner.run()
         except Exception as exc:  # a bug in running the comparison: say so, and leave no rank behind

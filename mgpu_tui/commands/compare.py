@@ -15,6 +15,7 @@ from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_rate, fmt_seconds, plain, redraw
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.compare import scaling
+from mgpu_tui.engine.compare.runner import Runner
 from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
@@ -80,7 +81,7 @@ class Progress:
             redraw(sys.stderr)
 
 
-def _execute(runner: compare.Runner, out: str | None, suffix: str | None, as_json: bool) -> int:
+def _execute(runner: Runner, out: str | None, suffix: str | None, as_json: bool) -> int:
     runner.check()  # bad input raises: cli.main says it and exits
     interrupt_on_term_and_hup()
     comparison = runner.comparison
@@ -138,7 +139,7 @@ def compare_command(args: argparse.Namespace) -> int:
     specs = compare.compare_specs(args.modes, template)
     comparison = compare.new_comparison(args.modes, template, parallel=args.parallel)
     progress = Progress(len(specs))
-    runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
+    runner = Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
     if args.parallel:
         print(
             "mgpu-tui: --parallel: the modes run at the same time and share this host; "
@@ -180,5 +181,5 @@ def scale_command(args: argparse.Namespace) -> int:
     sweep = scaling.sweep_of(args.nproc, args.batch_size, args.weak)
     comparison = compare.new_scaling(args.mode, specs, sweep, args.lr_rule)
     progress = Progress(len(specs))
-    runner = compare.Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
+    runner = Runner(specs, comparison, host=host_module.probe(), on_update=progress.update)
     return _execute(runner, args.out, suffix, args.json)

@@ -11,6 +11,7 @@ import pytest
 from conftest import live_processes_of, once_per_session, run_cli
 from mgpu_tui.engine.compare import comparison as compare
 from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row
+from mgpu_tui.engine.compare.runner import Runner
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.shapes import MlpShape
@@ -211,7 +212,7 @@ def test_a_failing_mode_is_a_row_with_its_cause_and_the_others_run(tmp_path):
     ok, failing = compare.compare_specs(["single", "tp"], template)
     failing = compare.dataclasses.replace(failing, demo_args=("--fail-at-step", "3", "--fail-rank", "1"))
     comparison = compare.new_comparison(["single", "tp"], template, parallel=True)
-    runner = compare.Runner([ok, failing], comparison, host=host_module.probe())
+    runner = Runner([ok, failing], comparison, host=host_module.probe())
     runner.check()
     runner.run()
     rows = {r.mode: r for r in comparison.rows}
@@ -243,7 +244,7 @@ def test_parallel_gives_each_mode_its_own_gpus_on_an_8_gpu_box():
     host = host_module.Host(cpu_count=64, gpu_count=8, gpu_note="8 GPU(s)", torch_available=True)
     template = LaunchSpec(mode="ddp", nproc=2, device="cuda")
     specs = compare.compare_specs(["ddp", "ddp_mp", "single"], template)
-    runner = compare.Runner(
+    runner = Runner(
         specs,
         compare.new_comparison(["ddp", "ddp_mp", "single"], template, True),
         host=host,
@@ -254,7 +255,7 @@ def test_parallel_gives_each_mode_its_own_gpus_on_an_8_gpu_box():
     assert [runner._environ_for(s)["CUDA_VISIBLE_DEVICES"] for s in sets] == ["7,6", "5,4,3,2", "1"]
     assert runner._host_for(sets[1]).gpu_count == 4
     too_many = compare.compare_specs(["ddp_mp", "ddp_mp", "ddp"], template)
-    crowded = compare.Runner(too_many, compare.new_comparison(["a"], template, True), host=host, environ={})
+    crowded = Runner(too_many, compare.new_comparison(["a"], template, True), host=host, environ={})
     with pytest.raises(compare.SpecError, match="--parallel needs 10 GPUs"):
         crowded.check()
 
