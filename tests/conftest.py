@@ -219,7 +219,7 @@ def pinned_comparison():
     import math
 
     from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row
-    from mgpu_tui.engine.run.summary import RankMemory
+    from mgpu_tui.engine.run.summary_facts import RankMemory
 
     def row(mode: str, rate: float, peak: int, tensors: int, plan: int, loss_end: float) -> Row:
         losses = [[s, 5.6 - (5.6 - loss_end) * (1 - math.exp(-s / 15))] for s in range(1, 61)]

@@ -34,7 +34,8 @@ from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
-from mgpu_tui.engine.run.summary import RankMemory, RunStatus
+from mgpu_tui.engine.run.summary import RunStatus
+from mgpu_tui.engine.run.summary_facts import RankMemory
 
 PARALLEL_NOTE = (
     "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "

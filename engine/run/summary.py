@@ -72,139 +72,22 @@ from mgpu_tui.engine.launch.processes import ProcessSeen
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.watch import NodeView
-from mgpu_tui.engine.planning.memory import Training, predicted_per_rank
-from mgpu_tui.engine.planning.modes import variant
 from mgpu_tui.engine.protocol.folder import finite_only
-from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall
-from mgpu_tui.engine.run.figures.aggregate import RunStats, Straggler
+from mgpu_tui.engine.run.figures.aggregate import RankStats, RunStats, Straggler
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
-from mgpu_tui.engine.run.verify import Verify
-
-SHARED_GPUS_NOTE = (
-    "the ranks share GPUs (--share-gpus) and talk over gloo: the results are correct, "
-    "but the timings say nothing about a box with a GPU for each rank."
+from mgpu_tui.engine.run.summary_facts import (
+    RankMemory,
+    memory_of,
+    script_facts,
+    summary_note,
 )
-
-
-def run_note(resolved: ResolvedSpec) -> str | None:
-    """What this run's figures do not show, in one sentence, or None."""
-    if resolved.shared_gpus:
-        return SHARED_GPUS_NOTE
-    if resolved.device == "cpu" and resolved.mode.cpu_note:
-        return f"on the CPU {resolved.mode.cpu_note}"
-    return None
-
-
-def script_facts(resolved: ResolvedSpec, stats: RunStats, world: int, here: range) -> dict:
-    """What a script's ranks said they used (its bootstrap's ``about``), for the summary's fields:
-    the device and backend (null until a rank said), the global batch and where it was counted."""
-    devices = {r.device.split(":")[0] for r in stats.ranks if r.device and r.device != "unknown"}
-    backends = {r.backend for r in stats.ranks if r.backend}
-    batches = [r.batch for r in stats.ranks]
-    counted = bool(batches) and len(batches) == world and None not in batches
-    return {
-        "device": devices.pop() if len(devices) == 1 else ",".join(sorted(devices)) or "unknown",
-        "backend": backends.pop() if len(backends) == 1 else ",".join(sorted(backends)) or None,
-        "steps_requested": None,
-        "batch_size": sum(batches) if counted else None,
-        "batch_size_source": next(r.batch_source for r in stats.ranks) if counted else None,
-        "finished_training": bool(stats.ranks) and all(r.done for r in stats.ranks if r.rank in here),
-    }
-
-
-def no_rank_note(processes: tuple[ProcessSeen, ...], duration_s: float) -> str:
-    """A command in which no process became a rank, said as what was seen: never "0 steps"."""
-    cpu = sum(p.cpu_s or 0.0 for p in processes)
-    cores = f"{cpu / duration_s:.1f} cores" if duration_s > 0 else f"{cpu:.1f} CPU seconds"
-    busiest = sorted(processes, key=lambda p: -(p.cpu_s or 0.0))[:4]
-    seen = "; ".join(f"pid {p.pid} {short_line(p.command, 60)}, {p.cpu_s or 0:.1f} CPU s" for p in busiest)
-    return (
-        f"no process of this job joined a process group or stepped an optimizer; its "
-        f"{len(processes)} process(es) used {cores}" + (f" ({seen})" if seen else "")
-    )
-
-
-def shared_device_note(stats: RunStats) -> str | None:
-    """Ranks of one host training on one GPU, which a script does when it never gives each rank its
-    own (torch.cuda.set_device): said, since it halves what each gets and NCCL refuses it."""
-    by_gpu: dict[tuple[str, str | None], list[int]] = {}
-    for r in stats.ranks:
-        if r.device and r.device.startswith("cuda"):
-            by_gpu.setdefault((r.device, r.device_uuid), []).append(r.rank)
-    shared = [(device, ranks) for (device, _), ranks in by_gpu.items() if len(ranks) > 1]
-    if not shared:
-        return None
-    device, ranks = shared[0]
-    every = "every rank" if len(ranks) == len(stats.ranks) else "ranks " + ", ".join(map(str, ranks))
-    return (
-        f"{every} trained on {device}: the script never gives each rank its own GPU; call "
-        'torch.cuda.set_device(int(os.environ["LOCAL_RANK"])) before it builds its model.'
-    )
-
-
-@dataclass(frozen=True)
-class RankMemory:
-    """One rank's memory: the planner's prediction beside what the rank measured."""
-
-    rank: int
-    predicted_state_bytes: int | None  # parameters, gradients, optimizer state, at rest
-    measured_state_bytes: int | None  # what the rank summed over its tensors after its first step
-    predicted_total_bytes: int | None  # the plan's peak (its moment: engine/planning/memory.py)
-    tensor_peak_bytes: int | None = None  # its live tensors' peak: the allocator's, or MemTracker's
-    peak_bytes: int | None = None  # the allocator's peak on CUDA; the process's resident set on the CPU
-
-    @property
-    def state_as_planned(self) -> bool | None:
-        """The measured state is the predicted one to the byte (None: nothing to compare)."""
-        if self.predicted_state_bytes is None or self.measured_state_bytes is None:
-            return None
-        return self.predicted_state_bytes == self.measured_state_bytes
-
-
-def memory_of(resolved: ResolvedSpec, stats: RunStats) -> tuple[RankMemory, ...]:
-    """Per rank: the planner's predicted state and total bytes (engine/planning/memory.py) next to the
-    state the rank measured after its first step and its peak (allocator on CUDA, RSS on the CPU)."""
-    spec = resolved.spec
-    if spec.program or resolved.world_size is None:
-        return ()  # a user's program: no shape to predict from
-    schedule = (
-        spec.demo_args[spec.demo_args.index("--schedule") + 1]
-        if "--schedule" in spec.demo_args[:-1]
-        else "gpipe"
-    )
-    training = Training(
-        optimizer="sgd",
-        amp=spec.amp,
-        batch_size=spec.batch_size,
-        microbatches=spec.microbatches * spec.accum,
-        schedule=schedule,
-        accum=1 if resolved.mode.microbatched else spec.accum,
-    )
-    # A variant asked for by its flags (fsdp --no-reshard-after-forward) is planned as that mode.
-    mode = variant(resolved.mode, spec.demo_args).name
-    predicted = predicted_per_rank(mode, resolved.workload, resolved.world_size, training, stages=spec.stages)
-    measured = {r.rank: r for r in stats.ranks}
-    rows = []
-    for rank in range(resolved.world_size):
-        state, total = predicted.get(rank, (None, None))
-        r = measured.get(rank)
-        rows.append(
-            RankMemory(
-                rank=rank,
-                predicted_state_bytes=state,
-                measured_state_bytes=r.state_bytes if r else None,
-                predicted_total_bytes=total,
-                tensor_peak_bytes=r.tensor_peak_bytes if r else None,
-                peak_bytes=r.mem_peak_bytes if r else None,
-            )
-        )
-    return tuple(rows)
+from mgpu_tui.engine.run.verify import Verify
 
 
 class RunStatus(Word):
@@ -232,6 +115,26 @@ class RankSummary:
     )
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite (its loss is null)
     compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (run/figures/mfu.py)
+
+    @classmethod
+    def of(cls, r: RankStats, pid_ok: Callable[[int, int], bool]) -> RankSummary:
+        """A rank's line of the summary from its figures; its pid only where ``pid_ok`` (one of the
+        run's processes on this host)."""
+        return cls(
+            rank=r.rank,
+            last_step=r.last_step,
+            samples_per_s=r.samples_per_s,
+            loss=r.loss,
+            peak_mem_bytes=r.mem_peak_bytes,
+            device=r.device,
+            pid=r.pid if r.pid is not None and pid_ok(r.rank, r.pid) else None,
+            done=r.done,
+            backend=r.backend,
+            tokens_per_s=r.tokens_per_s,
+            collectives=r.collectives,
+            diverged_at=r.diverged_at,
+            compute=r.compute,
+        )
 
 
 @dataclass(frozen=True)
@@ -322,9 +225,6 @@ class RunSummary:
         spec = resolved.spec
         program = spec.program
         facts = script_facts(resolved, stats, world, here) if program else {}
-        note = run_note(resolved) or (shared_device_note(stats) if program else None)
-        if resolved.world_size is None and not world:
-            note = no_rank_note(processes, ended_at - started_at)
         return cls(
             mode=resolved.mode.name,
             program=program,
@@ -346,24 +246,7 @@ class RunSummary:
             step_time_s_p10_p90=stats.step_time_s_spread,
             final_loss=stats.final_loss,
             peak_mem_bytes=tuple(peaks.get(rank) for rank in range(world)),
-            ranks=tuple(
-                RankSummary(
-                    r.rank,
-                    r.last_step,
-                    r.samples_per_s,
-                    r.loss,
-                    r.mem_peak_bytes,
-                    r.device,
-                    r.pid if r.pid is not None and pid_ok(r.rank, r.pid) else None,
-                    r.done,
-                    r.backend,
-                    r.tokens_per_s,
-                    r.collectives,
-                    r.diverged_at,
-                    r.compute,
-                )
-                for r in stats.ranks
-            ),
+            ranks=tuple(RankSummary.of(r, pid_ok) for r in stats.ranks),
             launch_to_first_step_s=(
                 stats.first_step_t - started_at if stats.first_step_t is not None else None
             ),
@@ -371,7 +254,7 @@ class RunSummary:
             malformed_events=malformed_events,
             run_dir=run_dir,
             root_cause=root_cause,
-            note=note,
+            note=summary_note(resolved, stats, world, processes, ended_at - started_at),
             verify=verify,
             stall=stall,
             telemetry=telemetry,

@@ -98,7 +98,7 @@ class RunController:
         if self.owns_active:
             raise RuntimeError("a run is already going")
         from mgpu_tui.engine.run.lifecycle import Run  # loaded by the first run, not with the app
-        from mgpu_tui.engine.run.summary import run_note
+        from mgpu_tui.engine.run.summary_facts import run_note
 
         self.unfollow()
         run = Run.prepare(spec)

@@ -11,7 +11,8 @@ from mgpu_tui.app.widgets.log_view import SHOWN, LogView
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.run.causes.rootcause import RootCause
-from mgpu_tui.engine.run.summary import SHARED_GPUS_NOTE, RunSummary
+from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.summary_facts import SHARED_GPUS_NOTE
 
 
 class LogApp(App):

@@ -182,7 +182,7 @@ def pinned_run(view, finished: bool, run_dir: str = "runs/20261125T120000Z-ddp")
     from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
     from mgpu_tui.engine.protocol.events import Done, Hello, Step
     from mgpu_tui.engine.run.figures.aggregate import Aggregator
-    from mgpu_tui.engine.run.summary import RankMemory
+    from mgpu_tui.engine.run.summary_facts import RankMemory
 
     _, _, host = recorded(0)
     spec = LaunchSpec("ddp", nproc=2, steps=400, device="cpu")

@@ -2,7 +2,7 @@
 
 from mgpu_tui.engine.protocol.events import About, Done, Hello, Step
 from mgpu_tui.engine.run.figures.aggregate import Aggregator
-from mgpu_tui.engine.run.summary import shared_device_note
+from mgpu_tui.engine.run.summary_facts import shared_device_note
 
 
 def ranks_on(*devices: str):
