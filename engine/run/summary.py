@@ -76,10 +76,12 @@ from mgpu_tui.engine.protocol.folder import finite_only
 from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall
-from mgpu_tui.engine.run.figures.aggregate import RankStats, RunStats, Straggler
+from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
+from mgpu_tui.engine.run.figures.rank_stats import RankStats
+from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.summary_facts import (
     RankMemory,

@@ -182,7 +182,7 @@ async def test_help_lists_the_keys_and_closes_on_escape():
 
 def test_rank_states_read_as_a_user_expects():
     from mgpu_tui.app.views.run.text import rank_state
-    from mgpu_tui.engine.run.figures.aggregate import RankStats
+    from mgpu_tui.engine.run.figures.rank_stats import RankStats
 
     def rank(step, last_t=100.0, done=False, error=None):
         return RankStats(0, step, 10.0, 1.0, None, None, last_t, done, error, "cpu", 1)

@@ -29,8 +29,8 @@ from mgpu_tui.engine.protocol.typed import Invalid
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.engine.run.causes.launcher_report import read_error_file
 from mgpu_tui.engine.run.causes.watchdog import request_flight_records
-from mgpu_tui.engine.run.figures.aggregate import Straggler
 from mgpu_tui.engine.run.figures.flight_records import hang_verdict, late_arrivals, read_trace
+from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.summary import RunSummary
 
 ESC_OR_C1 = [chr(c) for c in (0x1B, *range(0x80, 0xA0))]

@@ -26,8 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.events import (
@@ -48,141 +47,13 @@ from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures import mfu
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, rank_stats_of
+from mgpu_tui.engine.run.figures.stragglers import STRAGGLER_WINDOW, Straggler, stragglers_among
 
 
 def warmup_steps(n: int) -> int:
     """Steps left out of steady-state figures when n steps are known: 5, or a fifth of short runs."""
     return min(5, n // 5)
-
-
-@dataclass
-class _RankTrack:
-    hello: Hello | None = None
-    steps: array = field(default_factory=lambda: array("q"))
-    samples: array = field(default_factory=lambda: array("q"))
-    tokens: array = field(default_factory=lambda: array("q"))
-    step_s: array = field(default_factory=lambda: array("d"))
-    data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
-    flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
-    counted: bool = False  # some step of it said its FLOPs
-    loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
-    first_step_t: float | None = None
-    last_t: float | None = None
-    mem_bytes: int | None = None
-    mem_peak_bytes: int | None = None
-    state_bytes: int | None = None  # parameters, gradients, optimizer state, as the rank measured them
-    tensor_peak_bytes: int | None = None  # the peak of its live tensors, as it measured it
-    done: Done | None = None
-    error: Error | None = None
-    about: About | None = None  # what a script really used (the bootstrap says it after its first step)
-    where: str | None = None  # its main thread's place at its latest beat
-    diverged_at: int | None = None  # the first step whose loss was NaN or infinite
-
-
-@dataclass(frozen=True)
-class RankStats:
-    rank: int
-    last_step: int
-    samples_per_s: float | None
-    loss: float | None  # at its last step
-    mem_bytes: int | None
-    mem_peak_bytes: int | None
-    last_event_t: float | None
-    done: bool
-    error: str | None
-    device: str | None
-    pid: int | None
-    state_bytes: int | None = None  # its parameters, gradients and optimizer state, as it measured them
-    tensor_peak_bytes: int | None = None  # the peak of its live tensors (CPU: torch's MemTracker)
-    backend: str | None = None  # its default process group's, as a script's bootstrap saw it
-    batch: int | None = None  # samples a step, where a script's bootstrap counted them
-    batch_source: str | None = None
-    where: str | None = None  # a script's rank: where its main thread was at its latest beat
-    device_uuid: str | None = None
-    # How it ended, beyond done: the process group at its end ("alive", "destroyed", "none"), if said.
-    process_group: str | None = None
-    tokens_per_s: float | None = None  # where it counts tokens (a GPT's, a script's token ids)
-    collectives: int | None = None  # the collectives it entered, as its flight records say (ingest.py)
-    diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
-    compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (mfu.py)
-
-
-@dataclass(frozen=True)
-class Straggler:
-    """A rank that arrives last at the step's collectives, step after step: the others wait for it."""
-
-    rank: int
-    late_s: float  # how much later than the earliest rank it is ready: the median over the rounds
-    steps: int  # of how many steps (or collectives) it was the last
-    of_steps: int
-    data_s: float | None = None  # its median time on its batch a step ("loading data"), when reported
-    others_data_s: float | None = None  # the other ranks' median
-    counted: str = "steps"  # "steps" (from data_s) or "collectives" (from the flight recorder)
-
-    def describe(self) -> str:
-        text = (
-            f"rank {self.rank} arrives {self.late_s * 1000:.0f} ms late at its collectives in "
-            f"{self.steps} of {self.of_steps} {self.counted}"
-        )
-        if self.data_s is None or self.others_data_s is None:
-            return text + " (from the flight recorder: where its time goes is not reported)"
-        own, others = self.data_s * 1000, self.others_data_s * 1000
-        return f"{text}; it spends them loading data ({own:.0f} ms a step, the others {others:.0f} ms)"
-
-
-# A straggler is late by a clear margin, consistently: in at least STRAGGLER_SHARE of the rounds it
-# is later than the earliest rank by STRAGGLER_MIN_S and by STRAGGLER_STEP_SHARE of the step time.
-# Measured (tests/fixtures/stragglers, 2 CPU ranks on 2 busy cores): ten clean runs had no rank
-# late by 10 ms in even half of their collectives (median lateness at most 4 ms), where the old
-# rule (last in 60%, 5 ms on average) named one in four of them; a rank 50 ms slow a batch was
-# about 100 ms late in over 95% of them.
-STRAGGLER_SHARE = 0.8
-STRAGGLER_MIN_S = 0.010
-STRAGGLER_STEP_SHARE = 0.1
-STRAGGLER_WINDOW = 500  # the latest steps looked at: a straggler is about now, not the first minute
-STRAGGLER_MIN_STEPS = 10
-
-
-def straggler_margin(step_s: float | None) -> float:
-    """How late a rank must be, in a round, to count as late in it."""
-    return max(STRAGGLER_MIN_S, STRAGGLER_STEP_SHARE * (step_s or 0.0))
-
-
-def stragglers_among(
-    rounds: list[dict[int, float]],
-    *,
-    counted: str = "steps",
-    with_data: bool = False,
-    step_s: float | None = None,
-) -> tuple[Straggler, ...]:
-    """The straggler rule, over rounds (steps, or collectives) in each of which every rank was seen:
-    rank -> when it was ready, in seconds on one clock (or any measure where later is larger). A
-    rank late by :func:`straggler_margin` of ``step_s`` (the job's step time) in STRAGGLER_SHARE of
-    them is one; its lateness is its median. ``with_data``: the values are the ranks' time on their
-    batch (``data_s``), so its median and the others' say where its time goes (a median: a
-    script's first step holds its whole start)."""
-    ranks = list(rounds[0]) if rounds else []
-    if len(ranks) < 2 or len(rounds) < STRAGGLER_MIN_STEPS:
-        return ()
-    margin = straggler_margin(step_s)
-    lateness: dict[int, list[float]] = {rank: [] for rank in ranks}
-    for ready in rounds:
-        earliest = min(ready.values())
-        for rank, seconds in ready.items():
-            lateness[rank].append(seconds - earliest)
-    found = []
-    for rank, late in lateness.items():
-        count = sum(1 for x in late if x >= margin)
-        if count < STRAGGLER_SHARE * len(rounds):
-            continue
-        typical = statistics.median(late)
-        if with_data:
-            own = statistics.median(ready[rank] for ready in rounds)
-            others = statistics.median(s for ready in rounds for r, s in ready.items() if r != rank)
-            found.append(Straggler(rank, typical, count, len(rounds), own, others, counted))
-        else:
-            found.append(Straggler(rank, typical, count, len(rounds), counted=counted))
-    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -209,11 +80,11 @@ class Aggregator:
     """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
 
     def __init__(self) -> None:
-        self._ranks: dict[int, _RankTrack] = {}
+        self._ranks: dict[int, RankTrack] = {}
         self._parts = StepParts()
 
     def add(self, event: Event) -> None:
-        track = self._ranks.setdefault(event.rank, _RankTrack())
+        track = self._ranks.setdefault(event.rank, RankTrack())
         track.last_t = event.t
         if isinstance(event, Step):
             if track.first_step_t is None:
@@ -384,32 +255,7 @@ class Aggregator:
                 for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
                     if step <= common:
                         per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
-            rank_stats.append(
-                RankStats(
-                    rank=rank,
-                    last_step=t.steps[-1] if t.steps else 0,
-                    samples_per_s=rate,
-                    loss=t.loss[t.steps[-1]][0] if t.steps and t.steps[-1] in t.loss else None,
-                    mem_bytes=t.mem_bytes,
-                    mem_peak_bytes=t.mem_peak_bytes,
-                    last_event_t=t.last_t,
-                    done=t.done is not None,
-                    error=t.error.message if t.error else None,
-                    device=t.about.device if t.about else t.hello.device if t.hello else None,
-                    pid=t.hello.pid if t.hello else None,
-                    state_bytes=t.state_bytes,
-                    tensor_peak_bytes=t.tensor_peak_bytes,
-                    backend=t.about.backend if t.about else None,
-                    batch=t.about.batch if t.about else None,
-                    batch_source=t.about.batch_source if t.about else None,
-                    where=t.where,
-                    device_uuid=t.about.device_uuid if t.about else t.hello.device_uuid if t.hello else None,
-                    process_group=_text(t.done.extra.get("process_group")) if t.done else None,
-                    tokens_per_s=tokens_rate,
-                    diverged_at=t.diverged_at,
-                    compute=compute,
-                )
-            )
+            rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute))
 
         times = sorted(per_step_max.values())
         median = statistics.median(times) if times else None
@@ -450,11 +296,6 @@ class Aggregator:
         if weight:
             return weighted / weight
         return statistics.fmean(plain) if plain else None
-
-
-def _text(value: object) -> str | None:
-    """A short word a rank wrote in its ``done`` (unchecked by the schema): text, or nothing."""
-    return value[:40] if isinstance(value, str) else None
 
 
 MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: ~2,000,000 steps

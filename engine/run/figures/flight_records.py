@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mgpu_tui.engine.protocol.folder import read_json
-from mgpu_tui.engine.run.figures.aggregate import Straggler, stragglers_among
+from mgpu_tui.engine.run.figures.stragglers import Straggler, stragglers_among
 
 MAX_TRACE_BYTES = 1 << 20
 MAX_TIME_NS = 10**20  # beyond the year 5000: no clock gives it

@@ -14,9 +14,9 @@ from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.typed import Word
-from mgpu_tui.engine.run.figures.aggregate import RankStats
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy
 from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.reports.anatomy import fmt_tflops
 from mgpu_tui.reports.memory import memory_lines

@@ -51,7 +51,8 @@ from mgpu_tui.engine.planning.modes import MODES, SCRIPT
 from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.text import plain_line, short_line
 from mgpu_tui.engine.run.causes.watchdog import DEFAULT_MIN_S
-from mgpu_tui.engine.run.figures.aggregate import RankStats, RunStats
+from mgpu_tui.engine.run.figures.aggregate import RunStats
+from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.reports.run_summary import node_prefix
 
