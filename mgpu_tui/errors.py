@@ -26,7 +26,7 @@ class UsageError(Exception):
 def exit_code_for(error: BaseException) -> ExitCode | None:
     """The exit code an error stands for, or None when it is not one a user can cause."""
     # The engine's errors load with the engine, not with `mgpu-tui --help`.
-    from mgpu_tui.engine.launch.spec import EnvironmentUnusable, SpecError
+    from mgpu_tui.engine.launch.errors import EnvironmentUnusable, SpecError
     from mgpu_tui.engine.machine.nvml import GpuLost, NvmlCallFailed
     from mgpu_tui.engine.machine.topology import TopologyParseError
     from mgpu_tui.engine.protocol.rundir import RunDirError

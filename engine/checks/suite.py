@@ -26,17 +26,10 @@ from mgpu_tui.engine.checks.environment import Environment, gather, level_one
 from mgpu_tui.engine.checks.expected_bandwidth import Expectation, expectation_for_gpus, graded
 from mgpu_tui.engine.checks.rank_launch import COLLECTIVES, RankLaunch, check_name
 from mgpu_tui.engine.checks.results import CheckReport, CheckResult, Status
+from mgpu_tui.engine.launch.devices import check_gpus, choose_device, default_nproc
+from mgpu_tui.engine.launch.errors import EnvironmentUnusable, SpecError
 from mgpu_tui.engine.launch.options import RUN_ROOT
-from mgpu_tui.engine.launch.spec import (
-    EnvironmentUnusable,
-    LaunchSpec,
-    SpecError,
-    check_gpus,
-    choose_device,
-    default_nproc,
-    workload_of,
-    workload_problem,
-)
+from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of, workload_problem
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT, availability, unknown_mode
 from mgpu_tui.engine.protocol.rundir import RunDir, smoke_folder

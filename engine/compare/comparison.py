@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from secrets import token_hex
 
 from mgpu_tui.engine.compare import scaling
-from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, workload_of
+from mgpu_tui.engine.launch.errors import SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec, workload_of
 from mgpu_tui.engine.machine import peaks
 from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed

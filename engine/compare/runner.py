@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 
 from mgpu_tui.engine.compare.comparison import Comparison, row_from_run
-from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.launch.errors import SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.run.lifecycle import Run

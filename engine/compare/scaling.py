@@ -23,7 +23,8 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.launch.errors import SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.planning.defaults import LR_RULES
 from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.run.summary import RunStatus

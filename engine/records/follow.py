@@ -40,7 +40,8 @@ from mgpu_tui.engine.records.history import (
     read_spec,
 )
 from mgpu_tui.engine.run.causes.watchdog import stall_timeout
-from mgpu_tui.engine.run.ingest import FileTail, Ingest, IngestReadings
+from mgpu_tui.engine.run.file_tail import FileTail
+from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
 

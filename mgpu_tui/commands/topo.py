@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from mgpu_tui.console import plain
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable
+from mgpu_tui.engine.launch.errors import EnvironmentUnusable
 from mgpu_tui.engine.machine import nvml
 from mgpu_tui.engine.machine.host_layout import read_layout
 from mgpu_tui.engine.machine.topology import (

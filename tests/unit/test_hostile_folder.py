@@ -28,7 +28,7 @@ from mgpu_tui.engine.protocol.text import plain
 from mgpu_tui.engine.protocol.typed import Invalid
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.engine.run.causes.launcher_report import read_error_file
-from mgpu_tui.engine.run.causes.watchdog import request_flight_records
+from mgpu_tui.engine.run.causes.rank_requests import request_flight_records
 from mgpu_tui.engine.run.figures.flight_records import hang_verdict, late_arrivals, read_trace
 from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.summary import RunSummary

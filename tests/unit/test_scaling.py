@@ -7,7 +7,8 @@ import pytest
 
 from mgpu_tui.engine.compare.comparison import Row
 from mgpu_tui.engine.compare.scaling import points, scale_specs, scaled_lr, sweep_of
-from mgpu_tui.engine.launch.spec import LaunchSpec, SpecError
+from mgpu_tui.engine.launch.errors import SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.run.summary import RunStatus
 
 TEMPLATE = LaunchSpec(mode="single", steps=20, batch_size=64, lr=0.02)

@@ -2,7 +2,8 @@
 
 import pytest
 
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec, SpecError, resolve
+from mgpu_tui.engine.launch.errors import EnvironmentUnusable, SpecError
+from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine.host import Host, visible_gpu_count
 
 CPU = Host(cpu_count=2, gpu_count=0, gpu_note="no NVIDIA GPU: no driver", torch_available=True)
@@ -93,7 +94,8 @@ def test_share_gpus_with_enough_gpus_changes_nothing():
 def test_a_programs_arguments_are_bounded_where_they_are_written():
     """Over a megabyte of a script's arguments made a spec.json its own reader refused (the run was
     listed as broken, could not be opened or deleted): refused before anything starts."""
-    from mgpu_tui.engine.launch.spec import MAX_PROGRAM_ARGS_BYTES, LaunchSpec, SpecError, resolve
+    from mgpu_tui.engine.launch.errors import SpecError
+    from mgpu_tui.engine.launch.spec import MAX_PROGRAM_ARGS_BYTES, LaunchSpec, resolve
 
     big = ("x" * 1000,) * (MAX_PROGRAM_ARGS_BYTES // 1000 + 1)
     command = LaunchSpec(mode="exec", command=("python", *big))

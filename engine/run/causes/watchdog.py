@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 import time
 from collections.abc import Callable
@@ -34,16 +33,16 @@ from pathlib import Path
 
 from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.protocol.folder import write_atomic
-from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir, read_capped, stacks_file
+from mgpu_tui.engine.protocol.rundir import RunDir, read_capped, stacks_file
 from mgpu_tui.engine.protocol.typed import build
+from mgpu_tui.engine.run.causes.rank_requests import STACKS_WAIT_S, request_flight_records, request_stacks
 from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.figures.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
-from mgpu_tui.engine.run.ingest import FileTail, Ingest
+from mgpu_tui.engine.run.file_tail import FileTail
+from mgpu_tui.engine.run.ingest import Ingest
 
 DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
-STACKS_WAIT_S = 3.0  # how long ranks get to write their stacks after the request
 MAX_STACKS_BYTES = 256 * 1024  # a rank's stacks, as it wrote them
 CHECK_EVERY_S = 1.0  # the stall rule is checked this often
 MIN_FREE_BYTES = 8 << 20  # below this much room for the run directory, the run is stopped
@@ -166,44 +165,6 @@ def find_stalled(liveness: Liveness, timeout: float, now: float) -> tuple[Stalle
     )
 
 
-def request_stacks(stalled: tuple[StalledRank, ...], run_dir: Path) -> None:
-    """Ask every rank for its stacks (a file each rank's reporter thread polls: no signal, so the
-    script's own SIGUSR2 handler, or its reset of SIGUSR2, is never touched), then wait (a few
-    seconds at most) for the stalled ranks' answers."""
-    folder = RunDir(run_dir)
-    asked = _request(run_dir, STACKS_REQUEST)
-    deadline = time.monotonic() + STACKS_WAIT_S
-
-    def answered(rank: int) -> bool:
-        try:
-            return asked is not None and folder.stacks_path(rank).stat().st_mtime >= asked
-        except OSError:
-            return False
-
-    while time.monotonic() < deadline and not all(answered(r.rank) for r in stalled):
-        time.sleep(0.1)
-
-
-def _request(run_dir: Path, name: str) -> float | None:
-    """Write the request ``requests/<name>`` (the ranks' reporter threads answer it); the time of
-    the request, to tell the answers from older ones. None when it cannot be asked: the ranks own
-    the folder, and one may have put a FIFO, a link or a folder where the request goes (written as
-    protocol/folder.py writes: never through a link, never blocking)."""
-    request = RunDir(run_dir).request_path(name)
-    try:
-        if not (request.parent.is_dir() and not request.parent.is_symlink()):
-            request.parent.mkdir()
-        write_atomic(request, str(time.time()), root=run_dir)
-        return os.stat(request, follow_symlinks=False).st_mtime  # the clock the answers' files keep
-    except OSError:
-        return None
-
-
-def request_flight_records(run_dir: Path) -> float | None:
-    """Ask every rank for its flight recorder's trace (its reporter's thread answers into fr/)."""
-    return _request(run_dir, FR_REQUEST)
-
-
 class Watchdog:
     """Watches one run for a stall, a full disk and a failed rank's peers; ``stop`` ends the run.
 
@@ -315,7 +276,7 @@ class Watchdog:
         who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
         self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
         asked = request_flight_records(self.run_dir.path)  # answered by a thread of each rank
-        request_stacks(stalled, self.run_dir.path)
+        request_stacks((r.rank for r in stalled), self.run_dir.path)
         verdict, culprit = self._verdict(stalled, stacks_dir, asked) or (None, None)
         if verdict:
             self.log.warning("hang verdict: %s", verdict)

@@ -20,8 +20,9 @@ from pathlib import Path
 from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm
 from mgpu_tui.commands.run import follow, launch_nice
 from mgpu_tui.engine.launch import options
+from mgpu_tui.engine.launch.errors import EnvironmentUnusable
 from mgpu_tui.engine.launch.slurm import SlurmJob
-from mgpu_tui.engine.launch.spec import EnvironmentUnusable, LaunchSpec
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.protocol.typed import Invalid, build
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports.rank_output import parse_ranks_filter
