@@ -24,8 +24,9 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
     from mgpu_tui.engine.nodes.watch import NodeView
-    from mgpu_tui.engine.records.follow import FollowedRun, NodeMachine, TelemetrySeries
+    from mgpu_tui.engine.records.follow import FollowedRun
     from mgpu_tui.engine.records.history import RunRecord
+    from mgpu_tui.engine.records.telemetry_read import NodeMachine, TelemetrySeries
     from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 

@@ -6,8 +6,8 @@ import pytest
 
 from mgpu_tui.app.widgets.bars import fit
 from mgpu_tui.app.widgets.chart import chart_title
-from mgpu_tui.engine.records.follow import MAX_TELEMETRY_POINTS, TelemetrySeries
 from mgpu_tui.engine.records.history import RecordError
+from mgpu_tui.engine.records.telemetry_read import MAX_TELEMETRY_POINTS, TelemetrySeries
 
 
 def sample(t, cpu=50.0, gpus=()):

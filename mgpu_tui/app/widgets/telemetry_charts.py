@@ -13,7 +13,7 @@ from mgpu_tui.console import fmt_bytes, fmt_percent
 if TYPE_CHECKING:
     from textual.app import ComposeResult
 
-    from mgpu_tui.engine.records.follow import TelemetrySeries
+    from mgpu_tui.engine.records.telemetry_read import TelemetrySeries
 
 
 def _watts(value: float) -> str:

@@ -23,7 +23,7 @@ from mgpu_tui.console import fmt_rate, plain
 from mgpu_tui.engine.nodes.watch import NodeView
 
 if TYPE_CHECKING:
-    from mgpu_tui.engine.records.follow import NodeMachine
+    from mgpu_tui.engine.records.telemetry_read import NodeMachine
 
 NODE_TABLE_FROM = 4  # nodes from which the Run view lists nodes rather than every rank
 # How much a rank in each state asks to be looked at: the lower, the sooner.

@@ -22,7 +22,7 @@ from mgpu_tui.reports.anatomy import fmt_tflops
 from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
-    from mgpu_tui.engine.records.follow import NodeMachine
+    from mgpu_tui.engine.records.telemetry_read import NodeMachine
     from mgpu_tui.engine.run.summary import RunSummary
 
 

@@ -60,7 +60,8 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
-    from mgpu_tui.engine.records.follow import FollowedRun, NodeMachine, TelemetrySeries
+    from mgpu_tui.engine.records.follow import FollowedRun
+    from mgpu_tui.engine.records.telemetry_read import NodeMachine, TelemetrySeries
     from mgpu_tui.engine.run.summary import RunSummary
 
 
