@@ -18,9 +18,10 @@ from pathlib import Path
 
 from mgpu_tui.engine.checks.results import CheckResult
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
+from mgpu_tui.engine.protocol.file_tail import FileTail
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
-from mgpu_tui.engine.run.file_tail import FileTail
-from mgpu_tui.engine.run.lifecycle import Run, RunState
+from mgpu_tui.engine.run.lifecycle import Run
+from mgpu_tui.engine.run.watched import RunState
 
 RANK_MODULE = "mgpu_tui.engine.rank.check_tasks"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")

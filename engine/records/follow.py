@@ -25,6 +25,7 @@ from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.slurm import cancel_job, job_state
 from mgpu_tui.engine.nodes.watch import NodeView
 from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.protocol.file_tail import FileTail
 from mgpu_tui.engine.protocol.folder import loads, read_json
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeState, plain
 from mgpu_tui.engine.protocol.rundir import RunDir
@@ -38,7 +39,6 @@ from mgpu_tui.engine.records.history import (
 )
 from mgpu_tui.engine.records.telemetry_read import MAX_TELEMETRY_LINE, NodeMachine, TelemetrySeries
 from mgpu_tui.engine.run.causes.watchdog import stall_timeout
-from mgpu_tui.engine.run.file_tail import FileTail
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary

@@ -23,10 +23,10 @@ import time
 from collections.abc import Callable, Iterable
 
 from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, Step, parse_line
+from mgpu_tui.engine.protocol.file_tail import CATCH_UP_S, LAST_EVENT_BYTES, FileTail
 from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 from mgpu_tui.engine.run.figures.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.figures.flight_records import late_arrivals, read_trace
-from mgpu_tui.engine.run.file_tail import CATCH_UP_S, LAST_EVENT_BYTES, FileTail
 
 # New lines waiting for a display to drain them; beyond this the oldest are dropped (and counted).
 NEW_LINES_KEPT = 5000

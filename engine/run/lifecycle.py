@@ -19,40 +19,33 @@ safe from any thread.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import signal
-import socket
 import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from enum import Enum
 from typing import Any
 
-from mgpu_tui import __version__
 from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.processes import ProcessTree
-from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec, resolve
+from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
+from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError
+from mgpu_tui.engine.run import ending, starting
 from mgpu_tui.engine.run.causes.rootcause import (
     RootCause,
-    after_finishing,
-    command_root_cause,
-    find_root_cause,
-    hint_for,
 )
-from mgpu_tui.engine.run.causes.watchdog import MIN_FREE_BYTES, Stall, StalledRank, Watchdog
-from mgpu_tui.engine.run.figures.nccl_record import nccl_figures
+from mgpu_tui.engine.run.causes.watchdog import Stall, StalledRank, Watchdog
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import MonitorLock
 from mgpu_tui.engine.run.runlog import RunLog
-from mgpu_tui.engine.run.summary import RunStatus, RunSummary
-from mgpu_tui.engine.run.verify import Verification, Verify
+from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.verify import Verification
+from mgpu_tui.engine.run.watched import RunState
 
 # Once every rank has said hello, the process tree is rescanned this rarely: each
 # scan reads all of /proc, and on a machine whose cores the ranks fill, every
@@ -60,29 +53,6 @@ from mgpu_tui.engine.run.verify import Verification, Verify
 TREE_RESCAN_S = 5.0
 FR_READ_S = 5.0  # the ranks' flight-recorder dumps (who arrives late) are read this often
 NODE_LOST_GRACE_S = 1.0  # another node is gone or failed: SIGTERM, this long, then SIGKILL
-
-
-class RunState(str, Enum):
-    CREATED = "created"
-    RUNNING = "running"
-    VERIFYING = "verifying"  # the ranks are done; the baseline is being retrained to compare
-    OK = "ok"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"  # stopped on request before it finished
-
-    @property
-    def finished(self) -> bool:
-        return self in (RunState.OK, RunState.FAILED, RunState.INTERRUPTED)
-
-
-def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) -> RunState:
-    """How a run ended: a stall (or a full disk) that stopped it is a failure; a stop asked for,
-    an interruption; otherwise the launcher's exit code decides."""
-    if stalled:
-        return RunState.FAILED
-    if stop_requested:
-        return RunState.INTERRUPTED
-    return RunState.OK if returncode == 0 else RunState.FAILED
 
 
 class Run(IngestReadings):
@@ -159,50 +129,8 @@ class Run(IngestReadings):
     def prepare(
         cls, spec: LaunchSpec, host: host_module.Host | None = None, *, name: str | None = None, **kwargs
     ) -> Run:
-        """Resolve the spec, create its run directory and write ``spec.json``.
-
-        ``name`` ends the run folder's name (default: the mode's). Raises SpecError,
-        EnvironmentUnusable or RunDirError, each with a sentence for the user.
-        """
-        host = host or host_module.probe()
-        resolved = resolve(spec, host)
-        name = name or resolved.mode.name
-        if spec.name:  # the user's own word for it, after the mode's: 20261125T101500Z-ddp-baseline
-            name = f"{name}-{folder_name(spec.name)}"
-        if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
-            run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
-        elif spec.slurm is not None:  # one node of a Slurm job: named by its job and step, not the clock
-            run_dir = RunDir.create(spec.run_root, name, shared=spec.slurm.run_id)
-        else:
-            run_dir = RunDir.create(spec.run_root, name)
-        run = None
-        try:
-            run_dir.require_room(MIN_FREE_BYTES)
-            run = cls(resolved, run_dir, **kwargs)
-            run_dir.write_json(
-                run_dir.spec_path,
-                {
-                    "spec": resolved.to_json(),
-                    "run_id": run.run_id,
-                    "argv": list(run.launch.argv),
-                    "env_changes": run.launch.env_changes,
-                    "created_at": time.time(),
-                    "mgpu_tui_version": __version__,
-                    # Which machine ran it: runs compared from their records must say when they differ.
-                    "machine": {
-                        "hostname": socket.gethostname(),
-                        "cpu_count": host.cpu_count,
-                        "gpu_count": host.gpu_count,
-                        "gpu_note": host.gpu_note,
-                    },
-                },
-            )
-        except RunDirError:
-            if run is not None:
-                run.log.close()
-            run_dir.discard()  # nothing ran: leave no empty run behind
-            raise
-        return run
+        """Resolve the spec, create its run directory and write ``spec.json`` (starting.py)."""
+        return starting.prepare(cls, spec, host, name=name, **kwargs)
 
     # ---- lifecycle ---------------------------------------------------------------------
 
@@ -278,7 +206,7 @@ class Run(IngestReadings):
         if self.state is RunState.VERIFYING and self._verification is not None:
             verify = self._verification.poll()
             if verify is not None:
-                self._finish(verify)
+                ending.finish(self, verify)
             return self.state
         if self.state is not RunState.RUNNING:
             return self.state
@@ -301,7 +229,7 @@ class Run(IngestReadings):
             self._tree.record_descendants()
         returncode = self._tree.returncode()
         if returncode is not None:
-            self._launcher_ended(returncode)
+            ending.launcher_ended(self, returncode)
         return self.state
 
     def wait(
@@ -333,12 +261,12 @@ class Run(IngestReadings):
         if self.state is RunState.VERIFYING and self._verification is not None:
             self._stop_requested = True
             self._verification.stop()
-            self._finish(None)
+            ending.finish(self, None)
         if self.state is not RunState.RUNNING:
             return self.state
         self._stop_requested = True
         if not self.launched:  # several nodes, still joining: only the link to end
-            self._finish(None)
+            ending.finish(self, None)
             return self.state
         self.log.info("stopping every process of the run (SIGTERM, then SIGKILL after %.0f s)", grace)
         self._tree.terminate(grace)
@@ -451,7 +379,7 @@ class Run(IngestReadings):
             self._node_cause = nodes.failure_to_start()
             if self._node_cause is not None:
                 self.log.error("%s", self._node_cause.message)
-                self._finish(None)
+                ending.finish(self, None)
             elif nodes.ready:
                 self._start_launcher()
             return False
@@ -466,126 +394,3 @@ class Run(IngestReadings):
             self.stop(grace=NODE_LOST_GRACE_S)
             return False
         return True
-
-    def _launcher_ended(self, returncode: int) -> None:
-        self._exit_code = returncode
-        self.log.info("the launcher exited with %d", returncode)
-        # torchrun has ended its ranks when it exits normally; anything still alive
-        # (after a hard kill, say) must not outlive the run.
-        self._tree.kill_all()
-        if skipped := self._ingest.catch_up():  # what the ranks wrote last, however much it was
-            self.log.warning(
-                "%d rank(s) wrote events faster than they could be read: their figures stop where "
-                "reading did, and their last steps come from the ends of their files",
-                skipped,
-            )
-        if returncode == 0 and self.resolved.spec.verify and not self._stop_requested and self.stall is None:
-            self._verification = Verification(
-                self.resolved, self.run_dir, python=self.python, env=self.launch.env
-            )
-            self.log.info("verifying against the single-device baseline (pid %d)", self._verification.pid)
-            self.state = RunState.VERIFYING
-            return
-        self._finish(None)
-
-    def _ran_to_its_end(self, rank: int | None) -> tuple[int, str | None] | None:
-        """(its steps, its process group at the end) for a script's rank that ran its script to the
-        end (its bootstrap said done) before it died; None otherwise."""
-        spec = self.resolved.spec
-        stats = next((r for r in self._ingest.stats().ranks if r.rank == rank), None)
-        # process_group: said by the bootstrap's own done, at the script's end (a Reporter's done,
-        # said by the script itself, may come before it ends).
-        if not spec.program or stats is None or stats.process_group is None or stats.error:
-            return None
-        return stats.last_step, stats.process_group
-
-    def _work_finished(self, rank: int) -> bool:
-        """Whether a rank had done all its work: it said so, or it reached the last step of a mode."""
-        stats = next((r for r in self._ingest.stats().ranks if r.rank == rank), None)
-        if stats is None:
-            return False
-        spec = self.resolved.spec
-        own_program = bool(spec.program)  # its steps are its own: only `done` says
-        return stats.done or (not own_program and stats.last_step >= spec.steps)
-
-    def _finish(self, verify: Verify | None) -> None:
-        returncode = self._exit_code
-        ended_by_watchdog, root_cause = self._watchdog.verdict(returncode)
-        if self._node_cause is not None:  # another node, or the rendezvous, ended it
-            ended_by_watchdog, root_cause = True, self._node_cause
-        state = final_state(returncode, stalled=ended_by_watchdog, stop_requested=self._stop_requested)
-        if state is not RunState.FAILED:
-            root_cause = None
-        elif root_cause is None and self._command:
-            root_cause = command_root_cause(self.run_dir, returncode, self._ingest.errors())
-            finished = self._ran_to_its_end(root_cause.rank)
-            if finished is not None:
-                root_cause = after_finishing(root_cause, *finished)
-        elif root_cause is None:
-            spec = self.resolved.spec
-            root_cause = find_root_cause(
-                self.run_dir,
-                launcher_exit_code=returncode,
-                single_process=not self.resolved.mode.multi_process,
-                rank_offset=spec.node_rank * (spec.nproc or 1),
-                errors=self._ingest.errors(),
-                program=bool(spec.program),
-            )
-            finished = self._ran_to_its_end(root_cause.rank)
-            if finished is not None:  # a script's rank that said done: its training had finished
-                root_cause = after_finishing(root_cause, *finished)
-            elif root_cause.rank is not None and self._work_finished(root_cause.rank):
-                root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
-            if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
-                root_cause = dataclasses.replace(root_cause, host=socket.gethostname())
-        nodes: tuple[NodeView, ...] = ()
-        if self._nodes is not None:  # tell the others how this node ended; hear who failed first
-            root_cause = self._nodes.settle(NodeState(state.value), self._steps_here(), root_cause)
-            nodes = self._nodes.view()
-            self._nodes.close()
-        if foreign := sorted(self._ingest.foreign_files):
-            self.log.warning(
-                "not read: event files of %d rank(s) outside the job's 0..%d (%s)",
-                len(foreign),
-                (self.world_size or 0) - 1,
-                ", ".join(f"rank{r}" for r in foreign[:10]),
-            )
-        if self.resolved.spec.nnodes == 1:  # the ranks' last flight-recorder dumps: who arrived late
-            self._ingest.read_flight_records(self.ranks_here())
-        telemetry = self._telemetry.stop() if self._telemetry is not None else None
-        self.summary = RunSummary.build(
-            self.resolved,
-            str(self.run_dir.path),
-            self._ingest.stats(fresh=True),
-            status=RunStatus(state.value),  # a finished state: ok, failed or interrupted
-            exit_code=returncode,
-            root_cause=root_cause,
-            started_at=self._started_at,
-            ended_at=time.time(),
-            malformed_events=self._ingest.malformed_events,
-            verify=verify,
-            stall=self.stall,
-            pid_ok=self._tree.is_rank_here,
-            telemetry=telemetry,
-            nccl=nccl_figures(self.run_dir) if self.resolved.backend == "nccl" else None,
-            nodes=nodes,
-            stopped_by=self._stopped_by,
-            world_size=self.world_size,
-            processes=self._tree.processes_seen(self._local_pids()) if self._command else (),
-        )
-        try:
-            self.run_dir.write_json(self.run_dir.summary_path, self.summary.to_json())
-        except RunDirError as exc:  # a full disk: the summary is still shown, only not kept
-            self.log.error("%s", exc)
-        self.log.info(
-            "%s%s%s",
-            state.value,
-            f"; {root_cause.headline()}" if root_cause else "",
-            f"; verify: {verify.describe()}" if verify else "",
-        )
-        self._ingest.close()
-        self._watchdog.close()
-        self._tree.close()
-        self.log.close()
-        self.state = state
-        self._monitor.release()  # after the summary: whoever sees the lock go finds the result

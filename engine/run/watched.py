@@ -1,10 +1,12 @@
 """What the app reads of a run, whichever kind it is: one it started (lifecycle.Run) or one it
 follows from its folder (records/follow.FollowedRun). The app's run controller holds either
-through this Protocol, and the one thread that owns the run is the only one that calls it."""
+through this Protocol, and the one thread that owns the run is the only one that calls it; a
+run's states (RunState) and the rule that says how it ended."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import Enum
 from typing import Any, Protocol
 
 from mgpu_tui.engine.nodes.watch import NodeView
@@ -55,3 +57,26 @@ class WatchedRun(Protocol):
     def rank_processes(self) -> dict[int, tuple[int, str | None]]: ...
 
     def stop_rank(self, rank: int) -> str: ...
+
+
+class RunState(str, Enum):
+    CREATED = "created"
+    RUNNING = "running"
+    VERIFYING = "verifying"  # the ranks are done; the baseline is being retrained to compare
+    OK = "ok"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"  # stopped on request before it finished
+
+    @property
+    def finished(self) -> bool:
+        return self in (RunState.OK, RunState.FAILED, RunState.INTERRUPTED)
+
+
+def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) -> RunState:
+    """How a run ended: a stall (or a full disk) that stopped it is a failure; a stop asked for,
+    an interruption; otherwise the launcher's exit code decides."""
+    if stalled:
+        return RunState.FAILED
+    if stop_requested:
+        return RunState.INTERRUPTED
+    return RunState.OK if returncode == 0 else RunState.FAILED

@@ -17,7 +17,8 @@ from mgpu_tui.engine.nodes.endpoint import exposure_warning, resolve_endpoint
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
 from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.figures.aggregate import RunStats
-from mgpu_tui.engine.run.lifecycle import Run, RunState
+from mgpu_tui.engine.run.lifecycle import Run
+from mgpu_tui.engine.run.watched import RunState
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
 from mgpu_tui.reports.run_summary import slowest_and_fastest, summary_text

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 
 from mgpu_tui.engine.protocol.events import encode
+from mgpu_tui.engine.protocol.file_tail import READ_CHUNK
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.causes.watchdog import find_stalled
-from mgpu_tui.engine.run.file_tail import READ_CHUNK
 from mgpu_tui.engine.run.ingest import SHOWN_LINE_BYTES, Ingest
 
 STEPS = 100_000  # ~13 MB a rank: several chunks of READ_CHUNK behind

@@ -1,6 +1,6 @@
 """The tailer on real files that grow while it reads them."""
 
-from mgpu_tui.engine.run.file_tail import FileTail
+from mgpu_tui.engine.protocol.file_tail import FileTail
 
 
 def test_file_that_appears_late(tmp_path):

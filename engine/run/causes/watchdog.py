@@ -33,12 +33,12 @@ from pathlib import Path
 
 from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
+from mgpu_tui.engine.protocol.file_tail import FileTail
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped, stacks_file
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.causes.rank_requests import STACKS_WAIT_S, request_flight_records, request_stacks
 from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.figures.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
-from mgpu_tui.engine.run.file_tail import FileTail
 from mgpu_tui.engine.run.ingest import Ingest
 
 DEFAULT_MIN_S = 30.0

@@ -1,0 +1,72 @@
+"""The start of a run: its spec resolved against the host, its folder created (named by the mode
+and the user's word, or shared by a job's nodes), and ``spec.json`` written, the record of what ran
+where. Nothing is left behind when it cannot be."""
+
+from __future__ import annotations
+
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from mgpu_tui import __version__
+from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
+from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
+from mgpu_tui.engine.run.causes.watchdog import MIN_FREE_BYTES
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.run.lifecycle import Run
+
+
+def prepare(
+    cls: type[Run],
+    spec: LaunchSpec,
+    host: host_module.Host | None = None,
+    *,
+    name: str | None = None,
+    **kwargs,
+) -> Run:
+    """Resolve the spec, create its run directory and write ``spec.json``.
+
+    ``name`` ends the run folder's name (default: the mode's). Raises SpecError,
+    EnvironmentUnusable or RunDirError, each with a sentence for the user.
+    """
+    host = host or host_module.probe()
+    resolved = resolve(spec, host)
+    name = name or resolved.mode.name
+    if spec.name:  # the user's own word for it, after the mode's: 20261125T101500Z-ddp-baseline
+        name = f"{name}-{folder_name(spec.name)}"
+    if spec.nnodes > 1:  # the nodes of one job share a folder when their run roots are shared
+        run_dir = RunDir.create(spec.run_root, name, node=spec.node_rank, shared=spec.rdzv_id)
+    elif spec.slurm is not None:  # one node of a Slurm job: named by its job and step, not the clock
+        run_dir = RunDir.create(spec.run_root, name, shared=spec.slurm.run_id)
+    else:
+        run_dir = RunDir.create(spec.run_root, name)
+    run = None
+    try:
+        run_dir.require_room(MIN_FREE_BYTES)
+        run = cls(resolved, run_dir, **kwargs)
+        run_dir.write_json(
+            run_dir.spec_path,
+            {
+                "spec": resolved.to_json(),
+                "run_id": run.run_id,
+                "argv": list(run.launch.argv),
+                "env_changes": run.launch.env_changes,
+                "created_at": time.time(),
+                "mgpu_tui_version": __version__,
+                # Which machine ran it: runs compared from their records must say when they differ.
+                "machine": {
+                    "hostname": socket.gethostname(),
+                    "cpu_count": host.cpu_count,
+                    "gpu_count": host.gpu_count,
+                    "gpu_note": host.gpu_note,
+                },
+            },
+        )
+    except RunDirError:
+        if run is not None:
+            run.log.close()
+        run_dir.discard()  # nothing ran: leave no empty run behind
+        raise
+    return run
