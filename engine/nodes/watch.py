@@ -21,113 +21,28 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import queue
 import socket
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
-from typing import ClassVar
 
 from mgpu_tui.engine.launch.processes import term_when_parent_dies
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.endpoint import hosts_here, resolve_endpoint, route_address
+from mgpu_tui.engine.nodes.view import LOST_HINT, NodeView, Peer, node_verdict
 from mgpu_tui.engine.protocol.causes import RootCause, is_consequence
 from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
-from mgpu_tui.engine.protocol.events import MAX_COUNT
 from mgpu_tui.engine.protocol.folder import dumps as strict_json
-from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeFailure, NodeRecord, NodeState, parse_peer
+from mgpu_tui.engine.protocol.heartbeat import NodeFailure, NodeRecord, NodeState, parse_peer
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.protocol.typed import MAX_ITEMS
 
 LINK_MODULE = "mgpu_tui.engine.rank.node_link"
 BEAT_S = 1.0
 HEARTBEAT_TIMEOUT_S = 6.0  # a peer whose beat has not grown for this long has stopped answering
 PEER_FAILED_GRACE_S = 3.0  # a peer failed: this node's ranks get this long to notice on their own
 PUBLISH_EVERY_S = 1.0
-LOST_HINT = (
-    "that host vanished or lost its network (power, the network, a preempted VM, or its mgpu-tui "
-    "was killed), and the ranks here cannot go on without its ranks: check that host, then start "
-    "the job again on every node."
-)
-
-
-@dataclass(frozen=True)
-class Peer:
-    record: NodeRecord
-    beat: int
-    heard_at: float  # time.monotonic() here when its beat last grew: clocks of two hosts never compare
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """One node of the job as this node sees it (the CLI, the summary and the app's rank table)."""
-
-    node: int
-    host: str | None  # None: never heard
-    first_rank: int
-    last_rank: int
-    state: NodeState  # its own word, or LOST or MISSING as seen from here
-    step: int | None
-    silent_s: float | None  # since its last beat (None: this node, or never heard)
-    here: bool
-    steps: tuple[tuple[int, int], ...] = ()  # (rank, its last step), as the node last said
-    # Its JSON (to_json) is not its fields: protocol/typed.py reads it back through from_json.
-    JSON_READER: ClassVar[bool] = True
-
-    @property
-    def ranks(self) -> str:
-        first, last = self.first_rank, self.last_rank
-        return str(first) if first == last else f"{first}-{last}"
-
-    def to_json(self) -> dict:
-        return {
-            "node": self.node,
-            "host": self.host,
-            "ranks": self.ranks,
-            "first_rank": self.first_rank,
-            "last_rank": self.last_rank,
-            "state": self.state,
-            "step": self.step,
-            "silent_s": None if self.silent_s is None else round(self.silent_s, 1),
-            "here": self.here,
-            "steps": {str(rank): step for rank, step in self.steps},
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> NodeView:
-        """A node read back from a summary, every field checked (ValueError, KeyError or TypeError
-        when it is not one): a rank can write its run folder's summary."""
-
-        def whole(value: object) -> int:
-            if isinstance(value, bool) or not isinstance(value, int) or abs(value) > MAX_COUNT:
-                raise ValueError("not a whole number")
-            return value
-
-        def text(value: object, most: int) -> str:
-            if not isinstance(value, str):
-                raise TypeError("not a string")
-            return value[:most]
-
-        listed = data.get("steps") or {}
-        if not isinstance(listed, dict) or len(listed) > MAX_ITEMS:
-            raise TypeError("steps: not an object of ranks")
-        silent = data.get("silent_s")
-        if silent is not None and (isinstance(silent, bool) or not isinstance(silent, (int, float))):
-            raise TypeError("silent_s: not a number")
-        return cls(
-            whole(data["node"]),
-            None if data["host"] is None else text(data["host"], MAX_HOST),
-            whole(data["first_rank"]),
-            whole(data["last_rank"]),
-            NodeState(data["state"]),
-            None if data["step"] is None else whole(data["step"]),
-            None if silent is None or not math.isfinite(silent) else float(silent),
-            data["here"] is True,
-            tuple((whole(int(rank)), whole(step)) for rank, step in listed.items()),
-        )
 
 
 class NodeWatch:
@@ -333,7 +248,7 @@ class NodeWatch:
                 f"that {ep.host} resolves here to that node's address and that port {ep.port} is open "
                 "to this host (a firewall); every node needs the same --rdzv-endpoint."
             )
-        return _verdict(message)
+        return node_verdict(message)
 
     def check(self) -> RootCause | None:
         """While this node's ranks run (or wait to join): a verdict that must end the run, else None."""
@@ -341,9 +256,9 @@ class NodeWatch:
         if self.ready_at is not None and now - self.ready_at >= self.join_timeout:
             missing = [n for n in range(self.nnodes) if n != self.node and n not in self._peers]
             if missing:
-                return _verdict(self._missing_sentence(missing, now - self.ready_at))
+                return node_verdict(self._missing_sentence(missing, now - self.ready_at))
         if lost := self._lost(now):
-            return _verdict(lost, LOST_HINT)
+            return node_verdict(lost, LOST_HINT)
         failed = self._first_failed_peer()
         if failed is None:
             self._peer_failed_seen = None
@@ -437,7 +352,7 @@ class NodeWatch:
         if failed is not None and failed.failure is not None and not failed.failure.secondary:
             return self._adopt(failed.failure, own)
         if lost := self._lost(time.monotonic()):
-            return _verdict(lost, LOST_HINT, own=own)
+            return node_verdict(lost, LOST_HINT, own=own)
         stopped = [p.record for p in self._peers.values() if p.record.state is NodeState.INTERRUPTED]
         if stopped:
             r = min(stopped, key=lambda r: r.node)
@@ -445,7 +360,7 @@ class NodeWatch:
                 f"host {r.host} (node {r.node}, ranks {r.ranks_text()}) was stopped (interrupted) "
                 "while the job ran, which ended the ranks here"
             )
-            return _verdict(message, own=own)
+            return node_verdict(message, own=own)
         return own
 
     def view(self) -> tuple[NodeView, ...]:
@@ -454,40 +369,15 @@ class NodeWatch:
         rows = []
         for node in range(self.nnodes):
             if node == self.node:
-                r = self._record
-                rows.append(
-                    NodeView(
-                        node,
-                        r.host,
-                        r.first_rank,
-                        r.last_rank,
-                        r.state,
-                        r.step,
-                        None,
-                        True,
-                        tuple(sorted(r.steps.items())),
-                    )
-                )
+                rows.append(NodeView.heard(node, self._record, silent_s=None, here=True))
             elif (peer := self._peers.get(node)) is None:
                 state = NodeState.MISSING if self.ready else NodeState.JOINING
                 first = node * per_node
-                rows.append(NodeView(node, None, first, first + per_node - 1, state, None, None, False))
+                rows.append(NodeView.unheard(node, first, first + per_node - 1, state))
             else:
                 r, silent = peer.record, now - peer.heard_at
                 state = NodeState.LOST if not r.final and silent >= HEARTBEAT_TIMEOUT_S else r.state
-                rows.append(
-                    NodeView(
-                        node,
-                        r.host,
-                        r.first_rank,
-                        r.last_rank,
-                        state,
-                        r.step,
-                        silent,
-                        False,
-                        tuple(sorted(r.steps.items())),
-                    )
-                )
+                rows.append(NodeView.heard(node, r, silent_s=silent, here=False, state=state))
         return tuple(rows)
 
     def close(self) -> None:
@@ -506,10 +396,3 @@ class NodeWatch:
             self._proc.wait()
         if self._proc.stdout is not None:
             self._proc.stdout.close()
-
-
-def _verdict(message: str, hint: str | None = None, own: RootCause | None = None) -> RootCause:
-    here = f"on this node: {own.describe()}" if own else ""
-    return RootCause(
-        rank=None, exit_code=None, signal=None, message=message, traceback=here, hint=hint, verdict=True
-    )

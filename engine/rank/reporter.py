@@ -19,21 +19,19 @@ which the caller would pay for anyway. A step event costs a few microseconds
 
 from __future__ import annotations
 
-import faulthandler
-import json
 import os
 import socket
 import sys
 import threading
 import time
 import traceback as traceback_module
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
 from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
-from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir
+from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.rank.flight_dump import FlightRecorderDump
 
 # A progress line every tenth of the run, and at least this often: a long run's log is never silent.
 PRINT_AT_LEAST_EVERY_S = 10.0
@@ -44,186 +42,6 @@ def _env_int(name: str, default: int) -> int:
         return int(os.environ[name])
     except (KeyError, ValueError):
         return default
-
-
-# The flight recorder's entries a dump keeps, and the fields of each the engine reads.
-FR_ENTRIES = 64
-FR_FIELDS = (
-    "collective_seq_id",
-    "profiling_name",
-    "process_group",
-    "input_sizes",
-    "input_dtypes",
-    "output_sizes",
-    "state",
-    "time_created_ns",
-    "duration_ms",  # NCCL with TORCH_NCCL_ENABLE_TIMING: how long the collective ran on the GPU
-)
-FR_POLL_S = 0.5
-FR_PERIOD_S = 5.0  # unasked, a dump this often: when ranks enter their collectives names stragglers
-
-
-def stop_before_exit(stop: Callable[[], None]) -> None:
-    """Call ``stop`` when the program's main thread has ended, before its own exit handlers run
-    (threading's, which run before ``atexit``'s and before the interpreter finalizes). A thread of
-    the watch must be out of torch by then: a framework's exit handler may destroy the process
-    group under it, and a daemon thread still inside torch when the interpreter finalizes aborts
-    the process ("terminate called without an active exception", exit -6, seen under DeepSpeed's
-    launcher). Nothing when the interpreter is already shutting down."""
-    register = getattr(threading, "_register_atexit", None)  # the hook concurrent.futures uses
-    if register is None:
-        return
-    try:
-        register(stop)
-    except RuntimeError:  # "can't register atexit after shutdown"
-        pass
-
-
-class _FlightRecorderDump:
-    """Answers the engine's request for this rank's flight-recorder trace (its recent collectives).
-
-    A rank that hangs is blocked inside a collective or elsewhere in C code, where no Python
-    signal handler runs; so a thread of its own looks, every FR_POLL_S, for the engine's request
-    file (``requests/fr``) and writes ``fr/rank<N>.json`` from torch's own recorder. Nothing is
-    imported: if the rank's program has not imported torch, there is nothing to dump.
-    """
-
-    def __init__(self, run_dir: Path, rank: int) -> None:
-        folder = RunDir(run_dir)
-        self.request = folder.request_path(FR_REQUEST)
-        self.stacks_request = folder.request_path(STACKS_REQUEST)
-        self.stacks_out = folder.stacks_path(rank)
-        self._stacks_answered: float | None = None
-        self.out = folder.flight_record_path(rank)
-        self.torch_out = folder.torch_dump_path(rank)
-        self.readable_out = folder.torch_dump_path(rank, readable=True)
-        self._answered: float | None = None
-        self._stopped = threading.Event()
-        self._dumping = threading.Lock()  # the thread's dumps and the bootstrap's, one at a time
-        self._thread = threading.Thread(target=self._loop, name="mgpu-fr", daemon=True)
-        self._thread.start()
-        stop_before_exit(self.stop)
-
-    def stop(self) -> None:
-        """Stop the thread, and wait for a dump in flight: one still inside torch while the
-        interpreter shuts down (a daemon thread goes on in C++ code) aborts the process."""
-        self._stopped.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-
-    def _loop(self) -> None:
-        last = time.monotonic()
-        while not self._stopped.wait(FR_POLL_S):
-            self._answer_stacks()
-            try:
-                asked = self.request.stat().st_mtime
-            except OSError:
-                asked = None
-            requested = asked is not None and asked != self._answered
-            if requested or time.monotonic() - last >= FR_PERIOD_S:
-                self._answered = asked
-                last = time.monotonic()
-                with self._dumping:
-                    self._dump(keep_older=not requested)
-                    if requested:
-                        self._dump_as_torch_does()
-
-    def _answer_stacks(self) -> None:
-        """Every thread's Python stack into stacks/rank<N>.txt, when the engine asked since the last
-        answer: from this thread, with no signal, so a script's own SIGUSR2 handler (a preemption
-        handler) or its reset of SIGUSR2 is never touched. A main thread waiting in a collective, a
-        sleep or a data loader lets this thread run; one stuck in C code holding the interpreter
-        does not, and the engine says it did not answer."""
-        try:
-            asked = self.stacks_request.stat().st_mtime
-        except OSError:
-            return
-        if asked == self._stacks_answered:
-            return
-        self._stacks_answered = asked
-        try:
-            self.stacks_out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.stacks_out.with_name(self.stacks_out.name + ".tmp")
-            with open(tmp, "w") as f:
-                f.write(f"main thread 0x{threading.main_thread().ident or 0:016x}\n")
-                f.flush()
-                faulthandler.dump_traceback(file=f, all_threads=True)
-            tmp.replace(self.stacks_out)
-        except (OSError, ValueError, RuntimeError):
-            return
-
-    def dump_now(self) -> None:
-        with self._dumping:
-            self._dump(keep_older=True)
-
-    def _dump(self, keep_older: bool = False) -> None:
-        """``keep_older``: an unasked dump with no entries (the process group already gone, at the
-        end) does not replace the last one that had some."""
-        c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
-        dump = getattr(c10d, "_dump_fr_trace_json", None)
-        if dump is None:
-            return
-        try:
-            entries = json.loads(dump(includeCollectives=True, onlyActive=False)).get("entries") or []
-            document: dict[str, Any] = {
-                "entries": [{k: e.get(k) for k in FR_FIELDS} for e in entries[-FR_ENTRIES:]]
-            }
-        except Exception as exc:  # noqa: BLE001 (said to the engine; the rank's own work goes on)
-            document = {"entries": [], "error": f"{type(exc).__name__}: {exc}"[:300]}
-        if keep_older and not document["entries"] and self.out.exists():
-            return
-        _write_whole(self.out, json.dumps({**document, "t_ns": time.time_ns()}).encode())
-
-    def _dump_as_torch_does(self) -> None:
-        """torch's own pickle, its bytes unchanged (stack traces off: they cost, and fr_trace needs
-        none), for ``fr_trace``; mgpu-tui itself never unpickles it."""
-        c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
-        dump = getattr(c10d, "_dump_fr_trace", None)
-        if dump is None:
-            return
-        try:
-            data = dump(includeCollectives=True, includeStackTraces=False, onlyActive=False)
-        except Exception:  # noqa: BLE001 (the JSON dump beside it says why, if anything does)
-            return
-        _write_whole(self.torch_out, data)
-        readable = _with_named_groups(data)
-        if readable is not None:
-            _write_whole(self.readable_out, readable)
-
-
-def _with_named_groups(data: bytes) -> bytes | None:
-    """torch's dump with its pg_config rebuilt from this rank's own process groups (name, description,
-    global ranks), where torch left a group unnamed (gloo); None when it needs no help or cannot get it.
-    The bytes are this process's own, just made by torch: unpickling them here trusts no one else."""
-    try:
-        import pickle
-
-        document = pickle.loads(data)
-        if "" not in document.get("pg_config", {}):
-            return None
-        world = sys.modules["torch.distributed.distributed_c10d"]._world
-        config = {}
-        for group, name in world.pg_names.items():
-            ranks = sorted(world.pg_group_ranks.get(group, {}))
-            desc = getattr(group, "group_desc", "") or name
-            config[name] = {"name": name, "desc": desc, "ranks": str(ranks)}
-        if not config:
-            return None
-        document["pg_config"] = config
-        return pickle.dumps(document)
-    except Exception:  # noqa: BLE001 (a torch whose internals differ: the unchanged dump stays)
-        return None
-
-
-def _write_whole(path: Path, data: bytes) -> None:
-    """Write a file whole (a temporary file, then a rename): a reader never sees half of it."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except OSError:  # a full disk: the engine's watchdog says that one
-        return
 
 
 # Descriptors the reporter let go (a file the script's own file took the number of, a forked
@@ -259,7 +77,7 @@ class Reporter:
         self._file: TextIO | None = None
         self._file_id: tuple[int, int] | None = None  # its (device, inode), taken at open
         self._events_path: Path | None = None
-        self._flight_recorder: _FlightRecorderDump | None = None
+        self._flight_recorder: FlightRecorderDump | None = None
         self._said_hello = False
         self._lock = threading.Lock()  # one line at a time: a thread of the bootstrap writes too
         self._host = _bootstrap if _bootstrap is not None and self.run_dir == _bootstrap.run_dir else None
@@ -270,7 +88,7 @@ class Reporter:
             self._events_path = RunDir(self.run_dir).events_path(self.rank)
             self._events_path.parent.mkdir(parents=True, exist_ok=True)
             self._open_events()
-            self._flight_recorder = _FlightRecorderDump(self.run_dir, self.rank)
+            self._flight_recorder = FlightRecorderDump(self.run_dir, self.rank)
         self._last = time.time()
         self._samples_since_print = 0
         self._time_at_print = self._last

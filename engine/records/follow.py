@@ -23,7 +23,7 @@ from pathlib import Path
 from mgpu_tui.engine.launch.slurm import expand_hostlist
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.slurm import cancel_job, job_state
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.protocol.file_tail import FileTail
 from mgpu_tui.engine.protocol.folder import loads, read_json

@@ -9,7 +9,7 @@ import socket
 import time
 from typing import TYPE_CHECKING
 
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDirError
 from mgpu_tui.engine.run.causes.rootcause import (

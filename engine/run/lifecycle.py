@@ -31,7 +31,8 @@ from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.processes import ProcessTree
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.nodes.watch import NodeView, NodeWatch
+from mgpu_tui.engine.nodes.view import NodeView
+from mgpu_tui.engine.nodes.watch import NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError
 from mgpu_tui.engine.run import ending, starting

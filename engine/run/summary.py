@@ -71,7 +71,7 @@ from mgpu_tui import __version__
 from mgpu_tui.engine.launch.processes import ProcessSeen
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.folder import finite_only
 from mgpu_tui.engine.protocol.typed import Word, build
 from mgpu_tui.engine.run.causes.rootcause import RootCause

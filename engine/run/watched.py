@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any, Protocol
 
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunSummary

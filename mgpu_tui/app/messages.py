@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
     from mgpu_tui.engine.machine.telemetry import Snapshot
     from mgpu_tui.engine.machine.topology import Topology
-    from mgpu_tui.engine.nodes.watch import NodeView
+    from mgpu_tui.engine.nodes.view import NodeView
     from mgpu_tui.engine.records.follow import FollowedRun
     from mgpu_tui.engine.records.history import RunRecord
     from mgpu_tui.engine.records.telemetry_read import NodeMachine, TelemetrySeries

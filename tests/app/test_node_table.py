@@ -13,7 +13,7 @@ from mgpu_tui.app import create_app
 from mgpu_tui.app.views.run.node_table import node_rows
 from mgpu_tui.app.views.run.view import RunView
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.events import Hello, Step
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.run.figures.aggregate import Aggregator

@@ -368,7 +368,7 @@ def test_a_spec_claiming_thousands_of_nodes_is_read_in_one_listing(tmp_path):
 
 
 def test_a_summarys_nodes_and_nccl_are_typed_and_their_json_is_as_before(tmp_path):
-    from mgpu_tui.engine.nodes.watch import NodeView
+    from mgpu_tui.engine.nodes.view import NodeView
     from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 
     node = NodeView(1, "b", 2, 3, "lost", 7, 12.34, False, ((2, 7), (3, 6)))

@@ -2,7 +2,7 @@
 (ranks 296-303): rank 301 ..."), in the console's summary; one node's run says it as before."""
 
 from conftest import pinned_summary
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.reports.run_summary import summary_text

@@ -49,7 +49,8 @@ from types import ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank import reporter as reporter_module
-from mgpu_tui.engine.rank.reporter import Reporter, stop_before_exit
+from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.engine.rank.threads import stop_before_exit
 from mgpu_tui.engine.rank.watch import flop_count, step_clock
 from mgpu_tui.engine.rank.watch.after_import import after_import
 from mgpu_tui.engine.rank.watch.model_root import batch_source, find_root

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from mgpu_tui.app.views.run.text import STATE_STYLE, RankState, rank_line
 from mgpu_tui.console import fmt_rate, plain
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.records.telemetry_read import NodeMachine

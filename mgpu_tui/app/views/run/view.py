@@ -46,7 +46,7 @@ from mgpu_tui.app.widgets.text_panel import TextPanel
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rank_loss, fmt_rate, plain
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
-from mgpu_tui.engine.nodes.watch import NodeView
+from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT
 from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.text import plain_line, short_line
