@@ -1,7 +1,7 @@
 """What counting a step's FLOPs costs a rank (bench/run.py's ``flops``; issue 42).
 
 In a fresh process each (the first count imports torch's fake tensors and FLOP counter): a model
-built by the GPT demo (demos/common/transformer.py) at gpt-tiny's shape and at GPT-2 small's (gpt-125m:
+built by the GPT demo (demos/transformer.py) at gpt-tiny's shape and at GPT-2 small's (gpt-125m:
 12 blocks, width 768, 1,024 tokens), on the CPU. Timed: the first count (a replay on fake tensors:
 forward and backward, engine/rank/watch/flop_count.py), a count of a new shape after it (what every later
 shape costs), and ``describe`` (run at every training forward of the root: the inputs reduced to a
@@ -17,7 +17,7 @@ import sys
 CHILD = """
 import json, statistics, sys, time
 import torch
-from mgpu_tui.demos.common.transformer import build_gpt
+from mgpu_tui.demos.transformer import build_gpt
 from mgpu_tui.engine.planning.shapes import model_shape
 from mgpu_tui.engine.rank.watch import flop_count
 shape = model_shape(sys.argv[1])

@@ -14,8 +14,8 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record  # on failure, write the traceback where torchrun (and mgpu-tui) look for it

@@ -15,8 +15,8 @@ from torch import nn
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import gather, parallel_apply, replicate, scatter
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 
 
 class ManualDataParallel(nn.Module):

@@ -20,9 +20,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp import fully_shard
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
-from mgpu_tui.demos.common.transformer import GptBlock
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
+from mgpu_tui.demos.transformer import GptBlock
 
 
 @contextmanager

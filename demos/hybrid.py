@@ -11,8 +11,8 @@ host-device copies; the CPU part is as slow as the CPU. Run it:
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record

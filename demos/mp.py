@@ -11,8 +11,8 @@ time (pipeline parallelism fixes that with micro-batches). Run it:
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 
 
 @record

@@ -15,8 +15,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 from mgpu_tui.engine.planning.placement import split_layers
 
 

@@ -18,8 +18,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.nn import RemoteModule
 from torch.distributed.optim import DistributedOptimizer
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.planning.placement import rank_devices, split_layers
 

@@ -12,8 +12,8 @@ import argparse
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 
 
 def train(args: argparse.Namespace, report: Reporting | None = None) -> torch.nn.Module:

@@ -17,8 +17,8 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.distributed.tensor import DTensor, Replicate, distribute_module
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-from mgpu_tui.demos.common import harness
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos import harness
+from mgpu_tui.demos.reporting import Reporting
 
 STYLES = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
 

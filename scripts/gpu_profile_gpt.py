@@ -2,7 +2,7 @@
 
     python3 scripts/gpu_profile_gpt.py --model gpt-1.3b --batch 8 --out profile.txt [--compile]
 
-The demo's model (demos/common/transformer.py) in bf16 autocast with the demo's SGD, on cuda:0: its step
+The demo's model (demos/transformer.py) in bf16 autocast with the demo's SGD, on cuda:0: its step
 timed with CUDA events; its FLOPs counted by torch's counter on one eager step, beside the analytic
 count compare uses; a torch.profiler table of two steps (the kernels by GPU time, and their shares
 by kind: matrix multiplies, attention, the rest). With --compile, each block is compiled
@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from mgpu_tui.demos.common.transformer import build_gpt
+from mgpu_tui.demos.transformer import build_gpt
 from mgpu_tui.engine.planning.shapes import model_shape
 from mgpu_tui.engine.rank.watch.flop_count import register_missing_formulas
 

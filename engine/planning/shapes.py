@@ -8,7 +8,7 @@ token embeddings (one matrix, used twice), and so do their sizes here; a tied he
 another pipeline stage than the embeddings, so the modes that cut the model into stages need
 ``--untied-head`` (a head of its own, as gpt-tiny and Llama's gpt-7b have). Q, K and V apart, so
 that tensor parallelism can split each by columns and keep whole heads on every rank.
-demos/common/transformer.py builds exactly this model.
+demos/transformer.py builds exactly this model.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ class ModelShape:
 @dataclass(frozen=True)
 class MlpShape:
     """The demos' quickest model: ``depth`` residual blocks (width -> 2 width -> width) and a
-    10-class head (demos/common/harness.py)."""
+    10-class head (demos/harness.py)."""
 
     width: int
     depth: int

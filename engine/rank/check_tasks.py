@@ -182,8 +182,7 @@ _baseline: dict | None = None
 
 def check_verify(mode: str, args: argparse.Namespace, run_dir: Path) -> dict:
     """Compare what smoke:MODE saved with the baseline, trained once here with the same arguments."""
-    from mgpu_tui.demos import single
-    from mgpu_tui.demos.common import harness, verify
+    from mgpu_tui.demos import harness, single, verify
 
     global _baseline
     if _baseline is None:
@@ -220,7 +219,7 @@ def check_scaling(args: argparse.Namespace, rank: int, world: int, device: torch
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    from mgpu_tui.demos.common import harness
+    from mgpu_tui.demos import harness
 
     train_args = harness.parse_args("scaling", argv=["--device", device.type])
     task = harness.SyntheticTask(train_args)

@@ -1,7 +1,7 @@
 """--verify: after a run, compare its parameters with the single-device baseline.
 
 The comparison needs torch, so it runs in a child process
-(``python -m mgpu_tui.demos.common.verify``) with the run's own demo arguments: same seed,
+(``python -m mgpu_tui.demos.verify``) with the run's own demo arguments: same seed,
 data, global batch and precision. The child prints one JSON line (its stdout goes to
 ``verify.json``, its stderr to ``verify.log``). A :class:`Verification` never blocks:
 the run polls it, and stops it with everything else.
@@ -20,7 +20,7 @@ from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
 from mgpu_tui.engine.protocol.typed import build
 
-VERIFY_MODULE = "mgpu_tui.demos.common.verify"
+VERIFY_MODULE = "mgpu_tui.demos.verify"
 TIMEOUT_S = 600.0
 
 

@@ -195,7 +195,7 @@ def test_a_batch_sweep_at_one_rank_count_reports_throughput_and_loss_by_batch(tm
 def test_the_warm_up_ramps_the_learning_rate_linearly_to_its_peak():
     import torch
 
-    from mgpu_tui.demos.common import harness
+    from mgpu_tui.demos import harness
 
     args = harness.parse_args("warm-up", ["--lr", "0.4", "--warmup-steps", "4"])
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=args.lr)

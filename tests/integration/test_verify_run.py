@@ -30,7 +30,7 @@ def test_verify_run_catches_a_model_trained_differently(tmp_path):
         [
             sys.executable,
             "-m",
-            "mgpu_tui.demos.common.verify",
+            "mgpu_tui.demos.verify",
             "--params-dir",
             str(params),
             "--steps",

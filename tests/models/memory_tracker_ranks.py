@@ -20,8 +20,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from mgpu_tui.demos.common.model import loss as cross_entropy
-from mgpu_tui.demos.common.transformer import TokenData, build_gpt
+from mgpu_tui.demos.model import loss as cross_entropy
+from mgpu_tui.demos.transformer import TokenData, build_gpt
 from mgpu_tui.engine.planning.shapes import ModelShape
 
 # The custom GPT of about 21M parameters the planner is held to (docs/compare.md).

@@ -2,7 +2,7 @@
 
 Each case must exit 0 with status ok and verify.ok, and leave nothing running.
 float32 runs must match within 1e-5, AMP runs (bf16 on the CPU) within 2e-3
-(see demos/common/verify.py). These cases cover the training variants the check does not
+(see demos/verify.py). These cases cover the training variants the check does not
 (AMP, accumulation, 1F1B); the one-process path is verified in tests/test_bad_input.py;
 every one of the modes is verified in tests/test_check.py, where `--check
 --level 3` runs them all in one launch (a launch costs seconds here, and the
@@ -94,8 +94,7 @@ TP_ON_CUDA_DEFAULTS = """
 import torch, torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
-from mgpu_tui.demos import tp
-from mgpu_tui.demos.common import harness
+from mgpu_tui.demos import harness, tp
 dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 args = harness.parse_args("tp", argv=["--device", "cpu"])
 model = tp.tensor_parallel(harness.build_model(args), init_device_mesh("cpu", (1,)))

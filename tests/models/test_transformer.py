@@ -13,7 +13,7 @@ from mgpu_tui.engine.planning.shapes import MODELS
 
 
 def test_the_demos_gpt_has_the_planners_parameters_tensor_by_tensor():
-    from mgpu_tui.demos.common.transformer import build_gpt
+    from mgpu_tui.demos.transformer import build_gpt
 
     for name in ("gpt-tiny", "gpt-125m"):
         shape = MODELS[name]

@@ -8,8 +8,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mgpu_tui.demos.common.model import build_model
-from mgpu_tui.demos.common.transformer import build_gpt
+from mgpu_tui.demos.model import build_model
+from mgpu_tui.demos.transformer import build_gpt
 from mgpu_tui.engine.planning.shapes import MlpShape, model_shape
 from mgpu_tui.engine.rank.watch import flop_count
 

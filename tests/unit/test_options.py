@@ -64,7 +64,7 @@ def test_an_option_not_given_leaves_the_specs_own_default():
 
 @pytest.mark.parametrize("flag, value", [("--steps", "0"), ("--batch-size", "-1"), ("--lr", "nan")])
 def test_the_command_line_and_a_demo_refuse_the_same_values(flag, value):
-    from mgpu_tui.demos.common import harness
+    from mgpu_tui.demos import harness
 
     with pytest.raises(UsageError, match=flag):
         build_parser().parse_args(["run", "ddp", flag, value])
@@ -73,7 +73,7 @@ def test_the_command_line_and_a_demo_refuse_the_same_values(flag, value):
 
 
 def test_a_demos_defaults_are_the_specs():
-    from mgpu_tui.demos.common import harness
+    from mgpu_tui.demos import harness
 
     args = harness.parse_args("demo", [])
     spec = LaunchSpec(mode="ddp")

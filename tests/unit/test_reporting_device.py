@@ -1,4 +1,4 @@
-"""A demo's memory is counted on the device it trains on (demos/common/reporting.py): the one given, or the
+"""A demo's memory is counted on the device it trains on (demos/reporting.py): the one given, or the
 first its hello names. The single demo gave none, so on a GPU its peak was the process's resident set
 (5.5 GiB for gpt-1.3b, whose allocator peaked at 50 GiB: docs/gpu-validation.md)."""
 
@@ -6,7 +6,7 @@ import argparse
 
 import torch
 
-from mgpu_tui.demos.common.reporting import Reporting
+from mgpu_tui.demos.reporting import Reporting
 
 
 def test_memory_is_counted_where_hello_says_the_rank_trains():

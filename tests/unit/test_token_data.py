@@ -1,11 +1,11 @@
-"""The GPT demos' data (demos/common/transformer.py TokenData): made by runs in a few vectorised passes, and
+"""The GPT demos' data (demos/transformer.py TokenData): made by runs in a few vectorised passes, and
 exactly the sequences the token-by-token definition gives (every mode and every recorded run trains
 on the same data as before)."""
 
 import pytest
 import torch
 
-from mgpu_tui.demos.common.transformer import FOLLOW, TokenData
+from mgpu_tui.demos.transformer import FOLLOW, TokenData
 from mgpu_tui.engine.planning.shapes import model_shape
 
 

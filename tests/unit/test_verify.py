@@ -2,7 +2,7 @@
 
 import torch
 
-from mgpu_tui.demos.common.verify import compare
+from mgpu_tui.demos.verify import compare
 
 BASE = {"0.fc1.weight": torch.ones(4, 4), "1.weight": torch.full((2,), 2.0)}
 

@@ -29,10 +29,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from mgpu_tui.demos.common import faults
+from mgpu_tui.demos import faults
 
 # The model and the data live in model.py; the demos reach them here, as the rest of what they share.
-from mgpu_tui.demos.common.model import (  # noqa: F401
+from mgpu_tui.demos.model import (  # noqa: F401
     CLASSES,
     Block,
     HostBoundary,

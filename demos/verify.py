@@ -23,8 +23,7 @@ from pathlib import Path
 
 import torch
 
-from mgpu_tui.demos import single
-from mgpu_tui.demos.common import harness
+from mgpu_tui.demos import harness, single
 from mgpu_tui.engine.protocol.rundir import params_files
 
 TOLERANCE = {"float32": 1e-5, "amp": 2e-3}

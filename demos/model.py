@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mgpu_tui.demos.common import faults
+from mgpu_tui.demos import faults
 from mgpu_tui.engine.planning.placement import split_layers
 
 CLASSES = 10
@@ -47,7 +47,7 @@ def build_model(args: argparse.Namespace) -> nn.Sequential:
     """
     torch.manual_seed(args.seed)
     if args.shape is not None:
-        from mgpu_tui.demos.common.transformer import build_gpt
+        from mgpu_tui.demos.transformer import build_gpt
 
         return build_gpt(args.shape)
     return nn.Sequential(*(Block(args.width) for _ in range(args.depth)), nn.Linear(args.width, CLASSES))
@@ -132,7 +132,7 @@ class SyntheticTask:
         self.teacher = torch.randn(args.width, CLASSES, generator=teacher_rng)
         self.tokens = None
         if args.shape is not None:
-            from mgpu_tui.demos.common.transformer import TokenData
+            from mgpu_tui.demos.transformer import TokenData
 
             self.tokens = TokenData(args.shape, args.seed)
         self.rank = int(os.environ.get("RANK", "0"))

@@ -15,7 +15,7 @@ import resource
 
 import torch
 
-from mgpu_tui.demos.common import faults
+from mgpu_tui.demos import faults
 from mgpu_tui.engine.rank.reporter import Reporter
 from mgpu_tui.engine.rank.watch import step_clock
 
