@@ -154,12 +154,13 @@ def measure(world: int) -> dict:
                         if last_step > 0:
                             longest = max(longest, now - last_change)
                         last_step, last_change = newest, now
-                    first = view.node_order[0] if view.node_order else None
+                    first = view.rank_table.node_order[0] if view.rank_table.node_order else None
                     if hung_seen is None and first and first.worst and first.worst[0] == hung:
                         if first.worst[1] == "stalled":
                             hung_seen = now - began
                     if slow_seen is None and any(
-                        r.worst and r.worst[0] == slow and r.worst[1] == "slow" for r in view.node_order
+                        r.worst and r.worst[0] == slow and r.worst[1] == "slow"
+                        for r in view.rank_table.node_order
                     ):
                         slow_seen = now - began
                 figures["cpu_cores"] = (time.process_time() - cpu0) / (time.monotonic() - started)
@@ -167,8 +168,8 @@ def measure(world: int) -> dict:
                 figures["hung_named_after_s"] = hung_seen
                 figures["hung_last_event_at_s"] = HUNG_AT * STEP_S
                 figures["slow_named_after_s"] = slow_seen
-                figures["first_row"] = None if not view.node_order else (
-                    view.node_order[0].view.node, view.node_order[0].worst
+                figures["first_row"] = None if not view.rank_table.node_order else (
+                    view.rank_table.node_order[0].view.node, view.rank_table.node_order[0].worst
                 )  # fmt: skip
 
         asyncio.run(watch())

@@ -82,7 +82,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
             pilot, lambda: "samples/s" in str(status.render()) and "n/a samples" not in str(status.render())
         )
         view = app.query_one(RunView)
-        assert [row[0] for row in view.rank_rows] == ["rank 0", "rank 1"]
+        assert [row[0] for row in view.rank_table.rank_rows] == ["rank 0", "rank 1"]
         # The app's runs give way to its screen: every thread of the launcher and of each
         # rank niced, and each one's session group too.
         assert len(app.jobs.runs.rank_processes()) == 2
@@ -353,7 +353,7 @@ async def test_a_failed_rank_shows_the_root_cause_with_its_traceback(tmp_path):
         cause = str(panel.render())
         assert cause.startswith("Root cause: rank 1 failed first"), cause
         assert "RuntimeError: injected failure at step 3 on rank 1" in cause and "Traceback" in cause
-        assert view.rank_rows[1][1] == "failed"
+        assert view.rank_table.rank_rows[1][1] == "failed"
         assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
         run_dir = app.jobs.runs.run.run_dir.path
     assert live_processes_of(run_dir) == []
@@ -419,7 +419,7 @@ async def test_the_runs_view_lists_past_runs_and_enter_opens_one(tmp_path):
         view = app.query_one(RunView)
         assert await wait_for(pilot, lambda: view.finished, timeout=10)
         assert app.query_one("#views").current == "run-view"
-        assert [row[:3] for row in view.rank_rows] == [("rank 0", "done", "20")]
+        assert [row[:3] for row in view.rank_table.rank_rows] == [("rank 0", "done", "20")]
         status = str(app.query_one("#run-status", StatusLine).render())
         assert status.startswith("mp finished ok: 20 steps")
         telemetry = app.query_one(TelemetryCharts)
@@ -503,8 +503,12 @@ async def test_a_straggler_is_marked_in_the_rank_table_with_where_its_time_goes(
     app = create_app(start=spec, telemetry=[], topology=None)
     async with app.run_test(size=(160, 50)) as pilot:
         view = app.query_one(RunView)
-        assert await wait_for(pilot, lambda: any(row[1] == "slow" for row in view.rank_rows), timeout=90)
-        assert [row[1] for row in view.rank_rows if row[1] == "slow"] and view.rank_rows[1][1] == "slow"
+        assert await wait_for(
+            pilot, lambda: any(row[1] == "slow" for row in view.rank_table.rank_rows), timeout=90
+        )
+        assert [
+            row[1] for row in view.rank_table.rank_rows if row[1] == "slow"
+        ] and view.rank_table.rank_rows[1][1] == "slow"
         # Issue 41: its step taken apart says why, with the change to try (the straggler's own
         # sentence, which says less, is left to the result for the note's few lines).
         note = str(app.query_one("#root-cause").render())
@@ -975,7 +979,7 @@ async def test_o_sorts_the_rank_table_by_each_column_in_turn():
         for _ in range(5):
             await pilot.press("o")
             await pilot.pause(0.1)
-            orders.append((view.sorted_by, [row[0] for row in view.rank_rows]))
+            orders.append((view.rank_table.sorted_by, [row[0] for row in view.rank_table.rank_rows]))
         assert orders == [
             ("samples/s", ["rank 1", "rank 2", "rank 0"]),
             ("step", ["rank 1", "rank 0", "rank 2"]),

@@ -78,17 +78,17 @@ async def test_the_worst_node_is_first_and_n_opens_the_next_in_that_order():
     async with app.run_test(size=(160, 50)) as pilot:
         view = await shown_job(app, pilot)
         await pilot.pause(0.1)
-        first, second = view.node_order[:2]
+        first, second = view.rank_table.node_order[:2]
         assert (first.view.node, first.worst) == (37, (STALLED, "stalled"))
         assert first.states == (("stalled", 1), ("running", 7))
         assert second.view.node == SLOW_NODE and second.steps == (180, 180)  # the furthest behind next
-        assert len(view.rank_rows) == 128  # a row a node, no rank yet
+        assert len(view.rank_table.rank_rows) == 128  # a row a node, no rank yet
         await pilot.press("n")
-        assert view.opened_node == 37 and len(view.rank_rows) == 128 + 8
+        assert view.rank_table.opened_node == 37 and len(view.rank_table.rank_rows) == 128 + 8
         await pilot.press("n")
-        assert view.opened_node == SLOW_NODE
+        assert view.rank_table.opened_node == SLOW_NODE
         await pilot.press("N")
-        assert view.opened_node is None and len(view.rank_rows) == 128
+        assert view.rank_table.opened_node is None and len(view.rank_table.rank_rows) == 128
 
 
 def test_node_rows_count_each_state_and_name_the_rank_to_look_at():

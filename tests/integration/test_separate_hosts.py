@@ -136,7 +136,7 @@ async def shows_ranks_by_node(folder: Path) -> None:
         deadline = time.monotonic() + 20
         while not view.finished and time.monotonic() < deadline:
             await pilot.pause(0.2)
-        assert [row[:3] for row in view.rank_rows] == [
+        assert [row[:3] for row in view.rank_table.rank_rows] == [
             ("node 0 · bn-host0 · ranks 0-1",),
             ("rank 0", "done", "8"),
             ("rank 1", "done", "8"),

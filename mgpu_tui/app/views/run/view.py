@@ -14,27 +14,19 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widgets import Select, Static
+from textual.widgets import Select
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
 from mgpu_tui.app.views.confirm import Confirm
 from mgpu_tui.app.views.run.form import NARROW, RunForm, chosen
-from mgpu_tui.app.views.run.node_table import NODE_TABLE_FROM, NodeRow, node_rows, node_table
+from mgpu_tui.app.views.run.outcome import RunOutcome
+from mgpu_tui.app.views.run.rank_table import RankContext, RankTable
 from mgpu_tui.app.views.run.text import (
-    NODE_RANK_STATE,
-    SORTS,
-    RankState,
     compute_text,
-    node_heading,
     of_steps,
-    rank_state,
-    rank_table,
-    result_panel,
-    sort_key,
 )
 from mgpu_tui.app.views.switcher import View
 from mgpu_tui.app.widgets.chart import Chart
@@ -42,19 +34,15 @@ from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.mode_guide import ModeGuide
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
-from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rank_loss, fmt_rate, plain
+from mgpu_tui.console import fmt_loss, fmt_rate, plain
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.planning.modes import MODES, SCRIPT
-from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.text import plain_line, short_line
 from mgpu_tui.engine.run.causes.watchdog import DEFAULT_MIN_S
 from mgpu_tui.engine.run.figures.aggregate import RunStats
-from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.summary import RunStatus
-from mgpu_tui.reports.run_summary import node_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -168,20 +156,16 @@ class RunView(View):
         self.failed_rank: int | None = None
         self.finished = False
         self.ended_ok = False
-        self.rank_rows: list[tuple[str, ...]] = []  # the rows last drawn, as text
-        self.node_order: list[NodeRow] = []  # a large job's nodes, the worst first (node_table.py)
-        self.opened_node: int | None = None  # the node whose ranks show under its row (n, N)
+        self.stalled: frozenset[int] | None = None  # a script's run: the ranks of its stall (rank_state)
+        self.nodes: tuple[NodeView, ...] = ()
+        self.machines: Mapping[int, NodeMachine] = {}
         self._log_nodes: tuple[tuple[int, int, int], ...] = ()  # the nodes the logs' filter offers
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
-        self._noted: str | None = None  # the note shown while the run goes
-        self._bars = False  # the rank table shows where each step goes (and its legend)
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
         self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
         self._begun = time.monotonic()  # when the run shown began (or was opened)
-        self.sorted_by = "rank"  # the rank table's order (o)
         self.run_dir = ""  # the folder of the run shown (its saved logs are named after it)
-        self._stats: RunStats | None = None  # the figures last shown, to sort again
         self._nice = 0  # the priority its ranks run at (the app's own runs: UI_RANK_NICE)
         self._whole: tuple = ([], [], [])  # the whole run, thinned
 
@@ -189,12 +173,12 @@ class RunView(View):
         yield RunForm(self.host, self.run_root, id="run-form")
         yield StatusLine("No run yet: choose a mode and press Start.", id="run-status")
         with Horizontal(id="run-middle"):
-            yield TextPanel(rank_table([]), id="ranks")
+            yield RankTable(id="ranks")
             with Vertical(id="charts"):
                 yield Chart("throughput (samples/s)", fmt_rate, whole=WHOLE, smoothed=True, id="throughput")
                 yield Chart("loss (global batch)", fmt_loss, whole=WHOLE, smoothed=True, id="loss")
         yield TelemetryCharts(id="telemetry")
-        yield Static("", id="root-cause")
+        yield RunOutcome(id="root-cause")
         # Before a run: the chosen mode explained, with its demo's source. During one: the logs
         # (v brings the guide back, to read the code while it runs).
         yield ModeGuide(self.host, id="guide")
@@ -275,9 +259,7 @@ class RunView(View):
 
     def action_sort_ranks(self) -> None:
         """o: the rank table sorted by its next column (rank, samples/s, step, loss, peak memory)."""
-        self.sorted_by = SORTS[(SORTS.index(self.sorted_by) + 1) % len(SORTS)]
-        self._fill_table(self._stats)
-        self.app.notify(f"Ranks sorted by {self.sorted_by}", timeout=2)
+        self.app.notify(f"Ranks sorted by {self.rank_table.sort_next()}", timeout=2)
 
     def action_stop_rank(self) -> None:
         """x: stop the rank whose logs are shown (l chooses it), after a question: SIGTERM to its
@@ -391,38 +373,20 @@ class RunView(View):
     ) -> None:
         """``steps``: the run's total; None for a script, which says none."""
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
-        self.stalled: frozenset[int] | None = None  # a script's run: the ranks of its stall (rank_state)
-        self.nodes: tuple[NodeView, ...] = ()
-        self.machines: Mapping[int, NodeMachine] = {}
+        self.stalled, self.nodes, self.machines = None, (), {}
         self.ended_ok = False
         self._begun = time.monotonic()
         self.remove_class("ended")
         self.label, self.hint = label, hint
-        self._noted = None
         self.query_one("#run-status", StatusLine).update(plain(f"{label}: {status}"), done=0.0)
-        panel = self.query_one("#root-cause", Static)  # until a failure needs it, the run's note
-        panel.update(Text(f"Note: {note}", style="yellow") if note else "")
-        panel.set_class(bool(note), "note")
-        panel.set_class(False, "result")
-        panel.display = bool(note)
+        self.query_one(RunOutcome).begin(note)  # until a failure needs it, the run's note
         self.query_one(TelemetryCharts).display = False
         self.query_one("#run-middle").display = True
         self.query_one(LogView).reset(world_size)
-        self._log_nodes, self.opened_node, self.node_order = (), None, []
-        ranks_panel = self.query_one("#ranks", TextPanel)  # a large job's node rows were cut, not wrapped
-        ranks_panel.styles.text_wrap, ranks_panel.styles.text_overflow = "wrap", "fold"
+        self._log_nodes = ()
+        self.rank_table.reset()
         self.show_guide(False)
-        self._fill_table(None)
-
-    def _note(self, text: str) -> None:
-        """A remark under the charts while the run goes (a straggler): the note panel, never an alarm."""
-        panel = self.query_one("#root-cause", Static)
-        if panel.has_class("result") or self.failed_rank is not None or text == self._noted:
-            return  # (a Static's update lays the screen out again: only on a change)
-        self._noted = text
-        panel.update(Text(plain(text), style="yellow"))
-        panel.set_class(True, "note")
-        panel.display = True
+        self._draw_ranks(None)
 
     def show_telemetry(self, series: TelemetrySeries) -> None:
         charts = self.query_one(TelemetryCharts)
@@ -469,14 +433,14 @@ class RunView(View):
             status = f"{self.label} {self.hint}   starting for {self._waiting()}"
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
         self._draw_charts()
-        self._fill_table(stats)
+        self._draw_ranks(stats)
         if (stats.stragglers or stats.verdicts) and not self.finished:
             # A straggler a verdict names already is said once, by the verdict (it says why, and
             # what to try): the note's few lines on an 80x24 screen hold it whole.
             named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
             said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
             said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
-            self._note(" ".join(said))
+            self.query_one(RunOutcome).remark(" ".join(said), failed=self.failed_rank is not None)
 
     def _waiting(self) -> str:
         """How long the run has been starting, and the causes this machine shows: the ranks' lower
@@ -501,114 +465,37 @@ class RunView(View):
         known = [(s, x) for s, x in zip(steps, losses) if x is not None]
         loss.update([x for _, x in known], [s for s, _ in known])
 
-    def _fill_table(self, stats: RunStats | None) -> None:
-        self._stats = stats
-        by_rank = {r.rank: r for r in stats.ranks} if stats else {}
-        slow = {s.rank for s in stats.stragglers} if stats else set()
-        now = time.time()
-        if len(self.nodes) >= NODE_TABLE_FROM:  # a large job: a row a node, the worst first
-            self._fill_node_table(stats, by_rank, slow, now)
-            return
-        rows: list[tuple[str, ...]] = []
-        several = len(self.nodes) > 1
-        groups: list[tuple[NodeView | None, range]] = [
-            (node, range(node.first_rank, node.last_rank + 1)) for node in self.nodes if several
-        ]
-        for node, ranks in groups or [(None, range(self.world_size))]:
-            if node is not None:
-                rows.append((node_heading(node, self.machines.get(node.node)),))
-            # The job's ranks by their own number, or by the column o chose (within a node's group).
-            order = sorted(ranks, key=lambda rank: sort_key(self.sorted_by, rank, by_rank.get(rank)))
-            rows += [self._rank_cells(rank, node, by_rank, slow, now) for rank in order]
-        # Same number of rows: a repaint; a new run's rows: its height changes, so a new layout.
-        relayout = len(rows) != len(self.rank_rows)
-        self.rank_rows = rows
-        bars = {a.rank: a for a in stats.anatomy} if stats else {}
-        relayout = relayout or bool(bars) != self._bars
-        self._bars = bool(bars)  # (the legend's line changes the table's height)
-        table = rank_table(rows, self.sorted_by, bars)
-        self.query_one("#ranks", TextPanel).update(table, relayout=relayout)
-
-    def _rank_cells(
-        self, rank: int, node: NodeView | None, by_rank: dict[int, RankStats], slow: set[int], now: float
-    ) -> tuple[str, ...]:
-        """A rank's row: its name, state, step, samples/s, loss and peak memory."""
-        r = by_rank.get(rank)
-        if r is None and node is not None and not node.here:  # only its node's word for it
-            step = dict(node.steps).get(rank)
-            return (
-                f"rank {rank}",
-                NODE_RANK_STATE[node.state],
-                "n/a" if step is None else str(step),
-                "n/a",
-                "n/a",
-                "n/a",
-            )
-        state = rank_state(
-            r,
-            now,
-            self.stall_after,
-            self.failed_rank,
-            self.finished,
-            self.ended_ok,
-            number=rank,
-            stalled=self.stalled,
-        )
-        if state is RankState.RUNNING and rank in slow:
-            state = RankState.SLOW
-        if r is None:
-            return (f"rank {rank}", state, "0", "n/a", "n/a", "n/a")
-        return (
-            f"rank {rank}",
-            state,
-            str(r.last_step),
-            fmt_rate(r.samples_per_s),
-            fmt_rank_loss(r.loss, r.diverged_at),
-            fmt_bytes(r.mem_peak_bytes),
-        )
-
-    def _fill_node_table(self, stats: RunStats | None, by_rank: dict, slow: set[int], now: float) -> None:
-        """A row a node, the worst first (node_table.py); the opened node's ranks under its row."""
-        cells = {
-            rank: self._rank_cells(rank, node, by_rank, slow, now)
-            for node in self.nodes
-            for rank in range(node.first_rank, node.last_rank + 1)
-        }
-        rates = {rank: r.samples_per_s for rank, r in by_rank.items()}
-        self.node_order = node_rows(self.nodes, cells, rates, self.machines)
-        opened: list[tuple[str, ...]] = []
-        node = next((n for n in self.nodes if n.node == self.opened_node), None)
-        if node is not None:
-            ranks = range(node.first_rank, node.last_rank + 1)
-            order = sorted(ranks, key=lambda rank: sort_key(self.sorted_by, rank, by_rank.get(rank)))
-            opened = [cells[rank] for rank in order]
-        rows = [(f"node {row.view.node}",) for row in self.node_order] + opened
-        relayout = len(rows) != len(self.rank_rows)
-        self.rank_rows = rows
-        table = node_table(self.node_order, self.opened_node, opened)
-        panel = self.query_one("#ranks", TextPanel)
-        panel.styles.text_wrap = "nowrap"  # a node's row is one line: its host cut where the view ends
-        panel.styles.text_overflow = "ellipsis"
-        panel.update(table, relayout=relayout)
-
     def action_open_node(self) -> None:
         """n: the next node's ranks under its row, in the table's order (the worst node first)."""
-        order = [row.view.node for row in self.node_order]
-        if not order:
+        row = self.rank_table.open_next()
+        if row is None:
             self.app.notify(
                 "A job over several nodes lists its nodes here; this one has none to open.", title="n"
             )
             return
-        at = order.index(self.opened_node) + 1 if self.opened_node in order else 0
-        self.opened_node = order[at % len(order)]
-        self._fill_table(self._stats)
-        row = self.node_order[at % len(order)]
         self.app.notify(f"Node {row.view.node} opened: ranks {row.view.ranks} (N closes it)", timeout=2)
 
     def action_close_node(self) -> None:
         """N: the opened node closes."""
-        self.opened_node = None
-        self._fill_table(self._stats)
+        self.rank_table.opened_node = None
+
+    @property
+    def rank_table(self) -> RankTable:
+        return self.query_one(RankTable)
+
+    def _draw_ranks(self, stats: RunStats | None) -> None:
+        """The rank table, from these figures and what the view knows of the run now."""
+        context = RankContext(
+            self.world_size,
+            self.nodes,
+            self.machines,
+            self.stall_after,
+            self.failed_rank,
+            self.finished,
+            self.ended_ok,
+            self.stalled,
+        )
+        self.rank_table.show(stats, context)
 
     def ended(self, summary: RunSummary | None, stats: RunStats | None) -> None:
         """The run ended; no summary: a followed run cut off (its monitor died without one)."""
@@ -624,7 +511,7 @@ class RunView(View):
                 done=self._done(steps),
             )
             self.query_one(RunForm).running(False)
-            self._fill_table(stats)
+            self._draw_ranks(stats)
             return
         self.ended_ok = summary.status is RunStatus.OK
         if summary.nodes:  # each node as this one last heard it
@@ -645,30 +532,8 @@ class RunView(View):
             done=self._done(summary.steps),
         )
         if cause:
-            panel = self.query_one("#root-cause", Static)
-            # A rank's own words: plain text, no escape reaches the terminal.
-            hint = (
-                [("What it means: ", "bold yellow"), (plain(f"{cause.hint}\n"), "yellow")]
-                if cause.hint
-                else []
-            )
-            panel.update(
-                Text.assemble(
-                    (
-                        plain(f"Root cause: {node_prefix(summary, cause.rank)}{cause.headline()}\n"),
-                        "bold red",
-                    ),
-                    *hint,
-                    plain(users_frames(cause.traceback[-6000:])[-3000:]),  # the user's frames first
-                )
-            )
-            panel.remove_class("note")
-            panel.display = True
-        else:  # what the run came to, kept on screen with where its files are
-            panel = self.query_one("#root-cause", Static)
-            panel.update(result_panel(summary))
-            panel.set_class(False, "note")
-            panel.set_class(True, "result")
-            panel.display = True
+            self.query_one(RunOutcome).failure(summary, cause)
+        else:
+            self.query_one(RunOutcome).result(summary)
         self.query_one(RunForm).running(False)
-        self._fill_table(stats)
+        self._draw_ranks(stats)
