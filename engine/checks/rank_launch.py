@@ -68,8 +68,9 @@ class RankLaunch:
         if self.ranks is not None:
             self.ranks.close()
 
-    def run(self) -> LaunchOutcome:
-        tasks, host, device, nproc, opts = self.tasks, self.host, self.device, self.nproc, self.options
+    def _rank_args(self) -> tuple[str, ...]:
+        """The check ranks' own command line: their tasks, device, smoke runs and model."""
+        tasks, device, nproc, opts = self.tasks, self.device, self.nproc, self.options
         args: tuple[str, ...] = (
             "--tasks",
             ",".join(tasks),
@@ -90,6 +91,11 @@ class RankLaunch:
             args += ("--model", opts.model)
             for name, value in opts.model_args:
                 args += (f"--{name.replace('_', '-')}", str(value))
+        return args
+
+    def run(self) -> LaunchOutcome:
+        tasks, host, device, nproc, opts = self.tasks, self.host, self.device, self.nproc, self.options
+        args = self._rank_args()
         spec = LaunchSpec(
             mode="check",
             module=RANK_MODULE,

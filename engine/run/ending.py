@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from mgpu_tui.engine.nodes.view import NodeView
+from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDirError
 from mgpu_tui.engine.run.causes.rootcause import (
@@ -49,8 +50,9 @@ def work_finished(run: Run, rank: int) -> bool:
     return stats.done or (not own_program and stats.last_step >= spec.steps)
 
 
-def finish(run: Run, verify: Verify | None) -> None:
-    returncode = run._exit_code
+def how_it_ended(run: Run, returncode: int | None) -> tuple[RunState, RootCause | None]:
+    """The run's final state, and a failure's root cause: the stall watch's or another node's, a
+    command's, or the launcher's and ranks' own (a rank that had finished its work said so)."""
     ended_by_watchdog, root_cause = run._watchdog.verdict(returncode)
     if run._node_cause is not None:  # another node, or the rendezvous, ended it
         ended_by_watchdog, root_cause = True, run._node_cause
@@ -79,6 +81,13 @@ def finish(run: Run, verify: Verify | None) -> None:
             root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
         if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
             root_cause = dataclasses.replace(root_cause, host=socket.gethostname())
+    return state, root_cause
+
+
+def finish(run: Run, verify: Verify | None) -> None:
+    """Settle with the other nodes, build and write the summary, let everything go."""
+    returncode = run._exit_code
+    state, root_cause = how_it_ended(run, returncode)
     nodes: tuple[NodeView, ...] = ()
     if run._nodes is not None:  # tell the others how this node ended; hear who failed first
         root_cause = run._nodes.settle(NodeState(state.value), run._steps_here(), root_cause)

@@ -21,6 +21,7 @@ from mgpu_tui.engine.run.lifecycle import Run
 from mgpu_tui.engine.run.watched import RunState
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
+from mgpu_tui.reports.run_news import RunNews
 from mgpu_tui.reports.run_summary import slowest_and_fastest, summary_text
 
 _EXIT = {
@@ -189,22 +190,8 @@ def run_command(args: argparse.Namespace, demo_args: list[str]) -> int:
     return follow(spec, args, (from_slurm_said,) if from_slurm_said else ())
 
 
-def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
-    """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
-    summary, the exit code. ``args``: the watch options (parser.add_watch_options); ``said``: lines
-    to print once the run has its folder (what came from where)."""
-    if args.tui:
-        from mgpu_tui.commands.tui import tui_command
-
-        if args.json:
-            raise UsageError("--json and --tui do not go together.")
-        return tui_command(spec)
-    ranks = _ranks_filter(args)
-    run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
-
-    interrupt_on_term_and_hup()
-    progress = Progress(None if spec.program else spec.steps)
-    output = _rank_output(args, spec, ranks, progress)
+def _say_start(run: Run, spec: LaunchSpec, said: tuple[str, ...]) -> None:
+    """What runs, on how many ranks, where its folder is; what came from where; this node's part."""
     resolved = run.resolved
     program = short_line(spec.program, 160) if spec.program else None
     group = f" ({resolved.process_group})" if resolved.process_group else ""
@@ -222,64 +209,29 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
         if spec.rdzv_endpoint and (warning := exposure_warning(resolve_endpoint(spec.rdzv_endpoint))):
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
-    named: set[int] = set()  # stragglers already said, while the run goes
-    found: set[tuple[str, tuple[int, ...]]] = set()  # verdicts already said (kind, ranks)
-    said_stall = False
-    said_silent: set[int] = set()  # ranks whose silence was said (said again once they moved)
-    heard: set[int] = set()  # other nodes already said to have joined
 
-    def on_poll(run: Run) -> None:
-        for node in run.nodes():
-            if not node.here and node.host is not None and node.node not in heard:
-                heard.add(node.node)
-                progress.clear()
-                joined = f"mgpu-tui: node {node.node} ({node.host}, ranks {node.ranks}) joined"
-                print(plain(joined), file=sys.stderr)
-        stats = run.stats()
-        for straggler in stats.stragglers:
-            if straggler.rank not in named:
-                named.add(straggler.rank)
-                progress.clear()
-                print(plain(f"mgpu-tui: straggler: {straggler.describe()}"), file=sys.stderr)
-        for verdict in stats.verdicts:
-            if (verdict.kind, verdict.ranks) not in found:
-                found.add((verdict.kind, verdict.ranks))
-                progress.clear()
-                print(plain(f"mgpu-tui: {verdict.text} (try: {verdict.hint})"), file=sys.stderr)
-        nonlocal said_stall, said_silent
-        quiet = {r.rank for r in run.silent}
-        if quiet - said_silent and not run.stall:
-            progress.clear()
-            who = ", ".join(f"rank {r.rank} ({r.silent_s:.0f} s)" for r in run.silent)
-            print(
-                plain(
-                    f"mgpu-tui: silent: {who}; no evidence of a hang yet (another rank moves, or "
-                    "the flight records show none): shown, not acted on"
-                ),
-                file=sys.stderr,
-            )
-        said_silent = quiet
-        if run.stall is not None and not said_stall and run.resolved.on_stall == "report":
-            said_stall = True  # a stall that does not stop the run is said the moment it is found
-            progress.clear()
-            cause = run.stall.root_cause()
-            print(
-                plain(f"mgpu-tui: {cause.headline()} (the run goes on: --on-stall report)"), file=sys.stderr
-            )
-        lines, dropped = run.drain_log_lines()
-        if output is not None:
-            output.show(lines, dropped)
-        if run.state is not RunState.VERIFYING and not progress.said_verifying:
-            progress.update(run)
-        elif not progress.said_verifying:  # the ranks are done: the progress line ends here
-            progress.end()
-            print("mgpu-tui: verifying against the single-device baseline", file=sys.stderr)
-            progress.said_verifying = True
+def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
+    """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
+    summary, the exit code. ``args``: the watch options (parser.add_watch_options); ``said``: lines
+    to print once the run has its folder (what came from where)."""
+    if args.tui:
+        from mgpu_tui.commands.tui import tui_command
 
+        if args.json:
+            raise UsageError("--json and --tui do not go together.")
+        return tui_command(spec)
+    ranks = _ranks_filter(args)
+    run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
+
+    interrupt_on_term_and_hup()
+    progress = Progress(None if spec.program else spec.steps)
+    output = _rank_output(args, spec, ranks, progress)
+    _say_start(run, spec, said)
+    news = RunNews(progress, output)
     with run:
         try:
             run.start()
-            run.wait(on_poll=on_poll)
+            run.wait(on_poll=news.on_poll)
         except KeyboardInterrupt:
             # A second Ctrl-C (or Slurm's SIGTERM to every process) must not abandon the ranks half-stopped.
             signal.signal(signal.SIGINT, signal.SIG_IGN)

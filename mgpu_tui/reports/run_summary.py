@@ -149,18 +149,8 @@ def _outlier_line(summary: RunSummary) -> str:
     return "; ".join(said)
 
 
-def summary_text(summary: RunSummary) -> str:
-    backend = summary.backend or "no process group"
-    head = (
-        f"mode {summary.mode}  status {status_word(summary.status)}  world size {summary.world_size}  "
-        f"device {summary.device} ({backend})  steps {summary.steps}"
-    )
-    if summary.world_size == 0:  # a command in which no process became a rank: what was seen instead
-        cause = f"\ncause: {summary.root_cause.headline()}" if summary.root_cause else ""
-        others = other_processes_line(summary)
-        notes = [f"note: {summary.note}", *machine_lines(summary), *([others] if others else [])]
-        notes.append(f"run directory {summary.run_dir}")
-        return plain("\n".join([head + cause, *notes]))
+def _figures_table(summary: RunSummary) -> str:
+    """A row a rank (a large job: a row a node), then the job's: steps, rates, loss, peak memory."""
     tokens = any(r.tokens_per_s for r in summary.ranks)
     if len(summary.ranks) > EACH_RANK_AT_MOST:  # a large job: a row a node, the outliers named below
         rows = [_group_row(name, group, tokens) for name, group in _by_node(summary)]
@@ -188,6 +178,22 @@ def summary_text(summary: RunSummary) -> str:
     )
     headers = ["", "steps", "samples/s", *(["tokens/s"] if tokens else []), "loss", "peak mem"]
     body = table(headers, rows, right=tuple(range(1, len(headers))))
+    return body
+
+
+def summary_text(summary: RunSummary) -> str:
+    backend = summary.backend or "no process group"
+    head = (
+        f"mode {summary.mode}  status {status_word(summary.status)}  world size {summary.world_size}  "
+        f"device {summary.device} ({backend})  steps {summary.steps}"
+    )
+    if summary.world_size == 0:  # a command in which no process became a rank: what was seen instead
+        cause = f"\ncause: {summary.root_cause.headline()}" if summary.root_cause else ""
+        others = other_processes_line(summary)
+        notes = [f"note: {summary.note}", *machine_lines(summary), *([others] if others else [])]
+        notes.append(f"run directory {summary.run_dir}")
+        return plain("\n".join([head + cause, *notes]))
+    body = _figures_table(summary)
     spread = summary.step_time_s_p10_p90
     timing = f"step time (median) {fmt_seconds(summary.step_time_s_median)}"
     if spread:

@@ -137,6 +137,22 @@ def _within_bounds(t: TorchrunLine) -> None:
     _checked("nproc", t.nproc, "--nproc-per-node")
 
 
+def _join_timeout(rdzv_conf: str, given: float) -> float:
+    """--rdzv-conf's join_timeout (is_host is torchrun's to decide, and ignored); any other key is
+    refused: mgpu-tui sets the rendezvous itself."""
+    join_timeout = given
+    for item in filter(None, rdzv_conf.split(",")):
+        key, _, value = item.partition("=")
+        if key.strip() == "join_timeout":
+            join_timeout = _checked("join_timeout", value, "--rdzv-conf join_timeout")
+        elif key.strip() != "is_host":
+            raise UsageError(
+                f"--rdzv-conf {key.strip()}: mgpu-tui sets the rendezvous itself; only "
+                "join_timeout is taken (see docs/multi-node.md)."
+            )
+    return join_timeout
+
+
 def torchrun_command(argv: list[str]) -> int:
     from mgpu_tui.parser import build_torchrun_parser
 
@@ -170,16 +186,7 @@ def torchrun_command(argv: list[str]) -> int:
         )
     if t.nnodes == 1 and not t.standalone and not t.master_port:
         said.append("one node: a free port for the rendezvous (torchrun alone would take 29500)")
-    join_timeout = args.join_timeout
-    for item in filter(None, t.rdzv_conf.split(",")):
-        key, _, value = item.partition("=")
-        if key.strip() == "join_timeout":
-            join_timeout = _checked("join_timeout", value, "--rdzv-conf join_timeout")
-        elif key.strip() != "is_host":
-            raise UsageError(
-                f"--rdzv-conf {key.strip()}: mgpu-tui sets the rendezvous itself; only "
-                "join_timeout is taken (see docs/multi-node.md)."
-            )
+    join_timeout = _join_timeout(t.rdzv_conf, args.join_timeout)
     job, nodes, from_slurm_said = _nodes_from_slurm(t, endpoint)
     if from_slurm_said:
         said.append(from_slurm_said)
