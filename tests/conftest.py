@@ -12,13 +12,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 import psutil
 import pytest
+from waiting import wait_until
 
 from mgpu_tui.engine.run.summary import RankSummary, RunStatus, RunSummary
 
@@ -75,12 +75,7 @@ def screen(session: str) -> str:
 
 def wait_screen(session: str, pattern: str, timeout: float = 20) -> bool:
     """Wait until the tmux session's screen matches ``pattern`` (a regular expression)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if re.search(pattern, screen(session)):
-            return True
-        time.sleep(0.2)
-    return False
+    return wait_until(lambda: re.search(pattern, screen(session)), timeout, every=0.2)
 
 
 def run_exec(

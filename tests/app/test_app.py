@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import Input, Select, Static
+from waiting import wait_for
 
 from conftest import live_processes_of, pinned_comparison, pinned_summary
 from mgpu_tui.app import create_app
@@ -29,15 +30,6 @@ def thread_nices(pid: int) -> set[int]:
 def footer(app) -> list[str]:
     """What the footer offers now: its keys' descriptions."""
     return [key.description for key in app.query("FooterKey")]
-
-
-async def wait_for(pilot, condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        await pilot.pause(0.2)
-    return False
 
 
 async def start_ddp_in_the_form(app, pilot, steps: str, model: str | None = None) -> None:

@@ -7,6 +7,7 @@ import subprocess
 import time
 
 import pytest
+from waiting import wait_until
 
 from conftest import CLI, live_processes_of, only_run_dir, run_cli, summary_from
 
@@ -277,16 +278,12 @@ def test_sigkill_of_mgpu_tui_leaves_no_rank_behind(runs_root):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and not list(runs_root.glob("*/events/rank1.jsonl")):
-        time.sleep(0.2)
+    wait_until(lambda: list(runs_root.glob("*/events/rank1.jsonl")), 60)
     run_dir = only_run_dir(runs_root)
     assert live_processes_of(run_dir), "the ranks never started"
     proc.kill()  # SIGKILL: no clean-up here; the launcher's parent-death signal stops the ranks
     proc.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and live_processes_of(run_dir):
-        time.sleep(0.2)
+    wait_until(lambda: not live_processes_of(run_dir), 10)
     assert live_processes_of(run_dir) == []
 
 

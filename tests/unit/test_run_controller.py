@@ -3,8 +3,9 @@ followed run whose thread does not end in time is let go of without a second thr
 it, and closing the app never closes a run from another thread. Stand-in runs, no process."""
 
 import threading
-import time
 from pathlib import Path
+
+from waiting import wait_until
 
 from mgpu_tui.app import run_controller
 from mgpu_tui.app.messages import RunEnded, RunUpdated
@@ -33,12 +34,15 @@ class StandInRun:
     def __init__(self, name: str) -> None:
         self.name, self.released, self.finished = name, threading.Event(), False
         self.released.set()
+        self.held = threading.Event()  # its thread waits in a held poll now
         self.closed_by: list[str] = []
         self.summary = None
         self.run_dir = type("RunDir", (), {"path": Path(name)})()
         self.telemetry = type("Telemetry", (), {"copy": lambda _: None})()
 
     def poll(self):
+        if not self.released.is_set():
+            self.held.set()
         self.released.wait()
         return type("State", (), {"finished": self.finished})()
 
@@ -68,15 +72,15 @@ def test_a_followed_run_that_does_not_let_go_in_time_never_posts_beside_the_next
     app, first, second = App(), StandInRun("first"), StandInRun("second")
     controller = RunController(app)
     controller._begin(first, owned=False)
-    time.sleep(0.3)
+    assert wait_until(lambda: updates_of(app, "first") > 0)
     first.released.clear()  # its thread is stuck in a poll
-    time.sleep(0.3)
+    assert wait_until(first.held.is_set)
     controller.unfollow()  # waits 0.2 s, in vain
     controller._begin(second, owned=False)
     before = updates_of(app, "first")
     first.released.set()  # the stuck thread wakes, beside the second's
-    time.sleep(0.8)
-    assert updates_of(app, "first") == before and updates_of(app, "second") > 0
+    assert wait_until(lambda: first.closed_by) and wait_until(lambda: updates_of(app, "second") > 0)
+    assert updates_of(app, "first") == before
     assert not any(isinstance(m, RunEnded) for m in app.posted)  # the first, let go of, ends in silence
     assert first.closed_by == ["mgpu-run"]  # closed by its own thread
     controller.close()
@@ -87,11 +91,11 @@ def test_closing_the_app_never_closes_a_run_from_another_thread(monkeypatch):
     app, run = App(), StandInRun("own")
     controller = RunController(app)
     controller._begin(run, owned=True)
-    time.sleep(0.3)
+    assert wait_until(lambda: updates_of(app, "own") > 0)
     run.released.clear()  # its thread is stuck in a poll when the app closes
-    time.sleep(0.3)
+    assert wait_until(run.held.is_set)
     controller.close()
     assert run.closed_by == []  # the app did not touch it
     run.released.set()
-    time.sleep(0.5)
+    assert wait_until(lambda: run.closed_by)
     assert run.finished and run.closed_by == ["mgpu-run"]  # its thread stopped and closed it

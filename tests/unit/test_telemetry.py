@@ -5,6 +5,7 @@ import time
 
 import pynvml
 import pytest
+from waiting import wait_until
 
 from conftest import TOPOLOGIES
 from mgpu_tui.engine.machine import nvml
@@ -88,7 +89,7 @@ def test_the_thread_books_samples_and_keeps_a_bounded_history(h100_box):
     sampler = Sampler(interval=0.1, history=3)
     seen = []
     sampler.start(on_sample=seen.append)
-    time.sleep(0.8)
+    assert wait_until(lambda: len(seen) >= 4)
     sampler.stop()
     assert len(seen) >= 4 and len(sampler.history()) == 3
     assert sampler.latest() is seen[-1]
