@@ -39,6 +39,7 @@ from mgpu_tui.app.messages import (
     StopRequested,
     TelemetryUpdated,
 )
+from mgpu_tui.app.views.compare_plan import plan_table, planned
 from mgpu_tui.app.views.run.form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
 from mgpu_tui.app.views.switcher import View
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
@@ -47,10 +48,10 @@ from mgpu_tui.app.widgets.tick_box import TickBox, TickList
 from mgpu_tui.console import fmt_bytes, plain
 from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row, RunsSettings
 from mgpu_tui.engine.launch.options import RUN_ROOT
-from mgpu_tui.engine.launch.spec import LaunchSpec, as_device, workload_of
+from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.planning.defaults import DEFAULTS
-from mgpu_tui.engine.planning.memory import ModePlan, Training, fit, needed, plan_run
+from mgpu_tui.engine.planning.memory import ModePlan, needed
 from mgpu_tui.engine.planning.modes import MODES, availability
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.errors import UsageError
@@ -273,36 +274,9 @@ class CompareView(View):
         the ranks share that memory (CPU ranks); what it is. None while the form is incomplete."""
         try:
             template = self.template()
-            model = workload_of(template)
         except (UsageError, ValueError):
             return None
-        cuda = template.device == "cuda" or (template.device == "auto" and self.host.has_cuda)
-        limit, shared = (self.gpu_mem, False) if cuda else (self.host_mem, True)
-        if not limit:
-            what = "nothing yet (the memory is being read)"
-        elif cuda:
-            what = f"each GPU's {fmt_bytes(limit)}"
-        else:
-            what = f"the host's {fmt_bytes(limit)}, which CPU ranks share"
-        training = Training(amp=template.amp, batch_size=template.batch_size)
-        if template.nproc is None:  # the form always gives one
-            return None
-        plans = [
-            fit(
-                plan_run(
-                    name,
-                    model,
-                    template.nproc,
-                    training,
-                    stages=DEFAULTS.stages,
-                    gpu_count=self.host.gpu_count,
-                ),
-                limit,
-                shared=shared,
-            )
-            for name in MODES
-        ]
-        return template, plans, shared, what
+        return planned(template, self.host, self.gpu_mem, self.host_mem)
 
     def show_plan(self) -> None:
         """The planner's table and verdicts, unless a comparison runs or its results are shown."""
@@ -313,44 +287,11 @@ class CompareView(View):
             return
         template, plans, shared, what = found
         self.shown = None  # the plan takes the results' place
-        # On the CPU every rank (and each stage of mp) lives in the host's memory: they add up.
-        # The verdict first: a narrow terminal shows the first columns.
-        headers = [
-            "mode",
-            "fits",
-            "all ranks" if shared else "total",
-            "ranks" if shared else "GPUs",
-            "fullest",
-            "state",
-            "activations",
-            "buffers",
-        ]
-        rows = []
+        headers, rows = plan_table(template, plans, shared)
         modes = self.query_one("#compare-modes", SelectionList)
         for index, p in enumerate(plans):
-            mode = MODES[p.mode]
-            count = str((template.nproc if mode.multi_process else 1) if shared else p.gpus)
-            if not p.devices:
-                rows.append([p.mode, "n/a", "", count, Text(plain(p.note or ""), style="dim"), "", "", ""])
+            if not p.devices:  # n/a: said in its row
                 continue
-            d = max(p.devices, key=lambda d: d.total)
-            fits = "n/a" if p.fits is None else Text("yes", "green") if p.fits else Text("NO", "red")
-            if shared:  # no GPUs: a one-process mode's place is its rank; mp's, its stages
-                where = d.device.replace("GPU", "stage" if mode.stages_are_devices else "rank")
-            else:
-                where = d.device
-            rows.append(
-                [
-                    p.mode,
-                    fits,
-                    fmt_bytes(needed(p, shared=shared)),
-                    count,
-                    where,
-                    fmt_bytes(d.state),
-                    fmt_bytes(d.activations),
-                    fmt_bytes(d.buffers),
-                ]
-            )
             if p.fits is False:
                 modes.deselect(p.mode)
                 # Short enough for the list at 80 columns.
