@@ -19,7 +19,8 @@ from pathlib import Path
 from mgpu_tui.engine.checks.results import CheckResult
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.protocol.file_tail import FileTail
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.lifecycle import Run
 from mgpu_tui.engine.run.watched import RunState
 

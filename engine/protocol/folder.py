@@ -263,3 +263,10 @@ def _remove(name: str, folder: int) -> None:
         os.unlink(name, dir_fd=folder)
     except FileNotFoundError:
         pass
+
+
+def read_capped(path: Path, limit: int, *, tail: bool = False, root: Path | None = None) -> str:
+    """The text of a file of a run, at most ``limit`` bytes of it: its start, or its end with
+    ``tail``; read by the one reader (protocol/folder.py: regular files only, no link followed
+    below ``root``, never blocking on a FIFO). Bytes that are not UTF-8 are replaced."""
+    return read_text(path, limit, tail=tail, root=root)

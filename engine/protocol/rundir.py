@@ -34,7 +34,6 @@ which knows only the folder's path, uses the same ``RunDir``.
 from __future__ import annotations
 
 import datetime as dt
-import errno
 import hashlib
 import os
 import re
@@ -42,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mgpu_tui.engine.protocol.folder import dumps, entries, read_text, write_atomic
+from mgpu_tui.engine.protocol.folder import dumps, entries, write_atomic
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
@@ -112,42 +111,14 @@ class RunDir:
         node: int | None = None,
         shared: str | None = None,
     ) -> RunDir:
-        """Make a new, empty run folder ``<root>/<UTC timestamp>-<mode>``.
+        """Make a new, empty run folder ``<root>/<UTC timestamp>-<mode>`` (rundir_make.py).
 
         Two runs started in the same second get ``-2``, ``-3``... so they never share one.
         ``shared`` names a folder that the nodes of one job share (``<root>/<shared>-<mode>``).
         """
-        now = now or dt.datetime.now(dt.timezone.utc)
-        stem = f"{now.strftime('%Y%m%dT%H%M%SZ')}-{mode}"
-        root = Path(root)
-        if root.is_symlink() and not root.exists():
-            raise RunDirError(f"{root} is a symbolic link to {os.readlink(root)}, which does not exist.")
-        if root.exists() and not root.is_dir():
-            raise RunDirError(f"{root} is a file, not a folder for runs.")
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-            if shared is not None:
-                run = cls(root / f"{folder_name(shared)}-{mode}", node)
-                run.path.mkdir(mode=0o700, exist_ok=True)
-                run.events_dir.mkdir(parents=True, exist_ok=True)
-                if run.spec_path.exists():
-                    raise RunDirError(f"{run.path} already holds node {node}'s files; use a new --rdzv-id.")
-                return run
-            for n in range(1, 1000):
-                path = root / (stem if n == 1 else f"{stem}-{n}")
-                try:
-                    path.mkdir(mode=0o700)  # logs and environment changes: the owner's alone
-                except FileExistsError:
-                    continue
-                run = cls(path, node)
-                run.events_dir.mkdir()
-                return run
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            if exc.errno in (errno.EACCES, errno.EROFS, errno.EPERM):
-                reason = "permission denied" if exc.errno != errno.EROFS else "read-only file system"
-            raise RunDirError(f"cannot create a run directory under {root}: {reason}.") from None
-        raise RunDirError(f"too many runs named {stem} under {root}.")
+        from mgpu_tui.engine.protocol.rundir_make import make_run_dir  # it imports this module
+
+        return make_run_dir(cls, root, mode, now, node=node, shared=shared)
 
     # ---- well-known paths --------------------------------------------------
 
@@ -426,10 +397,3 @@ def monitor_record_path(lock: Path) -> Path:
 def _number(name: str) -> bool:
     """An ASCII number of at most 7 digits ("²" is a digit to str.isdigit, not to int)."""
     return name.isascii() and name.isdigit() and len(name) <= 7
-
-
-def read_capped(path: Path, limit: int, *, tail: bool = False, root: Path | None = None) -> str:
-    """The text of a file of a run, at most ``limit`` bytes of it: its start, or its end with
-    ``tail``; read by the one reader (protocol/folder.py: regular files only, no link followed
-    below ``root``, never blocking on a FIFO). Bytes that are not UTF-8 are replaced."""
-    return read_text(path, limit, tail=tail, root=root)

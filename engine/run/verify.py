@@ -17,7 +17,8 @@ from dataclasses import asdict, dataclass
 
 from mgpu_tui.engine.launch.command import demo_argv
 from mgpu_tui.engine.launch.spec import ResolvedSpec
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.protocol.typed import build
 
 VERIFY_MODULE = "mgpu_tui.demos.verify"

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Callable, Collection
 
 from mgpu_tui.console import plain
-from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir, read_capped
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 
 LAST_LINES = 8
 MAX_TAIL_BYTES = 64 * 1024

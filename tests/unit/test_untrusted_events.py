@@ -15,7 +15,8 @@ import pytest
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.protocol import events
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures.aggregate import Aggregator
 from mgpu_tui.engine.run.ingest import Ingest
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary

@@ -26,7 +26,8 @@ from pathlib import Path
 
 from mgpu_tui.engine.protocol.causes import PEER_LOST, RootCause, is_consequence  # noqa: F401 (told here too)
 from mgpu_tui.engine.protocol.events import Error
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.causes.launcher_report import (
     STDERR_TAIL_LINES,
     TorchrunReport,

@@ -34,7 +34,8 @@ from pathlib import Path
 from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.protocol.file_tail import FileTail
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped, stacks_file
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir, stacks_file
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.causes.rank_requests import STACKS_WAIT_S, request_flight_records, request_stacks
 from mgpu_tui.engine.run.causes.rootcause import RootCause

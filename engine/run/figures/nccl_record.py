@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mgpu_tui.engine.machine.nccl_log import read_nccl_log
-from mgpu_tui.engine.protocol.rundir import RunDir, read_capped
+from mgpu_tui.engine.protocol.folder import read_capped
+from mgpu_tui.engine.protocol.rundir import RunDir
 
 MAX_FILE_BYTES = 1 << 20  # start-up lines are a few hundred a rank: the head of a file says it all
 MAX_FILES = 1024
