@@ -73,6 +73,7 @@ def how_it_ended(run: Run, returncode: int | None) -> tuple[RunState, RootCause 
             rank_offset=spec.node_rank * (spec.nproc or 1),
             errors=run._ingest.errors(),
             program=bool(spec.program),
+            stopped_rank=run.stopped_rank,
         )
         finished = ran_to_its_end(run, root_cause.rank)
         if finished is not None:  # a script's rank that said done: its training had finished

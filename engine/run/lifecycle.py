@@ -113,6 +113,7 @@ class Run(IngestReadings):
         self._fr_read_at = 0.0
         self._started_at = 0.0
         self._stop_requested = False
+        self.stopped_rank: int | None = None  # the rank the user stopped on its own (the app's x)
         self._stopped_by: str | None = None  # Slurm's word for who stopped it (stop())
         self._node_cause: RootCause | None = None  # what ended the run from another node, or its absence
         self._watchdog = Watchdog(
@@ -325,6 +326,7 @@ class Run(IngestReadings):
             return f"rank {rank} is no process of this run on this machine that can be stopped."
         if not self._tree.signal([pid], signal.SIGTERM):
             return f"rank {rank} (pid {pid}) has already ended."
+        self.stopped_rank = rank
         self.log.info("sent SIGTERM to rank %d (pid %d), asked in the app", rank, pid)
         return f"Sent SIGTERM to rank {rank} (pid {pid}): the launcher sees it end, and stops the others."
 

@@ -54,6 +54,19 @@ def test_torchrun_is_believed_when_its_first_failure_is_a_failure_of_its_own(tmp
     assert (cause.rank, cause.message) == (0, "ValueError: bad batch")
 
 
+def test_the_rank_the_user_stopped_is_the_cause_whatever_torchrun_saw_first(tmp_path):
+    """The app's x sends one rank SIGTERM: it has no error of its own, and its peer's "connection
+    reset" can reach torchrun first (both look like casualties). The rank the user stopped is
+    the cause; without that word, torchrun's first is (a test of the app saw either, by timing)."""
+    stopped_by_hand = REPORT.replace(
+        "exitcode  : -11 (pid: 17088)  (SIGSEGV)", "exitcode  : -15 (pid: 17088)  (SIGTERM)"
+    )
+    run = run_dir_with(tmp_path, stopped_by_hand, {0: GLOO_RESET})
+    assert find_root_cause(run, launcher_exit_code=1, single_process=False).rank == 0
+    cause = find_root_cause(run, launcher_exit_code=1, single_process=False, stopped_rank=1)
+    assert (cause.rank, cause.signal) == (1, "SIGTERM")
+
+
 def test_a_rank_that_timed_out_waiting_for_a_hung_peer_is_a_casualty_too(tmp_path):
     # One pattern decides a casualty everywhere: torchrun's order of failures, the nodes' verdicts
     # and the hint. A watchdog timeout is the waiting rank's consequence of its peer's hang.

@@ -254,9 +254,10 @@ def _last_line(text: str) -> str:
 
 
 def _first_cause(
-    reports: list[TorchrunReport], rank_files: dict, errors: Mapping[int, Error]
+    reports: list[TorchrunReport], rank_files: dict, errors: Mapping[int, Error], stopped: int | None = None
 ) -> TorchrunReport | None:
-    """torchrun's root cause, unless it is a casualty and another failure is not.
+    """The rank the user stopped (``stopped``: the app's x), whatever torchrun saw first; else
+    torchrun's root cause, unless it is a casualty and another failure is not.
 
     torchrun orders failures by time, and a rank that lost its peer can write its error before
     torchrun notices the peer's death (a signal has no error file, so its time is when torchrun
@@ -278,6 +279,8 @@ def _first_cause(
 
     if not reports:
         return None
+    if (asked := next((r for r in reports if r.rank == stopped), None)) is not None:
+        return asked  # it died first by the user's hand; the others' errors are its consequence
     return next((r for r in reports if not casualty(r)), reports[0])
 
 
@@ -289,12 +292,14 @@ def find_root_cause(
     rank_offset: int = 0,
     errors: Mapping[int, Error] | None = None,
     program: bool = False,
+    stopped_rank: int | None = None,
 ) -> RootCause:
     """The first failure of a run that did not succeed.
 
     ``rank_offset`` turns a local rank into a global one (node rank x ranks per node); ``errors``:
     the ``error`` events the ranks wrote, by global rank; ``program``: the user's own script (its
-    hints say what to change in it).
+    hints say what to change in it); ``stopped_rank``: the rank the user stopped on its own (the
+    app's x), which torchrun may see end after its peers' errors about it.
     """
     errors = errors or {}
     rank_files = run_dir.rank_files()
@@ -305,7 +310,7 @@ def find_root_cause(
             launcher_text = read_capped(run_dir.launcher_log, MAX_LAUNCHER_LOG_BYTES, tail=True)
         except OSError:
             launcher_text = ""
-        report = _first_cause(parse_torchrun_reports(launcher_text), rank_files, errors)
+        report = _first_cause(parse_torchrun_reports(launcher_text), rank_files, errors, stopped_rank)
 
     if report is not None:
         rank, local, exit_code = report.rank, report.local_rank, report.exit_code
