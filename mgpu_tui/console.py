@@ -16,7 +16,21 @@ from typing import Any, TextIO
 
 from mgpu_tui.engine.protocol.text import plain  # the one sink: re-exported for the commands
 
-__all__ = ["CLEAR_LINE", "PlainStream", "plain", "redraw"]
+__all__ = [
+    "CLEAR_LINE",
+    "PlainStream",
+    "fmt_bytes",
+    "fmt_loss",
+    "fmt_percent",
+    "fmt_rank_loss",
+    "fmt_rate",
+    "fmt_seconds",
+    "plain",
+    "plain_output",
+    "redraw",
+    "status_word",
+    "table",
+]
 
 CLEAR_LINE = "\r\x1b[K"  # the live progress line's own control sequence, the only one the CLI writes
 

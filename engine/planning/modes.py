@@ -3,8 +3,10 @@
 Each mode names its demo module, how it is launched, how its ranks lay out on GPUs,
 how its model is cut into stages, and whether its CPU path does the real thing or
 only goes through the motions (DataParallel, say, only parallelises over CUDA
-devices). What differs between modes is said here, once: the spec, the command,
-placement and compare read it, and never test a mode's name.
+devices), how it holds memory (memory.py plans each shape), and its own facts (a warm-up it
+cannot take, heads it splits). What differs between modes is said here, once: the spec, the
+command, placement, the memory plan, --check and compare read it, and never test a mode's name
+(tests/unit/test_layers.py). docs/architecture.md says which files adding a mode touches.
 """
 
 from __future__ import annotations

@@ -1,2 +1,3 @@
-"""Runs as records: what the machine did during a run, kept with it (telemetry_log.py), and the
-past runs of a folder, listed and read back (history.py)."""
+"""Runs read back from their folders: the past runs of a folder, listed and read back
+(history.py); one run replayed or followed live from its folder alone (follow.py); and its recorded
+telemetry as series, with a node's host as its own file last said it (telemetry_read.py)."""

@@ -1,65 +1,8 @@
 """The result of a run: :class:`RunSummary`, built once when the run ends, written once.
 
-``summary.json`` and the CLI's ``--json`` line are its :meth:`RunSummary.to_json`
-(a stable contract; new keys may be added):
-
-- ``mode``, ``program`` (with --script / --module), ``status`` ("ok", "failed" or
-  "interrupted"), ``exit_code`` (the launcher's), ``device``, ``backend`` (a script's: what its
-  ranks used, null until known), ``shared_gpus``, ``world_size``, ``nnodes``, ``node_rank``,
-  ``steps`` (the last step every rank reached), ``steps_requested`` (null for a script: it says
-  none), ``batch_size`` (the global batch; for a script, counted where its batches entered DDP or
-  FSDP, else null) and ``batch_size_source`` (where a script's was counted),
-- ``finished_training``: a script's, whether every rank of this node ran it to its end (said
-  ``done``), also when one crashed at exit afterwards; null for the modes,
-- ``samples_per_s`` (global, steady state), ``step_time_s_median``, ``step_time_s_p10_p90``,
-  ``final_loss`` (the full global batch at the last step),
-- ``peak_mem_bytes``: a list indexed by rank (allocator peak on CUDA, peak RSS on the CPU),
-- ``ranks``: per-rank figures (rank, last_step, samples_per_s, loss, peak_mem_bytes, device,
-  pid, done, backend, tokens_per_s, collectives), ``launch_to_first_step_s``, ``duration_s``,
-  ``malformed_events``, ``run_dir``,
-- ``root_cause``: null, or rank, exit_code, signal, message, traceback, hint (what it means and what
-  to try, for the known signatures; null otherwise) (rootcause.py),
-- ``note``: one sentence on what the figures do not show (a degenerate CPU path, ranks sharing
-  GPUs), or null,
-- ``verify``: null, or ok, max_abs_diff, max_rel_diff, tolerance, precision, compared, missing,
-  unexpected (or ok false and an error) (verify.py),
-- ``stragglers``: the ranks the others waited for, each with rank, late_s (how much later than the
-  earliest rank it was ready, on average), steps and of_steps (how often it was the last), data_s
-  and others_data_s (its time on its batch, and the others' median) (aggregate.py),
-- ``nccl``: null, or what NCCL's own log of a CUDA run says: summary (one line), versions,
-  transports, ring_channels, warnings, errors, files (run/figures/nccl_record.py),
-- ``stall``: null, or timeout_s, ranks (rank, last_step, silent_s, process: what its process
-  was doing, stopped, running or gone; answers_stacks), stacks_dir, verdict (why, from the flight
-  recorder and the stacks: run/figures/flight_records.py; null when they cannot tell), culprit and
-  found_at (when the stall watch declared it) (watchdog.py).
-- ``tokens_per_s``: global tokens/s, where the ranks count tokens (a GPT), else null;
-- ``memory``: per rank, ``predicted_state_bytes`` (parameters, gradients and optimizer state, as
-  engine/planning/memory.py predicts them), ``measured_state_bytes`` (what the rank summed over its
-  own tensors after its first optimizer step; null where it cannot: rpc), ``predicted_total_bytes``
-  (its peak: with the activation estimate, buffers and autocast's copies), ``tensor_peak_bytes``
-  (the peak of its live tensors: the allocator's on CUDA, torch's MemTracker over the first steps
-  on the CPU; null where not measured) and ``peak_bytes`` (allocator on CUDA; on the CPU the
-  process's resident set, runtime and allocator slack included);
-- ``mgpu_tui_version``: the release of mgpu-tui that ran it (also in ``spec.json``);
-- ``nodes``: several nodes, every node of the job as this one last heard it: node, host, ranks,
-  state (ok, failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/watch.py); [] for one node.
-- ``slurm``: under Slurm, the job this node ran in: job_id, step_id (null: the batch script),
-  restart_count, nodelist, nnodes, node_id, ntasks, tasks_per_node, procid, localid, partition,
-  cluster, gpus_on_node (launch/slurm.py); null outside Slurm;
-- ``stopped_by``: an interrupted run that Slurm ended: "cancelled" (scancel) or "time limit"
-  (machine/slurm.py); null for any other end.
-- ``anatomy``: where the ranks took their steps apart (a script's watch, the demos), per rank: rank,
-  steps (the steady steps it is the mean of), step_s, and data_s, forward_s, backward_s, comm_s,
-  optimizer_s and host_s (its mean seconds a step in each part); absent otherwise (anatomy.py).
-- ``verdicts``: why the job was slow, where that was clear: kind ("input-bound", "straggler",
-  "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint (the
-  change to try); absent when none (anatomy.py).
-- ``compute``: where the ranks counted their steps' FLOPs (a script's watch: engine/rank/watch/flop_count.py):
-  tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
-  peak_tflops, and note (why the MFU, or both, is null); also per rank in ``ranks``; absent
-  otherwise (run/figures/mfu.py).
-
-aggregate.py defines every figure.
+``summary.json`` and the CLI's ``--json`` line are its :meth:`RunSummary.to_json` (a stable
+contract; new keys may be added). Each field is described where it is declared, below;
+docs/modes.md says the same to users. figures/aggregate.py defines every figure.
 """
 
 from __future__ import annotations
@@ -141,53 +84,96 @@ class RankSummary:
 
 @dataclass(frozen=True)
 class RunSummary:
-    mode: str
-    program: str | None
-    status: RunStatus
-    exit_code: int | None
+    """One run's result, as ``summary.json`` and ``--json`` write it (to_json: a stable contract;
+    new keys may be added, each with its default, so older summaries still read). Each field says
+    what it holds where it is declared."""
+
+    mode: str  # the mode's name ("script" for --script / --module, "exec" for a command)
+    program: str | None  # --script / --module: what ran; None for a mode
+    status: RunStatus  # "ok", "failed" or "interrupted"
+    exit_code: int | None  # the launcher's
     device: str
+    # A script's: what its ranks used (null until known); a mode's: its process group.
     backend: str | None
-    shared_gpus: bool
+    shared_gpus: bool  # --share-gpus: ranks shared GPUs (and talked over gloo)
     world_size: int
     nnodes: int
     node_rank: int
-    steps: int
+    steps: int  # the last step every rank reached
     steps_requested: int | None  # None: a script, which says none
-    batch_size: int | None  # the global batch; a script's only where it was counted
-    samples_per_s: float | None
+    # The global batch; a script's only where it was counted (where its batches entered DDP or
+    # FSDP, else its DataLoader's: batch_size_source says which).
+    batch_size: int | None
+    samples_per_s: float | None  # global, over the steady steps (aggregate.py defines every figure)
     step_time_s_median: float | None
     step_time_s_p10_p90: tuple[float, float] | None
-    final_loss: float | None
-    peak_mem_bytes: tuple[int | None, ...]  # by rank
+    final_loss: float | None  # the full global batch's, at the last step
+    # By rank: the allocator's peak on CUDA, the peak RSS on the CPU.
+    peak_mem_bytes: tuple[int | None, ...]
+    # Each rank's figures: rank, last_step, samples_per_s, loss, peak_mem_bytes, device, pid, done,
+    # backend, tokens_per_s, collectives, diverged_at, compute (RankSummary).
     ranks: tuple[RankSummary, ...]
     launch_to_first_step_s: float | None
     duration_s: float
-    malformed_events: int
+    malformed_events: int  # event lines skipped as malformed (a rank can write anything)
     run_dir: str
+    # A failure's: rank, exit_code, signal, message, traceback, hint (what it means and what to try,
+    # for the known signatures; null otherwise) (causes/rootcause.py).
     root_cause: RootCause | None
+    # One sentence on what the figures do not show (a degenerate CPU path, ranks sharing GPUs).
     note: str | None
+    # --verify's: ok, max_abs_diff, max_rel_diff, tolerance, precision, compared, missing,
+    # unexpected (or ok false and an error) (run/verify.py).
     verify: Verify | None
+    # The stall watch's: timeout_s, ranks (rank, last_step, silent_s, process: stopped, running or
+    # gone; answers_stacks), stacks_dir, verdict (from the flight recorder and the stacks; null
+    # when they cannot tell), culprit and found_at (causes/watchdog.py).
     stall: Stall | None
     telemetry: TelemetryFigures | None = None  # the machine during the run (run/figures/telemetry_log.py)
-    stragglers: tuple[Straggler, ...] = ()  # ranks the others waited for (aggregate.py)
-    nccl: NcclFigures | None = None  # NCCL's own account of a CUDA run (run/figures/nccl_record.py)
-    nodes: tuple[NodeView, ...] = ()  # several nodes: each node as this one last heard it (nodes/watch.py)
+    # The ranks the others waited for: rank, late_s (how much later than the earliest, on
+    # average), steps and of_steps (how often it was the last), data_s and others_data_s (its time
+    # on its batch, and the others' median) (figures/stragglers.py).
+    stragglers: tuple[Straggler, ...] = ()
+    # What NCCL's own log of a CUDA run says: summary (one line), versions, transports,
+    # ring_channels, warnings, errors, files (run/figures/nccl_record.py).
+    nccl: NcclFigures | None = None
+    # Several nodes: every node of the job as this one last heard it: node, host, ranks, state (ok,
+    # failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/view.py); () for one.
+    nodes: tuple[NodeView, ...] = ()
     tokens_per_s: float | None = None  # global, where the ranks count tokens (a GPT)
-    memory: tuple[RankMemory, ...] = ()  # per rank: the planner's prediction beside what it measured
+    # Per rank: predicted_state_bytes (parameters, gradients and optimizer state, as
+    # planning/memory.py predicts them), measured_state_bytes (what the rank summed over its own
+    # tensors after its first optimizer step; null where it cannot: rpc), predicted_total_bytes (its
+    # peak: with the activation estimate, buffers and autocast's copies), tensor_peak_bytes (its live
+    # tensors' peak: the allocator's on CUDA, torch's MemTracker over the first steps on the CPU)
+    # and peak_bytes (allocator on CUDA; the process's resident set on the CPU) (summary_facts.py).
+    memory: tuple[RankMemory, ...] = ()
     mgpu_tui_version: str | None = None  # the release that ran it (None: read from an older summary)
     batch_size_source: str | None = None  # a script's: where its batch was counted
-    finished_training: bool | None = None  # a script's: every rank here ran it to its end
-    slurm: SlurmJob | None = None  # the Slurm job, step and task this node was (launch/slurm.py)
-    stopped_by: str | None = None  # who stopped an interrupted run: "cancelled" or "time limit" (Slurm)
+    # A script's: every rank of this node ran it to its end (said done), also when one crashed at
+    # exit afterwards; null for the modes.
+    finished_training: bool | None = None
+    # Under Slurm, the job this node ran in: job_id, step_id (null: the batch script),
+    # restart_count, nodelist, nnodes, node_id, ntasks, tasks_per_node, procid, localid, partition,
+    # cluster, gpus_on_node (launch/slurm.py); null outside Slurm.
+    slurm: SlurmJob | None = None
+    # An interrupted run that Slurm ended: "cancelled" (scancel) or "time limit"; null otherwise.
+    stopped_by: str | None = None
     # A command's (mgpu-tui exec): every process its tree ran, each with the rank it was or belonged to.
     processes: tuple[ProcessSeen, ...] = ()
-    # Where each rank's step went (its mean seconds a step in each part), where its ranks took their
-    # steps apart, and why the job was slow, where that was clear (anatomy.py).
+    # Where the ranks took their steps apart (a script's watch, the demos), per rank: rank, steps
+    # (the steady steps it is the mean of), step_s, and data_s, forward_s, backward_s, comm_s,
+    # optimizer_s and host_s (its mean seconds a step in each part); absent otherwise (anatomy.py).
     anatomy: tuple[RankAnatomy, ...] = ()
+    # Why the job was slow, where that was clear: kind ("input-bound", "straggler",
+    # "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint
+    # (the change to try); absent when none (anatomy.py).
     verdicts: tuple[Verdict, ...] = ()
-    compute: Compute | None = (
-        None  # the job's TF/s and MFU, where its ranks counted FLOPs (run/figures/mfu.py)
-    )
+    # Where the ranks counted their steps' FLOPs (a script's watch: rank/watch/flop_count.py):
+    # tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
+    # peak_tflops, and note (why the MFU, or both, is null); also per rank in ranks; absent
+    # otherwise (run/figures/mfu.py).
+    compute: Compute | None = None
 
     @property
     def ok(self) -> bool:
