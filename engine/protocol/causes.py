@@ -58,10 +58,11 @@ def is_consequence(cause: RootCause) -> bool:
 
 
 # Frames a traceback passes through on its way to the user's code, which say nothing of the error:
-# torch elastic's @record wrapper, mp.spawn's, and mgpu-tui's own watch (its wrappers of torch).
+# torch elastic's @record wrapper, mp.spawn's, and mgpu-tui's own watch (its wrappers of torch, in
+# engine/rank/watch/, wherever a module of it moves there) and the bootstrap that runs the script.
 NOT_THE_USERS = re.compile(
     r'^  File ".*(/torch/distributed/elastic/|/torch/multiprocessing/spawn\.py'
-    r"|/engine/rank/(wrapping|script_watch|process_watch|bootstrap)\.py)"
+    r"|/engine/rank/(watch/\w+|bootstrap)\.py)"
 )
 
 

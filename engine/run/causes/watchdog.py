@@ -121,11 +121,10 @@ class Stall:
         return RootCause(stuck[0].rank, None, None, message, "\n".join(parts))
 
 
-# Frames of mgpu-tui's own code in a rank: the reporter's and the bootstrap's threads, and the
-# bootstrap's frames under the script's own. Left out of the stacks shown (stacks/rank<N>.txt keeps them).
-_OWN_THREAD = re.compile(
-    r'engine/rank/(reporter\.py", line \d+ in _loop|script_watch\.py", line \d+ in _watch_stack)'
-)
+# Frames of mgpu-tui's own code in a rank: its two threads (the flight-record dumper's _loop, the
+# watch's beats in _watch_stack, in whichever module of engine/rank they live), and the bootstrap's
+# frames under the script's own. Left out of the stacks shown (stacks/rank<N>.txt keeps them).
+_OWN_THREAD = re.compile(r'engine/rank/[\w/]+\.py", line \d+ in (_loop|_watch_stack)\b')
 _OWN_FRAME = re.compile(r'^\s*File "(?:[^"]*engine/rank/bootstrap\.py|<frozen runpy>)"', re.M)
 
 

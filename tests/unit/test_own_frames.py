@@ -1,0 +1,63 @@
+"""mgpu-tui's own frames and threads are left out of what the user reads, taken from the real code
+wherever its modules live: a traceback through the watch's wrapper of a torch function (the
+root-cause panel), and a rank's stack dump written by its own dumping thread while the watch's beat
+thread runs (the stall panel). The patterns that recognise them once named files that a split had
+moved (engine/rank/script_watch.py into engine/rank/watch/), and a test written with the old paths
+by hand still passed."""
+
+from __future__ import annotations
+
+import traceback
+
+from mgpu_tui.engine.protocol.causes import users_frames
+from mgpu_tui.engine.protocol.rundir import STACKS_REQUEST, RunDir
+from mgpu_tui.engine.rank.flight_dump import FlightRecorderDump
+from mgpu_tui.engine.rank.watch import script_watch
+from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
+from mgpu_tui.engine.rank.watch.wrapping import around
+from mgpu_tui.engine.run.causes.watchdog import readable_stacks
+from tests.waiting import wait_until
+
+
+def users_step() -> None:
+    raise RuntimeError("boom")
+
+
+def test_a_traceback_through_the_watchs_wrapper_shows_the_users_frames_only():
+    watched = around(users_step, before=lambda args, kwargs: None)
+    try:
+        watched()
+    except RuntimeError:
+        text = traceback.format_exc()
+    assert "engine/rank/watch/wrapping.py" in text  # the real wrapper is on the way
+    shown = users_frames(text)
+    assert "engine/rank" not in shown
+    assert "in users_step" in shown and "in test_a_traceback_through" in shown
+    assert shown.endswith("RuntimeError: boom\n")
+
+
+class NoReporter:
+    def beat(self, where: str | None) -> None:
+        return
+
+
+def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, monkeypatch):
+    monkeypatch.setattr(script_watch, "BEAT_S", 0.05)
+    watch = ScriptWatch(NoReporter(), "train.py")
+    watch._start_beats()
+    dumper = FlightRecorderDump(tmp_path, rank=0)
+    folder = RunDir(tmp_path)
+    request = folder.request_path(STACKS_REQUEST)
+    try:
+        request.parent.mkdir(parents=True, exist_ok=True)
+        request.write_text("")
+        assert wait_until(lambda: folder.stacks_path(0).exists(), timeout=10)
+        raw = folder.stacks_path(0).read_text()
+    finally:
+        dumper.stop()
+        watch._stop_beats()
+    assert "_watch_stack" in raw and "_loop" in raw  # both threads were in the dump
+    shown = readable_stacks(raw)
+    assert "engine/rank" not in shown
+    main_thread = shown.split("\n\n")[0]  # first: the thread the dump's first line named
+    assert "in test_a_ranks_stacks_shown" in main_thread and "in wait_until" in main_thread
