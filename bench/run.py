@@ -264,15 +264,15 @@ def us(fn, n=5000):
 def one_step():  # what the hooks do for a step of 4 micro-batches, without the training itself
     for _ in range(4):
         watch._before_forward(model, (x,), {})
-        watch._on_backward(loss)
-    watch._after_optimizer_step(optimizer, (), {})
+        watch.on_backward(loss)
+    watch.after_optimizer_step(optimizer, (), {})
 
 def counted():
-    watch._on_backward(loss)
-    watch._after_optimizer_step(optimizer, (), {})
+    watch.on_backward(loss)
+    watch.after_optimizer_step(optimizer, (), {})
 
 parts = {"forward pre-hook (x4)": 4 * us(lambda: watch._before_forward(model, (x,), {})),
-         "backward hook (x4)": 4 * us(lambda: watch._on_backward(loss)),
+         "backward hook (x4)": 4 * us(lambda: watch.on_backward(loss)),
          "a step counted (loss, memory, event)": us(counted, 2000)}
 print(repr({"parts": parts, "step": us(one_step, 2000), "counted": watch.steps}))
 watch.finish(); reporter.close()

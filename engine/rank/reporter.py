@@ -48,7 +48,7 @@ def _env_int(name: str, default: int) -> int:
 # parent's): kept referenced for the process's life, so that no collection ever closes them.
 _LET_GO: list[Any] = []
 
-# In a script run's rank, the bootstrap's own reporter (engine/rank/watch/script_watch.py): a Reporter the
+# In a script run's rank, the bootstrap's own reporter (ScriptReporter, below): a Reporter the
 # script makes itself then speaks through it (one hello, one file, one stack handler) and its steps
 # replace the ones the bootstrap counts.
 _bootstrap: Reporter | None = None
@@ -340,3 +340,28 @@ class Reporter:
                 "".join(traceback_module.format_exception(exc_type, exc, tb)),
             )
         self.close()
+
+
+class ScriptReporter(Reporter):
+    """The reporter of a script that does not know mgpu-tui: it prints nothing (the script's own
+    output stays its own) and says what the script used (``about``) and that it moves (``beat``).
+    Made, it is the rank's one reporter: a Reporter the script makes speaks through it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        global _bootstrap
+        _bootstrap = self
+
+    def _print(self, message: str) -> None:
+        return
+
+    def about(self, **fields: Any) -> None:
+        self._write("about", fields)
+
+    def beat(self, where: str | None) -> None:
+        self._write("beat", {"where": where})
+
+    def adopt(self, reporter: Reporter) -> None:
+        self.script_reports_steps = True
+
+    script_reports_steps = False  # the script made a Reporter: its steps are the rank's, not ours

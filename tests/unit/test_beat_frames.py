@@ -8,7 +8,7 @@ import threading
 import time
 import weakref
 
-from mgpu_tui.engine.rank.watch import script_watch
+from mgpu_tui.engine.rank.watch import stack_signature
 from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
 
 
@@ -33,7 +33,7 @@ def compile_a_submodule(seconds: float) -> weakref.ref:
 
 
 def test_a_local_ends_with_its_function_not_at_the_watchers_next_beat(monkeypatch):
-    monkeypatch.setattr(script_watch, "BEAT_S", 0.25)
+    monkeypatch.setattr(stack_signature, "BEAT_S", 0.25)
     watch = ScriptWatch(Beats(), "train.py")  # torch is not hooked: only the beat thread runs
     beats = threading.Thread(target=watch._watch_stack, daemon=True)
     beats.start()

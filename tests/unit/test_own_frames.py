@@ -12,7 +12,7 @@ import traceback
 from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.rundir import STACKS_REQUEST, RunDir
 from mgpu_tui.engine.rank.flight_dump import FlightRecorderDump
-from mgpu_tui.engine.rank.watch import script_watch
+from mgpu_tui.engine.rank.watch import stack_signature
 from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
 from mgpu_tui.engine.rank.watch.wrapping import around
 from mgpu_tui.engine.run.causes.watchdog import readable_stacks
@@ -42,7 +42,7 @@ class NoReporter:
 
 
 def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, monkeypatch):
-    monkeypatch.setattr(script_watch, "BEAT_S", 0.05)
+    monkeypatch.setattr(stack_signature, "BEAT_S", 0.05)
     watch = ScriptWatch(NoReporter(), "train.py")
     watch._start_beats()
     dumper = FlightRecorderDump(tmp_path, rank=0)

@@ -101,7 +101,8 @@ def test_the_traceback_shown_starts_at_the_users_frames():
         "           ^^^^^^^^^^^^^^^^^^\n"
         '  File "/home/u/train.py", line 12, in main\n'
         "    dist.init_process_group()\n"
-        '  File "/v/lib/python3.11/site-packages/mgpu_tui/engine/rank/watch/wrapping.py", line 97, in watched\n'
+        '  File "/v/lib/python3.11/site-packages/mgpu_tui/engine/rank/watch/wrapping.py", line 97, '
+        "in watched\n"
         "    result = original(*args, **kwargs)\n"
         '  File "/v/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 1892, in init\n'
         "    store, rank, world_size = next(rendezvous_iterator)\n"

@@ -39,7 +39,7 @@ def test_a_complex_loss_is_no_loss_and_no_warning_of_torchs_reaches_the_script(r
     """float() of a complex tensor prints torch's casting warning into the script's stderr."""
     watch = ScriptWatch(Reporter(), "train.py")
     watch.torch = torch
-    watch._on_backward(torch.tensor(1.0 + 2.0j))
-    watch._on_backward(torch.tensor(0.5))
+    watch.on_backward(torch.tensor(1.0 + 2.0j))
+    watch.on_backward(torch.tensor(0.5))
     assert len(watch._losses) == 1 and float(watch._losses[0]) == 0.5
     assert not [w for w in recwarn if "complex" in str(w.message).lower()]

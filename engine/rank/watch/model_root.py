@@ -9,8 +9,15 @@ is the last resort, once (it took 160 ms on a Hugging Face model).
 from __future__ import annotations
 
 import gc
+import importlib
+import sys
+import weakref
+from collections.abc import Callable
 from types import FrameType, ModuleType
 from typing import Any
+
+from mgpu_tui.engine.rank.watch import step_clock
+from mgpu_tui.engine.rank.watch.wrapping import around, keep_out_of_copies
 
 MAX_FRAMES = 64  # the frames of the stack looked through, innermost first
 MAX_CANDIDATES = 4096  # modules weighed at most
@@ -88,3 +95,84 @@ def batch_source(module: Any) -> str:
             return f"the batches entering {name}, which has no GPU here and runs its module as it is"
         return f"the batches entering {name}, spread over {', '.join(f'cuda:{i}' for i in ids)}"
     return f"the batches entering {name}"
+
+
+LOADER_SOURCE = "the batches its DataLoader gave"  # where no model's forward counted them
+BATCH_SOURCE = {"ddp": "the batches entering DistributedDataParallel", "fsdp": "the batches entering FSDP"}
+
+
+class HookedRoot:
+    """The root module's forward hooks: ``before_forward(module, args, kwargs)`` sees each batch,
+    and the step clock (step_clock.py) each forward's start and end."""
+
+    def __init__(
+        self, before_forward: Callable[[Any, tuple, dict], None], clock: step_clock.StepClock
+    ) -> None:
+        self._before_forward = before_forward
+        self._clock = clock
+        self.torch: Any = None  # set when the script imports torch
+        self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
+        self.source: str | None = None  # where the batch is counted (BATCH_SOURCE), once hooked
+
+    def __bool__(self) -> bool:
+        return bool(self._roots)
+
+    def hook(self, module: Any, kind: str) -> None:
+        """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied
+        to the layers first, then to the root); another model wrapped later is left alone."""
+        inside = {id(m) for m in module.modules()}
+        kept: list[tuple[weakref.ref, list[Any]]] = []
+        for ref, handles in self._roots:
+            hooked = ref()
+            if hooked is None:
+                continue
+            if id(hooked) in inside and hooked is not module:
+                for handle in handles:
+                    handle.remove()
+                continue
+            return  # a root is hooked already, and this module does not hold it
+        handles = self._forward_hooks(module, _untraced)
+        self._roots = [*kept, (weakref.ref(module), handles)]
+        self.source = BATCH_SOURCE.get(kind, kind)
+
+    def _forward_hooks(self, module: Any, wrap: Any) -> list[Any]:
+        """The root's hooks: before its forward (the batch, and the forward's start) and after it,
+        even when it raises (the forward's end); kept out of pickles and deep copies."""
+        handles = [module.register_forward_pre_hook(wrap(self._before_forward), with_kwargs=True)]
+        handles += step_clock.hook_forward(module, self._clock, self.torch, wrap)
+        for handle in handles:
+            keep_out_of_copies(module, handle.id)
+        return handles
+
+    def after_dynamo(self, dynamo: ModuleType, move: Callable[[Any, Any], None]) -> None:
+        """torch._dynamo is loaded now (torch.compile after DDP): the hooks set so far are kept out
+        of its graphs, and a root torch.compile wraps from now on is handed to ``move``."""
+        for ref, handles in self._roots:
+            module = ref()
+            for handle in handles:
+                for name in ("_forward_pre_hooks", "_forward_hooks"):
+                    hooks = getattr(module, name, {})
+                    if module is not None and handle.id in hooks:
+                        hooks[handle.id] = dynamo.disable(hooks[handle.id])
+        compiled = importlib.import_module("torch._dynamo.eval_frame").OptimizedModule
+        compiled.__init__ = around(
+            compiled.__init__, after=lambda a, k, out: move(getattr(a[0], "_orig_mod", None), a[0])
+        )
+
+    def move(self, inner: Any, outer: Any) -> None:
+        """torch.compile wrapped the hooked root: the hook goes to the wrapper, whose own call runs
+        eagerly before the compiled forward, so nothing of mgpu-tui is in (or breaks) the graph."""
+        for ref, handles in self._roots:
+            if inner is not None and ref() is inner:
+                for handle in handles:
+                    handle.remove()
+                self._roots = [(weakref.ref(outer), self._forward_hooks(outer, lambda hook: hook))]
+                return
+
+
+def _untraced(hook: Any) -> Any:
+    """``hook`` kept out of torch.compile's graphs (torch._dynamo.disable), if dynamo is loaded:
+    importing it costs a second, which a script that never compiles must not pay. A script that
+    loads it later (torch.compile after DDP) gets the hooks wrapped then (HookedRoot.after_dynamo)."""
+    dynamo = sys.modules.get("torch._dynamo")
+    return dynamo.disable(hook) if dynamo is not None and hasattr(dynamo, "disable") else hook

@@ -1,12 +1,18 @@
-"""Where a rank's main thread is, read by the watch's beat thread (script_watch.py): a stack's
-signature (has it moved?) and the script's own innermost frame, in words. Frames are read and let
-go at once: a frame kept alive keeps its locals alive (docs/architecture.md, the threads).
+"""Where a rank's main thread is, read by the watch's beat thread: a stack's signature (has it
+moved?) and the script's own innermost frame, in words. Every BEAT_S the thread tells the watch
+where the main thread is and whether it moved (another call, another line of an outer frame); the
+watch writes a ``beat`` when it moved and nothing else was written meanwhile (script_watch.py). A
+rank that neither steps nor beats has not moved: the stall watch's evidence (watchdog.py). Frames
+are read and let go at once: a frame kept alive keeps its locals alive (docs/architecture.md, the
+threads).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
+from collections.abc import Callable
 from types import FrameType
 
 SIGNATURE_FRAMES = 64  # the innermost frames of a stack: its signature
@@ -40,3 +46,24 @@ def signature(frame: FrameType | None, program: str) -> tuple[tuple, str | None]
     if shown is not None:
         where = f"{shown.f_code.co_name} at {os.path.basename(shown.f_code.co_filename)}:{shown.f_lineno}"
     return moving_parts, where
+
+
+BEAT_S = 1.0
+
+
+def look_at_main_thread(
+    stopped: threading.Event, program: str, tick: Callable[[str | None, bool], None]
+) -> None:
+    """Until ``stopped``: every BEAT_S, ``tick(where, moved)``, where the main thread is in
+    ``program`` (stack_signature.py) and whether it moved since the last look."""
+    main = threading.main_thread().ident
+    last = None
+    while not stopped.wait(BEAT_S):
+        # The main thread's frames are read and let go at once, never held until the next beat:
+        # a frame kept alive keeps its locals alive, and code that counts on a local's end then
+        # sees it end at a random moment, on this thread. torch's DDPOptimizer does: a guard's
+        # __del__ turns off its compile state, so torch.compile of a DDP model failed on a GPU
+        # ("Cannot access data pointer of Tensor") when a beat had held an earlier frame.
+        now, where = signature(main_frame(main), program)
+        tick(where, last is not None and now != last)
+        last = now

@@ -1,0 +1,180 @@
+"""A script rank's figures, read from torch once a step is counted (script_watch.py counts it): the
+batch's size, the loss without draining the GPU's stream, the memory, the steps written in order
+once their loss is known, and what the rank ran on (``about``)."""
+
+from __future__ import annotations
+
+import collections
+import os
+import resource
+from dataclasses import dataclass
+from typing import Any
+
+from mgpu_tui.engine.rank.watch.flop_count import StepFlops
+from mgpu_tui.engine.rank.watch.wrapping import backend_for
+
+MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once
+
+
+@dataclass
+class Step:
+    step: int
+    at: float
+    samples: int
+    tokens: int
+    data_s: float | None
+    mem: tuple[int | None, int | None]
+    loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
+    parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
+    flops: int | None  # its floating-point operations, counted by torch (flop_count.py)
+    aside_s: float  # the seconds counting them took inside this step: not the step's own
+
+
+def first_tensor(values: tuple, depth: int = 0) -> Any:
+    """The first tensor among ``values`` (looking into lists, tuples and dicts, not deeply)."""
+    for value in values:
+        if hasattr(value, "dim") and hasattr(value, "shape") and hasattr(value, "is_floating_point"):
+            return value
+        if depth < 2 and isinstance(value, (list, tuple)):
+            found = first_tensor(tuple(value), depth + 1)
+        elif depth < 2 and isinstance(value, dict):
+            found = first_tensor(tuple(value.values()), depth + 1)
+        else:
+            continue
+        if found is not None:
+            return found
+    return None
+
+
+def batch_size(batch: Any) -> tuple[int, int] | None:
+    """(samples, tokens) of a batch: its first dimension, and for a 2-D integer batch (token ids)
+    all its elements as tokens; None for no batch (no tensor, or a scalar)."""
+    if batch is None or batch.dim() == 0:
+        return None
+    tokens = (
+        batch.numel() if batch.dim() == 2 and not batch.is_floating_point() and not batch.is_complex() else 0
+    )
+    return int(batch.shape[0]), int(tokens)
+
+
+def loss_of(torch: Any, losses: list[Any]) -> Any:
+    """The step's loss, the sum of its micro-batches': a float, or on a GPU (a non-blocking copy
+    into pinned memory, its CUDA event) to be read once the event has completed."""
+    if not losses:
+        return None
+    try:
+        total = losses[0].float() if len(losses) == 1 else torch.stack([x.float() for x in losses]).sum()
+        if total.device.type != "cuda":
+            return float(total)
+        copy = torch.empty((), dtype=torch.float32, pin_memory=True)
+        copy.copy_(total, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return copy, done
+    except Exception:  # noqa: BLE001 (an odd loss, a device gone: the step is still counted)
+        return None
+
+
+def memory(torch: Any, device: Any) -> tuple[int | None, int | None]:
+    """(now, peak) bytes: the CUDA allocator's on ``device`` once the script initialised CUDA (never
+    the watch: it would open a context on GPU 0 in every rank); else the process's RSS and its peak."""
+    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = None
+    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+class PendingSteps:
+    """Steps counted and not written yet: each waits for its loss from the GPU, and they are
+    written in order (a step's event is recorded when its loss is known)."""
+
+    def __init__(self) -> None:
+        self._steps: collections.deque[Step] = collections.deque()
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def add(self, step: Step) -> None:
+        self._steps.append(step)
+
+    def clear(self) -> None:
+        self._steps.clear()
+
+    def write_ready(self, reporter: Any, wait: bool = False) -> bool:
+        """Write the steps whose loss is known, in order (``wait``: the oldest, whatever it takes);
+        whether one was written. With no reporter, or a script that reports its own steps, they
+        are let go unwritten."""
+        wrote = False
+        while self._steps:
+            step = self._steps[0]
+            if isinstance(step.loss, tuple):
+                copy, done = step.loss
+                if not (wait or done.query()):
+                    return wrote
+                done.synchronize()
+                step.loss = float(copy)
+            self._steps.popleft()
+            wait = False
+            mem, peak = step.mem
+            if mem is not None and peak is not None:
+                peak = max(peak, mem)  # the kernel's peak RSS lags its current one a little
+            if reporter is None or reporter.script_reports_steps:
+                continue
+            reporter.step(
+                step.step,
+                samples=step.samples,
+                tokens=step.tokens,
+                loss=step.loss,
+                mem_bytes=mem,
+                mem_peak_bytes=peak,
+                data_s=step.data_s,
+                parts=step.parts,
+                at=step.at,
+                flops=step.flops,
+                aside_s=step.aside_s,
+            )
+            wrote = True
+        return wrote
+
+
+def about_fields(
+    torch: Any,
+    device_seen: Any,
+    backend: str | None,
+    *,
+    batch: int,
+    batch_source: str | None,
+    loader_workers: int | None,
+    counted: StepFlops | None,
+) -> dict[str, Any]:
+    """What the rank ran on: its device (the loss's), its GPU's identity, the process group's
+    backend, its batch (where it was counted), its DataLoader's workers and how its FLOPs were
+    counted."""
+    device, uuid = "unknown", None
+    if device_seen is None:
+        # No loss seen (no backward yet, or none at all): a process that never started CUDA ran
+        # on the CPU; one that did may have used either, so it is not said (a script that failed
+        # in its first forward on a GPU was called a CPU run).
+        device = "unknown" if torch.cuda.is_initialized() else "cpu"
+    elif device_seen.type == "cuda" and torch.cuda.is_initialized():
+        index = device_seen.index if device_seen.index is not None else torch.cuda.current_device()
+        device, uuid = f"cuda:{index}", f"GPU-{torch.cuda.get_device_properties(index).uuid}"
+    else:
+        device = str(device_seen)
+    fields: dict[str, Any] = {"device": device, "device_uuid": uuid, "backend": backend_for(backend, device)}
+    if batch and batch_source:
+        fields.update(batch=batch, batch_source=batch_source)
+    if loader_workers is not None:
+        fields["loader_workers"] = loader_workers
+    if device.startswith("cuda:"):
+        fields["device_name"] = torch.cuda.get_device_name(int(device.split(":")[1]))
+    if counted is not None:
+        if counted.precision is not None:
+            fields["precision"] = counted.precision
+        if counted.note is not None:
+            fields["flops_note"] = counted.note
+    return fields

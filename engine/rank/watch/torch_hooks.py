@@ -1,0 +1,107 @@
+"""Where a script's watch goes into torch (script_watch.py holds what each hook does): the optimizer
+step post-hook, ``autograd.backward``, GradScaler, the DataLoader's iterator, the DDP and FSDP
+constructors and the process group's start and end. Each wrapper passes its arguments through
+exactly as called (wrapping.around: positional or keyword, under any name, the wrapped signature
+kept) and does its own part quietly: a figure lost, never the script's step."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import sys
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from mgpu_tui.engine.rank.watch import step_clock
+from mgpu_tui.engine.rank.watch.wrapping import argument, around, rebind
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
+
+
+def install(torch: ModuleType, watch: ScriptWatch) -> None:
+    """The watch's hooks into torch, as the script imports it."""
+    optimizers = importlib.import_module("torch.optim.optimizer")
+    optimizers.register_optimizer_step_post_hook(watch.after_optimizer_step)
+    torch.autograd.backward = _watched_backward(torch.autograd.backward, watch)
+    step_clock.install(torch, watch.clock)
+    scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler
+    scaler.scale = around(
+        scaler.scale, after=lambda a, k, out: watch.remember_scaled(argument(a, k, 1, "outputs"), out)
+    )
+    scaler.step = around(
+        scaler.step, after=lambda a, k, out: watch.after_scaler_step(argument(a, k, 1, "optimizer"))
+    )
+    loaders = importlib.import_module("torch.utils.data.dataloader")._BaseDataLoaderIter
+    loaders.__next__ = _watched_next(loaders.__next__, watch)
+    ddp = torch.nn.parallel.DistributedDataParallel
+    ddp.__init__ = around(ddp.__init__, after=lambda a, k, out: watch.hook_root(a[0], "ddp"))
+    dist = torch.distributed
+    if dist.is_available():
+        # Every module that bound the function by name (torch.distributed, distributed_c10d,
+        # device_mesh, which init_device_mesh calls it through) gets the watched one.
+        rebind(
+            dist.init_process_group,
+            around(dist.init_process_group, after=lambda a, k, out: watch.see_group()),
+        )
+        rebind(
+            dist.destroy_process_group,
+            around(dist.destroy_process_group, before=lambda a, k: watch.before_destroy()),
+        )
+
+
+def install_fsdp(fsdp: ModuleType, watch: ScriptWatch) -> None:
+    """FSDP2's fully_shard (wherever a script imports it from) and FSDP1's class."""
+    shard = getattr(fsdp, "fully_shard", None)
+    if shard is not None:
+
+        def after_shard(args: tuple, kwargs: dict, out: Any) -> None:
+            module = argument(args, kwargs, 0, "module")
+            watch.hook_root(out if out is not None else module, "fsdp")
+
+        watched = around(shard, after=after_shard)
+        for name in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):
+            if getattr(sys.modules.get(name), "fully_shard", None) is shard:
+                setattr(sys.modules[name], "fully_shard", watched)  # noqa: B010
+    fsdp1 = getattr(fsdp, "FullyShardedDataParallel", None)
+    if fsdp1 is not None:
+        fsdp1.__init__ = around(fsdp1.__init__, after=lambda a, k, out: watch.hook_root(a[0], "fsdp"))
+
+
+def _watched_next(next_batch: Any, watch: ScriptWatch) -> Any:
+    """A DataLoader iterator's ``__next__``: a training batch's wait is the step's data, and the
+    batch is counted (an evaluation's, under no_grad, is neither)."""
+
+    @functools.wraps(next_batch)
+    def watched_next(*args: Any, **kwargs: Any) -> Any:
+        if not watch.torch.is_grad_enabled():
+            return next_batch(*args, **kwargs)
+        watch.clock.enter("data")
+        try:
+            batch = next_batch(*args, **kwargs)
+        finally:
+            watch.clock.leave("data")
+        watch.on_loader_batch(batch, args[0] if args else None)
+        return batch
+
+    return watched_next
+
+
+def _watched_backward(backward: Any, watch: ScriptWatch) -> Any:
+    """torch.autograd.backward (Tensor.backward calls it): the outer call of a backward is a
+    micro-batch, and its one-element tensor the loss; a backward inside it (reentrant
+    checkpointing) is not another."""
+
+    @functools.wraps(backward)
+    def watched_backward(*args: Any, **kwargs: Any) -> Any:
+        outer = not watch.in_backward
+        if outer:
+            watch.on_backward(argument(args, kwargs, 0, "tensors"))
+            watch.in_backward = True
+        try:
+            return backward(*args, **kwargs)
+        finally:
+            if outer:
+                watch.in_backward = False
+
+    return watched_backward
