@@ -1,14 +1,9 @@
 """The Compare view: choose modes, run them one after another, see the table and charts side by side.
 
-It only draws what the app hands it (CompareUpdated / CompareEnded); the
-CompareController owns the runs. The table and the charts are the ones
-``mgpu-tui compare`` prints, so the app and the CLI show the same numbers.
-
-Before anything runs, the table shows the memory planner's answer for the model, ranks,
-batch and precision in the form (``mgpu-tui plan``): each mode's fullest device, and
-whether it fits this machine (each GPU; on the CPU, the host's memory all ranks share).
-A mode that cannot fit is greyed out in the list, with what it would need.
-"""
+It only draws what the app hands it (CompareUpdated / CompareEnded); the CompareController owns
+the runs. The table and the charts are the ones ``mgpu-tui compare`` prints, so the app and the CLI
+show the same numbers. Before anything runs, the table is the plan (compare_plan.py); the form is
+compare_form.py."""
 
 from __future__ import annotations
 
@@ -18,17 +13,8 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import (
-    Button,
-    DataTable,
-    Input,
-    Label,
-    ProgressBar,
-    Select,
-    SelectionList,
-    Static,
-)
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Button, DataTable, Input, ProgressBar, Select, SelectionList, Static
 
 from mgpu_tui.app.messages import (
     CompareEnded,
@@ -39,20 +25,18 @@ from mgpu_tui.app.messages import (
     StopRequested,
     TelemetryUpdated,
 )
-from mgpu_tui.app.views.compare_plan import plan_table, planned
-from mgpu_tui.app.views.run.form import DEVICE_OPTIONS, MODEL_OPTIONS, chosen, whole_numbers
+from mgpu_tui.app.views.compare_form import DEFAULT_MODES, CompareForm
+from mgpu_tui.app.views.compare_plan import plan_caption, plan_table, planned
 from mgpu_tui.app.views.switcher import View
 from mgpu_tui.app.widgets.mode_guide import demo_code, explanation
 from mgpu_tui.app.widgets.text_panel import TextPanel
-from mgpu_tui.app.widgets.tick_box import TickBox, TickList
-from mgpu_tui.console import fmt_bytes, plain
+from mgpu_tui.console import plain
 from mgpu_tui.engine.compare.comparison import CompareSettings, Comparison, Row, RunsSettings
 from mgpu_tui.engine.launch.options import RUN_ROOT
-from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
+from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.host import Host
-from mgpu_tui.engine.planning.defaults import DEFAULTS
-from mgpu_tui.engine.planning.memory import ModePlan, needed
-from mgpu_tui.engine.planning.modes import MODES, availability
+from mgpu_tui.engine.planning.memory import ModePlan
+from mgpu_tui.engine.planning.modes import MODES
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.errors import UsageError
 from mgpu_tui.reports import compare as compare_output
@@ -61,7 +45,6 @@ from mgpu_tui.reports import compare_charts
 if TYPE_CHECKING:
     from mgpu_tui.engine.machine.telemetry import Snapshot
 
-DEFAULT_MODES = ("ddp", "fsdp", "pipeline")
 FOLD_BELOW_ROWS = 40  # a terminal shorter than this shows results with the form folded
 
 
@@ -176,60 +159,13 @@ class CompareView(View):
         self.steps = 0
         self.total = 0
         self.running = False
-        self.prompts: dict[str, str] = {}  # each mode's line in the list, before the plan's remark
-        self.greyed: set[str] = set()  # the modes the plan says cannot fit
         self.gpu_mem: int | None = None  # the smallest GPU's memory, from the telemetry
         self.host_mem: int | None = None
         self.shown: Comparison | None = None  # the comparison whose results are on screen
         self.results_first = False  # results are shown: on a short terminal the form folds
 
     def compose(self) -> ComposeResult:
-        with Horizontal(id="compare-form"):
-            choices = []
-            for mode in MODES.values():
-                here = availability(mode, self.host)
-                where = "" if here.runnable else "(cannot run here) "
-                self.prompts[mode.name] = f"{mode.name}  {where}{mode.title}"
-                choices.append(
-                    (self.prompts[mode.name], mode.name, here.runnable and mode.name in DEFAULT_MODES)
-                )
-            yield TickList(*choices, id="compare-modes")
-            with Vertical(id="compare-settings"):
-                with Horizontal(classes="compare-field compare-setting"):
-                    yield Label("ranks")
-                    yield Input(str(DEFAULTS.cpu_ranks), id="compare-nproc", restrict=r"[0-9]*", max_length=3)
-                    yield Label("steps")
-                    yield Input(str(DEFAULTS.steps), id="compare-steps", restrict=r"[0-9]*", max_length=7)
-                    yield Label("batch")
-                    yield Input(
-                        str(DEFAULTS.batch_size), id="compare-batch", restrict=r"[0-9]*", max_length=7
-                    )
-                with Horizontal(classes="compare-field compare-setting"):
-                    yield Select(
-                        DEVICE_OPTIONS,
-                        value="auto",
-                        allow_blank=False,
-                        id="compare-device",
-                        type_to_search=False,
-                    )
-                    yield TickBox("AMP", id="compare-amp")
-                    yield Select(
-                        MODEL_OPTIONS,
-                        value="mlp",
-                        allow_blank=False,
-                        id="compare-model",
-                        type_to_search=False,
-                    )
-                with Horizontal(classes="compare-field"):
-                    yield Button("Compare", id="compare-start", variant="success")
-                    yield Button("Stop", id="compare-stop", variant="error", disabled=True)
-                    yield Static("f settings", id="compare-unfold")
-                    yield ProgressBar(total=1, id="compare-progress", show_eta=False)
-                yield TextPanel(
-                    "Choose modes (space), then Compare: one after another, on the same model, "
-                    "data and batch. Below: the memory each needs.",
-                    id="compare-status",
-                )
+        yield CompareForm(self.host, self.run_root, id="compare-form")
         # The table, then the charts under it, each as tall as it needs and as wide as the view: side
         # by side the table was cut after five columns at 80x24 and left rows empty at 160x50. At
         # 80x24 the results scroll (the mouse, or Tab to them and the arrows).
@@ -273,7 +209,7 @@ class CompareView(View):
         """The form's spec; each mode's plan for it, marked against this machine's memory; whether
         the ranks share that memory (CPU ranks); what it is. None while the form is incomplete."""
         try:
-            template = self.template()
+            template = self.form.template()
         except (UsageError, ValueError):
             return None
         return planned(template, self.host, self.gpu_mem, self.host_mem)
@@ -288,32 +224,9 @@ class CompareView(View):
         template, plans, shared, what = found
         self.shown = None  # the plan takes the results' place
         headers, rows = plan_table(template, plans, shared)
-        modes = self.query_one("#compare-modes", SelectionList)
-        for index, p in enumerate(plans):
-            if not p.devices:  # n/a: said in its row
-                continue
-            if p.fits is False:
-                modes.deselect(p.mode)
-                # Short enough for the list at 80 columns.
-                modes.replace_option_prompt_at_index(
-                    index, Text(f"{p.mode}  too big: {fmt_bytes(needed(p, shared=shared))}", style="dim")
-                )
-                modes.disable_option_at_index(index)
-                self.greyed.add(p.mode)
-            elif p.mode in self.greyed:  # fits again
-                modes.replace_option_prompt_at_index(index, self.prompts[p.mode])
-                modes.enable_option_at_index(index)
-                self.greyed.discard(p.mode)
+        self.form.grey_out(plans, shared)
         fill_table(self.query_one("#compare-table", DataTable), headers, rows)
-        self.query_one("#compare-charts", Static).update(
-            Text(
-                f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch "
-                f"and precision: total at its peak in backward, state (parameters, gradients, optimizer) "
-                f"at rest; activations are an estimate: docs/compare.md. Checked against {what}; a mode "
-                f"that cannot fit is greyed out.\n",
-                style="dim",
-            )
-        )
+        self.query_one("#compare-charts", Static).update(plan_caption(what))
 
     def _fold(self, results_first: bool) -> None:
         """Results first (a comparison started, or a past one shown): on a short terminal the form
@@ -353,34 +266,11 @@ class CompareView(View):
         elif event.button.id == "compare-start":
             event.stop()
             try:
-                modes, template = self.request()
+                modes, template = self.form.request()
             except UsageError as exc:
                 self.app.notify(plain(str(exc)), title="Cannot compare", severity="error", markup=False)
                 return
             self.post_message(CompareRequested(modes, template))
-
-    def request(self) -> tuple[list[str], LaunchSpec]:
-        """The modes and the template the form describes; UsageError with one sentence when wrong."""
-        modes = list(self.query_one("#compare-modes", SelectionList).selected)
-        if not modes:
-            raise UsageError("choose at least one mode to compare.")
-        return sorted(modes, key=list(MODES).index), self.template()
-
-    def template(self) -> LaunchSpec:
-        """The spec every compared mode starts from; UsageError with one sentence when wrong."""
-        numbers = whole_numbers(
-            self, {"compare-nproc": "nproc", "compare-steps": "steps", "compare-batch": "batch"}
-        )
-        return LaunchSpec(
-            mode="single",
-            nproc=numbers["compare-nproc"],
-            steps=numbers["compare-steps"],
-            batch_size=numbers["compare-batch"],
-            device=as_device(chosen(self.query_one("#compare-device", Select))),
-            amp=self.query_one("#compare-amp", TickBox).value,
-            model=chosen(self.query_one("#compare-model", Select)),
-            run_root=self.run_root,
-        )
 
     # ---- the comparison's news (the app hands each message of its thread here) -----------------
 
@@ -496,5 +386,8 @@ class CompareView(View):
 
     def _set_busy(self, active: bool) -> None:
         self.running = active
-        self.query_one("#compare-start", Button).disabled = active
-        self.query_one("#compare-stop", Button).disabled = not active
+        self.form.set_busy(active)
+
+    @property
+    def form(self) -> CompareForm:
+        return self.query_one(CompareForm)

@@ -85,3 +85,14 @@ def plan_table(template: LaunchSpec, plans: list[ModePlan], shared: bool) -> tup
             ]
         )
     return headers, rows
+
+
+def plan_caption(what: str) -> Text:
+    """What the plan's table shows, and against what (``what``: the memory it is checked against)."""
+    return Text(
+        f"The plan, before anything runs: each mode's fullest device for this model, ranks, batch "
+        f"and precision: total at its peak in backward, state (parameters, gradients, optimizer) "
+        f"at rest; activations are an estimate: docs/compare.md. Checked against {what}; a mode "
+        f"that cannot fit is greyed out.\n",
+        style="dim",
+    )

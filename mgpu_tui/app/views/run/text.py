@@ -1,5 +1,6 @@
-"""What the Run view says in text: each rank's state and its table, a node's heading, and a finished
-run's result panel. Pure functions of the run's figures (the view draws them; tests read them)."""
+"""What the Run view says in text: its status line, each rank's state and its table, a node's
+heading, the slow ranks' remark and a finished run's result panel. Pure functions of the run's
+figures (the view draws them; tests read them)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.records.telemetry_read import NodeMachine
+    from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
 
@@ -260,4 +262,59 @@ def result_panel(summary: RunSummary) -> Text:
         "\n",
         ("Run directory: ", "bold"),
         plain(summary.run_dir),
+    )
+
+
+def running_status(heading: str, stats: RunStats, steps_requested: int | None) -> str:
+    """The status line while a run goes: its heading and keys first (80 columns cut the rest),
+    then its step, samples/s, loss and, where counted (a script's watch), its compute rate."""
+    status = (
+        f"{heading}   step {stats.steps:,}{of_steps(steps_requested)}   "
+        f"{fmt_rate(stats.samples_per_s)} samples/s   loss {fmt_loss(stats.final_loss)}"
+    )
+    compute = compute_text(stats.compute, why=False)
+    return f"{status}   {compute}" if compute else status
+
+
+def waiting(seconds: float, nice: int, load: tuple[float, int]) -> str:
+    """How long a run has been starting, and the causes this machine shows: its ranks' lower
+    priority beside the app (``nice``), and the machine's ``load`` (1-minute average, cores)."""
+    causes = []
+    if nice:
+        causes.append(f"its ranks run at nice {nice} so the screen stays quick")
+    average, cores = load
+    if average > cores:
+        causes.append(f"the machine's load is {average:.1f} on {cores} cores")
+    said = f"{seconds:.0f} s"
+    return f"{said} ({'; '.join(causes)})" if causes else said
+
+
+def slow_ranks_remark(stats: RunStats) -> str:
+    """The stragglers and the verdicts of a run that goes. A straggler a verdict names already is
+    said once, by the verdict (it says why, and what to try): the note's few lines on an 80x24
+    screen hold it whole."""
+    named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
+    said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
+    said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
+    return " ".join(said)
+
+
+def cut_off_status(label: str, steps: int) -> str:
+    """A followed run whose monitor died without a summary."""
+    return plain(
+        f"{label} cut off at step {steps:,}: nothing follows it and it has no summary "
+        "(its monitor was killed, or the machine restarted)"
+    )
+
+
+def ended_status(summary: RunSummary) -> str:
+    """The status line of a run that ended: how, its figures and its folder."""
+    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "stopped"}[
+        summary.status
+    ]
+    if summary.verify is not None:
+        verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
+    return plain(
+        f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
+        f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"
     )

@@ -2,9 +2,9 @@
 
 It only draws what the app hands it (RunStarted, RunUpdated, RunEnded: its on_ handlers); the
 RunController owns the run. A run opened from its folder (``mgpu-tui open``, the Runs view) shows
-the same way, with the machine's telemetry over the whole run under its charts. What it says in
-text (each rank's state, the rank table, the result panel) is run_text.py's.
-"""
+the same way, with the machine's telemetry over the whole run. Its parts: the form (form.py), the
+rank table (rank_table.py), the charts (charts.py), the outcome panel (outcome.py), and below them
+the guide or the logs (logs_and_guide.py); what it says in text is text.py's."""
 
 from __future__ import annotations
 
@@ -16,30 +16,32 @@ from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.widgets import Select
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
-from mgpu_tui.app.views.confirm import Confirm
+from mgpu_tui.app.views.run.charts import RunCharts
 from mgpu_tui.app.views.run.form import NARROW, RunForm, chosen
+from mgpu_tui.app.views.run.logs_and_guide import LogsAndGuide
 from mgpu_tui.app.views.run.outcome import RunOutcome
 from mgpu_tui.app.views.run.rank_table import RankContext, RankTable
 from mgpu_tui.app.views.run.text import (
-    compute_text,
-    of_steps,
+    cut_off_status,
+    ended_status,
+    running_status,
+    slow_ranks_remark,
+    waiting,
 )
-from mgpu_tui.app.views.switcher import View
-from mgpu_tui.app.widgets.chart import Chart
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.mode_guide import ModeGuide
 from mgpu_tui.app.widgets.status_line import StatusLine
 from mgpu_tui.app.widgets.telemetry_charts import TelemetryCharts
-from mgpu_tui.console import fmt_loss, fmt_rate, plain
+from mgpu_tui.console import plain
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.machine.host import Host
 from mgpu_tui.engine.nodes.view import NodeView
-from mgpu_tui.engine.planning.modes import MODES, SCRIPT
-from mgpu_tui.engine.protocol.text import plain_line, short_line
+from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.protocol.text import short_line
 from mgpu_tui.engine.run.causes.watchdog import DEFAULT_MIN_S
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunStatus
@@ -53,12 +55,11 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.run.summary import RunSummary
 
 
-WHOLE = "whole run"  # what the charts say while they show it (w: the latest steps)
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
 SHORT = 44  # rows of the view under which it folds for its logs (80x24 gives it 20; 160x50, 46)
 
 
-class RunView(View):
+class RunView(LogsAndGuide):
     BINDINGS = [
         Binding("g", "next_gpu", "Next GPU", show=False),
         Binding("v", "toggle_guide", "Guide", show=False),
@@ -163,20 +164,15 @@ class RunView(View):
         self.label = ""  # "ddp on 2 ranks"
         self.hint = "(s stops it)"  # what the keys do to this run
         self.stall_after = DEFAULT_MIN_S  # until the run says what its stall timeout is
-        self._series: tuple = ([], [], [])  # the latest steps, for the charts' recent view
         self._begun = time.monotonic()  # when the run shown began (or was opened)
-        self.run_dir = ""  # the folder of the run shown (its saved logs are named after it)
         self._nice = 0  # the priority its ranks run at (the app's own runs: UI_RANK_NICE)
-        self._whole: tuple = ([], [], [])  # the whole run, thinned
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, self.run_root, id="run-form")
         yield StatusLine("No run yet: choose a mode and press Start.", id="run-status")
         with Horizontal(id="run-middle"):
             yield RankTable(id="ranks")
-            with Vertical(id="charts"):
-                yield Chart("throughput (samples/s)", fmt_rate, whole=WHOLE, smoothed=True, id="throughput")
-                yield Chart("loss (global batch)", fmt_loss, whole=WHOLE, smoothed=True, id="loss")
+            yield RunCharts(id="charts")
         yield TelemetryCharts(id="telemetry")
         yield RunOutcome(id="root-cause")
         # Before a run: the chosen mode explained, with its demo's source. During one: the logs
@@ -200,94 +196,9 @@ class RunView(View):
         if self.form.display:
             self.form.query_one("#mode").focus()
 
-    def on_select_changed(self, event) -> None:
-        """A mode chosen in the form: its guide (a user's own program: what it is, its source)."""
-        if event.select.id != "mode":
-            return
-        guide = self.query_one(ModeGuide)
-        if event.value in MODES:
-            guide.show(MODES[event.value])
-        elif event.value == SCRIPT.name and self.form.program is not None:
-            guide.show_program(self.form.program)
-        else:
-            return
-        self.show_guide(True)
-
-    def _guide_for(self, spec: LaunchSpec) -> None:
-        """What v shows for the run shown: its mode's guide, or a user's program's own (never the
-        form's last choice: the form, filled with the run, posts no choice)."""
-        guide = self.query_one(ModeGuide)
-        if spec.program:
-            guide.show_program(spec)
-        elif spec.mode in MODES:
-            guide.show(MODES[spec.mode])
-
-    def show_guide(self, shown: bool | None = None) -> None:
-        """Show the mode's guide in place of the logs (None: the other one of the two)."""
-        guide = self.query_one(ModeGuide)
-        shown = not guide.display if shown is None else shown
-        guide.display = shown
-        self.query_one(LogView).display = not shown
-
-    # ---- keys (the app's bindings name the action; the view shown carries it out) ----------
-
-    def action_search_logs(self) -> None:
-        """/: the logs shown (not the guide), the cursor in their search."""
-        self.show_guide(False)
-        self.query_one(LogView).focus_search()
-
-    def action_filter_logs(self) -> None:
-        """l: the logs shown, their rank filter open to choose one rank (or all)."""
-        self.show_guide(False)
-        self.query_one(LogView).choose_rank()
-
-    def action_wrap_logs(self) -> None:
-        """W: the logs' long lines wrap, or scroll sideways."""
-        self.show_guide(False)
-        wraps = self.query_one(LogView).toggle_wrap()
-        self.app.notify("Long log lines wrap" if wraps else "Long log lines scroll sideways", timeout=2)
-
-    def action_save_logs(self) -> None:
-        """Ctrl+S: the log lines shown (this rank's, this search's) into a new file here."""
-        name = Path(self.run_dir).name if self.run_dir else "run"
-        try:
-            path = self.query_one(LogView).save(Path.cwd(), plain_line(name, 80).replace(" ", "_"))
-        except OSError as exc:
-            self.app.notify(plain(str(exc)), title="Not saved", severity="error", markup=False)
-            return
-        self.app.notify(plain(f"Saved the lines shown to {path}"), markup=False)
-
     def action_sort_ranks(self) -> None:
         """o: the rank table sorted by its next column (rank, samples/s, step, loss, peak memory)."""
         self.app.notify(f"Ranks sorted by {self.rank_table.sort_next()}", timeout=2)
-
-    def action_stop_rank(self) -> None:
-        """x: stop the rank whose logs are shown (l chooses it), after a question: SIGTERM to its
-        process, as if it died on its own, so that what follows is what the launcher does then."""
-        rank = self.query_one(LogView).rank_shown()
-        jobs = getattr(self.app, "jobs", None)
-        if jobs is None or not jobs.runs.owns_active:
-            self.app.notify("Only a run this app started, while it goes, has ranks to stop.", title="x")
-            return
-        if rank is None:
-            self.app.notify("Choose the rank first: l, then the rank; then x.", title="Which rank?")
-            return
-        pid = jobs.runs.rank_processes().get(rank, (None, None))[0]
-        process = f" (pid {pid})" if pid is not None else ""
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                jobs.runs.request_rank_stop(rank)
-
-        question = (
-            f"Stop rank {rank}{process}? It gets SIGTERM, as if it died on its own: the launcher "
-            "then stops the others and the run fails with it as the cause."
-        )
-        self.app.push_screen(Confirm(question), answered)
-
-    def action_toggle_guide(self) -> None:
-        """v: the chosen mode's guide and demo source, or the logs."""
-        self.show_guide()
 
     def action_next_gpu(self) -> None:
         """g: the telemetry charts' next GPU."""
@@ -295,14 +206,10 @@ class RunView(View):
 
     def action_toggle_whole(self) -> None:
         """w: the charts show the whole run, or the latest steps that fit."""
-        for chart_id in ("#throughput", "#loss"):
-            chart = self.query_one(chart_id, Chart)
-            chart.whole = None if chart.whole else WHOLE
-        self._draw_charts()
+        charts = self.query_one(RunCharts)
+        charts.whole = not charts.whole
 
-    # ---- the run's news (the app hands each message of the run's thread here) -----------
-
-    def on_run_started(self, message: RunStarted) -> None:
+    def on_run_started(self, message: RunStarted) -> None:  # the run's news: the app hands each here
         self.started(message.spec, message.resolved, message.path, note=message.note)
 
     def on_run_opened(self, message: RunOpened) -> None:
@@ -318,10 +225,6 @@ class RunView(View):
     def on_run_ended(self, message: RunEnded) -> None:
         self.add_log_lines(*message.drain())
         self.ended(message.summary, message.stats)
-
-    @property
-    def form(self) -> RunForm:
-        return self.query_one(RunForm)
 
     def started(
         self, spec: LaunchSpec, resolved: ResolvedSpec, run_dir: str, note: str | None = None
@@ -421,49 +324,20 @@ class RunView(View):
             self._log_nodes = layout
             self.query_one(LogView).set_ranks(self.world_size, layout)
         self.machines = machines or self.machines  # a node's last word stays once it has ended
-        self._series, self._whole = series, whole or series
-        status = (
-            f"{self.label} {self.hint}   step {stats.steps:,}{of_steps(self.steps)}   "  # the key first:
-            f"{fmt_rate(stats.samples_per_s)} samples/s   loss {fmt_loss(stats.final_loss)}"  # 80 columns cut
-        )
-        compute = compute_text(stats.compute, why=False)  # counted (a script's watch): its rate
-        if compute:
-            status += f"   {compute}"
+        status = running_status(f"{self.label} {self.hint}", stats, self.steps)
         if not stats.steps and not self.finished:  # no step yet: for how long, and what may slow it
-            status = f"{self.label} {self.hint}   starting for {self._waiting()}"
+            load = os.getloadavg()[0], os.cpu_count() or 1
+            since = waiting(time.monotonic() - self._begun, self._nice, load)
+            status = f"{self.label} {self.hint}   starting for {since}"
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
-        self._draw_charts()
+        self.query_one(RunCharts).show(series, whole)
         self._draw_ranks(stats)
         if (stats.stragglers or stats.verdicts) and not self.finished:
-            # A straggler a verdict names already is said once, by the verdict (it says why, and
-            # what to try): the note's few lines on an 80x24 screen hold it whole.
-            named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
-            said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
-            said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
-            self.query_one(RunOutcome).remark(" ".join(said), failed=self.failed_rank is not None)
-
-    def _waiting(self) -> str:
-        """How long the run has been starting, and the causes this machine shows: the ranks' lower
-        priority beside the app, and the machine's load."""
-        said = f"{time.monotonic() - self._begun:.0f} s"
-        causes = []
-        if self._nice:
-            causes.append(f"its ranks run at nice {self._nice} so the screen stays quick")
-        load, cores = os.getloadavg()[0], os.cpu_count() or 1
-        if load > cores:
-            causes.append(f"the machine's load is {load:.1f} on {cores} cores")
-        return f"{said} ({'; '.join(causes)})" if causes else said
+            self.query_one(RunOutcome).remark(slow_ranks_remark(stats), failed=self.failed_rank is not None)
 
     def _done(self, steps: int) -> float | None:
         """The share of the run done, for the status line's bar; None (no bar) for a script."""
         return None if self.steps is None else steps / max(self.steps, 1)
-
-    def _draw_charts(self) -> None:
-        throughput, loss = self.query_one("#throughput", Chart), self.query_one("#loss", Chart)
-        steps, rates, losses = self._whole if throughput.whole else self._series
-        throughput.update(rates, steps)
-        known = [(s, x) for s, x in zip(steps, losses) if x is not None]
-        loss.update([x for _, x in known], [s for s, _ in known])
 
     def action_open_node(self) -> None:
         """n: the next node's ranks under its row, in the table's order (the worst node first)."""
@@ -504,11 +378,7 @@ class RunView(View):
         if summary is None:
             steps = stats.steps if stats else 0
             self.query_one("#run-status", StatusLine).update(
-                plain(
-                    f"{self.label} cut off at step {steps:,}: nothing follows it and it has no summary "
-                    "(its monitor was killed, or the machine restarted)"
-                ),
-                done=self._done(steps),
+                cut_off_status(self.label, steps), done=self._done(steps)
             )
             self.query_one(RunForm).running(False)
             self._draw_ranks(stats)
@@ -519,17 +389,8 @@ class RunView(View):
             self.nodes = tuple(dataclasses.replace(v, here=v.node in here) for v in summary.nodes)
         cause = summary.root_cause
         self.failed_rank = cause.rank if cause else None
-        verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "stopped"}[
-            summary.status
-        ]
-        if summary.verify is not None:
-            verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
         self.query_one("#run-status", StatusLine).update(
-            plain(
-                f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
-                f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"
-            ),
-            done=self._done(summary.steps),
+            ended_status(summary), done=self._done(summary.steps)
         )
         if cause:
             self.query_one(RunOutcome).failure(summary, cause)
