@@ -18,3 +18,5 @@ cd "$tree"
 "$OLDPWD/$mypy" --config-file "$OLDPWD/pyproject.toml" -p mgpu_tui
 # The scripts that drive the app (a renamed attribute broke one unseen: it runs only on a GPU box).
 "$OLDPWD/$mypy" --config-file "$OLDPWD/pyproject.toml" "$OLDPWD/scripts/screenshot-run-view.py"
+# The GPU check runs only on a GPU box: its checks, one module each, are type-checked here.
+"$OLDPWD/$mypy" --config-file "$OLDPWD/pyproject.toml" "$OLDPWD/scripts/gpu_check.py"

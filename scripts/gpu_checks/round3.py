@@ -24,12 +24,11 @@ import re
 import statistics
 import subprocess
 import time
-from pathlib import Path
 
+from gpu_checks.base import ROOT, Result, json_summary, script_log
+from gpu_checks.compare_runs import CompareChecks
 from mgpu_tui.engine.protocol.rundir import RunDir
 
-ROOT = Path(__file__).resolve().parent.parent
-FRAMEWORKS = ROOT / "tests" / "frameworks" / "scripts"
 GPT = ROOT / "tests" / "scripts" / "gpt_train.py"
 H200_BF16 = 989.5e12  # engine/machine/peaks.py, the H200 SXM's dense bf16 (datasheet 1,979 with sparsity)
 MFU_ARGS = [
@@ -52,47 +51,9 @@ MFU_ARGS = [
     "1000",
 ]
 ITER = re.compile(r"iter (\d+): loss [\d.]+, time ([\d.]+)ms.*?, mfu ([\d.]+)%")
-RESULT = re.compile(r"RESULT (\{.*\})")
 
 
-def _result_line(text: str) -> dict | None:
-    found = RESULT.findall(text)
-    return json.loads(found[-1]) if found else None
-
-
-def _summary(stdout: str) -> dict | None:
-    for line in reversed(stdout.strip().splitlines()):
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                return None
-    return None
-
-
-def _script_log(summary: dict | None) -> str:
-    if not summary:
-        return ""
-    logs = sorted(Path(summary["run_dir"]).glob("logs/*/attempt_*/0/stdout.log"))
-    return logs[-1].read_text() if logs else ""
-
-
-class Round3:
-    """Mixed into gpu_check's Checker (its sh, mgpu, out, python, pairs, and Result)."""
-
-    lightning_args = [
-        "--devices",
-        "1",
-        "--accelerator",
-        "gpu",
-        "--strategy",
-        "ddp",
-        "--samples",
-        "512",
-        "--epochs",
-        "2",
-    ]
-    hf_env = {"HF_ON_GPU": "1", "HF_STEPS": "200"}
+class Round3Checks(CompareChecks):  # gpt13b-profile runs compare's run
     gpt_args = MFU_ARGS
     anatomy_args = [
         "--device",
@@ -118,102 +79,6 @@ class Round3:
 
     # ---- launchers -------------------------------------------------------------------
 
-    def _exec(self, runs: str, *command: str) -> list[str]:
-        """`mgpu-tui exec` of ``command``, its runs under ``runs``, its summary as JSON."""
-        return self.mgpu("exec", "--json", "--run-dir", str(self.out / runs), "--", *command)
-
-    def _job(self, name: str, argv: list[str], env: dict | None = None) -> tuple:
-        """(the finished process, its summary, the job's own RESULT line), its output in <name>.log."""
-        done = self.sh(name, argv, 240, env=env)
-        return done, _summary(done.stdout), _result_line(done.stdout + done.stderr)
-
-    def launchers(self) -> list:
-        Result = self.Result  # noqa: N806
-        results = []
-        lightning = [str(FRAMEWORKS / "lightning_ddp.py"), *self.lightning_args]
-        dropin = ["torchrun", "--nproc-per-node", "1", "--json", "--run-dir", str(self.out / "runs-l")]
-        for name, argv in (
-            ("lightning-exec", self._exec("runs-l", self.python, *lightning)),
-            ("lightning-dropin", self.mgpu(*dropin, *lightning)),
-        ):
-            start = time.monotonic()
-            done, summary, truth = self._job(name, argv)
-            if summary is None or truth is None:
-                results.append(
-                    Result(name, False, f"exit {done.returncode}, no summary or RESULT; see {name}.log")
-                )
-                continue
-            rank0 = summary["ranks"][0] if summary["ranks"] else {}
-            same_loss = rank0.get("loss") is not None and abs(rank0["loss"] - truth["loss"]) <= 1e-6 * max(
-                1, abs(truth["loss"])
-            )
-            ok = (
-                done.returncode == 0
-                and summary["steps"] == truth["steps"]
-                and same_loss
-                and summary["device"].startswith("cuda")
-            )
-            results.append(
-                Result(
-                    name,
-                    ok,
-                    f"exit {done.returncode}; {summary['steps']} steps (Lightning's {truth['steps']}), loss "
-                    f"{rank0.get('loss')} (Lightning's {truth['loss']}), device {summary['device']}, "
-                    f"samples/s {summary['samples_per_s']}, compute {summary.get('compute')}",
-                    time.monotonic() - start,
-                )
-            )
-        start = time.monotonic()
-        trainer = self._exec("runs-hf", self.python, str(FRAMEWORKS / "hf_trainer.py"))
-        done, summary, truth = self._job("hf-trainer", trainer, env=self.hf_env)
-        if summary is None or truth is None:
-            results.append(Result("hf-trainer", False, f"exit {done.returncode}; see hf-trainer.log"))
-        else:
-            rate, tokens, theirs = (
-                summary["samples_per_s"],
-                summary["tokens_per_s"],
-                truth["samples_per_second"],
-            )
-            ok = bool(
-                done.returncode == 0
-                and rate
-                and tokens
-                and abs(tokens / rate - 16) < 1e-6
-                and summary["steps"] == truth["steps"]
-            )
-            results.append(
-                Result(
-                    "hf-trainer",
-                    ok,
-                    f"exit {done.returncode}; {summary['steps']} steps (the Trainer's {truth['steps']}); "
-                    f"samples/s {rate} and tokens/s {tokens} (after the warm-up) against its own "
-                    f"train_samples_per_second {theirs} (its whole train(), start included); device "
-                    f"{summary['device']}; compute {summary.get('compute')}",
-                    time.monotonic() - start,
-                )
-            )
-        start = time.monotonic()
-        launch = [self.python, "-m", "accelerate.commands.launch", "--num_processes", "1"]
-        done, summary, truth = self._job(
-            "accelerate-one", self._exec("runs-acc", *launch, str(FRAMEWORKS / "accelerate_loop.py"))
-        )
-        if summary is None or truth is None:
-            results.append(Result("accelerate-one", False, f"exit {done.returncode}; see accelerate-one.log"))
-        else:
-            ok = bool(
-                done.returncode == 0 and summary["steps"] == truth["steps"] and summary["samples_per_s"]
-            )
-            results.append(
-                Result(
-                    "accelerate-one",
-                    ok,
-                    f"exit {done.returncode}; {summary['steps']} steps (its own {truth['steps']}), samples/s "
-                    f"{summary['samples_per_s']}, device {summary['device']}",
-                    time.monotonic() - start,
-                )
-            )
-        return results
-
     # ---- the GPT script: MFU against its own estimate, then speed in pairs --------------
 
     def _gpt_runs(
@@ -235,11 +100,10 @@ class Round3:
         else:
             argv = [self.python, "-m", "torch.distributed.run", "--nproc-per-node", "1", str(GPT), *own]
         done = self.sh(name, argv, 300, env=env)
-        summary = _summary(done.stdout) if instrumented else None
-        return done, summary, _script_log(summary) if instrumented else done.stdout
+        summary = json_summary(done.stdout) if instrumented else None
+        return done, summary, script_log(summary) if instrumented else done.stdout
 
     def script_mfu(self) -> list:
-        Result = self.Result  # noqa: N806
         start = time.monotonic()
         warm, _, _ = self._gpt_runs("gpt-warm-up", instrumented=False)  # fills inductor's cache
         if warm.returncode != 0:
@@ -297,7 +161,6 @@ class Round3:
         }
 
     def speed(self) -> list:
-        Result = self.Result  # noqa: N806
         start = time.monotonic()
         ratios, mfus = [], []
         for pair in range(self.pairs):
@@ -320,7 +183,6 @@ class Round3:
     # ---- where a step goes, on CUDA ---------------------------------------------------
 
     def input_bound(self) -> list:
-        Result = self.Result  # noqa: N806
         start = time.monotonic()
         script = str(ROOT / "tests" / "scripts" / "anatomy_train.py")
         args = self.anatomy_args
@@ -338,7 +200,7 @@ class Round3:
             ),
             240,
         )
-        summary = _summary(done.stdout)
+        summary = json_summary(done.stdout)
         if summary is None:
             return [Result("input-bound", False, f"exit {done.returncode}; see input-bound.log")]
         anatomy = (summary.get("anatomy") or [{}])[0]
@@ -358,7 +220,6 @@ class Round3:
     # ---- the flight recorder by torch version --------------------------------------------
 
     def fr_versions(self, gloo_run_dir: str | None) -> list:
-        Result = self.Result  # noqa: N806
         start = time.monotonic()
         results = []
         torch_version = self.sh(
@@ -425,7 +286,6 @@ class Round3:
     # ---- gpt-1.3b: MFU, clocks, and a profile ----------------------------------------------
 
     def gpt13b_profile(self) -> list:
-        Result = self.Result  # noqa: N806
         start = time.monotonic()
         smi = subprocess.Popen(
             [
