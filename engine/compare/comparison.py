@@ -35,7 +35,7 @@ from mgpu_tui.engine.planning.modes import MODES, unknown_mode
 from mgpu_tui.engine.planning.placement import gpus_needed
 from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
-from mgpu_tui.engine.run.summary import RunStatus
+from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 from mgpu_tui.engine.run.summary_facts import RankMemory
 
 PARALLEL_NOTE = (
@@ -121,15 +121,48 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         spec.stages,
         gpu_count,
     )
+    return build_row(
+        summary,
+        mode=run.resolved.mode.name,
+        run_dir=summary.run_dir,
+        devices=devices,
+        flops_per_sample=train_flops_per_sample(run.resolved.workload),
+        peak=peak_flops(gpu_name, spec.amp) if run.resolved.device == "cuda" else None,
+        steady=run.series(),
+        whole=run.whole_series(),
+        batch_size=spec.batch_size,
+        lr=spec.lr,
+    )
+
+
+Series = tuple[list[int], list[float], list[float | None]]  # (steps, samples/s, losses)
+
+
+def build_row(
+    summary: RunSummary,
+    *,
+    mode: str,
+    run_dir: str,
+    devices: int,
+    flops_per_sample: float | None,
+    peak: float | None,
+    steady: Series,
+    whole: Series,
+    batch_size: int,
+    lr: float | None,
+) -> Row:
+    """A comparison's row, the one way: from a run's summary, what it ran on (``devices``; the
+    GPU's ``peak`` FLOP/s, None off a GPU), its model's training FLOPs a sample (None: not known,
+    a script's) and its series: the ``steady`` steps for the throughput curve, the ``whole`` run for
+    the loss. A run the app compares and one read back from its folder are both made here."""
     rate = summary.samples_per_s
     per_device = rate / devices if rate is not None and devices else None
-    tflops = per_device * train_flops_per_sample(run.resolved.workload) / 1e12 if per_device else None
-    peak = peak_flops(gpu_name, spec.amp) if run.resolved.device == "cuda" else None
-    steps, rates, _ = run.series()  # the steady steps, for the throughput curve
-    loss_steps, _, losses = run.whole_series()  # the loss from the first step on
+    tflops = per_device * flops_per_sample / 1e12 if per_device and flops_per_sample else None
+    steps, rates, _ = steady
+    loss_steps, _, losses = whole
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     return Row(
-        mode=run.resolved.mode.name,
+        mode=mode,
         status=summary.status,
         world_size=summary.world_size,
         devices=devices,
@@ -146,13 +179,13 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         loss_curve=[[s, v] for s, v in zip(loss_steps, losses) if v is not None],
         throughput_curve=[[s, r] for s, r in zip(steps, rates)],
         duration_s=summary.duration_s,
-        run_dir=summary.run_dir,
+        run_dir=run_dir,
         root_cause=summary.root_cause.headline() if summary.root_cause else None,
         note=summary.note,
         memory=list(summary.memory),
         tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
-        batch_size=spec.batch_size,
-        lr=spec.lr,
+        batch_size=batch_size,
+        lr=lr,
         busy=summary.telemetry.busy if summary.telemetry else None,
     )
 

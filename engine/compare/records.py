@@ -17,6 +17,7 @@ from mgpu_tui.engine.compare.comparison import (
     Comparison,
     Row,
     RunsSettings,
+    build_row,
     devices_used,
     peak_flops,
     train_flops_per_sample,
@@ -99,41 +100,19 @@ def _row(path: Path) -> tuple[RecordedSpec, RecordedMachine | None, Row]:
         spec.stages,
         (machine.gpu_count if machine else None) or 0,
     )
-    rate = summary.samples_per_s
-    per_device = rate / devices if rate is not None and devices else None
     flops = None if spec.program else train_flops_per_sample(_workload(spec))  # not a script's model
-    tflops = per_device * flops / 1e12 if per_device and flops else None
-    peak = peak_flops(gpu_names[0] if gpu_names else None, spec.amp) if spec.device == "cuda" else None
     events = read_events(path, summary.world_size)
-    steps, rates, _ = events.series()
-    loss_steps, _, losses = events.whole_series()
-    peaks = [p for p in summary.peak_mem_bytes if p is not None]
-    row = Row(
+    row = build_row(
+        summary,
         mode=record.what,
-        status=summary.status,
-        world_size=summary.world_size,
-        devices=devices,
-        samples_per_s=rate,
-        samples_per_s_per_device=per_device,
-        tokens_per_s=summary.tokens_per_s,
-        step_time_s_median=summary.step_time_s_median,
-        step_time_s_p10_p90=list(summary.step_time_s_p10_p90) if summary.step_time_s_p10_p90 else None,
-        tflops_per_device=tflops,
-        mfu=tflops * 1e12 / peak if tflops and peak else None,
-        peak_mem_bytes=max(peaks) if peaks else None,
-        peak_mem_bytes_per_rank=list(summary.peak_mem_bytes),
-        final_loss=summary.final_loss,
-        loss_curve=[[s, v] for s, v in zip(loss_steps, losses) if v is not None],
-        throughput_curve=[[s, r] for s, r in zip(steps, rates)],
-        duration_s=summary.duration_s,
         run_dir=str(path),
-        root_cause=summary.root_cause.headline() if summary.root_cause else None,
-        note=summary.note,
-        memory=list(summary.memory),
-        tokens_per_s_per_device=summary.tokens_per_s / devices if summary.tokens_per_s and devices else None,
+        devices=devices,
+        flops_per_sample=flops,
+        peak=peak_flops(gpu_names[0] if gpu_names else None, spec.amp) if spec.device == "cuda" else None,
+        steady=events.series(),
+        whole=events.whole_series(),
         batch_size=spec.batch_size or 0,
         lr=spec.lr,
-        busy=summary.telemetry.busy if summary.telemetry else None,
     )
     return spec, machine, row
 

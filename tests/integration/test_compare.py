@@ -88,6 +88,20 @@ def test_each_run_records_its_comparison_and_runs_lists_it(compared):
     assert [r["comparison"] for r in as_json["runs"]] == [report["id"]] * 2
 
 
+def test_a_comparison_read_back_from_its_runs_has_the_rows_it_had_live(compared):
+    """One builder of rows (comparison.build_row): the live comparison's and the one read back from
+    the runs' folders (the Runs view's m, compare --runs) hold the same figures, curves included;
+    two builders had drifted apart. Only the label may differ: a row read back is named by its run."""
+    from mgpu_tui.engine.compare.records import comparison_from_runs
+
+    report = compared[0]
+    again = comparison_from_runs([Path(row["run_dir"]) for row in report["rows"]])
+    for live, read in zip(report["rows"], (r.to_json() for r in again.rows), strict=True):
+        assert read["run_dir"] == live["run_dir"]
+        same = {k: v for k, v in live.items() if k not in ("label",)}
+        assert {k: read[k] for k in same} == json.loads(json.dumps(same)), live["mode"]
+
+
 def test_the_markdown_and_csv_reports_parse(compared):
     report = compared[0]
     rows = [build(Row, r) for r in report["rows"]]  # the report read back as the types it came from
