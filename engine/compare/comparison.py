@@ -37,6 +37,7 @@ from mgpu_tui.engine.planning.shapes import MlpShape, ModelShape
 from mgpu_tui.engine.run.lifecycle import Run
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 from mgpu_tui.engine.run.summary_facts import RankMemory
+from mgpu_tui.engine.run.watched import Series
 
 PARALLEL_NOTE = (
     "the modes ran at the same time and shared this host (its CPU cores, memory bandwidth "
@@ -133,9 +134,6 @@ def row_from_run(run: Run, *, gpu_count: int, gpu_name: str | None) -> Row:
         batch_size=spec.batch_size,
         lr=spec.lr,
     )
-
-
-Series = tuple[list[int], list[float], list[float | None]]  # (steps, samples/s, losses)
 
 
 def build_row(

@@ -17,7 +17,6 @@ the same Ingest as a live run (which checks each event against the job's shape).
 from __future__ import annotations
 
 import dataclasses
-from enum import Enum
 from pathlib import Path
 
 from mgpu_tui.engine.launch.slurm import expand_hostlist
@@ -42,20 +41,12 @@ from mgpu_tui.engine.run.causes.watchdog import stall_timeout
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
+from mgpu_tui.engine.run.watched import RunState
 
 READS_PER_POLL = 64  # a finished run's files are read in chunks; this many a poll keeps it brisk
 
 
-class FollowState(str, Enum):
-    RUNNING = "running"
-    OK = "ok"
-    FAILED = "failed"
-    INTERRUPTED = "interrupted"
-    CUT_OFF = "cut off"
-
-    @property
-    def finished(self) -> bool:
-        return self is not FollowState.RUNNING
+FollowState = RunState  # its first name, kept: a followed run's states are any run's (run/watched.py)
 
 
 class FollowedRun(IngestReadings):
@@ -78,7 +69,7 @@ class FollowedRun(IngestReadings):
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
         self.label = f"{record.label} on {ranks}"
         self.summary: RunSummary | None = None
-        self.state = FollowState.RUNNING
+        self.state = RunState.RUNNING
         self.telemetry = TelemetrySeries()
         self.nnodes = spec.nnodes
         self._ingest = Ingest(
@@ -150,7 +141,7 @@ class FollowedRun(IngestReadings):
 
     # ---- the same reading interface as a Run ---------------------------------------------
 
-    def poll(self) -> FollowState:
+    def poll(self) -> RunState:
         """Read what the files gained; notice the summary, or that nobody follows the run any more."""
         if self.state.finished:
             return self.state
@@ -171,9 +162,9 @@ class FollowedRun(IngestReadings):
             except (OSError, ValueError):
                 self.summary = None  # half-written: read again at the next poll
             if self.summary is not None:
-                self.state = FollowState(self.summary.status)
+                self.state = RunState(self.summary.status)
         elif not alive:
-            self.state = FollowState.CUT_OFF
+            self.state = RunState.CUT_OFF
         if self.state.finished:  # whatever came last, within a bound (the ends of files past it)
             self._ingest.catch_up()
             self._read_telemetry()

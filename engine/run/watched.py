@@ -17,18 +17,11 @@ from mgpu_tui.engine.run.summary import RunSummary
 Series = tuple[list[int], list[float], list[float | None]]  # steps, global samples/s, loss
 
 
-class RunProgress(Protocol):
-    """A run's state after a poll (lifecycle.RunState, follow.FollowState)."""
-
-    @property
-    def finished(self) -> bool: ...
-
-
 class WatchedRun(Protocol):
     run_dir: RunDir
     summary: RunSummary | None  # once it has ended (a followed run cut off never has one)
 
-    def poll(self) -> RunProgress:
+    def poll(self) -> RunState:
         """Read what is new; the state it is in now."""
         ...
 
@@ -60,16 +53,21 @@ class WatchedRun(Protocol):
 
 
 class RunState(str, Enum):
+    """A run's state after a poll, whichever kind it is. A run this process started goes from
+    CREATED to OK, FAILED or INTERRUPTED; one followed from its folder is RUNNING until its summary
+    says how it ended, or CUT_OFF when its monitor ended without one."""
+
     CREATED = "created"
     RUNNING = "running"
     VERIFYING = "verifying"  # the ranks are done; the baseline is being retrained to compare
     OK = "ok"
     FAILED = "failed"
     INTERRUPTED = "interrupted"  # stopped on request before it finished
+    CUT_OFF = "cut off"  # followed: its monitor was killed (or the machine restarted), no summary
 
     @property
     def finished(self) -> bool:
-        return self in (RunState.OK, RunState.FAILED, RunState.INTERRUPTED)
+        return self in (RunState.OK, RunState.FAILED, RunState.INTERRUPTED, RunState.CUT_OFF)
 
 
 def final_state(returncode: int | None, *, stalled: bool, stop_requested: bool) -> RunState:
