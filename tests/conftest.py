@@ -75,7 +75,7 @@ def screen(session: str) -> str:
 
 def wait_screen(session: str, pattern: str, timeout: float = 20) -> bool:
     """Wait until the tmux session's screen matches ``pattern`` (a regular expression)."""
-    return wait_until(lambda: re.search(pattern, screen(session)), timeout, every=0.2)
+    return bool(wait_until(lambda: re.search(pattern, screen(session)), timeout, every=0.2))
 
 
 def run_exec(

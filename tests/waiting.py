@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 10.0, every: float = 0.02) -> bool:
-    """Whether ``condition()`` came true within ``timeout`` seconds (looked at every ``every``)."""
+def wait_until(condition: Callable[[], T], timeout: float = 10.0, every: float = 0.02) -> T | None:
+    """``condition()``'s first true value within ``timeout`` seconds (looked at every ``every``), or
+    None: what it found (a path, a line), or True, for a caller to assert or use."""
     deadline = time.monotonic() + timeout
     while True:
-        if condition():
-            return True
+        found = condition()
+        if found:
+            return found
         if time.monotonic() >= deadline:
-            return False
+            return None
         time.sleep(every)
 
 

@@ -5,6 +5,7 @@ import subprocess
 import time
 
 import pytest
+from waiting import wait_until
 
 from conftest import CLI, screen, wait_screen
 
@@ -28,13 +29,13 @@ def start(args: str, tmp_path) -> tuple[str, object]:
 def wait_exit(marker, timeout: float) -> str:
     """The exit status the shell wrote to `marker`, once whole: `echo $? > marker` creates the file
     before it writes, so an empty file is read again rather than taken for the answer."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def whole() -> str | None:
         text = marker.read_text() if marker.exists() else ""
-        if text.endswith("\n"):
-            return text.strip()
-        time.sleep(0.1)
-    return marker.read_text().strip() if marker.exists() else "(no exit within the wait)"
+        return text if text.endswith("\n") else None
+
+    text = wait_until(whole, timeout, every=0.1)
+    return text.strip() if text else "(no exit within the wait)"
 
 
 def test_app_in_a_real_terminal_shows_the_host_and_quits_on_q(tmp_path):

@@ -21,6 +21,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from waiting import wait_until
+
 from tests.integration.separate_hosts import Host, SeparateHosts, why_unavailable
 
 KILL_WAIT_S = 10  # scancel: SIGTERM, then SIGKILL this long after (production default 30)
@@ -132,12 +134,13 @@ MpiDefault=none
         self._daemon("slurmctld", self.head.argv("slurmctld", "-D", "-i"))
         for node in self.nodes:
             self.start_node(node)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+
+        def idle() -> bool:
             states = self.on_head("sinfo", "-h", "-N", "-o", "%T", timeout=10).stdout.split()
-            if len(states) == len(self.nodes) and all(s == "idle" for s in states):
-                return
-            time.sleep(0.5)
+            return len(states) == len(self.nodes) and all(s == "idle" for s in states)
+
+        if wait_until(idle, 60, every=0.5):
+            return
         raise RuntimeError(f"the Slurm nodes never became idle: {self.logs()}")
 
     def start_node(self, node: Host) -> None:
@@ -167,12 +170,8 @@ MpiDefault=none
         return "UNKNOWN"
 
     def wait_state(self, job_id: str, states: tuple[str, ...], timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        state = self.state(job_id)
-        while state not in states and time.monotonic() < deadline:
-            time.sleep(0.5)
-            state = self.state(job_id)
-        return state
+        wait_until(lambda: self.state(job_id) in states, timeout, every=0.5)
+        return self.state(job_id)
 
     def kill_node(self, node: Host) -> None:
         """The node dies: its slurmd and every process on the host, at once."""

@@ -10,12 +10,12 @@ import json
 import os
 import signal
 import subprocess
-import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import jsonschema
 import pytest
+from waiting import wait_until
 
 from conftest import CLI, REPO, TOPOLOGIES, live_processes_of, run_cli
 
@@ -182,9 +182,7 @@ def test_ctrl_c_stops_every_rank_exits_130_and_keeps_what_ran(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while not list(runs.glob("*-check/*-ranks/checks/rank0.jsonl")) and time.monotonic() < deadline:
-        time.sleep(0.1)  # until the ranks are at work
+    wait_until(lambda: list(runs.glob("*-check/*-ranks/checks/rank0.jsonl")), 60, every=0.1)  # at work
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

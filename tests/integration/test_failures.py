@@ -5,6 +5,7 @@ import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from waiting import wait_until
@@ -147,16 +148,13 @@ def test_ctrl_c_stops_every_rank_and_exits_130(runs_root):
         stderr=subprocess.PIPE,
         text=True,
     )
+
     # Wait until both ranks are training, so there is something to stop.
-    deadline = time.monotonic() + 60
-    events = None
-    while time.monotonic() < deadline:
+    def stepping() -> Path | None:
         found = list(runs_root.glob("*/events/rank1.jsonl"))
-        if found and found[0].read_text().count('"step"') >= 3:
-            events = found[0]
-            break
-        time.sleep(0.2)
-    assert events is not None, "the ranks never started stepping"
+        return found[0] if found and found[0].read_text().count('"step"') >= 3 else None
+
+    assert wait_until(stepping, timeout=60, every=0.2), "the ranks never started stepping"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -242,14 +240,12 @@ def test_on_stall_report_keeps_the_run_going(runs_root):
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 40
-    stacks = None
-    while time.monotonic() < deadline:
+
+    def taken() -> Path | None:
         found = list(runs_root.glob("*/stacks/rank0.txt"))
-        if found and found[0].stat().st_size:
-            stacks = found[0]
-            break
-        time.sleep(0.3)
+        return found[0] if found and found[0].stat().st_size else None
+
+    stacks = wait_until(taken, timeout=40, every=0.3)
     assert stacks is not None, "no stacks were taken"
     time.sleep(1)
     assert proc.poll() is None  # reported, not stopped

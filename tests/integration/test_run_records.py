@@ -13,6 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import wait_until
 
 from conftest import CLI, TESTS, live_processes_of, only_run_dir, run_cli, summary_from
 from mgpu_tui.engine.launch.processes import create_time
@@ -78,9 +79,7 @@ def test_a_long_runs_telemetry_stays_within_its_bounds(tmp_path):
     path = tmp_path / "telemetry.jsonl"
     log = TelemetryLog(path, interval=0.1, ranks=dict, full_rate_samples=10, thin_every=4, max_bytes=10_000)
     log.start()
-    deadline = time.monotonic() + 20
-    while log.samples < 34 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: log.samples >= 34, 20, every=0.05)
     figures = log.stop()
     lines = path.read_text().splitlines()
     assert figures.samples >= 34
@@ -90,8 +89,7 @@ def test_a_long_runs_telemetry_stays_within_its_bounds(tmp_path):
     capped = tmp_path / "capped.jsonl"
     log = TelemetryLog(capped, interval=0.1, ranks=dict, max_bytes=600)
     log.start()
-    while log.samples < 12 and time.monotonic() < deadline + 10:
-        time.sleep(0.05)
+    wait_until(lambda: log.samples >= 12, 30, every=0.05)
     log.stop()
     kept = capped.read_text().splitlines()
     assert json.loads(kept[-1])["end"] == "recording stopped at 600 bytes"
@@ -118,9 +116,7 @@ def test_the_runs_own_busy_processes_are_not_other_processes(tmp_path):
         cpu_before, wall_before = sum(process.cpu_times()[:2]), time.monotonic()
         knows.start()
         blind.start()
-        deadline = time.monotonic() + 30
-        while min(knows.samples, blind.samples) < 12 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: min(knows.samples, blind.samples) >= 12, 30, every=0.1)
         ours, theirs = knows.stop().others_cpu_cores, blind.stop().others_cpu_cores
         child_cores = (sum(process.cpu_times()[:2]) - cpu_before) / (time.monotonic() - wall_before)
     finally:
@@ -348,10 +344,7 @@ def test_a_live_run_is_known_by_its_monitors_lock_and_a_killed_monitor_leaves_it
 
         monitor.kill()  # no summary can be written now; the keeper takes the ranks down with it
         monitor.wait(10)
-        deadline = time.monotonic() + 15
-        while live_processes_of(run_dir) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert not live_processes_of(run_dir)
+        assert wait_until(lambda: not live_processes_of(run_dir), 15, every=0.2)
         assert run.poll() is FollowState.CUT_OFF and run.summary is None and run.monitor() is None
         listed = json.loads(run_cli("runs", "--run-dir", str(runs_root), "--json").stdout)["runs"]
         assert listed[0]["status"] == "cut off"
@@ -476,12 +469,16 @@ def test_only_the_monitor_a_run_recorded_is_sent_a_stop_and_only_through_a_pidfd
 
 def wait_for_a_step(runs_root: Path, timeout: float = 60) -> Path:
     """The only run folder under runs_root, once a rank has reported its first step."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def stepped() -> Path | None:
         for events in runs_root.glob("*/events/rank0.jsonl"):
             if '"kind":"step"' in events.read_text():
                 return events.parent.parent
-        time.sleep(0.2)
+        return None
+
+    run = wait_until(stepped, timeout, every=0.2)
+    if run is not None:
+        return run
     raise AssertionError(f"no run under {runs_root} reached a step in {timeout} s")
 
 

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_for, wait_until
 
 from tests.conftest import CLI
 from tests.integration.separate_hosts import Host, HostsUnavailable, SeparateHosts
@@ -88,16 +89,17 @@ def finish(node: subprocess.Popen, timeout: float = 90) -> tuple[int, dict | Non
 
 def first_step_seen(runs: Path, host: Host, step: int, timeout: float = 60) -> None:
     """Wait until a rank of ``host`` reports ``step``: the job runs on both hosts."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for events in (runs / host.hostname).glob("*/events/rank*.jsonl"):
-            if any(
-                json.loads(line).get("step", 0) >= step
-                for line in events.read_text().splitlines()[-3:]
-                if line.endswith("}")
-            ):
-                return
-        time.sleep(0.2)
+
+    def reported() -> bool:
+        return any(
+            json.loads(line).get("step", 0) >= step
+            for events in (runs / host.hostname).glob("*/events/rank*.jsonl")
+            for line in events.read_text().splitlines()[-3:]
+            if line.endswith("}")
+        )
+
+    if wait_until(reported, timeout, every=0.2):
+        return
     raise AssertionError(f"{host.hostname} reported no step {step} in {timeout} s")
 
 
@@ -133,9 +135,7 @@ async def shows_ranks_by_node(folder: Path) -> None:
     app = create_app(telemetry=[], topology=None, open_run=folder, run_root=folder.parent)
     async with app.run_test(size=(120, 40)) as pilot:
         view = app.query_one(RunView)
-        deadline = time.monotonic() + 20
-        while not view.finished and time.monotonic() < deadline:
-            await pilot.pause(0.2)
+        await wait_for(pilot, lambda: view.finished, timeout=20)
         assert [row[:3] for row in view.rank_table.rank_rows] == [
             ("node 0 · bn-host0 · ranks 0-1",),
             ("rank 0", "done", "8"),
@@ -180,10 +180,8 @@ def test_a_killed_mgpu_tui_on_one_host_is_named_by_the_other(hosts, tmp_path):
     assert code == 1 and time.monotonic() - killed_at < CUT_DEADLINE_S, err
     assert "host bn-host1 (node 1, ranks 2-3) stopped answering" in err
     nodes[1].communicate(timeout=10)
-    deadline = time.monotonic() + 10  # the killed node's ranks and link die with it (parent-death signals)
-    while hosts.pids_in(hosts.hosts[1]) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert hosts.pids_in(hosts.hosts[1]) == []
+    # The killed node's ranks and link die with it (parent-death signals).
+    assert wait_until(lambda: hosts.pids_in(hosts.hosts[1]) == [], 10, every=0.2)
 
 
 def test_a_host_that_never_comes_and_an_endpoint_nobody_hosts_each_fail_in_one_sentence(hosts, tmp_path):

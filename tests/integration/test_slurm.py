@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import wait_until
 
 from tests.conftest import CLI, run_cli, screen, wait_screen
 from tests.integration.separate_hosts import HostsUnavailable
@@ -71,14 +72,15 @@ def summaries(tmp_path: Path, job: str, nodes: int = 2) -> dict[int, dict]:
 def wait_for_steps(tmp_path: Path, job: str, timeout: float = 60) -> None:
     """Until both nodes' ranks have stepped (their events are in the shared run folder)."""
     events = tmp_path / "runs" / f"slurm-{job}-0-ddp" / "events"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(
+
+    def stepped() -> bool:
+        return all(
             (events / f"rank{r}.jsonl").exists() and (events / f"rank{r}.jsonl").stat().st_size
             for r in (0, 1)
-        ):
-            return
-        time.sleep(0.3)
+        )
+
+    if wait_until(stepped, timeout, every=0.3):
+        return
     raise AssertionError(f"the ranks never stepped: {sorted(p.name for p in events.parent.rglob('*'))}")
 
 
@@ -195,9 +197,7 @@ def test_a_node_that_dies_is_named_by_the_other_within_15_s(cluster, tmp_path):
     # Slurm itself learns of the node only after SlurmdTimeout: the job is ended by hand, and node
     # 0's processes of the run are gone (the fixture checks), whatever Slurm still waits for.
     cluster.on_head("scancel", job)
-    deadline = time.monotonic() + KILL_WAIT_S + 5
-    while cluster.pids_on(cluster.nodes[0]) and time.monotonic() < deadline:
-        time.sleep(0.3)
+    wait_until(lambda: not cluster.pids_on(cluster.nodes[0]), KILL_WAIT_S + 5, every=0.3)
 
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")

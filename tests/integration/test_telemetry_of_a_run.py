@@ -2,6 +2,8 @@
 
 import time
 
+from waiting import wait_until
+
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.engine.machine.telemetry import Sampler
 from mgpu_tui.engine.run.lifecycle import Run
@@ -12,10 +14,7 @@ def test_ranks_of_a_real_cpu_run_show_their_processes(tmp_path):
     sampler = Sampler(ranks=run.rank_processes)
     with run:
         run.start()
-        deadline = time.monotonic() + 60
-        while len(run.rank_processes()) < 2 and time.monotonic() < deadline:
-            run.poll()
-            time.sleep(0.2)
+        wait_until(lambda: run.poll() and len(run.rank_processes()) >= 2, 60, every=0.2)
         first = sampler.sample().ranks
         time.sleep(0.5)
         ranks = sampler.sample().ranks

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from waiting import wait_until
 
 from conftest import CLI, live_processes_of, only_run_dir, run_cli, summary_from
 
@@ -416,10 +417,7 @@ def test_killing_mgpu_tui_itself_leaves_nothing_of_the_run(tmp_path, runs_root):
         stderr=subprocess.DEVNULL,
     )
     marker = tmp_path / "grandchild.pid"
-    deadline = time.monotonic() + 90
-    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert marker.exists(), "the run never started"
+    assert wait_until(lambda: marker.exists() and marker.read_text(), 90, every=0.2), "the run never started"
     time.sleep(1)
     run_dir = only_run_dir(runs_root)
     ranks = [
@@ -433,11 +431,11 @@ def test_killing_mgpu_tui_itself_leaves_nothing_of_the_run(tmp_path, runs_root):
     grandchild = int(marker.read_text())
     # The keeper's grace for the launcher is 5 s; a loaded machine (the suite runs two workers on
     # two cores) may take a few more to schedule the keeper, torchrun and the ranks' exits.
-    deadline = time.monotonic() + 20
-    while (
-        any(alive(pid) for pid in [*ranks, grandchild]) or live_processes_of(run_dir)
-    ) and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_until(
+        lambda: not any(alive(pid) for pid in [*ranks, grandchild]) and not live_processes_of(run_dir),
+        20,
+        every=0.2,
+    )
     left = [describe(pid) for pid in [*ranks, grandchild] if alive(pid)]
     assert not left, left
     assert live_processes_of(run_dir) == []
@@ -465,12 +463,12 @@ def test_ctrl_c_stops_a_rank_that_ignores_sigterm_and_sigint_within_seconds(tmp_
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
+
+    def both_stepping() -> bool:
         files = list(runs_root.glob("*/events/rank*.jsonl"))
-        if len(files) == 2 and all(len(f.read_text().splitlines()) > 2 for f in files):
-            break
-        time.sleep(0.2)
+        return len(files) == 2 and all(len(f.read_text().splitlines()) > 2 for f in files)
+
+    wait_until(both_stepping, 90, every=0.2)
     proc.send_signal(signal.SIGINT)
     stopped = time.monotonic()
     out, err = proc.communicate(timeout=30)
@@ -501,8 +499,7 @@ def test_the_keeper_ends_the_whole_run_however_many_stop_signals_arrive_meanwhil
         start_new_session=True,
     )
     deadline = time.monotonic() + 30
-    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: marker.exists() and marker.read_text(), 30, every=0.05)
     child = int(marker.read_text())
     while keeper.poll() is None and time.monotonic() < deadline:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import traceback
 
+from waiting import wait_until
+
 from mgpu_tui.engine.protocol.causes import users_frames
 from mgpu_tui.engine.protocol.rundir import STACKS_REQUEST, RunDir
 from mgpu_tui.engine.rank.flight_dump import FlightRecorderDump
@@ -16,7 +18,6 @@ from mgpu_tui.engine.rank.watch import stack_signature
 from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
 from mgpu_tui.engine.rank.watch.wrapping import around
 from mgpu_tui.engine.run.causes.watchdog import readable_stacks
-from tests.waiting import wait_until
 
 
 def users_step() -> None:
