@@ -29,7 +29,7 @@ def exit_code_for(error: BaseException) -> ExitCode | None:
     from mgpu_tui.engine.launch.errors import EnvironmentUnusable, SpecError
     from mgpu_tui.engine.machine.nvml import GpuLost, NvmlCallFailed
     from mgpu_tui.engine.machine.topology import TopologyParseError
-    from mgpu_tui.engine.protocol.rundir import RunDirError
+    from mgpu_tui.engine.protocol.rundir_make import RunDirError
 
     if isinstance(error, KeyboardInterrupt):
         return ExitCode.INTERRUPTED

@@ -89,7 +89,7 @@ def seconds_or_off(text: str) -> float:
 
 def run_name(text: str) -> str:
     """A job's id (--rdzv-id): a name, since it names the nodes' shared run folder, never a path."""
-    from mgpu_tui.engine.protocol.rundir import NAME
+    from mgpu_tui.engine.protocol.rundir_make import NAME
 
     if not NAME.fullmatch(text):
         raise argparse.ArgumentTypeError(

@@ -34,7 +34,6 @@ which knows only the folder's path, uses the same ``RunDir``.
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -42,6 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from mgpu_tui.engine.protocol.folder import dumps, entries, write_atomic
+from mgpu_tui.engine.protocol.rundir_make import NAME as NAME  # their first home: importable here still
+from mgpu_tui.engine.protocol.rundir_make import RunDirError as RunDirError
+from mgpu_tui.engine.protocol.rundir_make import folder_name as folder_name
+from mgpu_tui.engine.protocol.rundir_make import make_run_dir
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
@@ -60,23 +63,6 @@ FR_READABLE_DIR = "torch-readable"
 # The rank a command's own output is shown under (mgpu-tui exec): its lines are every process's,
 # merged as the command's launcher printed them, not one rank's.
 JOB_OUTPUT = -1
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a job id as a folder's name: never a path
-_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]")
-
-
-def folder_name(job_id: str) -> str:
-    """A job id (torchrun's --rdzv-id, anyone's text) as the name of one folder inside the run root:
-    itself when it is a NAME; else its letters, digits, '.', '_' and '-' (others as '_'), prefixed
-    'job-' and suffixed with a short hash of the whole id, so ``../../etc`` stays inside and two
-    different ids never share a folder."""
-    if NAME.fullmatch(job_id):
-        return job_id
-    kept = _NOT_IN_A_NAME.sub("_", job_id)[:40].strip("._")
-    return f"job-{kept}-{hashlib.sha256(job_id.encode('utf-8', 'replace')).hexdigest()[:8]}"
-
-
-class RunDirError(OSError):
-    """The run directory cannot be created or written."""
 
 
 @dataclass(frozen=True)
@@ -116,8 +102,6 @@ class RunDir:
         Two runs started in the same second get ``-2``, ``-3``... so they never share one.
         ``shared`` names a folder that the nodes of one job share (``<root>/<shared>-<mode>``).
         """
-        from mgpu_tui.engine.protocol.rundir_make import make_run_dir  # it imports this module
-
         return make_run_dir(cls, root, mode, now, node=node, shared=shared)
 
     # ---- well-known paths --------------------------------------------------

@@ -1,19 +1,40 @@
 """Making a run folder: ``<root>/<UTC timestamp>-<mode>`` (``-2``, ``-3``... for runs started in
-the same second), or the one folder the nodes of a job share; the owner's alone (mode 0700); a root
-that is a dangling link, a file, or not writable gets its sentence."""
+the same second), or the one folder the nodes of a job share, named from anyone's job id without
+ever becoming a path (folder_name); the owner's alone (mode 0700); a root that is a dangling link,
+a file, or not writable gets its sentence (RunDirError). rundir.py, the layout inside a run
+folder, imports this; this imports nothing of it but its type."""
 
 from __future__ import annotations
 
 import datetime as dt
 import errno
+import hashlib
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mgpu_tui.engine.protocol.rundir import RunDirError, folder_name
-
 if TYPE_CHECKING:
     from mgpu_tui.engine.protocol.rundir import RunDir
+
+
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")  # a job id as a folder's name: never a path
+_NOT_IN_A_NAME = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def folder_name(job_id: str) -> str:
+    """A job id (torchrun's --rdzv-id, anyone's text) as the name of one folder inside the run root:
+    itself when it is a NAME; else its letters, digits, '.', '_' and '-' (others as '_'), prefixed
+    'job-' and suffixed with a short hash of the whole id, so ``../../etc`` stays inside and two
+    different ids never share a folder."""
+    if NAME.fullmatch(job_id):
+        return job_id
+    kept = _NOT_IN_A_NAME.sub("_", job_id)[:40].strip("._")
+    return f"job-{kept}-{hashlib.sha256(job_id.encode('utf-8', 'replace')).hexdigest()[:8]}"
+
+
+class RunDirError(OSError):
+    """The run directory cannot be created or written."""
 
 
 def make_run_dir(

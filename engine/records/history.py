@@ -21,7 +21,8 @@ from typing import Literal
 
 from mgpu_tui.engine.launch.slurm import SlurmJob
 from mgpu_tui.engine.protocol.folder import Unreadable, entries, read_json
-from mgpu_tui.engine.protocol.rundir import NAME, RunDir
+from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir_make import NAME
 from mgpu_tui.engine.protocol.typed import Invalid, Word, build
 from mgpu_tui.engine.run.monitor import is_followed
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary

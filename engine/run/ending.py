@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.protocol.rundir import RunDirError
+from mgpu_tui.engine.protocol.rundir_make import RunDirError
 from mgpu_tui.engine.run.causes.rootcause import (
     after_finishing,
     command_root_cause,

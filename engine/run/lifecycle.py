@@ -34,7 +34,8 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.nodes.watch import NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError
+from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir_make import RunDirError
 from mgpu_tui.engine.run import ending, starting
 from mgpu_tui.engine.run.causes.rootcause import (
     RootCause,

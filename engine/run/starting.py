@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 from mgpu_tui import __version__
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
-from mgpu_tui.engine.protocol.rundir import RunDir, RunDirError, folder_name
+from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir_make import RunDirError, folder_name
 from mgpu_tui.engine.run.causes.watchdog import MIN_FREE_BYTES
 
 if TYPE_CHECKING:

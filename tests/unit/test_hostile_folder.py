@@ -23,7 +23,8 @@ from conftest import pinned_summary as summary
 from mgpu_tui.cli import main
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.folder import Unreadable, loads, read_json, write_atomic
-from mgpu_tui.engine.protocol.rundir import RunDir, folder_name
+from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.protocol.rundir_make import folder_name
 from mgpu_tui.engine.protocol.text import plain
 from mgpu_tui.engine.protocol.typed import Invalid
 from mgpu_tui.engine.records.history import list_runs, read_run

@@ -23,7 +23,7 @@ from mgpu_tui.engine.launch.slurm import (
     task_device,
 )
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
-from mgpu_tui.engine.protocol.rundir import folder_name
+from mgpu_tui.engine.protocol.rundir_make import folder_name
 from mgpu_tui.errors import UsageError
 
 NODE_FLAGS = tuple(f.name for f in dataclasses.fields(NodeOptions))  # run's dests, NodeOptions' fields
