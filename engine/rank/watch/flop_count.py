@@ -12,6 +12,8 @@ steps). The step is *replayed* instead, at a step boundary, once per input shape
   (a model that compiles its blocks runs them eagerly) and the autocast the forward ran under;
 - forward, then ``torch.autograd.grad`` of every output that needs a gradient with respect to the
   parameters (never ``backward()``, which would store fake gradients in the real ``.grad``).
+- a block that repeats (a deep model's layers) once per input signature, its FLOPs added for
+  each of its calls (flop_twins.py): the count costs what one layer costs, not what all do.
 
 The loss function outside the model is not counted (a cross-entropy is a few elementwise passes).
 FSDP's modules hold shards: their step is n/a, with the reason. The formulas torch lacks (the
@@ -29,6 +31,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from mgpu_tui.engine.rank.watch.flop_twins import Twins
 
 OFF = "MGPU_FLOPS"  # "0" in the environment: no FLOP is counted, and the summary says why
 MAX_FORWARDS = 1024  # a step's forwards held at most (a loop that never steps must not grow them)
@@ -142,11 +146,20 @@ def count(torch: Any, root: Any, call: Call) -> int:
 
 
 def _replay(torch: Any, module: Any, fake: Any, args: Any, kwargs: Any, autocast: Any) -> int:
-    """Forward, then the parameters' gradients of every output that needs one, under the counter."""
+    """Forward, then the parameters' gradients of every output that needs one, under the counter;
+    each repeated block counted once (Twins)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)
-    with fake, counter, _autocast(torch, autocast):
+    memo = (
+        Twins(torch, module, counter, lambda a, k: describe(torch, a, k).key)
+        if not any(
+            isinstance(a, torch.Tensor) and a.requires_grad
+            for a in torch.utils._pytree.tree_leaves((args, kwargs))
+        )
+        else None  # an input that needs a gradient: its blocks' backward is not theirs alone
+    )
+    with fake, counter, _autocast(torch, autocast), memo.replacing if memo else contextlib.nullcontext():
         out = module(*args, **kwargs)
         outs = [
             t
@@ -158,7 +171,7 @@ def _replay(torch: Any, module: Any, fake: Any, args: Any, kwargs: Any, autocast
             torch.autograd.grad(
                 outs, params, grad_outputs=[torch.ones_like(t) for t in outs], allow_unused=True
             )
-    return int(counter.get_total_flops())
+    return int(counter.get_total_flops()) + (memo.repeated_flops if memo else 0)
 
 
 _MODULE_HOOKS = (

@@ -1,7 +1,7 @@
 """What an unchanged script's rank reports, learnt from torch itself.
 
 The bootstrap (bootstrap.py) installs a :class:`ScriptWatch` in every rank of a script run. It
-imports no torch: its hooks go in when the script imports torch (after_import.py). Each figure,
+imports no torch: its hooks go in when the script imports torch (torch_hooks.after_import). Each figure,
 and how it is taken (docs/your-script.md says the same to users):
 
 - **a step** is a step of the lead optimizer (the first to step; torch's global optimizer
@@ -47,9 +47,9 @@ from typing import Any
 from mgpu_tui.engine.rank.reporter import ScriptReporter
 from mgpu_tui.engine.rank.threads import stop_before_exit
 from mgpu_tui.engine.rank.watch import flop_count, stack_signature, step_clock, step_figures, torch_hooks
-from mgpu_tui.engine.rank.watch.after_import import after_import
 from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE, HookedRoot, batch_source, find_root
 from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, batch_size, first_tensor
+from mgpu_tui.engine.rank.watch.torch_hooks import after_import
 from mgpu_tui.engine.rank.watch.wrapping import guarded
 
 __all__ = ["ScriptReporter", "ScriptWatch"]
