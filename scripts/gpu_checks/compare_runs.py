@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 from gpu_checks.base import CheckerBase, Result
-
 from mgpu_tui.engine.protocol.rundir import RunDir
 
 # The transformer runs: (model, global batch, steps, autocast dtype, modes), each on one GPU. gpt-1.3b
