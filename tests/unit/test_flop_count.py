@@ -182,6 +182,27 @@ class Stack(torch.nn.Module):
         return self.out(x)
 
 
+class Stages(torch.nn.Module):
+    """Repeated blocks inside repeated stages: a stage's count holds its own blocks' repeats."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inp = torch.nn.Linear(16, 32)
+        self.stages = torch.nn.ModuleList(
+            torch.nn.Sequential(
+                *(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()) for _ in range(3))
+            )
+            for _ in range(3)
+        )
+        self.out = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for stage in self.stages:
+            x = stage(x)
+        return self.out(x)
+
+
 class Checkpointed(Stack):
     def forward(self, x):
         x = self.inp(x)
@@ -207,6 +228,7 @@ def stacks():
     high = Stack()
     yield "the upper blocks frozen", frozen(high, *high.blocks[3:])
     yield "checkpointed blocks", Checkpointed()
+    yield "repeated blocks in repeated stages", Stages()
     yield "a 3-layer GPT", build_gpt(model_shape("gpt-125m", layers=3, seq_len=32, d_model=128, heads=4))
 
 

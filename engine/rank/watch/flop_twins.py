@@ -39,6 +39,10 @@ class Twins:
             (child, key[1]) for key, children in groups.items() if len(children) > 1 for child in children
         ]
 
+    def _counted(self) -> int:
+        """The FLOPs so far: the counter's, and the repeated blocks' added to it."""
+        return int(self._counter.get_total_flops()) + self.repeated_flops
+
     @property
     def replacing(self) -> Any:
         return self._replaced()
@@ -65,7 +69,7 @@ class Twins:
             if key in self._seen:
                 self.repeated_flops += self._seen[key]
                 return _stand_in(torch, block, args, kwargs, self._outputs[key])
-            before = self._counter.get_total_flops()
+            before = self._counted()
             out = forward(*args, **kwargs)
             if not isinstance(out, torch.Tensor):
                 return out  # not replayed so: counted with the step's own backward, each call
@@ -77,7 +81,7 @@ class Twins:
             wanted = inputs + [p for p in block.parameters() if p.requires_grad]
             if out.requires_grad and wanted:
                 torch.autograd.grad([out], wanted, grad_outputs=[torch.ones_like(out)], allow_unused=True)
-            self._seen[key] = self._counter.get_total_flops() - before
+            self._seen[key] = self._counted() - before  # its own repeated blocks included
             self._outputs[key] = (tuple(out.shape), out.dtype, out.device)
             return _stand_in(torch, block, args, kwargs, self._outputs[key])
 
