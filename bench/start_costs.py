@@ -54,11 +54,8 @@ def first_step_times(
     return times
 
 
-FIRST_STEP_SCRIPT = """
-import os, sys, time, torch, torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
-dist.init_process_group("gloo")
-model = DDP(torch.nn.Linear(64, 8))
+# Five steps of a model, the first one's end printed (first_step_times reads it).
+FIVE_STEPS = """\
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(5):
     model(torch.randn(16, 64)).pow(2).mean().backward()
@@ -66,8 +63,19 @@ for step in range(5):
     optimizer.zero_grad()
     if step == 0:
         print(f"first step ended {time.time():.6f}", flush=True)
-dist.destroy_process_group()
 """
+
+# run --script's: two ranks, DDP over gloo.
+RUN_SCRIPT = (
+    """
+import os, sys, time, torch, torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+dist.init_process_group("gloo")
+model = DDP(torch.nn.Linear(64, 8))
+"""
+    + FIVE_STEPS
+    + "dist.destroy_process_group()\n"
+)
 
 
 def bench_first_step(pairs: int) -> str:
@@ -89,7 +97,7 @@ def bench_first_step(pairs: int) -> str:
         ]
 
     lines = {"bootstrap": line(), "--no-instrument": line("--no-instrument")}
-    times = first_step_times(FIRST_STEP_SCRIPT, lines, "logs/*/attempt_0/0/stdout.log", pairs)
+    times = first_step_times(RUN_SCRIPT, lines, "logs/*/attempt_0/0/stdout.log", pairs)
     base = statistics.median(times["--no-instrument"])
     rows = [
         [how, pairs, f"{statistics.median(t):.2f}", f"{statistics.median(t) - base:+.2f}"]
@@ -129,17 +137,14 @@ def bench_exec_start(pairs: int) -> tuple[str, list[list[str]]]:
     return "python -c pass, bare and with exec's environment (goal: <= 5 ms later)", rows
 
 
-FIRST_STEP_SCRIPT = """
+# exec's: one process, no process group.
+EXEC_SCRIPT = (
+    """
 import time, torch
 model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(5):
-    model(torch.randn(16, 64)).pow(2).mean().backward()
-    optimizer.step()
-    optimizer.zero_grad()
-    if step == 0:
-        print(f"first step ended {time.time():.6f}", flush=True)
 """
+    + FIVE_STEPS
+)
 
 
 def bench_exec_first_step(pairs: int) -> tuple[str, list[list[str]]]:
@@ -157,7 +162,7 @@ def bench_exec_first_step(pairs: int) -> tuple[str, list[list[str]]]:
         ]
 
     lines = {"watched": line(), "--no-instrument": line("--no-instrument")}
-    times = first_step_times(FIRST_STEP_SCRIPT, lines, "logs/command/stdout.log", pairs)
+    times = first_step_times(EXEC_SCRIPT, lines, "logs/command/stdout.log", pairs)
     diffs = [w - b for w, b in zip(times["watched"], times["--no-instrument"])]
     rows = [[how, str(pairs), f"{statistics.median(t):.2f}"] for how, t in times.items()]
     rows.append(["difference (median of pairs)", str(pairs), f"{statistics.median(diffs):+.2f}"])
