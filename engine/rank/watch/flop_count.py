@@ -159,7 +159,7 @@ def _replay(torch: Any, module: Any, fake: Any, args: Any, kwargs: Any, autocast
         )
         else None  # an input that needs a gradient: its blocks' backward is not theirs alone
     )
-    with fake, counter, _autocast(torch, autocast), memo.replacing if memo else contextlib.nullcontext():
+    with fake, counter, _autocast(torch, autocast), memo.replaced() if memo else contextlib.nullcontext():
         out = module(*args, **kwargs)
         outs = [
             t

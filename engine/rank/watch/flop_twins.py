@@ -20,15 +20,16 @@ class Twins:
     block's inputs and counts nothing (the block's own was counted). A replay of GPT-2 small
     dispatched 5,000 operations on fake tensors, a tenth of them its first block's. Only blocks
     whose output is one tensor are replayed so (a tuple's unused outputs would count a backward the
-    step never runs); ``replacing`` puts them back as they were."""
+    step never runs); ``replaced()`` puts them back as they were after."""
 
     def __init__(self, torch: Any, module: Any, counter: Any, key_of: Callable[[tuple, dict], tuple]) -> None:
         """``key_of(args, kwargs)``: a call's inputs as a key (flop_count.describe's)."""
         self._torch = torch
         self._key_of = key_of
         self._counter = counter
-        self._seen: dict[tuple, int] = {}  # signature -> the FLOPs of its first call, both ways
-        self._outputs: dict[tuple, tuple] = {}  # signature -> its output's (shape, dtype, device)
+        # signature -> the FLOPs of its first call, both ways, and its output's (shape, dtype, device)
+        self._seen: dict[tuple, tuple[int, tuple]] = {}
+        self._stand_in = _stand_in_function(torch)
         self.repeated_flops = 0
         groups: dict[tuple, list[Any]] = {}
         for parent in module.modules():
@@ -43,12 +44,8 @@ class Twins:
         """The FLOPs so far: the counter's, and the repeated blocks' added to it."""
         return int(self._counter.get_total_flops()) + self.repeated_flops
 
-    @property
-    def replacing(self) -> Any:
-        return self._replaced()
-
     @contextlib.contextmanager
-    def _replaced(self) -> Iterator[None]:
+    def replaced(self) -> Iterator[None]:
         saved = [(block, block.__dict__.get("forward", _NONE)) for block, _ in self._blocks]
         try:
             for block, signature in self._blocks:
@@ -67,8 +64,9 @@ class Twins:
         def once(*args: Any, **kwargs: Any) -> Any:
             key = (signature, self._key_of(args, kwargs), torch.is_grad_enabled())
             if key in self._seen:
-                self.repeated_flops += self._seen[key]
-                return _stand_in(torch, block, args, kwargs, self._outputs[key])
+                flops, output = self._seen[key]
+                self.repeated_flops += flops
+                return self._stand_in_for(block, args, kwargs, output)
             before = self._counted()
             out = forward(*args, **kwargs)
             if not isinstance(out, torch.Tensor):
@@ -81,11 +79,20 @@ class Twins:
             wanted = inputs + [p for p in block.parameters() if p.requires_grad]
             if out.requires_grad and wanted:
                 torch.autograd.grad([out], wanted, grad_outputs=[torch.ones_like(out)], allow_unused=True)
-            self._seen[key] = self._counted() - before  # its own repeated blocks included
-            self._outputs[key] = (tuple(out.shape), out.dtype, out.device)
-            return _stand_in(torch, block, args, kwargs, self._outputs[key])
+            output = (tuple(out.shape), out.dtype, out.device)
+            self._seen[key] = (self._counted() - before, output)  # its own repeated blocks included
+            return self._stand_in_for(block, args, kwargs, output)
 
         return once
+
+    def _stand_in_for(self, block: Any, args: tuple, kwargs: dict, output: tuple) -> Any:
+        """A tensor of the block's output shape, needing a gradient where the block's output would
+        (its inputs' and parameters'), whose backward passes a gradient of the right shape to the
+        block's inputs (the layers before it still run their own backward) and counts nothing."""
+        torch = self._torch
+        inputs = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        params = [p for p in block.parameters() if p.requires_grad]
+        return self._stand_in.apply(output, len(inputs), *inputs, *params)
 
 
 _NONE = object()
@@ -101,27 +108,25 @@ def _signature(block: Any) -> tuple:
     )
 
 
-def _stand_in(torch: Any, block: Any, args: tuple, kwargs: dict, output: tuple) -> Any:
-    """A tensor of the block's output shape, needing a gradient where the block's output would (its
-    inputs' and parameters'), whose backward passes a gradient of the right shape to the block's
-    inputs (the layers before it still run their own backward) and computes nothing counted."""
-    shape, dtype, device = output
-    inputs = [t for t in torch.utils._pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-    params = [p for p in block.parameters() if p.requires_grad]
+def _stand_in_function(torch: Any) -> Any:
+    """The autograd function of a stand-in (made once a replay: this module imports no torch).
+    ``apply(output, n_inputs, *inputs, *params)``: the first ``n_inputs`` tensors get a gradient
+    of their shape where they need one; the parameters get none (their block's was counted)."""
 
     class StandIn(torch.autograd.Function):
         @staticmethod
-        def forward(ctx: Any, *tensors: Any) -> Any:
-            ctx.inputs = [(t.shape, t.dtype, t.device) for t in tensors[: len(inputs)]]
-            ctx.params = len(tensors) - len(inputs)
+        def forward(ctx: Any, output: tuple, n_inputs: int, *tensors: Any) -> Any:
+            ctx.inputs = [(t.shape, t.dtype, t.device) for t in tensors[:n_inputs]]
+            ctx.params = len(tensors) - n_inputs
+            shape, dtype, device = output
             return torch.empty(shape, dtype=dtype, device=device)
 
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
             to_inputs = tuple(
                 torch.empty(s, dtype=d, device=v) if needed else None
-                for (s, d, v), needed in zip(ctx.inputs, ctx.needs_input_grad)
+                for (s, d, v), needed in zip(ctx.inputs, ctx.needs_input_grad[2:])
             )
-            return to_inputs + (None,) * ctx.params
+            return (None, None, *to_inputs, *(None,) * ctx.params)
 
-    return StandIn.apply(*inputs, *params)
+    return StandIn
