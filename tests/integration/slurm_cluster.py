@@ -170,8 +170,15 @@ MpiDefault=none
         return "UNKNOWN"
 
     def wait_state(self, job_id: str, states: tuple[str, ...], timeout: float) -> str:
-        wait_until(lambda: self.state(job_id) in states, timeout, every=0.5)
-        return self.state(job_id)
+        """The job's state once it is one of ``states`` (the one seen then), else its last."""
+        seen: list[str] = []
+
+        def reached() -> bool:
+            seen.append(self.state(job_id))
+            return seen[-1] in states
+
+        wait_until(reached, timeout, every=0.5)
+        return seen[-1]
 
     def kill_node(self, node: Host) -> None:
         """The node dies: its slurmd and every process on the host, at once."""

@@ -121,7 +121,6 @@ class HookedRoot:
         """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied
         to the layers first, then to the root); another model wrapped later is left alone."""
         inside = {id(m) for m in module.modules()}
-        kept: list[tuple[weakref.ref, list[Any]]] = []
         for ref, handles in self._roots:
             hooked = ref()
             if hooked is None:
@@ -132,7 +131,7 @@ class HookedRoot:
                 continue
             return  # a root is hooked already, and this module does not hold it
         handles = self._forward_hooks(module, _untraced)
-        self._roots = [*kept, (weakref.ref(module), handles)]
+        self._roots = [(weakref.ref(module), handles)]
         self.source = BATCH_SOURCE.get(kind, kind)
 
     def _forward_hooks(self, module: Any, wrap: Any) -> list[Any]:
