@@ -243,3 +243,28 @@ def test_repeated_blocks_replayed_once_count_exactly_what_a_real_step_does(what,
     forwards = [m.__dict__.get("forward") for m in model.modules()]
     assert flop_count.count(torch, model, flop_count.describe(torch, (x,), {})) == counted_step(model, x)
     assert [m.__dict__.get("forward") for m in model.modules()] == forwards
+
+
+class TwoInputs(torch.nn.Module):
+    """A forward of keyword and nested inputs, as Hugging Face models and custom batches take them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(6, 4), torch.nn.Linear(3, 4)
+
+    def forward(self, x, extra=None, scale=1.0):
+        y = extra["y"] if isinstance(extra, dict) else extra
+        return self.a(x) * scale + (self.b(y) if y is not None else 0)
+
+
+def test_flat_and_nested_inputs_are_described_apart_and_replayed_as_a_real_step_counts():
+    model, x, y = TwoInputs(), torch.randn(5, 6), torch.randn(5, 3)
+    flat = flop_count.describe(torch, (x,), {"extra": y, "scale": 2.0})  # tensors and plain values
+    nested = flop_count.describe(torch, (x,), {"extra": {"y": y}})  # through torch's pytree
+    assert flop_count.count(torch, model, flat) == counted_step(model, x, y) == 2 * 5 * (6 * 4 + 3 * 4) * 2
+    assert flop_count.count(torch, model, nested) == counted_step(model, x, {"y": y})
+    assert flat.kwargs["scale"] == 2.0 and flat.key != nested.key
+    assert flat.key == flop_count.describe(torch, (x,), {"extra": y, "scale": 2.0}).key
+    assert flat.key != flop_count.describe(torch, (x,), {"extra": y, "scale": 3.0}).key
+    assert flat.key != flop_count.describe(torch, (torch.randn(7, 6),), {"extra": y, "scale": 2.0}).key
+    assert flop_count.describe(torch, (x, y), {}).key != flop_count.describe(torch, (x,), {"extra": y}).key

@@ -41,6 +41,9 @@ LIGHTNING = ("lightning.pytorch", "pytorch_lightning")  # a LightningModule's cl
 SHARDED = "FSDP holds shards of the parameters on each rank, so a step's FLOPs are not counted"
 
 
+_PLAIN = (int, float, bool, str, type(None))  # an argument that is its own key
+
+
 @dataclass(frozen=True)
 class _Meta:
     shape: tuple[int, ...]
@@ -66,10 +69,15 @@ class NotCounted(Exception):  # noqa: N818 (a reason, told as the figure's n/a)
 
 def describe(torch: Any, args: tuple, kwargs: dict) -> Call:
     """``args`` and ``kwargs`` of a forward, reduced (cheap: run at every training forward)."""
-    pytree = torch.utils._pytree
-    leaves, spec = pytree.tree_flatten((args, kwargs))
+    flat = (torch.Tensor, *_PLAIN)
+    if all(isinstance(v, flat) for v in args) and all(isinstance(v, flat) for v in kwargs.values()):
+        # model(ids), model(x, y), model(input_ids=..., labels=...): no pytree, whose flatten was
+        # most of the cost; the key says which path made it, so the two never meet.
+        leaves, spec, key = [*args, *kwargs.values()], None, ["flat", len(args), *kwargs]
+    else:
+        leaves, spec = torch.utils._pytree.tree_flatten((args, kwargs))
+        key = [str(spec)]
     metas: list[Any] = []
-    key: list[Any] = [str(spec)]
     device_type = None
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor):
@@ -79,12 +87,15 @@ def describe(torch: Any, args: tuple, kwargs: dict) -> Call:
             key.append((meta.shape, str(meta.dtype), str(meta.device), meta.requires_grad))
         else:
             metas.append(leaf)
-            key.append(leaf if isinstance(leaf, (int, float, bool, str, type(None))) else type(leaf).__name__)
+            key.append(leaf if isinstance(leaf, _PLAIN) else type(leaf).__name__)
     autocast = None
     if device_type is not None and torch.is_autocast_enabled(device_type):
         autocast = (device_type, torch.get_autocast_dtype(device_type))
     key.append(str(autocast))
-    rebuilt_args, rebuilt_kwargs = pytree.tree_unflatten(metas, spec)
+    if spec is None:
+        rebuilt_args, rebuilt_kwargs = metas[: len(args)], dict(zip(kwargs, metas[len(args) :]))
+    else:
+        rebuilt_args, rebuilt_kwargs = torch.utils._pytree.tree_unflatten(metas, spec)
     return Call(tuple(key), tuple(rebuilt_args), dict(rebuilt_kwargs), autocast)
 
 
