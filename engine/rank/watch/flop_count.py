@@ -143,10 +143,9 @@ def count(torch: Any, root: Any, call: Call) -> int:
         args, kwargs = torch.utils._pytree.tree_map(
             lambda leaf: _fake(torch, leaf) if isinstance(leaf, _Meta) else leaf, (call.args, call.kwargs)
         )
-    stance = getattr(getattr(torch, "compiler", None), "set_stance", None)  # torch >= 2.6
-    eager = stance("force_eager") if stance is not None else contextlib.nullcontext()
+    stance = getattr(getattr(torch, "compiler", None), "set_stance", None)
     try:
-        with _hooks_set_aside(torch, module), torch.enable_grad(), eager:
+        with _hooks_set_aside(torch, module), torch.enable_grad(), _maybe(stance, "force_eager"):
             return _replay(torch, module, fake, args, kwargs, call.autocast)
     except Exception as exc:  # noqa: BLE001 (the user's forward, on fake tensors: any error is a reason)
         first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else ""
@@ -160,7 +159,9 @@ def count(torch: Any, root: Any, call: Call) -> int:
 def _replay(torch: Any, module: Any, fake: Any, args: Any, kwargs: Any, autocast: Any) -> int:
     """Forward, then the parameters' gradients of every output that needs one, under the counter;
     each repeated block counted once (Twins)."""
-    counter = _total_counter()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
     memo = (
         Twins(torch, module, counter, lambda a, k: describe(torch, a, k).key)
         if not any(
@@ -182,32 +183,6 @@ def _replay(torch: Any, module: Any, fake: Any, args: Any, kwargs: Any, autocast
                 outs, params, grad_outputs=[torch.ones_like(t) for t in outs], allow_unused=True
             )
     return int(counter.get_total_flops()) + (memo.repeated_flops if memo else 0)
-
-
-class _GlobalOnly:
-    """In place of the counter's module tracker: the whole replay is one module, "Global"."""
-
-    parents = frozenset({"Global"})
-
-    def __enter__(self) -> _GlobalOnly:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-
-def _total_counter() -> Any:
-    """torch's FLOP counter, its total only. Its module tracker, which sorts each operation's FLOPs
-    by module for its table, hooks every module's forward and every output's backward: a third of
-    a replay's time (docs/performance.md, bench/run.py flops). The total is the "Global" row, which
-    the counter fills from the same formulas with or without it (the tests hold the count to the
-    plain counter on a real step)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    if hasattr(counter, "mod_tracker"):  # a torch whose counter tracks modules otherwise: left as it is
-        counter.mod_tracker = _GlobalOnly()
-    return counter
 
 
 _MODULE_HOOKS = (
@@ -233,8 +208,8 @@ _GLOBAL_HOOKS = (
 def _hooks_set_aside(torch: Any, module: Any) -> Iterator[None]:
     """Every module hook (the modules' own and the global ones) out of the way while the replay
     runs, and back as they were after: a hook of the script's that keeps what it sees (an
-    activation for logging) must never be handed a fake tensor. A global hook added meanwhile goes
-    into the empty tables and leaves with them."""
+    activation for logging) must never be handed a fake tensor. The counter's own (global) hooks go
+    into the empty tables and leave with it."""
     modules = importlib.import_module("torch.nn.modules.module")
 
     saved: list[tuple[Any, str, Any]] = []
@@ -295,9 +270,24 @@ def _fake(torch: Any, meta: _Meta) -> Any:
     return tensor
 
 
+class _maybe:  # noqa: N801 (a context manager used as a function)
+    """``factory(*args)`` as a context, or nothing where torch has no such factory."""
+
+    def __init__(self, factory: Any, *args: Any) -> None:
+        self._context = factory(*args) if factory is not None else None
+
+    def __enter__(self) -> None:
+        if self._context is not None:
+            self._context.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._context is not None:
+            self._context.__exit__(*exc)
+
+
 def _autocast(torch: Any, autocast: tuple[str, Any] | None) -> Any:
     if autocast is None:
-        return contextlib.nullcontext()
+        return _maybe(None)
     return torch.autocast(autocast[0], dtype=autocast[1])
 
 
