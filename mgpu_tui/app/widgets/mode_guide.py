@@ -2,14 +2,14 @@
 real on this machine, and its demo's source beside it, to read while it runs.
 
 Every text comes from the catalogue (engine/planning/modes.py), which `mgpu-tui list` shows too;
-the source is the demo file itself, read from the installed package (never imported: that
-would load torch into the app).
+the source is the demo file itself, found where the installed package's import would find it and
+read (never imported: that would load torch into the app).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
-from importlib import resources
+from importlib.util import find_spec
 from pathlib import Path
 
 from rich.syntax import Syntax
@@ -29,13 +29,38 @@ SCRIPT_DOCS = "docs/your-script.md"
 MAX_SOURCE_BYTES = 256 * 1024
 
 
+def found_file(module: str) -> Path | None:
+    """The file an import of ``module`` would run: found, not imported (its package is)."""
+    try:
+        spec = find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    return Path(spec.origin) if spec is not None and spec.origin else None
+
+
+def demo_file(demo: str) -> Path | None:
+    """The file ``python -m mgpu_tui.demos.DEMO`` runs (demos/ keeps its modes' scripts in a folder
+    per family, on the package's search path)."""
+    return found_file(f"mgpu_tui.demos.{demo}")
+
+
+def demo_title(demo: str) -> str:
+    """The demo's path under demos/, as the repository shows it: ``demos/data_parallel/ddp.py``."""
+    file, package = demo_file(demo), found_file("mgpu_tui.demos")
+    if file is None or package is None:
+        return f"the demo {demo}"
+    return f"demos/{file.relative_to(package.parent).as_posix()}"
+
+
 @lru_cache(maxsize=16)
 def demo_source(demo: str) -> str:
     """The demo's own file, as installed (a few KiB; capped all the same)."""
+    file = demo_file(demo)
+    if file is None:
+        return f"# the demo {demo!r} is not installed"
     try:
-        path = resources.files("mgpu_tui.demos").joinpath(f"{demo}.py")
-        return path.read_bytes()[:MAX_SOURCE_BYTES].decode("utf-8", "replace")
-    except (OSError, ModuleNotFoundError) as exc:
+        return read_bytes(file, MAX_SOURCE_BYTES).decode("utf-8", "replace")
+    except OSError as exc:
         return f"# the demo's source could not be read: {exc}"
 
 
@@ -149,6 +174,6 @@ class ModeGuide(Horizontal):
             explanation(mode, self.host).append("   v: the logs instead", style="dim")
         )
         source = self.query_one("#guide-source", ScrollableContainer)
-        source.border_title = f"demos/{mode.demo}.py: the training loop it runs"
+        source.border_title = f"{demo_title(mode.demo)}: the training loop it runs"
         self.query_one("#guide-code", Static).update(demo_code(mode))
         source.scroll_home(animate=False)
