@@ -23,7 +23,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from mgpu_tui.demos.transformer import build_gpt
 from mgpu_tui.engine.planning.shapes import model_shape
-from mgpu_tui.engine.rank.watch.flop_count import register_missing_formulas
+from mgpu_tui.engine.rank.watch.flops import register_missing_formulas
 
 PEAK = 989.5e12  # the H200 SXM's dense bf16 (engine/machine/peaks.py)
 

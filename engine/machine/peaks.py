@@ -5,7 +5,7 @@ tensor-core figures with 2:4 structured sparsity (marked with an asterisk); the 
 here is half of it, as the datasheets' footnotes say. Plain fp32 is the non-tensor-core figure;
 fp32 matrix multiplies run on tensor cores in TF32 when torch allows it
 (``torch.backends.cuda.matmul.allow_tf32``, or a float32 matmul precision of "high" or "medium"),
-and then the TF32 peak is the one (the rank says which precision it ran in: flop_count.py).
+and then the TF32 peak is the one (the rank says which precision it ran in: rank/watch/flops/).
 
 A GPU is matched on its whole name as NVML and torch give it, never on a part of it: "NVIDIA H100
 NVL" is not an H100 SXM. A MIG slice, a GPU not in the table, a precision a GPU has no figure for

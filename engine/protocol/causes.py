@@ -62,7 +62,7 @@ def is_consequence(cause: RootCause) -> bool:
 # engine/rank/watch/, wherever a module of it moves there) and the bootstrap that runs the script.
 NOT_THE_USERS = re.compile(
     r'^  File ".*(/torch/distributed/elastic/|/torch/multiprocessing/spawn\.py'
-    r"|/engine/rank/(watch/\w+|bootstrap)\.py)"
+    r"|/engine/rank/(watch/[\w/]+|bootstrap)\.py)"
 )
 
 

@@ -14,7 +14,7 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   optionally data_s (the seconds before its compute), state_bytes (its parameters,
   gradients and optimizer state, measured once after the first optimizer step) and parts (where
   the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
-  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flop_count.py).
+  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback; optionally type (the exception's qualified name) and
   whole_message (every line of it, where ``message`` is its first).

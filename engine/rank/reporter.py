@@ -236,7 +236,7 @@ class Reporter:
         (loading the batch): with it, a rank that arrives late at the step's collectives is named,
         and why (a straggler). ``parts``: seconds in each of the step's parts (STEP_PARTS), where
         they were measured. ``at``: when the step ended (``time.time()``), if not now. ``flops``: the
-        step's floating-point operations on this rank, where counted (flop_count.py); ``aside_s``: seconds
+        step's floating-point operations on this rank, where counted (rank/watch/flops/); ``aside_s``: seconds
         of mgpu-tui's own work inside the step (counting its FLOPs), left out of its time.
         """
         if not self._said_hello and self._file is not None:

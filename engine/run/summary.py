@@ -169,7 +169,7 @@ class RunSummary:
     # "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint
     # (the change to try); absent when none (anatomy.py).
     verdicts: tuple[Verdict, ...] = ()
-    # Where the ranks counted their steps' FLOPs (a script's watch: rank/watch/flop_count.py):
+    # Where the ranks counted their steps' FLOPs (a script's watch: rank/watch/flops/):
     # tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
     # peak_tflops, and note (why the MFU, or both, is null); also per rank in ranks; absent
     # otherwise (run/figures/mfu.py).

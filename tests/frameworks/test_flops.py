@@ -1,5 +1,5 @@
 """Issue 42: TF/s and MFU for any script, its steps' FLOPs counted by torch's own counter on a fake
-replay (engine/rank/watch/flop_count.py), on real torchrun ranks over gloo; and a LightningModule, which
+replay (engine/rank/watch/flops/), on real torchrun ranks over gloo; and a LightningModule, which
 is never replayed (make test-frameworks, where Lightning is installed)."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from conftest import results_of, run_cli, summary_from
-from mgpu_tui.engine.rank.watch import flop_count
+from mgpu_tui.engine.rank.watch import flops
 from mgpu_tui.reports.run_summary import summary_text
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
@@ -95,5 +95,66 @@ def test_a_lightning_module_is_never_replayed_and_says_why():
             super().__init__()
             self.net = torch.nn.Linear(4, 1)
 
-    with pytest.raises(flop_count.NotCounted, match="Lightning calls training_step"):
-        flop_count.eager_module(torch, Module())
+    with pytest.raises(flops.NotCounted, match="Lightning calls training_step"):
+        flops.eager_module(torch, Module())
+
+
+def hugging_face_models():
+    """Small models of three Hugging Face families, as their own classes build them: GPT-2, Llama
+    (grouped-query attention, rotary embeddings) and BERT, each through scaled-dot-product attention."""
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+    )
+
+    yield "gpt2", GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=64, n_head=4, vocab_size=500, n_positions=64))
+    llama = LlamaConfig(
+        num_hidden_layers=3,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        vocab_size=500,
+        max_position_embeddings=64,
+    )
+    yield "llama", LlamaForCausalLM(llama)
+    bert = BertConfig(
+        num_hidden_layers=3,
+        hidden_size=64,
+        num_attention_heads=4,
+        intermediate_size=128,
+        vocab_size=500,
+        max_position_embeddings=64,
+    )
+    yield "bert", BertForMaskedLM(bert)
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["no mask", "a padding mask"])
+def test_hugging_face_models_are_counted_as_torchs_counter_counts_their_real_steps(padded):
+    """Each shape's count equals torch's counter on a real step. Without a mask the meta replay
+    agrees and counts the later shapes; with one, today's transformers read the mask's values
+    (which a meta tensor has not), and the rank stays on the fake replay: the count is exact either
+    way."""
+    import contextlib
+
+    from torch.utils.flop_counter import FlopCounterMode
+
+    flops.register_missing_formulas(torch)
+    for name, model in hugging_face_models():
+        counted = flops.StepFlops(torch)
+        for batch in (2, 3):
+            ids = torch.randint(0, 500, (batch, 32))
+            inputs = {"input_ids": ids, "labels": ids}
+            if padded:
+                inputs["attention_mask"] = (torch.arange(32) < 24).long().expand(batch, 32)
+            counted.seen(model, (), inputs)
+            total = counted.total(contextlib.nullcontext)
+            with FlopCounterMode(display=False) as real:
+                model(**inputs).loss.backward()
+            model.zero_grad(set_to_none=True)
+            assert total == real.get_total_flops(), (name, batch)
+            assert counted.note is None and (padded or counted.on_meta), name

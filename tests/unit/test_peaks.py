@@ -85,7 +85,7 @@ def test_no_peak_for_the_cpu_a_mig_slice_or_a_precision_the_gpu_lacks():
 
 
 def test_an_fp32_job_with_tf32_on_gets_the_tf32_peak():
-    from mgpu_tui.engine.rank.watch.flop_count import precision_name
+    from mgpu_tui.engine.rank.watch.flops import precision_name
 
     assert (
         peaks.peak("NVIDIA H100 80GB HBM3", precision_name("torch.float32", "cuda", tf32=True))[0] == 494.5e12

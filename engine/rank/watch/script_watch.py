@@ -46,7 +46,7 @@ from typing import Any
 
 from mgpu_tui.engine.rank.reporter import ScriptReporter
 from mgpu_tui.engine.rank.threads import stop_before_exit
-from mgpu_tui.engine.rank.watch import flop_count, stack_signature, step_clock, step_figures, torch_hooks
+from mgpu_tui.engine.rank.watch import flops, stack_signature, step_clock, step_figures, torch_hooks
 from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE, HookedRoot, batch_source, find_root
 from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, batch_size, first_tensor
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
@@ -116,7 +116,7 @@ class ScriptWatch:
         self._beats: threading.Thread | None = None
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
-        self._flops = flop_count.StepFlops(self.torch) if self.torch is not None else None
+        self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
 
     # ---- installing --------------------------------------------------------------------
 
@@ -163,7 +163,7 @@ class ScriptWatch:
 
     def _install(self, torch: ModuleType) -> None:
         self.torch = self._root.torch = torch
-        self._flops = flop_count.StepFlops(torch)
+        self._flops = flops.StepFlops(torch)
         torch_hooks.install(torch, self)
 
     def _install_fsdp(self, fsdp: ModuleType) -> None:

@@ -87,7 +87,7 @@ class StepClock:
 
     @contextlib.contextmanager
     def aside(self) -> Iterator[None]:
-        """Time that is no part of the step (mgpu-tui's own FLOP count, flop_count.py): charged to
+        """Time that is no part of the step (mgpu-tui's own FLOP count, flops/): charged to
         none, and no phase entered meanwhile is seen."""
         self._charge(self._now())
         thread, self._thread = self._thread, None

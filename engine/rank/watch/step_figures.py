@@ -10,7 +10,7 @@ import resource
 from dataclasses import dataclass
 from typing import Any
 
-from mgpu_tui.engine.rank.watch.flop_count import StepFlops
+from mgpu_tui.engine.rank.watch.flops import StepFlops
 from mgpu_tui.engine.rank.watch.wrapping import backend_for
 
 MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once
@@ -26,7 +26,7 @@ class Step:
     mem: tuple[int | None, int | None]
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
     parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
-    flops: int | None  # its floating-point operations, counted by torch (flop_count.py)
+    flops: int | None  # its floating-point operations, counted by torch (flops/)
     aside_s: float  # the seconds counting them took inside this step: not the step's own
 
 

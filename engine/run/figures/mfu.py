@@ -1,5 +1,5 @@
 """TF/s and MFU from what the ranks counted: each step's FLOPs (torch's counter, in the rank:
-engine/rank/watch/flop_count.py) over its seconds, against its GPU's peak for the precision it ran in
+engine/rank/watch/flops/) over its seconds, against its GPU's peak for the precision it ran in
 (engine/machine/peaks.py).
 
 - a rank's TF/s: its steady steps' FLOPs over their seconds (the same steps as its samples/s;

@@ -1,5 +1,5 @@
 """Repeated blocks counted once: a deep model's layers replayed once per input signature within a
-step's replay (flop_count.py), their FLOPs added for each call. The count stays torch's counter on
+step's replay (replay.py, on_meta.py), their FLOPs added for each call. The count stays torch's counter on
 a real step, exactly (tests/unit/test_flop_count.py), and its cost no longer grows with depth."""
 
 from __future__ import annotations
@@ -22,14 +22,17 @@ class Twins:
     whose output is one tensor are replayed so (a tuple's unused outputs would count a backward the
     step never runs); ``replaced()`` puts them back as they were after."""
 
-    def __init__(self, torch: Any, module: Any, counter: Any, key_of: Callable[[tuple, dict], tuple]) -> None:
-        """``key_of(args, kwargs)``: a call's inputs as a key (flop_count.describe's)."""
+    def __init__(
+        self, torch: Any, module: Any, counted: Callable[[], int], key_of: Callable[[tuple, dict], tuple]
+    ) -> None:
+        """``counted()``: the FLOPs the replay has counted so far; ``key_of(args, kwargs)``: a call's
+        inputs as a key (inputs.describe's)."""
         self._torch = torch
         self._key_of = key_of
-        self._counter = counter
-        # signature -> the FLOPs of its first call, both ways, and its output's (shape, dtype, device)
+        self._replay_counted = counted
+        # signature -> the FLOPs of its first call, both ways, and its output's (shape, dtype, device, stride)
         self._seen: dict[tuple, tuple[int, tuple]] = {}
-        self._stand_in = _stand_in_function(torch)
+        self._stand_in = stand_in_function(torch)
         self.repeated_flops = 0
         groups: dict[tuple, list[Any]] = {}
         for parent in module.modules():
@@ -41,8 +44,8 @@ class Twins:
         ]
 
     def _counted(self) -> int:
-        """The FLOPs so far: the counter's, and the repeated blocks' added to it."""
-        return int(self._counter.get_total_flops()) + self.repeated_flops
+        """The FLOPs so far: the replay's, and the repeated blocks' added to it."""
+        return self._replay_counted() + self.repeated_flops
 
     @contextlib.contextmanager
     def replaced(self) -> Iterator[None]:
@@ -79,7 +82,7 @@ class Twins:
             wanted = inputs + [p for p in block.parameters() if p.requires_grad]
             if out.requires_grad and wanted:
                 torch.autograd.grad([out], wanted, grad_outputs=[torch.ones_like(out)], allow_unused=True)
-            output = (tuple(out.shape), out.dtype, out.device)
+            output = (tuple(out.shape), out.dtype, out.device, tuple(out.stride()))
             self._seen[key] = (self._counted() - before, output)  # its own repeated blocks included
             return self._stand_in_for(block, args, kwargs, output)
 
@@ -108,18 +111,19 @@ def _signature(block: Any) -> tuple:
     )
 
 
-def _stand_in_function(torch: Any) -> Any:
+def stand_in_function(torch: Any) -> Any:
     """The autograd function of a stand-in (made once a replay: this module imports no torch).
-    ``apply(output, n_inputs, *inputs, *params)``: the first ``n_inputs`` tensors get a gradient
-    of their shape where they need one; the parameters get none (their block's was counted)."""
+    ``apply(output, n_inputs, *inputs, *params)``: a tensor of ``output``'s (shape, dtype, device,
+    stride), whose backward gives the first ``n_inputs`` tensors a gradient of their shape where
+    they need one, and the parameters none (their block's was counted)."""
 
     class StandIn(torch.autograd.Function):
         @staticmethod
         def forward(ctx: Any, output: tuple, n_inputs: int, *tensors: Any) -> Any:
             ctx.inputs = [(t.shape, t.dtype, t.device) for t in tensors[:n_inputs]]
             ctx.params = len(tensors) - n_inputs
-            shape, dtype, device = output
-            return torch.empty(shape, dtype=dtype, device=device)
+            shape, dtype, device, stride = output
+            return torch.empty_strided(shape, stride, dtype=dtype, device=device)
 
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
