@@ -14,7 +14,6 @@ from mgpu_tui.engine.planning.shapes import MlpShape, model_shape
 from mgpu_tui.engine.rank.watch import flops
 from mgpu_tui.engine.rank.watch.flops import step_flops
 
-
 REPLAYS = {"fake": flops.count, "meta": flops.count_on_meta}
 
 
