@@ -96,7 +96,7 @@ class Sampler:
         self.ranks = ranks
         self.pcie = pcie  # False: no PCIe rates, whose NVML call blocks 20 ms (a run's record skips them)
         self._history: collections.deque[Snapshot] = collections.deque(maxlen=history)
-        self._nvlink_prev: dict[str, tuple[float, int | None, int | None]] = {}
+        self._nvlink_prev: dict[str, tuple[float, int | None, int | None]] = {}  # uuid -> (monotonic, tx, rx)
         self._pcie_last: dict[int, tuple[float, float | None, float | None]] = {}  # index -> (t, tx, rx)
         self._pcie_next = 0  # the GPU whose PCIe rate the next sample reads first
         self._procs: dict[int, psutil.Process] = {}
@@ -167,6 +167,11 @@ class Sampler:
             if ident is None:
                 ident = self._identities[index] = nvml.identity(index)
             r = nvml.readings(index, pcie=read_pcie)
+            # The NVLink counters' moment: readings() reads them last but for microseconds of calls,
+            # where the sample began before every earlier GPU's readings and this one's 40 ms of
+            # PCIe calls, which vary from sample to sample (a rate over the sample's start was off
+            # by that much: 20% at a 0.3 s interval under load).
+            counted_at = time.monotonic()
         except nvml.GpuLost:
             uuid = ident.uuid if ident else f"index {index}"
             return GpuSample(index, uuid, ident.name if ident else "unknown", True, None, None, None)
@@ -175,10 +180,10 @@ class Sampler:
             name = ident.name if ident else "unknown"
             return GpuSample(index, uuid, name, False, None, None, None, error=str(exc))
         prev = self._nvlink_prev.get(ident.uuid)
-        self._nvlink_prev[ident.uuid] = (now, r.nvlink_tx_bytes, r.nvlink_rx_bytes)
+        self._nvlink_prev[ident.uuid] = (counted_at, r.nvlink_tx_bytes, r.nvlink_rx_bytes)
         tx_rate = rx_rate = None
-        if prev is not None and now > prev[0]:
-            dt = now - prev[0]
+        if prev is not None and counted_at > prev[0]:
+            dt = counted_at - prev[0]
             if r.nvlink_tx_bytes is not None and prev[1] is not None:
                 tx_rate = max(0, r.nvlink_tx_bytes - prev[1]) / dt
             if r.nvlink_rx_bytes is not None and prev[2] is not None:
