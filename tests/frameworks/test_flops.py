@@ -112,25 +112,16 @@ def hugging_face_models():
     )
 
     yield "gpt2", GPT2LMHeadModel(GPT2Config(n_layer=3, n_embd=64, n_head=4, vocab_size=500, n_positions=64))
-    llama = LlamaConfig(
-        num_hidden_layers=3,
-        hidden_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=128,
-        vocab_size=500,
-        max_position_embeddings=64,
-    )
-    yield "llama", LlamaForCausalLM(llama)
-    bert = BertConfig(
-        num_hidden_layers=3,
-        hidden_size=64,
-        num_attention_heads=4,
-        intermediate_size=128,
-        vocab_size=500,
-        max_position_embeddings=64,
-    )
-    yield "bert", BertForMaskedLM(bert)
+    sizes = {
+        "num_hidden_layers": 3,
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "vocab_size": 500,
+        "max_position_embeddings": 64,
+    }
+    yield "llama", LlamaForCausalLM(LlamaConfig(**sizes, num_key_value_heads=2))
+    yield "bert", BertForMaskedLM(BertConfig(**sizes))
 
 
 @pytest.mark.parametrize("padded", [False, True], ids=["no mask", "a padding mask"])

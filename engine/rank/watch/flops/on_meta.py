@@ -15,18 +15,20 @@ rank only after it gave the same count as the fake replay on the rank's first sh
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from mgpu_tui.engine.rank.watch.flops.inputs import Call, TensorMeta, describe
 from mgpu_tui.engine.rank.watch.flops.replay import (
     autocast_of,
     eager_module,
+    empty_of,
     forward_and_backward,
     register_missing_formulas,
     replaying,
     tensors_of,
 )
-from mgpu_tui.engine.rank.watch.flops.twins import stand_in_function
+from mgpu_tui.engine.rank.watch.flops.twins import gradients, stand_in_function
 
 RECURRENT = ("lstm", "gru", "rnn_tanh", "rnn_relu")  # torch.<name>: the kernel is the device's choice
 
@@ -43,9 +45,7 @@ def count_on_meta(torch: Any, root: Any, call: Call) -> int:
     device = _device(torch, module, call)
     params = {n: _meta_like(p) for n, p in module.named_parameters()}
     buffers = {n: _meta_like(b) for n, b in module.named_buffers()}
-    args, kwargs = tensors_of(
-        torch, call, lambda m: _meta_like(torch.empty(m.shape, dtype=m.dtype, device="meta"), m.requires_grad)
-    )
+    args, kwargs = tensors_of(torch, call, lambda meta: empty_of(torch, meta, device="meta"))
     probes = _probes_class(torch)(device, call.autocast)
 
     def forward(*a: Any, **k: Any) -> Any:
@@ -69,21 +69,17 @@ def _device(torch: Any, module: Any, call: Call) -> Any:
     return meta.device
 
 
-def _meta_like(tensor: Any, requires_grad: bool | None = None) -> Any:
+def _meta_like(tensor: Any) -> Any:
     """A meta tensor of ``tensor``'s shape, strides and dtype, needing a gradient as it does."""
-    meta = tensor.new_empty_strided(tensor.shape, tensor.stride(), device="meta")
-    grad = tensor.requires_grad if requires_grad is None else requires_grad
-    return meta.requires_grad_(grad and (meta.is_floating_point() or meta.is_complex()))
+    return tensor.new_empty_strided(tensor.shape, tensor.stride(), device="meta").requires_grad_(
+        tensor.requires_grad
+    )
 
 
-_classes: dict[int, Any] = {}
-
-
+@functools.cache
 def _probes_class(torch: Any) -> Any:
     """The mode that probes attention and refuses recurrent layers (made once: this module imports
     no torch)."""
-    if id(torch) in _classes:
-        return _classes[id(torch)]
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.overrides import TorchFunctionMode
     from torch.utils._python_dispatch import _disable_current_modes
@@ -133,10 +129,7 @@ def _probes_class(torch: Any) -> Any:
                         for t in leaves((fake_args, fake_kwargs))
                         if isinstance(t, torch.Tensor) and t.requires_grad
                     ]
-                    if out.requires_grad and wanted:
-                        torch.autograd.grad(
-                            [out], wanted, grad_outputs=[torch.ones_like(out)], allow_unused=True
-                        )
+                    gradients(torch, [out], wanted)
                 return int(counter.get_total_flops()), (
                     tuple(out.shape),
                     dtype,
@@ -150,5 +143,4 @@ def _probes_class(torch: Any) -> Any:
             fake = torch.empty_strided(leaf.shape, leaf.stride(), dtype=leaf.dtype, device=self._device)
             return fake.requires_grad_(leaf.requires_grad)
 
-    _classes[id(torch)] = Probes
     return Probes

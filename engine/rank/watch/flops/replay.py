@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mgpu_tui.engine.rank.watch.flops.inputs import Call, TensorMeta, describe
-from mgpu_tui.engine.rank.watch.flops.twins import Twins
+from mgpu_tui.engine.rank.watch.flops.twins import Twins, gradients
 
 LIGHTNING = ("lightning.pytorch", "pytorch_lightning")  # a LightningModule's classes
 SHARDED = "FSDP holds shards of the parameters on each rank, so a step's FLOPs are not counted"
@@ -61,7 +61,7 @@ def count(torch: Any, root: Any, call: Call) -> int:
 
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     with fake:
-        args, kwargs = tensors_of(torch, call, lambda meta: _fake(torch, meta))
+        args, kwargs = tensors_of(torch, call, lambda meta: empty_of(torch, meta))
     try:
         with replaying(torch, module), fake, autocast_of(torch, call.autocast):
             return forward_and_backward(torch, module, module, (args, kwargs), module.parameters())
@@ -120,13 +120,9 @@ def forward_and_backward(
         outs = [
             t
             for t in leaves(out)
-            if isinstance(t, torch.Tensor) and t.requires_grad and (t.is_floating_point() or t.is_complex())
+            if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex())
         ]
-        params = [p for p in parameters if p.requires_grad]
-        if outs and params:
-            torch.autograd.grad(
-                outs, params, grad_outputs=[torch.ones_like(t) for t in outs], allow_unused=True
-            )
+        gradients(torch, outs, [p for p in parameters if p.requires_grad])
     return counted() + (memo.repeated_flops if memo else 0)
 
 
@@ -178,8 +174,10 @@ def _hooks_set_aside(torch: Any, module: Any) -> Iterator[None]:
                 owner.__dict__[name] = table
 
 
-def _fake(torch: Any, meta: TensorMeta) -> Any:
-    tensor = torch.empty(meta.shape, dtype=meta.dtype, device=meta.device)
+def empty_of(torch: Any, meta: TensorMeta, device: Any = None) -> Any:
+    """An empty tensor of ``meta``'s shape and dtype, on its device (or ``device``), needing a
+    gradient where it did (floating and complex tensors only)."""
+    tensor = torch.empty(meta.shape, dtype=meta.dtype, device=meta.device if device is None else device)
     if meta.requires_grad and (tensor.is_floating_point() or tensor.is_complex()):
         tensor.requires_grad_(True)
     return tensor

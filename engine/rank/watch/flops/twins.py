@@ -79,9 +79,7 @@ class Twins:
                 for t in torch.utils._pytree.tree_leaves((args, kwargs))
                 if isinstance(t, torch.Tensor) and t.requires_grad
             ]
-            wanted = inputs + [p for p in block.parameters() if p.requires_grad]
-            if out.requires_grad and wanted:
-                torch.autograd.grad([out], wanted, grad_outputs=[torch.ones_like(out)], allow_unused=True)
+            gradients(torch, [out], inputs + [p for p in block.parameters() if p.requires_grad])
             output = (tuple(out.shape), out.dtype, out.device, tuple(out.stride()))
             self._seen[key] = (self._counted() - before, output)  # its own repeated blocks included
             return self._stand_in_for(block, args, kwargs, output)
@@ -99,6 +97,14 @@ class Twins:
 
 
 _NONE = object()
+
+
+def gradients(torch: Any, outs: list[Any], wanted: list[Any]) -> None:
+    """The gradients of ``outs`` (each seeded with ones) with respect to ``wanted``, computed under
+    whatever counts them and dropped: what a backward asks of them, never stored in ``.grad``."""
+    outs = [t for t in outs if t.requires_grad]
+    if outs and wanted:
+        torch.autograd.grad(outs, wanted, grad_outputs=[torch.ones_like(t) for t in outs], allow_unused=True)
 
 
 def _signature(block: Any) -> tuple:
