@@ -49,13 +49,19 @@ def _chain():
 
 class _AfterTorch:
     """A finder at the head of ``sys.meta_path`` that lets the usual machinery find ``torch``, then
-    runs mgpu-tui's watch once torch's own code has run. It asks nothing of any other import."""
+    runs mgpu-tui's watch once torch's own code has run. It asks nothing of any other import.
+
+    It stays until torch's module has really been executed: a library that asks whether torch is
+    there first (``importlib.util.find_spec("torch")``: transformers, accelerate, datasets do, at
+    their import) gets a spec and imports nothing, and the real import that follows must still be
+    seen. Every spec it hands out carries the watching loader; the first one executed removes it."""
 
     def find_spec(self, name, path=None, target=None):
         if name != "torch":
             return None
-        _remove_finder()
         for finder in sys.meta_path:
+            if isinstance(finder, _AfterTorch):
+                continue
             find = getattr(finder, "find_spec", None)
             if find is None:
                 continue
@@ -65,7 +71,7 @@ class _AfterTorch:
         else:
             return None
         loader = spec.loader
-        if loader is None or not hasattr(loader, "exec_module"):
+        if loader is None or not hasattr(loader, "exec_module") or isinstance(loader, _Loader):
             return spec
         spec.loader = _Loader(loader)
         return spec
@@ -80,6 +86,7 @@ class _Loader:
 
     def exec_module(self, module):
         self._inner.exec_module(module)
+        _remove_finder()
         _watch(module)
 
     def __getattr__(self, name):

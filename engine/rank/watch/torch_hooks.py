@@ -51,31 +51,34 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
+    """Hands out the awaited modules' specs with a loader that calls their ``then``s. A name stays
+    awaited until its module has really been executed: ``importlib.util.find_spec(name)`` (an
+    availability check, as transformers and accelerate make before torch is imported) executes
+    nothing, and the import after it must still be seen."""
+
     def __init__(self) -> None:
         self.waiting: dict[str, list[Then]] = {}
 
     def find_spec(self, name: str, path: Any = None, target: ModuleType | None = None):
         if name not in self.waiting:
             return None
-        thens = self.waiting.pop(name)
         for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
+            if isinstance(finder, _Finder) or not hasattr(finder, "find_spec"):
                 continue
             spec = finder.find_spec(name, path, target)
             if spec is not None:
                 break
         else:
             return None
-        if spec.loader is None:  # a namespace package: nothing runs, so nothing to wait for
-            self.waiting[name] = thens
-            return None
-
-        def then_all(module: ModuleType) -> None:
-            for then in thens:
-                then(module)
-
-        spec.loader = _Loader(spec.loader, then_all)
+        if spec.loader is None or isinstance(spec.loader, _Loader):
+            return spec  # a namespace package: nothing runs, so nothing to wait for (yet)
+        spec.loader = _Loader(spec.loader, functools.partial(self._executed, name))
         return spec
+
+    def _executed(self, name: str, module: ModuleType) -> None:
+        """The first spec of ``name`` executed: its ``then``s, once, and the name awaited no more."""
+        for then in self.waiting.pop(name, ()):
+            then(module)
 
 
 _finder = _Finder()
