@@ -88,7 +88,8 @@ class ScriptWatch:
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._failures: set[str] = set()  # hooks that failed once, and said so
         self.clock = step_clock.StepClock()  # where each step's time goes (step_clock.py)
-        self._root = HookedRoot(self._before_forward, self.clock)  # whose forward counts the batch
+        # whose forward counts the batch (and opens the FLOP count's window)
+        self._root = HookedRoot(self._before_forward, self.clock, self._after_forward)
         self._start_counting()
 
     def _start_counting(self) -> None:
@@ -116,6 +117,8 @@ class ScriptWatch:
         self._beats: threading.Thread | None = None
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
+        if getattr(self, "_flops", None) is not None:
+            self._flops.close()  # a forked child's: its parent's window is not its own
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
 
     # ---- installing --------------------------------------------------------------------
@@ -126,6 +129,7 @@ class ScriptWatch:
         after_import("torch", guarded(self._install))
         after_import("torch.distributed.fsdp", guarded(self._install_fsdp))
         after_import("torch._dynamo", guarded(self._after_dynamo))
+        after_import("torch._inductor.output_code", guarded(flops.install_inductor))
         if self.reporter is not None:
             self._start_beats()
 
@@ -202,8 +206,8 @@ class ScriptWatch:
         torch = self.torch
         if not module.training or not torch.is_grad_enabled():
             return  # an evaluation: its samples are not trained on
-        if self._flops is not None:  # (the count's own replay never gets here: its hooks are set aside)
-            self._flops.seen(module, args, kwargs)
+        if self._flops is not None:
+            self._flops.forward_begins(module, args, kwargs)
         batch = first_tensor(args)
         if batch is None:
             batch = first_tensor(tuple(kwargs.values()))
@@ -214,6 +218,21 @@ class ScriptWatch:
         self._tokens += size[1]
         if self._first_forward_at is None:
             self._first_forward_at = time.time()
+
+    @_quiet
+    def _after_forward(self) -> None:
+        if self._flops is not None:
+            self._flops.forward_ends()
+
+    @_quiet
+    def backward_begins(self, create_graph: Any) -> None:
+        if self._flops is not None:
+            self._flops.backward_begins(bool(create_graph))
+
+    @_quiet
+    def backward_ends(self) -> None:
+        if self._flops is not None:
+            self._flops.backward_ends()
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
@@ -284,11 +303,7 @@ class ScriptWatch:
     def _count_step(self) -> None:
         if self.reporter is None and not self.see_group():
             self._become_rank(0, 1)  # a step with no process group: a job of one process
-        counting = time.perf_counter()
-        flops = self._flops.total(self.clock.aside) if self._flops is not None else None
-        aside_s = (
-            time.perf_counter() - counting if self._flops is not None and self._flops.counted_now else 0.0
-        )
+        counted = self._flops.total() if self._flops is not None else flops.Counted(None, None, False)
         now = time.time()
         self.steps += 1
         self._backwards = 0
@@ -301,11 +316,11 @@ class ScriptWatch:
         if not samples and self._loader_samples:  # no model's forward counted them: the loader's
             samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
         parts: dict[str, float] | None = self.clock.cut()
-        if self.steps == 1:
-            parts = None  # the first step's holds everything since the watch started
+        if self.steps == 1 or counted.observed:
+            parts = None  # the first's holds all since the watch started; an observed one, the count
         memory = step_figures.memory(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
-        step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, flops, aside_s)
+        step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now
@@ -350,6 +365,8 @@ class ScriptWatch:
         self._stop_beats()
         if self.torch is None:
             return {"process_group": "none"}
+        if self._flops is not None:
+            self._flops.close()
         try:
             while self._pending:
                 self._write_ready(wait=True)
