@@ -42,6 +42,8 @@ def test_lightning_on_one_device_counts_the_batches_its_dataloader_gave(tmp_path
     assert summary.world_size == 1 and rank.last_step == truth[0]["steps"] == 24
     assert summary.batch_size == 8 and summary.batch_size_source == "the batches its DataLoader gave"
     assert rank.samples_per_s > 0 and abs(rank.loss - truth[0]["loss"]) < 1e-6
+    # No forward of its model to count either: the summary's compute says so (it had no key at all).
+    assert summary.compute.tflops is None and "no forward of the model it trains" in summary.compute.note
 
 
 def test_accelerate_launch_a_loop_with_gradient_accumulation(tmp_path):

@@ -34,7 +34,9 @@ INDUCTOR = "inductor"
 
 # The observation open now (counter.py's mode), for the inductor graphs' wrapper; None between.
 current: Any = None
-_declared: weakref.WeakKeyDictionary[Any, int | str] = weakref.WeakKeyDictionary()
+# id() of a graph read -> (the graph, weakly; what it declares): inductor's graphs are dataclasses
+# that compare by value, so they cannot be a weak table's keys; nothing is put on them.
+_declared: dict[int, tuple[weakref.ref, int | str]] = {}
 
 
 def backends_in_use() -> list[str]:
@@ -61,6 +63,18 @@ def backends_in_use() -> list[str]:
         else:
             names.append(f"own:{name or getattr(inner, '__name__', type(inner).__name__)}")
     return names
+
+
+def compiles() -> int:
+    """How many frames Dynamo has compiled so far (its own counter): a window in which it compiled
+    counted the compiler's work too (DDP's graph splitter compiles with every mode still open, and
+    inductor may benchmark kernels on real tensors), so it is counted again, once compiled."""
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    try:
+        return int(counters["frames"]["total"]) if counters is not None else 0
+    except Exception:  # noqa: BLE001 (a Dynamo without that counter: no window is ever taken for a compile)
+        return 0
 
 
 def why_unseen(torch: Any, sees_compiled: bool) -> str | None:
@@ -114,11 +128,15 @@ def _declare(mode: Any, graph: Any) -> None:
     if mode.paused:
         return  # a graph inside a graph (none today): the outer one declared it
     try:
-        found = _declared.get(graph)
-        if found is None:
+        kept = _declared.get(id(graph))
+        if kept is not None and kept[0]() is graph:
+            found = kept[1]
+        else:
             text = getattr(graph, "inductor_post_grad_graph_str", "")
             found = declared_flops(importlib.import_module("torch"), text)
-            _declared[graph] = found
+            for key in [k for k, (ref, _) in _declared.items() if ref() is None]:
+                del _declared[key]  # graphs gone (torch._dynamo.reset)
+            _declared[id(graph)] = (weakref.ref(graph), found)
     except Exception as exc:  # noqa: BLE001 (the count's own failure: never the job's)
         found = f"its compiled graph could not be read ({type(exc).__name__})"
     if isinstance(found, str):

@@ -20,6 +20,7 @@ rank's :attr:`note`, the reason its figure is n/a; nothing raises into the scrip
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,7 @@ from mgpu_tui.engine.rank.watch.flops.inputs import Call, describe
 OFF = "MGPU_FLOPS"  # "0" in the environment: no FLOP is counted, and the summary says why
 MAX_FORWARDS = 1024  # a step's forwards held at most (a loop that never steps must not grow them)
 MAX_SHAPES = 16  # distinct forward keys (and backward groups) counted at most; beyond, the count stops
+MAX_RECOMPILED = 3  # windows of one key dropped because Dynamo compiled in them; then the count stops
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class StepFlops:
         self._group: list[tuple] = []  # the forwards since the last backward
         self._depth = 0  # root forwards under way (a root called inside its own forward)
         self._open: tuple[str, tuple, Any] | None = None  # (forward or backward, key, mode)
+        self._compiled_at_open = 0  # Dynamo's compiles when the window opened
+        self._recompiled: dict[tuple, int] = {}  # a key's windows dropped because Dynamo compiled in them
         self._observed = False
         self._steps = 0
         self._stale: list[Any] = []  # modes left open under one the job opened (closed once they can be)
@@ -120,12 +124,20 @@ class StepFlops:
             self._begin("forward", call.key)
 
     def forward_ends(self) -> None:
-        """A forward of the root ended, or raised (its post-hook, called either way)."""
+        """A forward of the root ended, or raised (its post-hook, called either way: inside the
+        exception's handling, where ``sys.exc_info()`` tells). A forward that raised is no part
+        of the step (the job that goes on skipped its batch), and its partial count is dropped."""
         if self._depth == 0:
             return  # an evaluation's (its start was never one of these)
         self._depth -= 1
-        if self._depth == 0 and self._open is not None and self._open[0] == "forward":
-            self._end()
+        if self._depth > 0:
+            return
+        failed = sys.exc_info()[0] is not None
+        if self._open is not None and self._open[0] == "forward":
+            self._end(failed)
+        if failed and self._forwards and self._group:
+            self._forwards.pop()
+            self._group.pop()
 
     def backward_begins(self, create_graph: bool) -> None:
         """The outer ``backward()`` call starts."""
@@ -141,9 +153,16 @@ class StepFlops:
                 self._open[2].in_backward = not create_graph  # a double backward: all of it is the step's
 
     def backward_ends(self) -> None:
-        """The outer ``backward()`` call returned or raised."""
+        """The outer ``backward()`` call returned or raised (in its ``finally``: ``sys.exc_info()``
+        tells). A backward that raised is no part of the step, nor its micro-batch's forwards, and
+        its partial count is dropped."""
+        failed = sys.exc_info()[0] is not None
         if self._open is not None and self._open[0] == "backward":
-            self._end()
+            self._end(failed)
+        if failed and self._backwards and self._depth == 0:
+            group = self._backwards.pop()  # its micro-batch's forwards with it
+            if group and self._forwards[-len(group) :] == list(group):
+                del self._forwards[-len(group) :]
 
     def total(self) -> Counted:
         """The count of the step that ends now (an optimizer step)."""
@@ -199,10 +218,11 @@ class StepFlops:
             self._say(f"counting its FLOPs failed ({type(exc).__name__}: {str(exc)[:160]})")
             return
         self._open = (kind, key, mode)
+        self._compiled_at_open = compiled.compiles()
         compiled.current = mode
         self._observed = True
 
-    def _end(self) -> None:
+    def _end(self, failed: bool = False) -> None:
         assert self._open is not None
         kind, key, mode = self._open
         self._open = None
@@ -212,6 +232,16 @@ class StepFlops:
             self._say("a dispatch mode the job opened while its step was counted stayed open after it")
             self._stale.append(mode)
             return
+        if failed:
+            return  # counted again when it next runs whole
+        if compiled.compiles() != self._compiled_at_open:
+            self._recompiled[key] = self._recompiled.get(key, 0) + 1
+            if self._recompiled[key] >= MAX_RECOMPILED:
+                self._say(
+                    f"torch.compile compiled again each of the {MAX_RECOMPILED} times its step was "
+                    "counted, and a count would hold the compiler's work"
+                )
+            return  # counted again when it next runs compiled
         if mode.unseen is not None:
             self._say(mode.unseen)
         elif kind == "forward":
