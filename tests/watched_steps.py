@@ -5,7 +5,7 @@ Shared by tests/unit/test_flop_count.py and tests/frameworks/test_flops.py."""
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mgpu_tui.engine.rank.watch import flops
+from mgpu_tui.engine.rank.watch import flops, wrapping
 from mgpu_tui.engine.rank.watch.model_root import HookedRoot
 from mgpu_tui.engine.rank.watch.step_clock import StepClock
 
@@ -42,9 +42,10 @@ class Watched:
 
 
 def torchs_count(model, *inputs, loss_of=square_mean, **kwargs) -> int:
-    """torch's own counter over one real eager step (forward and backward)."""
+    """torch's own counter over one real eager step (forward and backward), the watch's hooks set
+    aside (a Watched model's count must not see this step)."""
     flops.register_missing_formulas(torch)
-    with FlopCounterMode(display=False) as counter:
+    with wrapping.hooks_set_aside(), FlopCounterMode(display=False) as counter:
         loss_of(model(*inputs, **kwargs)).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()

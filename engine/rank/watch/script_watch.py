@@ -88,8 +88,8 @@ class ScriptWatch:
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._failures: set[str] = set()  # hooks that failed once, and said so
         self.clock = step_clock.StepClock()  # where each step's time goes (step_clock.py)
-        # whose forward counts the batch (and opens the FLOP count's window)
-        self._root = HookedRoot(self._before_forward, self.clock, self._after_forward)
+        ends = functools.partial(self.flops_window, "forward_ends")  # (the FLOP count's window)
+        self._root = HookedRoot(self._before_forward, self.clock, ends)  # whose forward counts the batch
         self._start_counting()
 
     def _start_counting(self) -> None:
@@ -117,8 +117,6 @@ class ScriptWatch:
         self._beats: threading.Thread | None = None
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
-        if getattr(self, "_flops", None) is not None:
-            self._flops.close()  # a forked child's: its parent's window is not its own
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
 
     # ---- installing --------------------------------------------------------------------
@@ -129,7 +127,6 @@ class ScriptWatch:
         after_import("torch", guarded(self._install))
         after_import("torch.distributed.fsdp", guarded(self._install_fsdp))
         after_import("torch._dynamo", guarded(self._after_dynamo))
-        after_import("torch._inductor.output_code", guarded(flops.install_inductor))
         if self.reporter is not None:
             self._start_beats()
 
@@ -206,8 +203,7 @@ class ScriptWatch:
         torch = self.torch
         if not module.training or not torch.is_grad_enabled():
             return  # an evaluation: its samples are not trained on
-        if self._flops is not None:
-            self._flops.forward_begins(module, args, kwargs)
+        self.flops_window("forward_begins", module, args, kwargs)
         batch = first_tensor(args)
         if batch is None:
             batch = first_tensor(tuple(kwargs.values()))
@@ -220,19 +216,9 @@ class ScriptWatch:
             self._first_forward_at = time.time()
 
     @_quiet
-    def _after_forward(self) -> None:
+    def flops_window(self, edge: str, *args: Any) -> None:  # flops/step_flops.py: StepFlops's edges
         if self._flops is not None:
-            self._flops.forward_ends()
-
-    @_quiet
-    def backward_begins(self, create_graph: Any) -> None:
-        if self._flops is not None:
-            self._flops.backward_begins(bool(create_graph))
-
-    @_quiet
-    def backward_ends(self) -> None:
-        if self._flops is not None:
-            self._flops.backward_ends()
+            getattr(self._flops, edge)(*args)
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
@@ -365,8 +351,6 @@ class ScriptWatch:
         self._stop_beats()
         if self.torch is None:
             return {"process_group": "none"}
-        if self._flops is not None:
-            self._flops.close()
         try:
             while self._pending:
                 self._write_ready(wait=True)

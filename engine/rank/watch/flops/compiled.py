@@ -102,7 +102,7 @@ def install_inductor(output_code: Any) -> None:
     is passed straight through (one attribute read more). Once a process: a forked child's count
     reaches this through ``current``."""
     graph = getattr(output_code, "CompiledFxGraph", None)
-    original = graph.__dict__.get("__call__") if isinstance(graph, type) else None
+    original: Any = graph.__dict__.get("__call__") if isinstance(graph, type) else None
     if original is None or getattr(original, "_mgpu_tui_declares", False):
         return
 
@@ -119,7 +119,7 @@ def install_inductor(output_code: Any) -> None:
             mode.paused -= 1
 
     __call__._mgpu_tui_declares = True  # type: ignore[attr-defined]
-    graph.__call__ = __call__
+    setattr(graph, "__call__", __call__)  # noqa: B010 (its class, typed by nothing here)
 
 
 def _declare(mode: Any, graph: Any) -> None:

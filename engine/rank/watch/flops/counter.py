@@ -59,18 +59,10 @@ def sees_compiled_graphs(torch: Any) -> bool:
     return hasattr(base, "ignore_compile_internals")
 
 
-@functools.cache
-def mode_class(torch: Any) -> Any:
-    """The counting mode's class, made once (this module imports no torch of its own)."""
-    register_missing_formulas(torch)
-    dispatch = importlib.import_module("torch.utils._python_dispatch")
-    registry = importlib.import_module("torch.utils.flop_counter").flop_registry
-    higher_order = importlib.import_module("torch._ops").HigherOrderOperator
-    leaves = torch.utils._pytree.tree_leaves
-    subclass = dispatch.is_traceable_wrapper_subclass
+def _queries(torch: Any) -> set:
+    """Queries of a tensor's layout, which FlopCounterMode leaves to a subclass (a nested tensor)."""
     ops = torch.ops
-    # Queries of a tensor's layout, which FlopCounterMode leaves to a subclass (a nested tensor).
-    queries = {
+    return {
         getattr(getattr(ops.aten, name), overload)
         for name, overload in (
             ("sym_is_contiguous", "default"),
@@ -90,9 +82,21 @@ def mode_class(torch: Any) -> Any:
         )
         if hasattr(ops.aten, name) and hasattr(getattr(ops.aten, name), overload)
     } | {ops.prim.layout.default}
-    device_query = ops.prim.device.default
 
-    class Counting(dispatch.TorchDispatchMode):  # type: ignore[misc,name-defined]
+
+@functools.cache
+def mode_class(torch: Any) -> Any:
+    """The counting mode's class, made once (this module imports no torch of its own)."""
+    register_missing_formulas(torch)
+    dispatch = importlib.import_module("torch.utils._python_dispatch")
+    registry = importlib.import_module("torch.utils.flop_counter").flop_registry
+    higher_order = importlib.import_module("torch._ops").HigherOrderOperator
+    leaves = torch.utils._pytree.tree_leaves
+    subclass = dispatch.is_traceable_wrapper_subclass
+    queries = _queries(torch)
+    device_query = torch.ops.prim.device.default
+
+    class Counting(dispatch.TorchDispatchMode):  # type: ignore[name-defined]
         """FLOPs of what is dispatched while it is open; :meth:`close` it where it was opened."""
 
         supports_higher_order_operators = True

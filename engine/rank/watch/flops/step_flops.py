@@ -24,6 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from mgpu_tui.engine.rank.threads import stop_before_exit
 from mgpu_tui.engine.rank.watch.flops import compiled, counter
 from mgpu_tui.engine.rank.watch.flops.inputs import Call, describe
 
@@ -188,14 +189,6 @@ class StepFlops:
         recomputed = sum(self._backward[g][1] for g in backwards)
         return Counted(flops - recomputed, recomputed, observed)
 
-    def close(self) -> None:
-        """The process ends (or forks): a window still open is closed, its count dropped."""
-        if self._open is not None:
-            self._stale.append(self._open[2])
-            self._open = None
-            compiled.current = None
-        self._stale = [mode for mode in self._stale if not counter.close_mode(mode)]
-
     # ---- inside ----------------------------------------------------------------------------
 
     def _room(self, counts: dict) -> bool:
@@ -217,6 +210,7 @@ class StepFlops:
         except Exception as exc:  # noqa: BLE001 (the count's own failure: never the job's)
             self._say(f"counting its FLOPs failed ({type(exc).__name__}: {str(exc)[:160]})")
             return
+        _close_at_exit_and_fork()
         self._open = (kind, key, mode)
         self._compiled_at_open = compiled.compiles()
         compiled.current = mode
@@ -253,3 +247,23 @@ class StepFlops:
         if self.note is None:
             self.note = note
             self.news = True
+
+
+_closing = False
+
+
+def _close_at_exit_and_fork() -> None:
+    """Once a process: a window still open when the main thread ends (an interrupt escaped the
+    forward, past its hook) or when the process forks (in the child) is closed there, not left open
+    under the job's exit handlers or its child's code."""
+    global _closing
+    if not _closing:
+        _closing = True
+        os.register_at_fork(after_in_child=_close_open_window)
+        stop_before_exit(_close_open_window)
+
+
+def _close_open_window() -> None:
+    mode, compiled.current = compiled.current, None
+    if mode is not None:
+        counter.close_mode(mode)
