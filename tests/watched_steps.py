@@ -1,13 +1,24 @@
 """A model stepped as a rank steps it, its FLOPs counted by the watch's own code (flops/, and
-model_root's hooks); torch's FlopCounterMode on a step, the independent count tests hold it to.
-Shared by tests/unit/test_flop_count.py and tests/frameworks/test_flops.py."""
+model_root's hooks); torch's FlopCounterMode on a step, the independent count tests hold it to
+(tests/unit/test_flop_count.py, tests/frameworks/test_flops.py). And a job run bare and under
+``mgpu-tui exec`` at once, with what it observed of each (tests/integration/test_watch_invisible.py,
+tests/frameworks/test_onnx_after_training.py)."""
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from conftest import CLI, REPO, only_run_dir
 from mgpu_tui.engine.rank.watch import flops, wrapping
 from mgpu_tui.engine.rank.watch.model_root import HookedRoot
 from mgpu_tui.engine.rank.watch.step_clock import StepClock
+
+SCRIPT = REPO / "tests" / "scripts" / "watch_invisible.py"
 
 
 def square_mean(out):
@@ -49,3 +60,39 @@ def torchs_count(model, *inputs, loss_of=square_mean, **kwargs) -> int:
         loss_of(model(*inputs, **kwargs)).backward()
     model.zero_grad(set_to_none=True)
     return counter.get_total_flops()
+
+
+# torch's own log lines start with their time and pid (``W1128 11:21:41.126000 20477 ...``: the ONNX
+# exporter's, where onnx is installed): the same line, run after run, but for those.
+LOG_PREFIX = re.compile(rb"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ", re.MULTILINE)
+
+
+def observed(folder: Path, done: subprocess.CompletedProcess) -> dict:
+    """What the job saw: its own stdout and stderr (redirected by its own shell), its file, its code."""
+    names = [name for name in ("out.txt", "err.txt", "model.pt") if (folder / name).exists()]
+    files = {name: (folder / name).read_bytes() for name in names}
+    files.update({name: LOG_PREFIX.sub(rb"\1 ", files[name]) for name in names if name.endswith(".txt")})
+    return {"code": done.returncode, **files}
+
+
+def bare_and_watched(tmp_path: Path, shape: str) -> tuple[dict, dict, subprocess.CompletedProcess, Path]:
+    """The job run both ways at once (each is seconds of starting torch), each in a folder of its own."""
+    job = f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} --shape {shape} > out.txt 2> err.txt"
+    runs = tmp_path / "runs"
+    lines = {
+        "bare": ["sh", "-c", job],
+        "watched": [*CLI, "exec", "--run-dir", str(runs), "--json", "--", "sh", "-c", job],
+    }
+    started = {}
+    for how, argv in lines.items():
+        (tmp_path / how).mkdir()
+        started[how] = subprocess.Popen(
+            argv, cwd=tmp_path / how, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+    ended = {}
+    for how, proc in started.items():
+        out, err = proc.communicate(timeout=300)
+        ended[how] = subprocess.CompletedProcess(lines[how], proc.returncode, out, err)
+    bare = observed(tmp_path / "bare", ended["bare"])
+    watched = observed(tmp_path / "watched", ended["watched"])
+    return bare, watched, ended["watched"], only_run_dir(runs)

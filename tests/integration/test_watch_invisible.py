@@ -6,16 +6,11 @@ its parameters and buffers, its forward calls, the file it saves, its stdout and
 code), and the watch was there (it counted the job's steps and their FLOPs), so that a job the watch
 never hooked cannot pass."""
 
-import shlex
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, summary_from
+from conftest import live_processes_of, summary_from
+from watched_steps import bare_and_watched
 
-SCRIPT = REPO / "tests" / "scripts" / "watch_invisible.py"
 SHAPES = [
     "kept_output",
     "python_random",
@@ -25,36 +20,6 @@ SHAPES = [
     "host_all_reduce",
     "after_training",
 ]
-
-
-def observed(folder: Path, done: subprocess.CompletedProcess) -> dict:
-    """What the job saw: its own stdout and stderr (redirected by its own shell), its file, its code."""
-    names = [name for name in ("out.txt", "err.txt", "model.pt") if (folder / name).exists()]
-    files = {name: (folder / name).read_bytes() for name in names}
-    return {"code": done.returncode, **files}
-
-
-def bare_and_watched(tmp_path: Path, shape: str) -> tuple[dict, dict, subprocess.CompletedProcess, Path]:
-    """The job run both ways at once (each is seconds of starting torch), each in a folder of its own."""
-    job = f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} --shape {shape} > out.txt 2> err.txt"
-    runs = tmp_path / "runs"
-    lines = {
-        "bare": ["sh", "-c", job],
-        "watched": [*CLI, "exec", "--run-dir", str(runs), "--json", "--", "sh", "-c", job],
-    }
-    started = {}
-    for how, argv in lines.items():
-        (tmp_path / how).mkdir()
-        started[how] = subprocess.Popen(
-            argv, cwd=tmp_path / how, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-    ended = {}
-    for how, proc in started.items():
-        out, err = proc.communicate(timeout=300)
-        ended[how] = subprocess.CompletedProcess(lines[how], proc.returncode, out, err)
-    bare = observed(tmp_path / "bare", ended["bare"])
-    watched = observed(tmp_path / "watched", ended["watched"])
-    return bare, watched, ended["watched"], only_run_dir(runs)
 
 
 @pytest.mark.parametrize("shape", SHAPES)

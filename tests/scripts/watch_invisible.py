@@ -166,7 +166,7 @@ def onnx_export(model: nn.Module, x: torch.Tensor) -> str:
         return "onnx is not installed"
     buffer = io.BytesIO()
     torch.onnx.export(model, (x,), buffer, dynamo=True)
-    return "exported"
+    return digest(buffer.getvalue())  # the same bytes, run after run
 
 
 def saved(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
