@@ -117,6 +117,17 @@ def test_a_nanogpt_shaped_script_is_counted_within_3_percent_of_nanogpts_own_est
     assert summary.compute.tflops == sum(r.compute.tflops for r in summary.ranks)
 
 
+def test_each_tensor_parallel_rank_counts_its_shards_compute(tmp_path):
+    """DTensor's operations run on each rank's shards: the count (which lets a tensor subclass run
+    its operation and counts the local ones) gives each rank half the MLP's step, exactly."""
+    summary, steps, _ = dropin(tmp_path, str(SCRIPTS / "tp_train.py"), nproc=2)
+    forward = 2 * 16 * (32 * 128 + 128 * 32)
+    whole = 2 * forward + 2 * 16 * 128 * 32  # the weights' gradients, and the second layer's input's
+    for rank in (0, 1):  # the first step's model is found as it steps (no DDP): counted from the second
+        assert [e.get("flops") for e in steps[rank]] == [None] + [whole // 2] * 7
+    assert summary.compute.tflops > 0
+
+
 def hugging_face_models():
     """Small models of three Hugging Face families, as their own classes build them: GPT-2, Llama
     (grouped-query attention, rotary embeddings) and BERT, each through scaled-dot-product attention."""
