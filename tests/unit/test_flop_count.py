@@ -267,3 +267,14 @@ def test_a_backward_inside_the_roots_forward_is_that_forwards_count():
     eight = 2 * 4 * 8 * 8  # the forward's, and the weight's gradient's (the data needs none)
     assert steps == [flops.Counted(None, None, True), *[flops.Counted(2 * eight, 0, False)] * 2]
     assert no_mode_open()
+
+
+def test_a_loop_run_inside_an_except_block_is_counted_as_any_other():
+    """A window that closes while the job handles an exception of its own (its loop inside an
+    ``except``) is a whole one: only an exception raised inside the forward or backward drops it."""
+    watched, x = Watched(torch.nn.Linear(4, 4)), torch.randn(2, 4)
+    try:
+        raise KeyError("the job's own, handled")
+    except KeyError:
+        assert watched.step(x).flops == torchs_count(watched.model, x)
+    assert no_mode_open()

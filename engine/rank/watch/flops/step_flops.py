@@ -94,6 +94,7 @@ class StepFlops:
         self._observed = False
         self._steps = 0
         self._stale: list[Any] = []  # modes left open under one the job opened (closed once they can be)
+        self._handling: list[Any] = [None, None]  # the exception handled as a forward, a backward began
         off = os.environ.get(OFF) == "0"
         self.note: str | None = f"counting FLOPs is off ({OFF}=0)" if off else None  # why not counted
         self.precision: str | None = None  # of the first counted forward
@@ -106,6 +107,7 @@ class StepFlops:
         self._depth += 1
         if self._depth > 1 or self.note is not None:
             return
+        self._handling[0] = sys.exc_info()[1]  # a loop run inside an except block: not this forward's
         if len(self._forwards) >= MAX_FORWARDS:
             self._say(f"more than {MAX_FORWARDS} forwards came between two optimizer steps")
             return
@@ -133,7 +135,7 @@ class StepFlops:
         self._depth -= 1
         if self._depth > 0:
             return
-        failed = sys.exc_info()[0] is not None
+        failed = sys.exc_info()[1] not in (None, self._handling[0])
         if self._open is not None and self._open[0] == "forward":
             self._end(failed)
         if failed and self._forwards and self._group:
@@ -145,6 +147,7 @@ class StepFlops:
         if self._depth > 0:
             return  # inside the root's forward: that forward's count holds it
         group, self._group = tuple(self._group), []
+        self._handling[1] = sys.exc_info()[1]
         if self.note is not None:
             return
         self._backwards.append(group)
@@ -157,7 +160,7 @@ class StepFlops:
         """The outer ``backward()`` call returned or raised (in its ``finally``: ``sys.exc_info()``
         tells). A backward that raised is no part of the step, nor its micro-batch's forwards, and
         its partial count is dropped."""
-        failed = sys.exc_info()[0] is not None
+        failed = sys.exc_info()[1] not in (None, self._handling[1])
         if self._open is not None and self._open[0] == "backward":
             self._end(failed)
         if failed and self._backwards and self._depth == 0:
