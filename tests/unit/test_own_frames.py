@@ -45,7 +45,7 @@ class NoReporter:
 def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, monkeypatch):
     monkeypatch.setattr(stack_signature, "BEAT_S", 0.05)
     watch = ScriptWatch(NoReporter(), "train.py")
-    watch._start_beats()
+    watch._beats.start()
     dumper = FlightRecorderDump(tmp_path, rank=0)
     folder = RunDir(tmp_path)
     request = folder.request_path(STACKS_REQUEST)
@@ -56,7 +56,7 @@ def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, m
         raw = folder.stacks_path(0).read_text()
     finally:
         dumper.stop()
-        watch._stop_beats()
+        watch._beats.stop()
     assert "_watch_stack" in raw and "_loop" in raw  # both threads were in the dump
     shown = readable_stacks(raw)
     assert "engine/rank" not in shown

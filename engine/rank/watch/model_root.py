@@ -98,7 +98,12 @@ def batch_source(module: Any) -> str:
 
 
 LOADER_SOURCE = "the batches its DataLoader gave"  # where no model's forward counted them
-BATCH_SOURCE = {"ddp": "the batches entering DistributedDataParallel", "fsdp": "the batches entering FSDP"}
+TRAINING_STEP_SOURCE = "the batches entering training_step"  # Lightning on one device (frameworks.py)
+BATCH_SOURCE = {
+    "ddp": "the batches entering DistributedDataParallel",
+    "fsdp": "the batches entering FSDP",
+    "deepspeed": "the batches entering DeepSpeed's engine",
+}
 
 
 class HookedRoot:

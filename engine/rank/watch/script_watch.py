@@ -35,20 +35,31 @@ model whose forward counts the batch is hooked in model_root.py.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank.reporter import ScriptReporter
-from mgpu_tui.engine.rank.threads import stop_before_exit
-from mgpu_tui.engine.rank.watch import flops, stack_signature, step_clock, step_figures, torch_hooks
-from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE, HookedRoot, batch_source, find_root
-from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, batch_size, first_tensor
+from mgpu_tui.engine.rank.watch import (
+    flops,
+    frameworks,
+    stack_signature,
+    step_clock,
+    step_figures,
+    torch_hooks,
+)
+from mgpu_tui.engine.rank.watch.model_root import (
+    TRAINING_STEP_SOURCE,
+    HookedRoot,
+    batch_source,
+    find_root,
+)
+from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, StepBatch
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
 from mgpu_tui.engine.rank.watch.wrapping import guarded
 
@@ -99,10 +110,8 @@ class ScriptWatch:
         self.in_backward = False  # a backward inside a backward (reentrant checkpointing) is not one
         self._losses: list[Any] = []
         self._scaled: dict[int, tuple[Any, Any]] = {}  # id(scaled loss) -> (it, the loss unscaled)
-        self._samples = self._tokens = 0
-        self._loader_samples = self._loader_tokens = 0  # the training batches its DataLoaders gave
-        self._first_forward_at: float | None = None
-        self._last_step_at = time.time()
+        self._batch = StepBatch(TRAINING_STEP_SOURCE)  # what the step under way trained on
+        self._whole = False  # inside a framework's training step that is the forward (frameworks.py)
         self._pending = PendingSteps()
         self._device: Any = None  # where the loss is: the rank's device
         self._about_said = False
@@ -110,10 +119,8 @@ class ScriptWatch:
         self._root_searched = False  # a job with no DDP or FSDP: its model looked for once (model_root.py)
         self._backend: str | None = None  # the default process group's, once seen
         self._last_event_at = time.monotonic()
-        self._stopped = threading.Event()
-        self._lead: int | None = None  # id() of the optimizer whose steps are the steps
-        self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
-        self._beats: threading.Thread | None = None
+        self._lead = step_figures.Lead()  # the optimizer whose steps are the steps
+        self._beats = stack_signature.Beats(self.program, self._tick)  # started once a rank
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
@@ -126,21 +133,9 @@ class ScriptWatch:
         after_import("torch", guarded(self._install))
         after_import("torch.distributed.fsdp", guarded(self._install_fsdp))
         after_import("torch._dynamo", guarded(self._after_dynamo))
+        frameworks.install(self)
         if self.reporter is not None:
-            self._start_beats()
-
-    def _start_beats(self) -> None:
-        self._beats = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
-        self._beats.start()
-        stop_before_exit(self._stop_beats)
-
-    def _stop_beats(self) -> None:
-        """No beat after this: the thread is joined (it reads the main thread's frames and the
-        process group, which the script's exit handlers may be tearing down)."""
-        self._stopped.set()
-        beats = self._beats
-        if beats is not None and beats is not threading.current_thread():
-            beats.join(timeout=5)
+            self._beats.start()
 
     def _become_rank(self, rank: int, world_size: int) -> None:
         """This process is a rank from now on: its reporter (its files, its stack handler, its
@@ -149,7 +144,7 @@ class ScriptWatch:
             return
         self.reporter = self._become(rank, world_size)
         self._last_event_at = time.monotonic()
-        self._start_beats()
+        self._beats.start()
 
     def after_fork_in_child(self) -> None:
         """A forked child (a data-loader worker, a rank of ``start_processes(start_method="fork")``)
@@ -200,20 +195,28 @@ class ScriptWatch:
     @_quiet
     def _before_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
         torch = self.torch
-        if not module.training or not torch.is_grad_enabled():
-            return  # an evaluation: its samples are not trained on
+        if self._whole or not module.training or not torch.is_grad_enabled():
+            return  # an evaluation (its samples are not trained on), or counted by the whole step
         if self._flops is not None:  # (the count's own replay never gets here: its hooks are set aside)
             self._flops.seen(module, args, kwargs)
-        batch = first_tensor(args)
-        if batch is None:
-            batch = first_tensor(tuple(kwargs.values()))
-        size = batch_size(batch)
-        if size is None:
-            return
-        self._samples += size[0]
-        self._tokens += size[1]
-        if self._first_forward_at is None:
-            self._first_forward_at = time.time()
+        self._batch.count(args, kwargs)
+
+    @contextlib.contextmanager
+    def whole_forward(self, args: tuple, kwargs: dict) -> Iterator[None]:
+        """A framework's training step that is the step's forward (frameworks.py): its batch
+        counted, its time the forward's; a forward of the module inside it counts nothing more."""
+        outer = not self._whole  # a training step inside a training step: the outer one counts
+        if outer:
+            with contextlib.suppress(Exception):
+                self._batch.count(args, kwargs, whole=True)
+            self._whole = True
+            self.clock.enter("forward")
+        try:
+            yield
+        finally:
+            if outer:
+                self.clock.leave("forward")
+                self._whole = False
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
@@ -224,10 +227,7 @@ class ScriptWatch:
         workers = getattr(loader, "_num_workers", None)
         if isinstance(workers, int):
             self._loader_workers = workers
-        size = batch_size(first_tensor((batch,)))
-        if size is not None:
-            self._loader_samples += size[0]
-            self._loader_tokens += size[1]
+        self._batch.loader(batch)
 
     @_quiet
     def on_backward(self, tensors: Any) -> None:
@@ -240,23 +240,9 @@ class ScriptWatch:
             if self._device is None:
                 self._device = loss.device
 
-    def _leads(self, optimizer: Any) -> bool:
-        """Whether ``optimizer``'s step is the iteration's (the lead's; the first to step leads)."""
-        key = id(optimizer)
-        if self._lead is None or key == self._lead:
-            self._lead = key
-            self._others.clear()
-            return True
-        self._others[key] = self._others.get(key, 0) + 1
-        if self._others[key] >= 2:  # the lead stopped stepping: this one leads now
-            self._lead = key
-            self._others.clear()
-            return True
-        return False
-
     @_quiet
     def after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
-        if self._leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
+        if self._lead.leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
             if not self._root and not self._root_searched:
                 self._find_model(optimizer)
             self._count_step()
@@ -278,7 +264,7 @@ class ScriptWatch:
     @_quiet
     def after_scaler_step(self, optimizer: Any) -> None:
         # The optimizer did not step (inf or NaN gradients), so its hook did not count: still a step.
-        if self._backwards and self._leads(optimizer):
+        if self._backwards and self._lead.leads(optimizer):
             self._count_step()
 
     def _count_step(self) -> None:
@@ -294,21 +280,13 @@ class ScriptWatch:
         self._backwards = 0
         self._scaled.clear()
         losses, self._losses = self._losses, []
-        data_s = (
-            None if self._first_forward_at is None else max(0.0, self._first_forward_at - self._last_step_at)
-        )
-        samples, tokens, source = self._samples, self._tokens, self._root.source
-        if not samples and self._loader_samples:  # no model's forward counted them: the loader's
-            samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
+        samples, tokens, source, data_s = self._batch.take(now, self._root.source)
         parts: dict[str, float] | None = self.clock.cut()
         if self.steps == 1:
             parts = None  # the first step's holds everything since the watch started
         memory = step_figures.memory(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, flops, aside_s)
-        self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
-        self._first_forward_at = None
-        self._last_step_at = now
         self._pending.add(step)
         self._write_ready(wait=len(self._pending) > step_figures.MAX_PENDING)
         if (
@@ -347,7 +325,7 @@ class ScriptWatch:
     def finish(self) -> dict[str, Any]:
         """Write what is still pending; the facts of the end for the ``done`` event. The beat thread is
         joined first: nothing of mgpu-tui may still call into torch while the interpreter shuts down."""
-        self._stop_beats()
+        self._beats.stop()
         if self.torch is None:
             return {"process_group": "none"}
         try:
@@ -383,9 +361,6 @@ class ScriptWatch:
         return alive
 
     # ---- beats ------------------------------------------------------------------------------
-
-    def _watch_stack(self) -> None:
-        stack_signature.look_at_main_thread(self._stopped, self.program, self._tick)
 
     def _tick(self, where: str | None, moved: bool) -> None:
         if (

@@ -15,6 +15,8 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from mgpu_tui.engine.rank.threads import stop_before_exit
+
 SIGNATURE_FRAMES = 64  # the innermost frames of a stack: its signature
 MAX_FRAMES = 512  # looked through for the script's own innermost frame (an import can be deep)
 
@@ -67,3 +69,29 @@ def look_at_main_thread(
         now, where = signature(main_frame(main), program)
         tick(where, last is not None and now != last)
         last = now
+
+
+class Beats:
+    """The beat thread (``mgpu-beat``) of a rank: started once the process is one, and joined
+    before the program's exit handlers run (threads.py): it reads the main thread's frames and the
+    process group, which the script's exit handlers may be tearing down."""
+
+    def __init__(self, program: str, tick: Callable[[str | None, bool], None]) -> None:
+        self._program, self._tick = program, tick
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
+        self._thread.start()
+        stop_before_exit(self.stop)
+
+    def _watch_stack(self) -> None:
+        look_at_main_thread(self._stopped, self._program, self._tick)
+
+    def stop(self) -> None:
+        """No beat after this."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
