@@ -22,7 +22,15 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
-from mgpu_tui.engine.protocol.events import MAX_LINE_BYTES, Error, Hello, MalformedEvent, Step, parse_line
+from mgpu_tui.engine.protocol.events import (
+    MAX_LINE_BYTES,
+    Done,
+    Error,
+    Hello,
+    MalformedEvent,
+    Step,
+    parse_line,
+)
 from mgpu_tui.engine.protocol.file_tail import CATCH_UP_S, LAST_EVENT_BYTES, FileTail
 from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 from mgpu_tui.engine.run.figures.aggregate import Aggregator, RunStats
@@ -49,8 +57,10 @@ MAX_LOG_LINE_BYTES = 64 * 1024
 class Ingest:
     """All of one run's files. ``world_size`` and ``restarts`` say which events fit the job:
     an event must come from the file of its own rank, of a rank of the job (0..world_size-1),
-    and a rank says hello once (once per attempt when torchrun may restart it). The rest is
-    counted as malformed and never reaches the figures.
+    and a rank says hello once (once per attempt when torchrun may restart it), or again once its
+    process has said its end: a later phase of the same rank (Lightning's ddp_spawn starts the ranks
+    again for ``trainer.test``), whose steps count on from the earlier ones (aggregate.py). The
+    rest is counted as malformed and never reaches the figures.
 
     A command's world size (mgpu-tui exec) is learned: ``world_size`` None, the first hello read
     gives it (its process group's), and from then on it is the job's like any other; a hello for
@@ -75,6 +85,7 @@ class Ingest:
         self.aggregator = Aggregator()
         self.malformed_events = 0
         self._greeted: set[int] = set()  # ranks that said hello
+        self._ended: set[int] = set()  # ranks whose process said done since its hello: a later phase may come
         self.foreign_files: set[int] = set()  # events/rank<N>.jsonl with N outside the job: unread
         self._lock = threading.Lock()
         self._event_tails: dict[int, FileTail] = {}
@@ -156,9 +167,12 @@ class Ingest:
         if isinstance(event, Hello):
             if event.world_size != self.world_size:
                 return False  # a rank of another job, or one that lies about this one
-            if event.rank in self._greeted and not self.restarts:
+            if event.rank in self._greeted and not self.restarts and event.rank not in self._ended:
                 return False  # a second hello would take over the rank's pid and device
             self._greeted.add(event.rank)
+            self._ended.discard(event.rank)
+        elif isinstance(event, Done):
+            self._ended.add(event.rank)
         return True
 
     # ---- for any thread ----------------------------------------------------------------

@@ -24,6 +24,7 @@ Definitions, so that every number on screen can be checked by hand:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -76,6 +77,15 @@ class RunStats:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
 
 
+def _merged(earlier: About | None, later: About) -> About:
+    """A rank's about: what a later one says, over what an earlier one (of an earlier phase: a fit
+    before a test) said and it does not (its batch, where the test trains on none)."""
+    if earlier is None:
+        return later
+    said = {f.name: getattr(later, f.name) for f in dataclasses.fields(later)}
+    return dataclasses.replace(earlier, **{k: v for k, v in said.items() if v is not None})
+
+
 class Aggregator:
     """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
 
@@ -87,6 +97,8 @@ class Aggregator:
         track = self._ranks.setdefault(event.rank, RankTrack())
         track.last_t = event.t
         if isinstance(event, Step):
+            if track.step_offset:  # a later phase of the rank counts on from its earlier ones
+                event = dataclasses.replace(event, step=event.step + track.step_offset)
             if track.first_step_t is None:
                 track.first_step_t = event.t
             track.steps.append(event.step)
@@ -113,9 +125,12 @@ class Aggregator:
         elif isinstance(event, Beat):
             track.where = event.where
         elif isinstance(event, Hello):
+            if track.hello is not None and track.done is not None:  # a later phase (ingest.py)
+                track.step_offset = track.steps[-1] if track.steps else 0
+                track.done = None
             track.hello = event
         elif isinstance(event, About):
-            track.about = event
+            track.about = _merged(track.about, event)
             self._parts.loader_workers(event.rank, event.loader_workers)
         elif isinstance(event, Done):
             track.done = event
