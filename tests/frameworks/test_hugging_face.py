@@ -88,6 +88,29 @@ def a_trainer_followed(done, run_dir, source):
     return summary
 
 
+IMPORT_SHAPES = str(SCRIPTS.parent.parent / "scripts" / "import_shapes.py")
+
+
+@pytest.mark.parametrize("launcher", ["exec", "torchrun"])
+def test_a_job_that_imports_transformers_first_is_watched(tmp_path, launcher):
+    """``import transformers`` before ``import torch`` (tests/integration/test_import_shapes.py has the
+    other shapes): transformers asks for torch's spec at its import, which once took the watch's
+    import hook away."""
+    if launcher == "exec":
+        done, _ = run_exec(tmp_path, sys.executable, IMPORT_SHAPES, "--shape", "transformers")
+    else:
+        argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json", "--nproc-per-node", "2",
+                IMPORT_SHAPES, "--shape", "transformers"]  # fmt: skip
+        done, _ = run_in(tmp_path, argv, timeout=240)
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok", done.stderr[-3000:]
+    truth = results_of(done.stdout + done.stderr)
+    assert summary.world_size == len(truth) == (1 if launcher == "exec" else 2)
+    for rank in summary.ranks:
+        assert rank.last_step == truth[rank.rank]["steps"] == 5
+        assert rank.loss == pytest.approx(truth[rank.rank]["loss"], abs=1e-6)
+
+
 def test_run_clm_under_the_torchrun_drop_in(tmp_path, data):
     argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json", "--nproc-per-node", "2",
             CLM, *clm_args(data, tmp_path / "out")]  # fmt: skip
