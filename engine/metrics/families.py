@@ -306,9 +306,7 @@ def _ranks(snap: Snapshot, found: dict[str, Metric]) -> None:
         node = snap.node_of(rank)
         who = [snap.identity.run, str(node), str(rank)]
         r = by_rank.get(rank)
-        info = {"host": snap.host_of(node)}
-        if r is not None and (device := device_word(r.device)) is not None:
-            info["device"] = device
+        info = {"host": snap.host_of(node), "device": (device_word(r.device) if r else None) or "unknown"}
         if r is not None and (uuid := uuid_word(r.device_uuid)) is not None:
             info["UUID"] = uuid
         found["mgpu_rank_info"].add_metric(who, info)  # type: ignore[attr-defined]

@@ -65,6 +65,8 @@ def cause_kind(cause: RootCause) -> str:
         return cause.kind
     if _OUT_OF_MEMORY.search(f"{cause.message}\n{cause.traceback[-20_000:]}"):
         return "out_of_memory"
+    if "Traceback (most recent call last)" in cause.traceback[:20_000]:
+        return "error"  # the rank raised: its exception is the story, however its process ended after
     if cause.signal:
         return "signal"
     return "launcher" if cause.rank is None else "error"
