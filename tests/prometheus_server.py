@@ -24,6 +24,9 @@ def free_port() -> int:
 
 
 class Prometheus:
+    """Its targets come as docs/multi-node.md's Slurm job gives them: a file of file_sd_configs,
+    each target labelled with its job (here ``slurm_job="test"``)."""
+
     def __init__(self, folder: Path, targets: list[str]) -> None:
         binary = shutil.which("prometheus")
         assert binary, (
@@ -37,8 +40,12 @@ class Prometheus:
             f"  scrape_timeout: {SCRAPE_S}s\n"
             "scrape_configs:\n"
             "  - job_name: mgpu-tui\n"
-            "    static_configs:\n"
-            f"      - targets: {json.dumps(targets)}\n"
+            "    file_sd_configs:\n"
+            f'      - files: ["{folder}/targets/*.json"]\n'
+        )
+        (folder / "targets").mkdir()
+        (folder / "targets" / "job.json").write_text(
+            json.dumps([{"labels": {"slurm_job": "test"}, "targets": targets}])
         )
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

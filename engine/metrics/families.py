@@ -212,6 +212,10 @@ METRICS = {
     )
 }
 
+# A rank's states as its own monitor tells them (figures/rank_state.py): "lost" and "missing" are
+# what a node's view says of another node's ranks, never a state of a rank served here.
+RANK_STATES = tuple(s for s in RankState if s not in (RankState.LOST, RankState.MISSING))
+
 RANK_FIGURES: dict[str, Callable[[RankStats], float | int | None]] = {
     "mgpu_rank_steps_total": lambda r: r.last_step,
     "mgpu_rank_samples_per_second": lambda r: r.samples_per_s,
@@ -310,7 +314,7 @@ def _ranks(snap: Snapshot, found: dict[str, Metric]) -> None:
         if r is not None and (uuid := uuid_word(r.device_uuid)) is not None:
             info["UUID"] = uuid
         found["mgpu_rank_info"].add_metric(who, info)  # type: ignore[attr-defined]
-        states = {s.value: s is state for s in RankState}
+        states = {s.value: s is state for s in RANK_STATES}
         found["mgpu_rank_state"].add_metric(who, states)  # type: ignore[attr-defined]
         if r is not None:
             for family, figure in figures:

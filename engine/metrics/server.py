@@ -29,9 +29,11 @@ from mgpu_tui.engine.launch.errors import EnvironmentUnusable
 from mgpu_tui.engine.metrics.families import families
 from mgpu_tui.engine.metrics.snapshot import Identity, Snapshot, identify, take
 from mgpu_tui.engine.records.follow import FollowedRun
+from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run
 
 PUBLISH_S = 1.0  # a snapshot at most this often while the run goes (scrapes come every second at most)
+PUBLISH_SHARE = 0.2  # and at most this share of the polling thread's time (a job of thousands of ranks)
 DEFAULT_LINGER_S = 35.0  # after the run's end: two scrapes 15 s apart, whatever their phase, and 5 s
 PATH = "/metrics"
 
@@ -72,6 +74,7 @@ class MetricsServer:
         self._identity: Identity | None = None
         self._run: Run | FollowedRun | None = None
         self._published_at = 0.0
+        self._every = PUBLISH_S  # longer where taking a snapshot is slow (PUBLISH_SHARE)
         self._ended_at: float | None = None
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -112,20 +115,23 @@ class MetricsServer:
         self._thread = threading.Thread(target=self._server.serve_forever, name="mgpu-metrics", daemon=True)
         self._thread.start()
 
-    def publish(self, run: Run | FollowedRun, *, force: bool = False) -> None:
-        """On the thread that owns ``run``: a new snapshot when one is due (every PUBLISH_S, and
-        once more as the run ends), put in place in one assignment."""
+    def publish(self, run: Run | FollowedRun, *, force: bool = False, stats: RunStats | None = None) -> None:
+        """On the thread that owns ``run``: a new snapshot when one is due (every PUBLISH_S, less
+        often where taking one costs more than PUBLISH_SHARE of the time; and once more as the run
+        ends), put in place in one assignment. ``stats``: the run's figures, where the caller has
+        just read them."""
         now = time.monotonic()
         if run is not self._run:  # a new run (the app's): who it is, once
             self._run, self._identity, self._ended_at = run, identify(run), None
         finished = run.state.finished
         if finished and self._ended_at is not None and not force:
             return  # its final snapshot is in place already
-        if not force and not finished and now - self._published_at < PUBLISH_S:
+        if not force and not finished and now - self._published_at < self._every:
             return
         assert self._identity is not None
-        self.snapshot = take(run, self._identity)
-        self._published_at = now
+        self.snapshot = take(run, self._identity, stats=stats)
+        self._published_at = time.monotonic()
+        self._every = max(PUBLISH_S, (self._published_at - now) / PUBLISH_SHARE)
         if finished and self._ended_at is None:
             self._ended_at = now
 

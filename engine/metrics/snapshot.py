@@ -142,10 +142,10 @@ class Snapshot:
         return (self.hosts or {}).get(node, self.identity.host)
 
 
-def take(run: Run | FollowedRun, identity: Identity, now: float | None = None) -> Snapshot:
-    """The run as it is now, on the thread that owns it."""
-    now = time.time() if now is None else now
-    stats = run.stats()
+def take(run: Run | FollowedRun, identity: Identity, stats: RunStats | None = None) -> Snapshot:
+    """The run as it is now, on the thread that owns it (``stats``: its figures, just read)."""
+    now = time.time()
+    stats = run.stats() if stats is None else stats
     state = RunState(run.state)
     summary = run.summary
     cause = summary.root_cause if summary is not None else None

@@ -180,8 +180,9 @@ class RunController:
         if not self._current(watch):
             return  # replaced by another run's watch: its view is not this run's any more
         run, owned = watch.run, watch.owned
+        stats = run.stats()
         if self.metrics is not None:  # (on the run's own thread, which alone touches it)
-            self.metrics.publish(run, force=final)  # type: ignore[arg-type]
+            self.metrics.publish(run, force=final, stats=stats)  # type: ignore[arg-type]
         # A followed run's telemetry is read from its file and shown whole: a copy each time,
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
         recorded = getattr(run, "telemetry", None)  # a FollowedRun's, read from its file
@@ -189,7 +190,7 @@ class RunController:
         self.app.post_message(
             RunUpdated(
                 run.drain_log_lines,
-                run.stats(),
+                stats,
                 run.series(),
                 run.stall_timeout(),
                 telemetry,

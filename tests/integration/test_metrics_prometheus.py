@@ -35,6 +35,7 @@ from mgpu_tui.engine.run.figures.anatomy import KINDS
 from mgpu_tui.engine.run.summary import RunSummary
 from prometheus_server import Prometheus, free_port
 
+TARGET_LABELS = ("run", "node", "instance", "job", "slurm_job")  # whose the series are, not what
 LINGER_S = 4  # a few scrapes at 1 s after the run ends
 GPU_ONLY = {name for name in METRICS if name.startswith("mgpu_gpu_")}  # no NVML here: none served
 
@@ -153,8 +154,10 @@ def test_every_documented_metric_reaches_prometheus_as_the_summary_gives_it(prom
     want = expected(summary, run_dir)
     checked = set(want)
     for name, values in want.items():
-        got = {tuple((k, v) for k, v in labels if k not in ("run", "node", "instance", "job")): value
-               for labels, value in served(prometheus, name, run).items()}  # fmt: skip
+        got = {
+            tuple((k, v) for k, v in labels if k not in TARGET_LABELS): value
+            for labels, value in served(prometheus, name, run).items()
+        }
         assert got.keys() == values.keys(), name
         for key, value in values.items():
             assert got[key] == pytest.approx(value, rel=1e-9), (name, key)
@@ -171,6 +174,7 @@ def test_every_documented_metric_reaches_prometheus_as_the_summary_gives_it(prom
     checked |= {"mgpu_run_state", "mgpu_rank_state"}
     # Who and where: the info metrics, the snapshot's time, the ranks' processes as sampled.
     (info,) = served(prometheus, "mgpu_run_info", run)
+    assert dict(info)["slurm_job"] == "test"  # the target's label, from docs/multi-node.md's file_sd
     assert dict(info)["mode"] == "ddp" and dict(info)["host"] == socket.gethostname()
     info_now = prometheus.latest(f'mgpu_rank_info{{run="{run}",device!="unknown"}}')  # (before its hello)
     devices = {dict(k)["rank"]: dict(k)["device"] for k in info_now}
