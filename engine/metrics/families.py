@@ -292,9 +292,9 @@ def _run(snap: Snapshot, found: dict[str, Metric]) -> None:
             for rank in sorted(set(verdict.ranks) & served):
                 _add(found["mgpu_run_verdict_rank"], [*who, verdict.kind, str(rank)], 1.0)
     if snap.root_cause is not None:
-        kind, rank = snap.root_cause
+        kind, failed = snap.root_cause
         if kind in CAUSE_KINDS:
-            _add(found["mgpu_run_root_cause"], [*who, kind, "" if rank is None else str(rank)], 1.0)
+            _add(found["mgpu_run_root_cause"], [*who, kind, "" if failed is None else str(failed)], 1.0)
     _add(found["mgpu_run_malformed_events_total"], who, snap.malformed_events)
     _add(found["mgpu_run_snapshot_timestamp_seconds"], who, snap.taken_at)
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from waiting import wait_until
 
-from conftest import CLI, only_run_dir, summary_from
+from conftest import CLI, REPO, only_run_dir, summary_from
 from mgpu_tui.engine.metrics.families import METRICS
 from mgpu_tui.engine.protocol.causes import cause_kind
 from mgpu_tui.engine.run.causes.watchdog import stall_timeout
@@ -195,6 +195,18 @@ def test_every_documented_metric_reaches_prometheus_as_the_summary_gives_it(prom
     checked.add("mgpu_run_verdict_rank")
     for name in GPU_ONLY:
         assert served(prometheus, name, run) == {}, name
+    # The Grafana dashboard's queries, as Grafana asks them, while the run was served.
+    dashboard = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
+    answers = {
+        panel["title"]: prometheus.api("query", query=target["expr"].replace("$run", run), time=taken)
+        for panel in dashboard["panels"]
+        for target in panel["targets"][:1]
+    }
+    codes = {r["metric"]["rank"]: r["value"][1] for r in answers["Ranks' state"]}
+    assert codes == {"0": "8", "1": "8"}  # done, in the timeline's codes
+    parts = {r["metric"]["part"] for r in answers["Where a step goes (mean over the ranks)"]}
+    assert parts == {"data", "forward", "backward", "comm", "optimizer", "host"}
+    assert len(answers["Step time by rank (mean over its steady steps)"]) == 2
     assert checked | GPU_ONLY == set(METRICS)  # every documented metric, checked
 
 

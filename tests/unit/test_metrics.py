@@ -17,14 +17,12 @@ import json
 import re
 import socket
 import threading
-import time
 import urllib.request
-from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import REPO, pinned_summary
+from conftest import HOSTILE, REPO, hostile_finished_run
 from mgpu_tui.cli import main
 from mgpu_tui.engine.launch.errors import EnvironmentUnusable
 from mgpu_tui.engine.metrics import families as families_module
@@ -34,64 +32,7 @@ from mgpu_tui.engine.metrics.snapshot import label_word
 from mgpu_tui.engine.protocol.causes import CAUSE_KINDS, RootCause, cause_kind
 from mgpu_tui.engine.records.follow import FollowedRun
 
-# What a rank can write: quotes and braces that would end a label, newlines that would start a
-# sample of its own, backslashes, a terminal's escapes, and length.
-HOSTILE = 'x"} 1\nmgpu_rank_state{rank="0",mgpu_rank_state="done"} 1\n\\"\x1b[2J\\n'
-LONG = ("evil " + HOSTILE) * (10_000 // len("evil " + HOSTILE) + 1)
 LABEL_VALUE = re.compile(r"[A-Za-z0-9._:@+ /-]{0,128}")
-
-
-def event(kind: str, rank: int, **fields) -> str:
-    return json.dumps({"v": 1, "kind": kind, "rank": rank, "t": time.time(), **fields}) + "\n"
-
-
-def hostile_run(root: Path) -> Path:
-    """A finished 2-rank run whose ranks (who can write every file of it) wrote hostile text into
-    everything they could: events, their summary's root cause, the spec's host."""
-    path = root / "20260101T000000Z-ddp"
-    (path / "events").mkdir(parents=True)
-    spec = {"mode": "ddp", "world_size": 2, "nproc": 2, "steps": 10, "batch_size": 64, "amp": False}
-    machine = {"hostname": HOSTILE, "cpu_count": 2, "gpu_count": 0}
-    document = {"spec": {**spec, "device": "cpu", "model": "mlp"}, "created_at": 1.0, "machine": machine}
-    (path / "spec.json").write_text(json.dumps(document))
-    for rank in (0, 1):
-        lines = [
-            event(
-                "hello",
-                rank,
-                local_rank=rank,
-                world_size=2,
-                pid=4242,
-                host=HOSTILE,
-                device=LONG[:1000],
-                device_uuid="GPU-" + HOSTILE,
-                mode=HOSTILE,
-                config={"x": LONG},
-            ),  # fmt: skip
-            event("about", rank, device=HOSTILE, device_uuid=HOSTILE, backend=HOSTILE, device_name=HOSTILE),
-            *(
-                event(
-                    "step",
-                    rank,
-                    step=s,
-                    samples=8,
-                    tokens=0,
-                    loss=1.0,
-                    step_s=0.1,
-                    mem_bytes=1 << 20,
-                    mem_peak_bytes=1 << 21,
-                    data_s=0.01,
-                )  # fmt: skip
-                for s in range(1, 11)
-            ),
-            event("beat", rank, where=LONG[:1000]),
-            event("error", rank, message=LONG, traceback=LONG, type=HOSTILE, whole_message=LONG),
-        ]
-        (path / "events" / f"rank{rank}.jsonl").write_text("".join(lines))
-    cause = RootCause(1, 1, None, LONG, LONG, hint=LONG, host=HOSTILE, kind=HOSTILE)
-    summary = pinned_summary(path, status="failed", exit_code=1, root_cause=cause)
-    (path / "summary.json").write_text(json.dumps(summary.to_json()))
-    return path
 
 
 def scrape(server: MetricsServer, *, openmetrics: bool = False, gzipped: bool = False) -> bytes:
@@ -122,7 +63,7 @@ def served():
 
 
 def test_a_ranks_hostile_output_never_reaches_a_label(tmp_path, served):
-    run = FollowedRun(hostile_run(tmp_path))
+    run = FollowedRun(hostile_finished_run(tmp_path))
     server = served(run)
     for openmetrics in (False, True):
         body = scrape(server, openmetrics=openmetrics, gzipped=openmetrics).decode()
@@ -146,7 +87,7 @@ def test_a_ranks_hostile_output_never_reaches_a_label(tmp_path, served):
 
 def test_the_figures_served_are_the_runs(tmp_path, served):
     """A followed run's figures, served: each the one the Run view and the summary read."""
-    run = FollowedRun(hostile_run(tmp_path))
+    run = FollowedRun(hostile_finished_run(tmp_path))
     server = served(run)
     stats = run.stats()
     parsed = list(text_string_to_metric_families(scrape(server).decode()))
@@ -189,7 +130,7 @@ def test_the_figures_served_are_the_runs(tmp_path, served):
 
 
 def test_a_scrape_never_waits_for_the_monitor(tmp_path, served, monkeypatch):
-    run = FollowedRun(hostile_run(tmp_path))
+    run = FollowedRun(hostile_finished_run(tmp_path))
     server = served(run)
     first = server.snapshot
     inside, go_on = threading.Event(), threading.Event()
@@ -314,7 +255,7 @@ def test_the_gpus_are_served_as_the_telemetry_read_them(tmp_path, served):
         sample = Sampler(pcie=False).sample()
     finally:
         nvml.use_library(None)
-    server = served(FollowedRun(hostile_run(tmp_path)))
+    server = served(FollowedRun(hostile_finished_run(tmp_path)))
     server.snapshot = dataclasses.replace(server.snapshot, gpus=_live_gpus(sample))
     parsed = list(text_string_to_metric_families(scrape(server).decode()))
     gpu2 = {s.name: s for f in parsed for s in f.samples if s.labels.get("gpu") == "2"}
@@ -325,3 +266,20 @@ def test_the_gpus_are_served_as_the_telemetry_read_them(tmp_path, served):
     assert gpu2["mgpu_gpu_info"].labels["modelName"] == "NVIDIA_H100_80GB_HBM3"
     assert gpu2["mgpu_gpu_utilization_ratio"].labels["UUID"] == machine.gpus[2].uuid
     assert len({s.labels["gpu"] for f in parsed for s in f.samples if s.name == "mgpu_gpu_lost"}) == 8
+
+
+def test_the_grafana_dashboard_asks_only_for_metrics_that_exist():
+    """docs/grafana-dashboard.json: every query names metrics of the table (and its state timeline's
+    codes, the rank states served); a real Prometheus answers each (test_metrics_prometheus.py)."""
+    dashboard = json.loads((REPO / "docs" / "grafana-dashboard.json").read_text())
+    queries = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    named = {name for q in queries for name in re.findall(r"\b(mgpu_[a-z_]+)\{", q)}
+    assert named and named <= set(METRICS)
+    assert {"mgpu_rank_state", "mgpu_rank_step_seconds", "mgpu_rank_step_part_seconds"} <= named
+    assert {"mgpu_run_mfu_ratio", "mgpu_gpu_utilization_ratio"} <= named
+    (timeline,) = [p for p in dashboard["panels"] if p["type"] == "state-timeline"]
+    codes = timeline["fieldConfig"]["defaults"]["mappings"][0]["options"]
+    served = {s.value for s in families_module.RANK_STATES}
+    assert {code["text"] for code in codes.values()} == served
+    for code, mapping in codes.items():
+        assert f'mgpu_rank_state="{mapping["text"]}"}} * {code})' in timeline["targets"][0]["expr"]
