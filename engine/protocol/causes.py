@@ -39,7 +39,10 @@ class RootCause:
         return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        document = asdict(self)
+        if self.kind is None:  # (a cause whose kind is told by its shape: written as before kinds)
+            del document["kind"]
+        return document
 
 
 # The kinds of failure, a fixed set (the metrics' root cause, docs/metrics.md): a stall, a full disk,
