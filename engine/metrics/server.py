@@ -16,6 +16,7 @@ Prometheus; then it closes.
 
 from __future__ import annotations
 
+import logging
 import socket
 import threading
 import time
@@ -31,6 +32,8 @@ from mgpu_tui.engine.metrics.snapshot import Identity, Snapshot, identify, take
 from mgpu_tui.engine.records.follow import FollowedRun
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run
+
+log = logging.getLogger(__name__)
 
 PUBLISH_S = 1.0  # a snapshot at most this often while the run goes (scrapes come every second at most)
 PUBLISH_SHARE = 0.2  # and at most this share of the polling thread's time (a job of thousands of ranks)
@@ -75,6 +78,7 @@ class MetricsServer:
         self._run: Run | FollowedRun | None = None
         self._published_at = 0.0
         self._every = PUBLISH_S  # longer where taking a snapshot is slow (PUBLISH_SHARE)
+        self.errors = 0  # snapshots that failed (logged; the run goes on, the last one stays served)
         self._ended_at: float | None = None
         self._server: WSGIServer | None = None
         self._thread: threading.Thread | None = None
@@ -121,16 +125,24 @@ class MetricsServer:
         ends), put in place in one assignment. ``stats``: the run's figures, where the caller has
         just read them."""
         now = time.monotonic()
-        if run is not self._run:  # a new run (the app's): who it is, once
-            self._run, self._identity, self._ended_at = run, identify(run), None
         finished = run.state.finished
-        if finished and self._ended_at is not None and not force:
+        if run is self._run and finished and self._ended_at is not None and not force:
             return  # its final snapshot is in place already
-        if not force and not finished and now - self._published_at < self._every:
+        if run is self._run and not force and not finished and now - self._published_at < self._every:
             return
-        assert self._identity is not None
-        self.snapshot = take(run, self._identity, stats=stats)
-        self._published_at = time.monotonic()
+        try:
+            if run is not self._run:  # a new run (the app's): who it is, once
+                self._run, self._identity, self._ended_at = run, None, None
+            if self._identity is None:
+                self._identity = identify(run)
+            self.snapshot = take(run, self._identity, stats=stats)
+        except Exception:  # a bug here must never touch the run: the last snapshot stays served
+            self.errors += 1
+            if self.errors in (1, 10) or self.errors % 100 == 0:
+                log.exception("taking the metrics' snapshot failed (%d so far)", self.errors)
+            return
+        finally:
+            self._published_at = time.monotonic()
         self._every = max(PUBLISH_S, (self._published_at - now) / PUBLISH_SHARE)
         if finished and self._ended_at is None:
             self._ended_at = now

@@ -14,6 +14,7 @@ import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from mgpu_tui.engine.machine.telemetry import Snapshot as MachineSample
 from mgpu_tui.engine.planning.modes import MODES
@@ -79,7 +80,7 @@ def identify(run: Run | FollowedRun) -> Identity:
             label_word(socket.gethostname()),
             resolved.mode.name,
             spec.nnodes,
-            planned or None,
+            MappingProxyType(planned) if planned else None,
         )
     recorded = run.recorded_spec
     known = MODES.get(str(recorded.mode))
@@ -179,7 +180,7 @@ def take(run: Run | FollowedRun, identity: Identity, stats: RunStats | None = No
         world_size=run.world_size or None,
         root_cause=(cause_kind(cause), cause.rank) if cause is not None else None,
         gpus=_live_gpus(machine) if machine is not None else _recorded_gpus(run),
-        processes=_processes(machine) if machine is not None else None,
+        processes=MappingProxyType(_processes(machine)) if machine is not None else None,
         malformed_events=run.malformed_events,
         per_node=per_node,
         hosts=hosts,
@@ -195,13 +196,13 @@ def _ranks(run: Run | FollowedRun, stats: RunStats) -> tuple[int, ...]:
     return tuple(sorted(heard | set(range(run.world_size or 0))))
 
 
-def _nodes(run: Run | FollowedRun, identity: Identity) -> tuple[int | None, dict[int, str] | None]:
+def _nodes(run: Run | FollowedRun, identity: Identity) -> tuple[int | None, Mapping[int, str] | None]:
     """A followed job of several nodes: its ranks a node, and each node's host as its spec says."""
     world = run.world_size or 0
     if isinstance(run, Run) or identity.nnodes < 2 or not world or world % identity.nnodes:
         return None, None
     hosts = {n.node: label_word(n.host) for n in run.nodes() if n.host is not None}
-    return world // identity.nnodes, hosts
+    return world // identity.nnodes, MappingProxyType(hosts)
 
 
 def _live_gpus(machine: MachineSample) -> tuple[Gpu, ...]:
@@ -236,7 +237,7 @@ def _live_gpus(machine: MachineSample) -> tuple[Gpu, ...]:
 def _recorded_gpus(run: Run | FollowedRun) -> tuple[Gpu, ...]:
     """A followed run's GPUs, from its telemetry file's latest line (records/telemetry_read.py:
     each figure already checked): memory, utilization and power, by index."""
-    telemetry: TelemetrySeries | None = getattr(run, "telemetry", None)
+    telemetry: TelemetrySeries | None = run.telemetry if isinstance(run, FollowedRun) else None
     if telemetry is None or not telemetry.t:
         return ()
     gpus = []

@@ -283,3 +283,17 @@ def test_the_grafana_dashboard_asks_only_for_metrics_that_exist():
     assert {code["text"] for code in codes.values()} == served
     for code, mapping in codes.items():
         assert f'mgpu_rank_state="{mapping["text"]}"}} * {code})' in timeline["targets"][0]["expr"]
+
+
+def test_a_snapshot_that_fails_leaves_the_last_one_served_and_the_run_alone(tmp_path, served, monkeypatch):
+    run = FollowedRun(hostile_finished_run(tmp_path))
+    server = served(run)
+    last = server.snapshot
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in taking the snapshot")
+
+    monkeypatch.setattr("mgpu_tui.engine.metrics.server.take", broken)
+    server.publish(run, force=True)  # raises nothing into the polling thread
+    assert server.snapshot is last and server.errors == 1
+    assert b"mgpu_rank_steps_total" in scrape(server)
