@@ -29,6 +29,11 @@ Entries:
   64, 256 and 1,024 ranks, 8 a node, one rank hung and one slow (bench/large_job.py says how).
   Goals at 1,024: under one core and 200 MB, a new step shown at least every 2 s, the hung rank
   called stalled within the stall timeout + 5 s with its node first, the slow rank named.
+- ``metrics``: the same synthetic job's Prometheus metrics (``open --metrics-port``'s monitor,
+  without the app: the folder followed and its snapshot published after each poll), for 64 and
+  1,024 ranks: the exposition's size raw and gzipped, a scrape's time, and the monitor's CPU alone
+  and then scraped every second by a process of its own (bench/large_job.py says how). Goal at
+  1,024: <= 1 core.
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
@@ -75,7 +80,7 @@ from commands import bench_check, bench_compare, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
 from flop_cost import bench_flops
-from large_job import bench_large_job
+from large_job import bench_large_job, bench_metrics
 from overhead import bench_overhead
 from start_costs import bench_exec_first_step, bench_exec_start, bench_first_step
 from step_costs import bench_anatomy, bench_bootstrap, bench_reporter
@@ -98,6 +103,7 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     ),
     "flops": lambda a: _titled(bench_flops(), "", "measured"),
     "large-job": lambda a: _titled(bench_large_job(), "", "measured"),
+    "metrics": lambda a: _titled(bench_metrics(), "", "measured"),
     "first-step": lambda a: bench_first_step(a.pairs or 8),
     "exec-start": lambda a: _titled(bench_exec_start(a.pairs or 60), "", "pairs", "median (ms)"),
     "exec-first-step": lambda a: _titled(bench_exec_first_step(a.pairs or 30), "", "pairs", "median (s)"),

@@ -67,6 +67,13 @@ def add_open(commands: Any) -> None:
     options.add(
         opening, "run_dir", help="the folder of runs, for `latest` and the Runs view (default ./runs)"
     )
+    options.add(
+        opening,
+        "metrics_port",
+        help="serve the opened run's figures for Prometheus at http://ADDRESS:PORT/metrics while the "
+        "app shows it (default: none; $MGPU_METRICS_PORT)",
+    )
+    options.add(opening, "metrics_address")
 
 
 def add_nccl(commands: Any) -> None:

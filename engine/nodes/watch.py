@@ -311,6 +311,7 @@ class NodeWatch:
             traceback=here,
             hint=f.hint,
             verdict=True,
+            kind="node",
         )
 
     # ---- the end ----------------------------------------------------------------------

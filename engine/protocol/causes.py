@@ -21,6 +21,8 @@ class RootCause:
     host: str | None = None  # the rank's host, in a job over several nodes
     # The message is the whole verdict (a lost host, a rendezvous that never completed): no "who" before it.
     verdict: bool = False
+    # What kind of failure, where its maker knows (one of CAUSE_KINDS); :func:`cause_kind` tells the rest.
+    kind: str | None = None
 
     def headline(self) -> str:
         """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
@@ -37,7 +39,40 @@ class RootCause:
         return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        document = asdict(self)
+        if self.kind is None:  # (a cause whose kind is told by its shape: written as before kinds)
+            del document["kind"]
+        return document
+
+
+# The kinds of failure, a fixed set (the metrics' root cause, docs/metrics.md): a stall, a full disk,
+# another node (or the rendezvous), a rank that finished its work and died at exit, out of memory, a
+# signal, a rank's error or exit code, the launcher's own failure.
+CAUSE_KINDS = (
+    "stall",
+    "disk_full",
+    "node",
+    "finished_then_died",
+    "out_of_memory",
+    "signal",
+    "error",
+    "launcher",
+)
+_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b")
+
+
+def cause_kind(cause: RootCause) -> str:
+    """The failure's kind, one of CAUSE_KINDS: its maker's word where it said one (a kind read back
+    from a file that is none of them is not believed), else from its shape."""
+    if cause.kind in CAUSE_KINDS:
+        return cause.kind
+    if _OUT_OF_MEMORY.search(f"{cause.message}\n{cause.traceback[-20_000:]}"):
+        return "out_of_memory"
+    if "Traceback (most recent call last)" in cause.traceback[:20_000]:
+        return "error"  # the rank raised: its exception is the story, however its process ended after
+    if cause.signal:
+        return "signal"
+    return "launcher" if cause.rank is None else "error"
 
 
 # What a rank says when it is the casualty of another rank's failure, not its cause: its peer went

@@ -56,13 +56,14 @@ class FollowedRun(IngestReadings):
         record = read_run(path)
         if record.status is RecordStatus.BROKEN:
             raise RecordError(f"{path} cannot be opened: {record.reason}.")
-        spec, _, node = read_spec(path)
+        spec, machine, node = read_spec(path)
         # A script says no total: its steps are counted, not requested.
         self.steps_requested: int | None = None if spec.program else (spec.steps or 0)
         self.requested_stall_timeout = spec.stall_timeout
         restarts = spec.max_restarts > 0
         self.path = path
         self.recorded_spec = spec
+        self.machine = machine  # the host it ran on, as its spec.json says (the ranks' to write)
         self.run_dir = RunDir(path, node=node)
         self.what = record.what
         world = spec.world_size if spec.world_size is not None else record.world_size

@@ -294,6 +294,11 @@ class IngestReadings:
     def stats(self) -> RunStats:
         return self._ingest.stats()
 
+    @property
+    def malformed_events(self) -> int:
+        """Event lines skipped as malformed so far (a rank can write anything)."""
+        return self._ingest.malformed_events
+
     def series(self) -> tuple[list[int], list[float], list[float | None]]:
         """(steps, global samples/s, global-batch loss) over the last steps (aggregate.py)."""
         return self._ingest.series()

@@ -2,13 +2,10 @@
 
 :class:`Run` ties the parts together; each part is its own module:
 
-- ``processes.py``: the launcher and every process it begets, and how they end;
-- ``ingest.py``: the ranks' event and log files, followed as they grow;
-- ``watchdog.py``: what ends a run early: a stall (and the stacks of the ranks that stopped
-  reporting), a full disk, the peers of a failed rank that outlive torchrun's patience;
-- ``rootcause.py``: which rank failed first, and why;
-- ``verify.py``: the comparison with the single-device baseline (``--verify``);
-- ``summary.py``: the :class:`RunSummary`, built once when the run ends.
+``processes.py`` (the launcher and every process it begets, and how they end), ``ingest.py`` (the
+ranks' files, followed as they grow), ``watchdog.py`` (what ends a run early: a stall, a full disk,
+a failed rank's peers that outlive torchrun's patience), ``rootcause.py`` (which rank failed first,
+and why), ``verify.py`` (``--verify``), ``summary.py`` (the :class:`RunSummary`, built once at the end).
 
 States: created -> running -> (verifying ->) ok | failed | interrupted. Stopping:
 SIGTERM to the launcher (torchrun passes it on), a grace period, then SIGKILL to every
@@ -31,15 +28,14 @@ from mgpu_tui.engine.launch.command import Launch, build_command
 from mgpu_tui.engine.launch.processes import ProcessTree
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.machine.telemetry import Snapshot as MachineSample
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.nodes.watch import NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.protocol.rundir_make import RunDirError
 from mgpu_tui.engine.run import ending, starting
-from mgpu_tui.engine.run.causes.rootcause import (
-    RootCause,
-)
+from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall, StalledRank, Watchdog
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
@@ -363,6 +359,10 @@ class Run(IngestReadings):
         """Nothing: the run's own node is the Dashboard's; the others' hosts are read from the
         shared folder by whoever follows the job (records/follow.py: NodeMachine)."""
         return {}
+
+    def machine_now(self) -> MachineSample | None:
+        """The run's latest telemetry sample (its GPUs, the host, its ranks); None without one."""
+        return self._telemetry.latest() if self._telemetry is not None else None
 
     def node_role(self) -> str | None:
         """Several nodes: this node's part in the rendezvous, in words; None for one node."""

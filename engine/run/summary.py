@@ -118,7 +118,8 @@ class RunSummary:
     malformed_events: int  # event lines skipped as malformed (a rank can write anything)
     run_dir: str
     # A failure's: rank, exit_code, signal, message, traceback, hint (what it means and what to try,
-    # for the known signatures; null otherwise) (causes/rootcause.py).
+    # for the known signatures; null otherwise), verdict, host and kind (one of CAUSE_KINDS where its
+    # maker knew it, else null: protocol/causes.py's cause_kind tells the rest) (causes/rootcause.py).
     root_cause: RootCause | None
     # One sentence on what the figures do not show (a degenerate CPU path, ranks sharing GPUs).
     note: str | None

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
@@ -20,9 +22,13 @@ from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run
 from mgpu_tui.engine.run.watched import RunState
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
+from mgpu_tui.parser import METRICS_OPTIONS
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
 from mgpu_tui.reports.run_news import RunNews
 from mgpu_tui.reports.run_summary import slowest_and_fastest, summary_text
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.metrics.server import MetricsServer
 
 _EXIT = {
     RunState.OK: ExitCode.OK,
@@ -210,6 +216,47 @@ def _say_start(run: Run, spec: LaunchSpec, said: tuple[str, ...]) -> None:
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
 
+def start_metrics(args: argparse.Namespace, linger: bool = True) -> MetricsServer | None:
+    """--metrics-port (or $MGPU_METRICS_PORT): the endpoint, bound before anything starts (a port
+    in use: one sentence, exit 3); None when not asked for. ``linger``: the command keeps serving
+    after the run ends (--metrics-linger); the app serves for as long as it is open."""
+    names = METRICS_OPTIONS if linger else METRICS_OPTIONS[:2]
+    try:
+        options.from_environment(args, names, os.environ)
+    except ValueError as exc:
+        raise UsageError(f"{exc}.") from None
+    if args.metrics_port is None:
+        return None
+    from mgpu_tui.engine.metrics.server import DEFAULT_LINGER_S, MetricsServer
+
+    lingering = getattr(args, "metrics_linger", None)
+    server = MetricsServer(
+        args.metrics_port,
+        args.metrics_address or "127.0.0.1",
+        DEFAULT_LINGER_S if lingering is None else lingering,
+    )
+    server.start()
+    print(plain(f"mgpu-tui: metrics for Prometheus at {server.url}"), file=sys.stderr)
+    return server
+
+
+def serve_final(metrics: MetricsServer) -> None:
+    """Keep the run's final metrics served for --metrics-linger seconds (Ctrl-C ends it), then stop."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (a stop asked once ignores it)
+    interrupt_on_term_and_hup()
+    try:
+        if metrics.linger_s > 0:
+            print(
+                plain(f"mgpu-tui: the final metrics stay at {metrics.url} for {metrics.linger_s:g} s"),
+                file=sys.stderr,
+            )
+            metrics.linger()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        metrics.close()
+
+
 def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
     """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
     summary, the exit code. ``args``: the watch options (parser.add_watch_options); ``said``: lines
@@ -219,8 +266,27 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
 
         if args.json:
             raise UsageError("--json and --tui do not go together.")
-        return tui_command(spec)
+        return tui_command(spec, metrics=start_metrics(args, linger=False))
     ranks = _ranks_filter(args)
+    metrics = start_metrics(args)
+    try:
+        code = _follow(spec, args, said, ranks, metrics)
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    if metrics is not None:
+        serve_final(metrics)
+    return code
+
+
+def _follow(
+    spec: LaunchSpec,
+    args: argparse.Namespace,
+    said: tuple[str, ...],
+    ranks: frozenset[int] | None,
+    metrics: MetricsServer | None,
+) -> int:
     run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
 
     interrupt_on_term_and_hup()
@@ -228,10 +294,16 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
     output = _rank_output(args, spec, ranks, progress)
     _say_start(run, spec, said)
     news = RunNews(progress, output)
+
+    def on_poll(run: Run) -> None:
+        news.on_poll(run)
+        if metrics is not None:
+            metrics.publish(run)
+
     with run:
         try:
             run.start()
-            run.wait(on_poll=news.on_poll)
+            run.wait(on_poll=on_poll)
         except KeyboardInterrupt:
             # A second Ctrl-C (or Slurm's SIGTERM to every process) must not abandon the ranks half-stopped.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -246,6 +318,8 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
                 progress.end()
 
     summary = run.result()
+    if metrics is not None:
+        metrics.publish(run, force=True)  # the end as it is, however it came (a stop, Ctrl-C)
     print(strict_json(summary.to_json()) if args.json else summary_text(summary))
     # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
     # those last lines are the rest of the story (the others' "Connection closed by peer" after it).

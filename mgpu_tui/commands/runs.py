@@ -51,9 +51,10 @@ def open_command(args: argparse.Namespace) -> int:
         record = read_run(path)
         if record.status is RecordStatus.BROKEN:
             raise UsageError(f"{path} cannot be opened: {record.reason}.")
+    from mgpu_tui.commands.run import start_metrics
     from mgpu_tui.commands.tui import tui_command
 
-    return tui_command(None, open_run=path, run_root=root)
+    return tui_command(None, open_run=path, run_root=root, metrics=start_metrics(args, linger=False))
 
 
 # What deleting may remove: runs that ended, however they ended. Never one that goes (running), nor

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
@@ -15,8 +16,29 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.errors import ExitCode
 from mgpu_tui.logs import start_app_log
 
+if TYPE_CHECKING:
+    from mgpu_tui.engine.metrics.server import MetricsServer
 
-def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_root: Path = RUN_ROOT) -> int:
+
+def tui_command(
+    spec: LaunchSpec | None,
+    *,
+    open_run: Path | None = None,
+    run_root: Path = RUN_ROOT,
+    metrics: MetricsServer | None = None,
+) -> int:
+    """The app; ``metrics`` (--metrics-port, bound already): the figures of the run it shows, served
+    for as long as it is open."""
+    try:
+        return _tui(spec, open_run, run_root, metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _tui(
+    spec: LaunchSpec | None, open_run: Path | None, run_root: Path, metrics: MetricsServer | None
+) -> int:
     host = None  # bare `mgpu-tui`: the app probes the machine once its first frame is up
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.
@@ -32,6 +54,7 @@ def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_ro
     app = create_app(
         start=spec, host=host, open_run=open_run, run_root=spec.run_root if spec is not None else run_root
     )
+    app.jobs.runs.metrics = metrics
 
     def stop_and_exit(signum, frame) -> None:
         # The terminal closed (SIGHUP) or we were told to stop (SIGTERM). This runs on the

@@ -307,3 +307,41 @@ def test_the_cli_tables_fit_an_80_column_terminal(tmp_path):
         assert max(len(line.rstrip()) for line in tables) <= 80, joined
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_open_serves_the_runs_metrics_while_the_app_shows_it_and_stops_on_q(tmp_path):
+    """`open RUN --metrics-port P`: the app's run (here a finished one whose ranks wrote hostile
+    text everywhere) served for as long as the app is open, in the ranks' states the view shows."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from conftest import hostile_finished_run
+    from prometheus_server import free_port
+
+    folder = hostile_finished_run(tmp_path / "runs")
+    port = free_port()
+
+    def states() -> dict[str, str] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        found = {
+            s.labels.get("rank", "run"): s.labels.get("mgpu_rank_state") or s.labels["mgpu_run_state"]
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name in ("mgpu_rank_state", "mgpu_run_state") and s.value == 1
+        }
+        return found if found.get("run") == "failed" else None
+
+    session, marker = start(f"open {folder} --metrics-port {port}", tmp_path)
+    try:
+        assert wait_screen(session, r"rank 1 +failed"), screen(session)
+        assert wait_until(states, 20, every=0.2) == {"run": "failed", "0": "failed", "1": "failed"}
+        keys(session, "q")
+        assert wait_exit(marker, 10) == "0"
+        assert states() is None  # nothing served once the app is gone
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -193,7 +193,7 @@ def after_finishing(cause: RootCause, steps: int, process_group: str | None) -> 
     )
     after = " (after torch's teardown of its process group)" if process_group == "destroyed" else ""
     hint = FINISHED_THEN_DIED.format(after=after, fix=fix).strip()
-    return dataclasses.replace(cause, message=message, hint=hint, verdict=True)
+    return dataclasses.replace(cause, message=message, hint=hint, verdict=True, kind="finished_then_died")
 
 
 def from_error_event(cause: RootCause, error: Error, *, program: bool = False) -> RootCause:

@@ -118,7 +118,7 @@ class Stall:
                 f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
                 "debugger) and cannot run until continued (SIGCONT)"
             )
-        return RootCause(stuck[0].rank, None, None, message, "\n".join(parts))
+        return RootCause(stuck[0].rank, None, None, message, "\n".join(parts), kind="stall")
 
 
 # Frames of mgpu-tui's own code in a rank: its two threads (the flight-record dumper's _loop, the
@@ -220,7 +220,7 @@ class Watchdog:
             why = self.disk_full or (
                 "the disk that holds the run directory is full: the ranks could not write their logs"
             )
-            return True, RootCause(None, returncode, None, why, "")
+            return True, RootCause(None, returncode, None, why, "", kind="disk_full")
         if self.stall is not None:
             return self.resolved.on_stall == "stop", self.stall.root_cause()
         return False, None

@@ -12,7 +12,8 @@ Definitions, so that every number on screen can be checked by hand:
 - Global samples/s: the sum over ranks. Ranks only count samples new to the job,
   so nothing is counted twice.
 - Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous
-  job moves at the pace of its slowest rank); the median over steady steps.
+  job moves at the pace of its slowest rank); the median over steady steps. A rank's own step
+  time: the mean of its steady steps' ``step_s`` (its seconds over its steps).
 - Final loss: at the last step every rank reached, the mean of the ranks' losses
   weighted by their samples, which is the loss of the full global batch when
   each rank's loss is the mean over its own samples.
@@ -251,11 +252,12 @@ class Aggregator:
         computes: list[Compute] = []
         for rank in sorted(tracks):
             t = tracks[rank]
-            rate = tokens_rate = None
+            rate = tokens_rate = step_s = None
             compute = None
             if t.steps:
                 lo = warm if len(t.steps) > warm else 0
                 seconds = sum(t.step_s[lo:])
+                step_s = seconds / (len(t.step_s) - lo)
                 # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
                 # is counted once, where it enters) has no rate of its own: n/a, not 0.
                 if seconds > 0 and any(t.samples[lo:]):
@@ -270,7 +272,7 @@ class Aggregator:
                 for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
                     if step <= common:
                         per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
-            rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute))
+            rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))
 
         times = sorted(per_step_max.values())
         median = statistics.median(times) if times else None

@@ -53,6 +53,8 @@ SHARE_HOST = 0.5
 STRAGGLER_MIN_S = 0.010
 STRAGGLER_STEP_SHARE = 0.2  # (twice the collectives' rule, aggregate.py: a busy machine's noise)
 COMPUTE = ("forward", "backward", "optimizer")
+# Every verdict's kind, a fixed set (the metrics' verdicts: engine/run/metrics/).
+KINDS = ("input-bound", "straggler", "communication-bound", "compute-bound", "host-bound")
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class RankAnatomy:
 class Verdict:
     """Why the job is slow, with its number, and the change to try."""
 
-    kind: str  # "input-bound", "straggler", "communication-bound", "compute-bound", "host-bound"
+    kind: str  # one of KINDS
     ranks: tuple[int, ...]  # the ranks it names (every rank, for a job-wide one)
     text: str
     hint: str

@@ -67,10 +67,16 @@ class RankStats:
     collectives: int | None = None  # the collectives it entered, as its flight records say (ingest.py)
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
     compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (mfu.py)
+    step_s: float | None = None  # its mean step time over its steady steps (aggregate.py)
 
 
 def rank_stats_of(
-    rank: int, t: RankTrack, rate: float | None, tokens_rate: float | None, compute: Compute | None
+    rank: int,
+    t: RankTrack,
+    rate: float | None,
+    tokens_rate: float | None,
+    compute: Compute | None,
+    step_s: float | None = None,
 ) -> RankStats:
     """A rank's figures from its track, with its rates and compute over the steady steps."""
     about, hello = t.about, t.hello
@@ -97,6 +103,7 @@ def rank_stats_of(
         tokens_per_s=tokens_rate,
         diverged_at=t.diverged_at,
         compute=compute,
+        step_s=step_s,
     )
 
 

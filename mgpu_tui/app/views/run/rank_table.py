@@ -19,7 +19,6 @@ from mgpu_tui.app.views.run.node_table import NODE_TABLE_FROM, NodeRow, node_row
 from mgpu_tui.app.views.run.text import (
     NODE_RANK_STATE,
     SORTS,
-    RankState,
     node_heading,
     rank_state,
     rank_table,
@@ -30,6 +29,7 @@ from mgpu_tui.console import fmt_bytes, fmt_rank_loss, fmt_rate
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.run.causes.watchdog import DEFAULT_MIN_S
 from mgpu_tui.engine.run.figures.aggregate import RunStats
+from mgpu_tui.engine.run.figures.rank_state import with_stragglers
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 
 if TYPE_CHECKING:
@@ -139,8 +139,7 @@ class RankTable(TextPanel):
         state = rank_state(
             r, now, c.stall_after, c.failed_rank, c.finished, c.ended_ok, number=rank, stalled=c.stalled
         )
-        if state is RankState.RUNNING and rank in slow:
-            state = RankState.SLOW
+        state = with_stragglers(state, rank, slow)
         if r is None:
             return (f"rank {rank}", state, "0", "n/a", "n/a", "n/a")
         return (

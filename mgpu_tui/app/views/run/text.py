@@ -11,12 +11,11 @@ from rich.text import Text
 
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.nodes.view import NodeView
-from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.protocol.typed import Word
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy
 from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.figures.rank_state import RankState, rank_state  # noqa: F401 (the app's names for them)
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.reports.anatomy import fmt_tflops
@@ -26,22 +25,6 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.records.telemetry_read import NodeMachine
     from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
-
-
-class RankState(Word):
-    """A rank as the Run view's table says it (docs/run-view.md: "States")."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    NO_PEER = "no peer"  # it failed only because another rank had: its error is its peer gone
-    STALLED = "stalled"
-    SILENT = "silent"  # a script's rank past the stall timeout, with no evidence it hangs
-    STOPPED = "stopped"
-    SLOW = "slow"  # a straggler: the others wait for it at every collective
-    LOST = "lost"
-    MISSING = "missing"
 
 
 STATE_STYLE = {
@@ -151,44 +134,6 @@ def rank_line(cells: tuple[str, ...]) -> Text:
         style = STATE_STYLE[RankState(cell)] if i == 1 else ""
         text.append((cell.ljust(width) if i < 2 else cell.rjust(width)) + " ", style=style)
     return text
-
-
-def rank_state(
-    rank: RankStats | None,
-    now: float,
-    stall_after: float,
-    failed_rank: int | None,
-    finished: bool,
-    ok: bool = False,
-    number: int | None = None,
-    stalled: frozenset[int] | None = None,
-) -> RankState:
-    """STARTING, RUNNING, DONE, FAILED, STALLED (no event for ``stall_after`` s), SILENT, STOPPED.
-
-    ``ok``: the run ended ok, so a rank that reported nothing (a script without the
-    reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
-    ``stalled``: a script's run (whose silence is a stall only on evidence: watchdog.py), the ranks
-    of the stall found; its other quiet ranks are silent. None: silence is a stall (a mode's run).
-    """
-    moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
-    if rank is None or (rank.last_step == 0 and not rank.done and not moving):
-        if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
-            return RankState.FAILED  # a script without the reporter says nothing, but torchrun named it
-        if finished:
-            return RankState.DONE if ok else RankState.STOPPED
-        return RankState.STARTING
-    if rank.rank == failed_rank:
-        return RankState.FAILED
-    if rank.error:  # beside the culprit, a rank whose error is its peer gone only echoes it
-        peer_gone = failed_rank is not None and PEER_LOST.search(rank.error)
-        return RankState.NO_PEER if peer_gone else RankState.FAILED
-    if rank.done or (finished and ok):
-        return RankState.DONE
-    if finished:
-        return RankState.STOPPED
-    if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
-        return RankState.STALLED if stalled is None or rank.rank in stalled else RankState.SILENT
-    return RankState.RUNNING
 
 
 def node_heading(node: NodeView, machine: NodeMachine | None = None) -> str:
