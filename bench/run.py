@@ -39,6 +39,11 @@ Entries:
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
 - ``exec-start`` and ``exec-first-step``: what ``mgpu-tui exec`` costs a command's processes
   (bench/start_costs.py says how). Goals: <= 5 ms at start, <= 0.3 s to the first step.
+- ``job-costs``: what watching costs a whole job, from outside: users' script shapes (one process
+  under ``exec``, 2 DDP ranks under the drop-in, a Hugging Face Trainer step, the GPT demo) bare and
+  watched at two lengths, alternated; a step's cost and the fixed cost apart, with the bare runs'
+  noise beside them (bench/job_costs.py says how). Goals: a steady step <= 1% of bare's; the fixed
+  cost <= 0.5 s for the 2-rank drop-in job.
 - ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
 - ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
   the tests, an HGX H100 box), the host and 16 real processes; and the share of
@@ -80,6 +85,7 @@ from commands import bench_check, bench_compare, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
 from flop_cost import bench_flops
+from job_costs import bench_job_costs
 from large_job import bench_large_job, bench_metrics
 from overhead import bench_overhead
 from start_costs import bench_exec_first_step, bench_exec_start, bench_first_step
@@ -114,6 +120,9 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     "nccl": lambda a: bench_nccl(100),
     "memory": lambda a: bench_memory(),
     "overhead": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc),
+    "job-costs": lambda a: _titled(
+        bench_job_costs(a.pairs or 5), "shape", "bare step", "watched: a step", "fixed (start, end)", "rounds"
+    ),
     "transformer": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc, model="gpt-tiny"),
 }
 
