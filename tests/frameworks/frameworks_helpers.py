@@ -16,7 +16,7 @@ BIN = Path(sys.executable).parent  # accelerate, deepspeed: the launchers of thi
 
 
 # The frameworks' jobs take longer to start (their imports, DeepSpeed's op build).
-run_exec = functools.partial(conftest.run_exec, timeout=240)
+run_exec = functools.partial(conftest.run_exec, timeout=600)  # a hang guard; the tests set their own
 
 
 def free_port() -> str:

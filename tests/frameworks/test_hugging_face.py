@@ -21,6 +21,9 @@ from frameworks_helpers import BIN, SCRIPTS, deepspeed_cpu, free_port, run_exec
 from mgpu_tui.engine.protocol.events import Step, parse_line
 from mgpu_tui.engine.protocol.rundir import RunDir
 
+# A hang guard, not a speed goal: each job takes about a minute on 2 idle cores (its imports, the
+# datasets' maps), and several times that on a loaded machine.
+pytestmark = pytest.mark.timeout(600)
 CLM = str(SCRIPTS / "hf_run_clm.py")
 NLP = str(SCRIPTS / "accelerate_nlp.py")
 CPU_ACCELERATE = {**os.environ, "ACCELERATE_USE_CPU": "1"}
@@ -101,7 +104,7 @@ def test_a_job_that_imports_transformers_first_is_watched(tmp_path, launcher):
     else:
         argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json", "--nproc-per-node", "2",
                 IMPORT_SHAPES, "--shape", "transformers"]  # fmt: skip
-        done, _ = run_in(tmp_path, argv, timeout=240)
+        done, _ = run_in(tmp_path, argv, timeout=600)
     summary = summary_from(done.stdout)
     assert summary.status == "ok", done.stderr[-3000:]
     truth = results_of(done.stdout + done.stderr)
@@ -114,7 +117,7 @@ def test_a_job_that_imports_transformers_first_is_watched(tmp_path, launcher):
 def test_run_clm_under_the_torchrun_drop_in(tmp_path, data):
     argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json", "--nproc-per-node", "2",
             CLM, *clm_args(data, tmp_path / "out")]  # fmt: skip
-    done, run_dir = run_in(tmp_path, argv, timeout=240)
+    done, run_dir = run_in(tmp_path, argv, timeout=600)
     a_trainer_followed(done, run_dir, "the batches entering DistributedDataParallel")
 
 
@@ -128,7 +131,7 @@ def test_run_clm_under_accelerate_launch(tmp_path, data):
 def test_a_trainer_rank_that_fails_is_named_with_its_exception(tmp_path, data):
     argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json", "--nproc-per-node", "2",
             CLM, *clm_args(data, tmp_path / "out")]  # fmt: skip
-    done, _ = run_in(tmp_path, argv, env={**os.environ, "FAIL_RANK": "1"}, timeout=240)
+    done, _ = run_in(tmp_path, argv, env={**os.environ, "FAIL_RANK": "1"}, timeout=600)
     a_rank_failed(done, 1, "IndexError")
 
 
@@ -187,20 +190,20 @@ def deepspeed_launch(tmp_path, data, config):
             *clm_args(data, tmp_path / "out", "--deepspeed", str(config))]  # fmt: skip
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)
 def test_run_clm_with_zero2_under_the_deepspeed_launcher(tmp_path, data, deepspeed_env):
     """ZeRO's optimizer steps flat partitions of the parameters: the model is DeepSpeed's engine's,
     hooked as it is made (the batch once came from the DataLoader, one batch read ahead, and the
     forward's time was the host's)."""
     env, config = deepspeed_env
-    done, run_dir = run_exec(tmp_path, *deepspeed_launch(tmp_path, data, config), env=env, timeout=400)
+    done, run_dir = run_exec(tmp_path, *deepspeed_launch(tmp_path, data, config), env=env, timeout=900)
     summary = a_trainer_followed(done, run_dir, "the batches entering DeepSpeed's engine")
     assert summary.compute is not None and summary.compute.tflops, summary.compute
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)
 def test_a_deepspeed_rank_that_fails_is_named_with_its_exception(tmp_path, data, deepspeed_env):
     env, config = deepspeed_env
     launch = deepspeed_launch(tmp_path, data, config)
-    done, _ = run_exec(tmp_path, *launch, env={**env, "FAIL_RANK": "1"}, timeout=400)
+    done, _ = run_exec(tmp_path, *launch, env={**env, "FAIL_RANK": "1"}, timeout=900)
     a_rank_failed(done, 1, "IndexError")

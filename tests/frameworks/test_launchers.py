@@ -48,6 +48,7 @@ def test_lightning_on_one_device_its_training_step_is_the_forward(tmp_path):
     assert parts.optimizer_s < parts.forward_s + parts.backward_s, parts  # the closure's are not its
 
 
+@pytest.mark.timeout(300)
 def test_lightning_ddp_spawn_then_test_is_one_job_of_two_ranks(tmp_path):
     """ddp_spawn spawns the ranks for fit, and again for ``trainer.test``: the test's processes are
     the same ranks' later phase (they join a group again, and step nothing), never malformed lines
@@ -106,7 +107,7 @@ def test_accelerate_launch_a_hugging_face_trainer(tmp_path):
     assert mean == pytest.approx(mine["losses"][-1], abs=1e-4)
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)  # a hang guard: the op's build takes minutes on a loaded machine
 def test_the_deepspeed_launcher_every_rank_and_no_stall_while_its_op_builds(tmp_path):
     """DeepSpeed builds its shared-memory op with ninja when it starts (tens of seconds, on the CPU),
     its launcher starting one process a rank with RANK and WORLD_SIZE and no torchrun: every rank is
@@ -116,7 +117,7 @@ def test_the_deepspeed_launcher_every_rank_and_no_stall_while_its_op_builds(tmp_
     launch = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", free_port(),
               str(SCRIPTS / "deepspeed_train.py")]  # fmt: skip
     stop_on_stall = ("--stall-timeout", "5", "--on-stall", "stop")
-    done, _ = run_exec(tmp_path, *launch, ours=stop_on_stall, env=env, timeout=400)
+    done, _ = run_exec(tmp_path, *launch, ours=stop_on_stall, env=env, timeout=900)
     summary, truth = finished(done, tmp_path)
     assert sorted(truth) == [0, 1] and summary.world_size == 2 and summary.stall is None
     assert summary.steps == 8 and summary.batch_size == 8
