@@ -132,7 +132,12 @@ class Ingest:
                 if known is not None:
                     known.close()
                 known = self._log_tails[(rank, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
+            before = known.dropped_long_lines
             lines = [shown_line(line) for line in known.read_lines()]
+            if cut := known.dropped_long_lines - before:  # too long to follow: said, never silent
+                lines.append(
+                    f"… {cut} line(s) of over {MAX_LOG_LINE_BYTES >> 10} KiB not shown (all are in {path})"
+                )
             if lines:
                 with self._lock:
                     self._new_lines.extend((rank, stream, line) for line in lines)

@@ -7,6 +7,7 @@ import signal
 import sys
 import time
 
+from mgpu_tui.commands.launchers.foreground import SignalsPassed, exit_status, foreground
 from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_loss, fmt_rank_loss, fmt_rate, plain, redraw
@@ -53,10 +54,11 @@ def _outliers(stats: RunStats, silent: dict[int, float]) -> str:
 class Progress:
     """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
 
-    def __init__(self, steps: int | None, stream=None) -> None:
+    def __init__(self, steps: int | None, stream=None, *, drawn: bool = True) -> None:
         self.steps = steps  # None: a script, which says none; its progress line shows no total
         self.stream = stream or sys.stderr  # the one of now, not of when this module loaded
         self.live = self.stream.isatty()
+        self.drawn = drawn  # False: nothing between a command's own output, which is shown as written
         self._every = max(1, steps // 10) if steps else 10
         self._next_milestone = self._every
         self._last_draw = 0.0
@@ -79,6 +81,8 @@ class Progress:
         )
 
     def update(self, run: Run) -> None:
+        if not self.drawn:
+            return
         now = time.monotonic()
         if self.live:
             if now - self._last_draw >= 0.2 or run.state.finished:
@@ -94,13 +98,13 @@ class Progress:
                 self._next_milestone += self._every
 
     def end(self) -> None:
-        if self.live:
+        if self.live and self.drawn:
             self.stream.write("\n")
             self.stream.flush()
 
     def clear(self) -> None:
         """Take the live line away (it is drawn again at the next update): lines print above it."""
-        if self.live:
+        if self.live and self.drawn:
             redraw(self.stream)
             self._last_draw = 0.0
 
@@ -210,10 +214,14 @@ def _say_start(run: Run, spec: LaunchSpec, said: tuple[str, ...]) -> None:
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
 
-def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
+def follow(
+    spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (), *, as_bare: bool = False
+) -> int:
     """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
     summary, the exit code. ``args``: the watch options (parser.add_watch_options); ``said``: lines
-    to print once the run has its folder (what came from where)."""
+    to print once the run has its folder (what came from where). ``as_bare``: a launch line the user
+    wrote (exec, the torchrun drop-in), run in the foreground as a shell runs it, and ended with its
+    own exit status (commands/launchers/foreground.py)."""
     if args.tui:
         from mgpu_tui.commands.tui import tui_command
 
@@ -221,13 +229,43 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
             raise UsageError("--json and --tui do not go together.")
         return tui_command(spec)
     ranks = _ranks_filter(args)
-    run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
+    bare = foreground(args, command=bool(spec.command)) if as_bare else None
+    run = Run.prepare(
+        spec, foreground=bare
+    )  # bad input raises: cli.main turns it into its sentence and exit code
 
-    interrupt_on_term_and_hup()
-    progress = Progress(None if spec.program else spec.steps)
-    output = _rank_output(args, spec, ranks, progress)
+    # A command's own output goes to the console as it wrote it: no line of mgpu-tui's drawn over it.
+    shown_raw = bare is not None and bare.stderr is not None
+    progress = Progress(None if spec.program else spec.steps, drawn=not shown_raw)
+    output = None if bare is not None and spec.command else _rank_output(args, spec, ranks, progress)
     _say_start(run, spec, said)
     news = RunNews(progress, output)
+    if bare is not None:
+        _follow_in_foreground(run, spec, news)
+    else:
+        _follow(run, spec, news, progress)
+    summary = run.result()
+    print(strict_json(summary.to_json()) if args.json else summary_text(summary))
+    # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
+    # those last lines are the rest of the story (the others' "Connection closed by peer" after it).
+    if summary.root_cause:
+        print(plain(summary.root_cause.describe()), file=sys.stderr)
+    verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
+    if summary.steps == 0 and not args.json and not verdict and not shown_raw:  # (shown: said already)
+        print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
+        last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
+        print("\n".join(last), file=sys.stderr)
+    if bare is not None and (status := exit_status(summary.exit_code)) is not None:
+        return status  # the job's own, as a prefix returns it
+    if summary.verify and not summary.verify.ok:
+        print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
+        return ExitCode.FAILED
+    return _EXIT[run.state]
+
+
+def _follow(run: Run, spec: LaunchSpec, news: RunNews, progress: Progress) -> None:
+    """A run in a session of its own: a Ctrl-C, SIGTERM or SIGHUP stops it in order."""
+    interrupt_on_term_and_hup()
     with run:
         try:
             run.start()
@@ -245,18 +283,14 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
             if not progress.said_verifying:
                 progress.end()
 
-    summary = run.result()
-    print(strict_json(summary.to_json()) if args.json else summary_text(summary))
-    # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
-    # those last lines are the rest of the story (the others' "Connection closed by peer" after it).
-    if summary.root_cause:
-        print(plain(summary.root_cause.describe()), file=sys.stderr)
-    verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
-    if summary.steps == 0 and not args.json and not verdict:
-        print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
-        last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
-        print("\n".join(last), file=sys.stderr)
-    if summary.verify and not summary.verify.ok:
-        print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
-        return ExitCode.FAILED
-    return _EXIT[run.state]
+
+def _follow_in_foreground(run: Run, spec: LaunchSpec, news: RunNews) -> None:
+    """A launch line in the foreground: its signals as a shell's job gets them, until it ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()  # mgpu-tui's lines before the job's own, which go to the same terminal
+    with run, SignalsPassed(run, spec.slurm) as signals:
+        run.start()
+        signals.started()
+        run.wait(on_poll=news.on_poll)
+    if not news.progress.said_verifying:
+        news.progress.end()
