@@ -1,21 +1,29 @@
 """A command run in a real terminal, as a shell runs it at its prompt: Python's ``pty``, the command
 the session leader of a new pseudo-terminal and its foreground process group, so that a Ctrl-C
 typed (``\\x03``) reaches it from the kernel, as from a keyboard. What it wrote is kept as the
-terminal received it (its output processing included: ``\\n`` becomes ``\\r\\n``)."""
+terminal received it (its output processing included: ``\\n`` becomes ``\\r\\n``).
+
+``bare_and_watched`` runs one job both ways, bare and under mgpu-tui (issue #55's tests)."""
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import pty
+import shlex
 import signal
 import struct
 import termios
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from waiting import wait_until
+
+from conftest import live_processes_of, only_run_dir
 
 
 class Terminal:
@@ -79,3 +87,53 @@ class Terminal:
 
     def text(self) -> str:
         return bytes(self.output).decode("utf-8", "replace")
+
+
+@dataclass
+class Ran:
+    status: int
+    seen: dict  # what the job wrote of what it saw: its file ("main"), and each rank's of torchrun's
+    text: str  # what the terminal got
+    run_dir: Path | None = None  # under mgpu-tui
+
+    def job_text(self) -> str:
+        """What the job itself wrote to the terminal: under mgpu-tui, between its first line and its
+        summary."""
+        if self.run_dir is None:
+            return self.text
+        after = self.text.split(f"run directory {self.run_dir}\r\n", 1)[1]
+        summary = after.find("mode ")  # its first line
+        while summary > 0 and after[summary - 2 : summary] != "\r\n":
+            summary = after.find("mode ", summary + 1)
+        return after if summary < 0 else after[:summary]
+
+
+def bare_and_watched(
+    tmp_path: Path,
+    job: list[str],
+    *,
+    bare: list[str],
+    watched: list[str],
+    drive: Callable[[Terminal], None] | None = None,
+    shell: str = "{}",
+) -> tuple[Ran, Ran]:
+    """``job`` (a script and its arguments; ``--out FILE`` added) run by ``bare`` (python, torchrun),
+    then by ``watched`` (mgpu-tui exec, its drop-in; ``--run-dir tmp_path/runs``), in tmp_path, each
+    in a terminal of its own driven by ``drive(terminal)``; ``shell``: the line sh runs, {} the
+    command (a redirection, a pipe, nohup). Under mgpu-tui, no process of the run is left."""
+    ran = []
+    for way, launcher in (("bare", bare), ("watched", watched)):
+        out = tmp_path / f"{way}.json"
+        line = shell.format(shlex.join([*launcher, *job, "--out", str(out)]))
+        term = Terminal(["sh", "-c", f"exec {line}"], cwd=tmp_path)  # as a prompt runs it: no shell waits
+        if drive is not None:
+            drive(term)
+        status = term.wait()
+        run_dir = only_run_dir(tmp_path / "runs") if way == "watched" else None
+        if run_dir is not None:
+            left = live_processes_of(run_dir)
+            assert left == [], [(p.pid, p.cmdline()) for p in left]
+        seen = {p.name.removeprefix(out.name).lstrip(".") or "main": json.loads(p.read_text())
+                for p in sorted(tmp_path.glob(f"{out.name}*"))}  # fmt: skip
+        ran.append(Ran(status, seen, term.text(), run_dir))
+    return ran[0], ran[1]

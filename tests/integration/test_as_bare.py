@@ -3,67 +3,36 @@ tests/scripts/as_bare.py bare and under `exec`, each in a real terminal of its o
 Python's pty, the command in the terminal's foreground process group, as a shell's prompt runs it),
 drives both alike (a Ctrl-C typed, a signal sent), and compares what the job saw (its own file), its
 exit status and what the terminal got; under `exec`, the watch was active (steps counted) and no
-process of the run is left. The torchrun drop-in's own are in tests/frameworks/test_drop_in_as_bare.py."""
+process of the run is left. An mp.spawn job's, and the torchrun drop-in's where torchrun itself
+behaves so, are in tests/frameworks/test_launchers_as_bare.py (make test-frameworks: each starts
+three or more torch processes twice)."""
 
-import json
 import os
 import re
-import shlex
 import signal
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from terminal import Terminal
+from terminal import Ran, Terminal, bare_and_watched
 from waiting import wait_until
 
-from conftest import CLI, REPO, live_processes_of, only_run_dir, read_summary
+from conftest import CLI, REPO, read_summary
 
 JOB = str(REPO / "tests" / "scripts" / "as_bare.py")
 
 
-@dataclass
-class Ran:
-    status: int
-    seen: dict | None  # what the job wrote of what it saw
-    text: str  # what the terminal got
-    run_dir: Path | None = None  # under exec
-
-    def job_text(self) -> str:
-        """What the job itself wrote to the terminal: under exec, between mgpu-tui's first line and
-        its summary."""
-        if self.run_dir is None:
-            return self.text
-        after = self.text.split(f"run directory {self.run_dir}\r\n", 1)[1]
-        return after.split("mode exec  status", 1)[0]
-
-
 def both(tmp_path: Path, *job: str, ours=(), drive=None, shell="{}") -> tuple[Ran, Ran]:
-    """The job bare, then under `mgpu-tui exec OURS`, in tmp_path, each in a terminal of its own and
-    driven by ``drive(terminal)``; ``shell``: the line sh runs, {} the command (a redirection, a
-    pipe, nohup)."""
-    ran = []
-    for way in ("bare", "exec"):
-        out = tmp_path / f"{way}.json"
-        command = [sys.executable, JOB, *job, "--out", str(out)]
-        if way == "exec":
-            command = [*CLI, "exec", "--run-dir", str(tmp_path / "runs"), *ours, "--", *command]
-        line = shell.format(shlex.join(command))
-        term = Terminal(["sh", "-c", f"exec {line}"], cwd=tmp_path)  # as a prompt runs it: no shell waits
-        if drive is not None:
-            drive(term)
-        status = term.wait()
-        run_dir = only_run_dir(tmp_path / "runs") if way == "exec" else None
-        if run_dir is not None:
-            left = live_processes_of(run_dir)
-            assert left == [], [(p.pid, p.ppid(), p.cmdline()) for p in left]
-        ran.append(Ran(status, json.loads(out.read_text()) if out.exists() else None, term.text(), run_dir))
-    return ran[0], ran[1]
+    """The job bare, then under `mgpu-tui exec OURS` (tests/terminal.py: bare_and_watched)."""
+    watched = [*CLI, "exec", "--run-dir", str(tmp_path / "runs"), *ours, "--", sys.executable]
+    return bare_and_watched(
+        tmp_path, [JOB, *job], bare=[sys.executable], watched=watched, drive=drive, shell=shell
+    )
 
 
-def ctrl_c(term: Terminal) -> None:
-    assert term.saw(b"READY"), term.text()
+def ctrl_c(term: Terminal, ready: tuple[bytes, ...] = (b"READY 0",)) -> None:
+    """Ctrl-C typed once the job trains (every rank named in ``ready``)."""
+    assert all(term.saw(line) for line in ready), term.text()
     term.type(b"\x03")
 
 
@@ -74,32 +43,21 @@ def steps_counted(run_dir: Path) -> int:
 def test_ctrl_c_runs_a_one_process_jobs_keyboard_interrupt_handler_as_bare(tmp_path):
     """On the base commit the job ran in a session of its own: SIGTERM instead, no checkpoint, 130."""
     bare, under = both(tmp_path, "interrupt", drive=ctrl_c)
-    assert bare.seen is not None and bare.seen["checkpoint"] == "saved on KeyboardInterrupt"
+    assert bare.seen["main"]["checkpoint"] == "saved on KeyboardInterrupt"
     assert under.seen == bare.seen and under.status == bare.status == 0, under.text
     assert steps_counted(under.run_dir) >= 3
     assert read_summary(under.run_dir / "summary.json").status == "interrupted"
-
-
-def test_ctrl_c_reaches_every_rank_mp_spawn_started_once_as_bare(tmp_path):
-    bare, under = both(tmp_path, "spawn", drive=ctrl_c)
-    assert bare.seen == under.seen == {"cwd": str(tmp_path), "parent": "interrupted"}, under.text
-    for way in ("bare", "exec"):  # each rank's own checkpoint, from its own KeyboardInterrupt
-        for rank in (0, 1):
-            assert json.loads((tmp_path / f"{way}.json.rank{rank}").read_text()) == {"checkpoint": rank}
-    assert under.status == bare.status == 0
-    summary = read_summary(under.run_dir / "summary.json")
-    assert summary.world_size == 2 and summary.steps >= 3
 
 
 def test_sigterm_is_passed_on_and_an_8_s_handler_completes_within_a_10_s_grace(tmp_path):
     """On the base commit: killed at a fixed 5 s, no checkpoint."""
 
     def terminate(term: Terminal) -> None:
-        assert term.saw(b"READY"), term.text()
+        assert term.saw(b"READY 0"), term.text()
         os.kill(term.pid, signal.SIGTERM)  # to the command alone: mgpu-tui, or the bare job
 
     bare, under = both(tmp_path, "term", "--takes", "8", ours=("--stop-grace", "10"), drive=terminate)
-    assert bare.seen is not None and bare.seen["checkpoint"] == "whole"
+    assert bare.seen["main"]["checkpoint"] == "whole"
     assert under.seen == bare.seen and under.status == bare.status == 0, under.text
 
 
@@ -113,7 +71,7 @@ def test_nohup_and_a_hangup_the_job_finishes_as_bare(tmp_path):
         term.group_signal(signal.SIGHUP)  # the terminal went: its foreground group hears it
 
     bare, under = both(tmp_path, "finish", "--steps", "150", shell="nohup {}", drive=hang_up)
-    assert bare.seen is not None and bare.seen["steps"] == 150
+    assert bare.seen["main"]["steps"] == 150
     assert under.seen == bare.seen and under.status == bare.status == 0
     assert steps_counted(under.run_dir) == 150
 
@@ -147,17 +105,16 @@ def test_stdin_arrives_and_a_redirected_file_stays_seekable(tmp_path, shell):
     """On the base commit the job's stdin was /dev/null."""
     (tmp_path / "input.bin").write_bytes(bytes(range(256)) * 64)
     bare, under = both(tmp_path, "stdin", shell=shell)
-    assert bare.seen is not None and under.seen == bare.seen and under.status == bare.status == 0
-    assert bare.seen["seek"] == (bare.seen["stdin"] if "<" in shell else "UnsupportedOperation")
+    assert under.seen == bare.seen and under.status == bare.status == 0
+    seen = bare.seen["main"]
+    assert seen["seek"] == (seen["stdin"] if "<" in shell else "UnsupportedOperation")
 
 
 def test_the_job_has_a_terminal_of_the_same_size_and_tqdm_draws_the_same_bytes(tmp_path):
     """On the base commit the job's stdout and stderr were files: no terminal, and tqdm drew one
     line per update with no carriage return."""
     bare, under = both(tmp_path, "tty")
-    assert (
-        bare.seen is not None and bare.seen["isatty"] == [True, True, True] and bare.seen["size"] == [100, 40]
-    )
+    assert bare.seen["main"]["isatty"] == [True] * 3 and bare.seen["main"]["size"] == [100, 40]
     assert under.seen == bare.seen and under.status == bare.status == 0
     digits = re.compile(r"\d+")
     assert "30/30" in bare.text and "\r" in bare.text

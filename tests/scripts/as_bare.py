@@ -1,7 +1,7 @@
 """One job, run bare and under `mgpu-tui exec` (or torchrun and the drop-in) by
 tests/integration/test_as_bare.py, which compares what it saw each way. ``--steps N`` first trains N
 steps of a small model (so that the watch has something to count), or trains until a Ctrl-C or a
-SIGTERM with ``--steps 0``; ``READY`` on stdout once it trains. Then the ACTION. What it saw goes to
+SIGTERM with ``--steps 0``; ``READY <rank>`` on stdout once it trains. Then the ACTION. What it saw goes to
 ``--out`` (a JSON file at an absolute path the test gives), never to the streams under test.
 
     interrupt   a Ctrl-C saves a checkpoint (``except KeyboardInterrupt``) and exits 0
@@ -40,8 +40,8 @@ def train(steps: int, rank: int = 0) -> int:
         loss.backward()
         opt.step()
         step += 1
-        if step == 3 and rank == 0:
-            print("READY", flush=True)
+        if step == 3:
+            print(f"READY {os.environ.get('RANK', rank)}", flush=True)
         if steps == 0:
             time.sleep(0.05)
     return step
