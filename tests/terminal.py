@@ -115,17 +115,18 @@ def bare_and_watched(
     bare: list[str],
     watched: list[str],
     drive: Callable[[Terminal], None] | None = None,
-    shell: str = "{}",
+    shell: str = "exec {}",
 ) -> tuple[Ran, Ran]:
     """``job`` (a script and its arguments; ``--out FILE`` added) run by ``bare`` (python, torchrun),
     then by ``watched`` (mgpu-tui exec, its drop-in; ``--run-dir tmp_path/runs``), in tmp_path, each
     in a terminal of its own driven by ``drive(terminal)``; ``shell``: the line sh runs, {} the
-    command (a redirection, a pipe, nohup). Under mgpu-tui, no process of the run is left."""
+    command (``exec {}``: as a prompt runs it, no shell between; a redirection, a pipe, nohup).
+    Under mgpu-tui, no process of the run is left."""
     ran = []
     for way, launcher in (("bare", bare), ("watched", watched)):
         out = tmp_path / f"{way}.json"
         line = shell.format(shlex.join([*launcher, *job, "--out", str(out)]))
-        term = Terminal(["sh", "-c", f"exec {line}"], cwd=tmp_path)  # as a prompt runs it: no shell waits
+        term = Terminal(["sh", "-c", line], cwd=tmp_path)
         if drive is not None:
             drive(term)
         status = term.wait()

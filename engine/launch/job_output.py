@@ -37,11 +37,18 @@ class Foreground:
     """A launch line run as a shell runs it (``exec``, the torchrun drop-in, headless): in mgpu-tui's
     process group with its stdin; ``ignored``: the signals ignored when mgpu-tui started (``nohup``),
     ignored by the job too; ``stdout``, ``stderr``: the console's descriptors the command's own
-    streams are shown on (None: not shown, --quiet)."""
+    streams are shown on (None: not shown, --quiet); ``open_files``: the job's soft limit of open
+    files, as mgpu-tui found it before raising its own."""
 
     ignored: frozenset[int] = frozenset()
     stdout: int | None = None
     stderr: int | None = None
+    open_files: int | None = None  # the soft limit of open files mgpu-tui found (it raises its own)
+
+    def keeper_args(self) -> list[str]:
+        """What the keeper is told (launch/keeper.py), to start the job as this says."""
+        args = ["--foreground", "--ignored", ",".join(str(int(sig)) for sig in sorted(self.ignored))]
+        return args + (["--open-files", str(self.open_files)] if self.open_files is not None else [])
 
 
 @dataclass(eq=False)

@@ -277,6 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--control", type=int, help="the read end of mgpu-tui's requests")
     parser.add_argument("--foreground", action="store_true", help="the job shares mgpu-tui's process group")
     parser.add_argument("--ignored", default="", help="signals ignored when mgpu-tui started: 1,2")
+    parser.add_argument("--open-files", type=int, help="the launcher's soft limit of open files")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the launcher's argv")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -297,6 +298,10 @@ def main(argv: list[str] | None = None) -> None:
         _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGTERM)
         for sig in CAUGHT:  # as mgpu-tui got them: ignored (nohup's SIGHUP) or at their default
             signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+        if args.open_files is not None:  # as mgpu-tui found it, before it raised its own
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (args.open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            )
 
     try:
         # Same stdin, stdout, stderr, process group, session and environment as the keeper's.

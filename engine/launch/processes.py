@@ -87,15 +87,14 @@ class ProcessTree:
     # ---- start -----------------------------------------------------------------------
 
     def start(
-        self, stdout, stderr, *, grace: float = STOP_GRACE_S, foreground: frozenset[int] | None = None
+        self, stdout, stderr, *, grace: float = STOP_GRACE_S, foreground: list[str] | None = None
     ) -> None:
         """Start the keeper and, below it, the launcher. ``grace``: the keeper's own, should mgpu-tui
-        die; ``foreground``: as a shell runs a command, these signals ignored as mgpu-tui found them
-        (None: in a session of its own, with no stdin)."""
+        die; ``foreground``: as a shell runs a command, the keeper's arguments that say how
+        (job_output.Foreground.keeper_args; None: in a session of its own, with no stdin)."""
         self._control = KeeperControl()
         keeper = [self.launch.python, "-m", KEEPER_MODULE, "--grace", str(grace), *self._control.argv()]
-        if foreground is not None:
-            keeper += ["--foreground", "--ignored", ",".join(str(int(s)) for s in sorted(foreground))]
+        keeper += foreground or []
         try:
             self.proc = subprocess.Popen(
                 [*keeper, "--", *self.launch.argv],

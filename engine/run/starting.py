@@ -95,13 +95,13 @@ def start_launcher(run: Run) -> None:
         run._let_go()
         run.log.close()
         raise
-    ignored = foreground.ignored if foreground is not None else None
+    in_front = foreground.keeper_args() if foreground is not None else None
     try:
         if run.output is not None:
-            run._tree.start(*run.output.child_ends(), grace=run.stop_grace, foreground=ignored)
+            run._tree.start(*run.output.child_ends(), grace=run.stop_grace, foreground=in_front)
             run.output.started()
         else:
-            run._tree.start(out, err, grace=run.stop_grace, foreground=ignored)
+            run._tree.start(out, err, grace=run.stop_grace, foreground=in_front)
     except BaseException:
         run._let_go()
         raise

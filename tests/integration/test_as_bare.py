@@ -22,7 +22,7 @@ from conftest import CLI, REPO, read_summary
 JOB = str(REPO / "tests" / "scripts" / "as_bare.py")
 
 
-def both(tmp_path: Path, *job: str, ours=(), drive=None, shell="{}") -> tuple[Ran, Ran]:
+def both(tmp_path: Path, *job: str, ours=(), drive=None, shell="exec {}") -> tuple[Ran, Ran]:
     """The job bare, then under `mgpu-tui exec OURS` (tests/terminal.py: bare_and_watched)."""
     watched = [*CLI, "exec", "--run-dir", str(tmp_path / "runs"), *ours, "--", sys.executable]
     return bare_and_watched(
@@ -70,7 +70,7 @@ def test_nohup_and_a_hangup_the_job_finishes_as_bare(tmp_path):
         log.unlink()  # the next run's READY is its own
         term.group_signal(signal.SIGHUP)  # the terminal went: its foreground group hears it
 
-    bare, under = both(tmp_path, "finish", "--steps", "150", shell="nohup {}", drive=hang_up)
+    bare, under = both(tmp_path, "finish", "--steps", "150", shell="exec nohup {}", drive=hang_up)
     assert bare.seen["main"]["steps"] == 150
     assert under.seen == bare.seen and under.status == bare.status == 0
     assert steps_counted(under.run_dir) == 150
@@ -100,7 +100,7 @@ def test_a_job_that_changes_directory_before_its_first_step_is_followed(tmp_path
     assert not (tmp_path / "elsewhere" / "runs").exists()
 
 
-@pytest.mark.parametrize("shell", ["{} < input.bin", "cat input.bin | {}"])
+@pytest.mark.parametrize("shell", ["exec {} < input.bin", "cat input.bin | {}"])
 def test_stdin_arrives_and_a_redirected_file_stays_seekable(tmp_path, shell):
     """On the base commit the job's stdin was /dev/null."""
     (tmp_path / "input.bin").write_bytes(bytes(range(256)) * 64)
@@ -112,9 +112,12 @@ def test_stdin_arrives_and_a_redirected_file_stays_seekable(tmp_path, shell):
 
 def test_the_job_has_a_terminal_of_the_same_size_and_tqdm_draws_the_same_bytes(tmp_path):
     """On the base commit the job's stdout and stderr were files: no terminal, and tqdm drew one
-    line per update with no carriage return."""
-    bare, under = both(tmp_path, "tty")
-    assert bare.seen["main"]["isatty"] == [True] * 3 and bare.seen["main"]["size"] == [100, 40]
+    line per update with no carriage return; it was in a session of its own, and had mgpu-tui's
+    raised limit of open files. Its signals' dispositions are a shell's job's."""
+    bare, under = both(tmp_path, "tty", shell="ulimit -Sn 1000; exec {}")  # mgpu-tui raises its own
+    seen = bare.seen["main"]
+    assert seen["isatty"] == [True] * 3 and seen["size"] == [100, 40] and seen["foreground"]
+    assert seen["open_files"] == 1000
     assert under.seen == bare.seen and under.status == bare.status == 0
     digits = re.compile(r"\d+")
     assert "30/30" in bare.text and "\r" in bare.text

@@ -11,7 +11,7 @@ SIGTERM with ``--steps 0``; ``READY <rank>`` on stdout once it trains. Then the 
     reopen      40 lines on stderr, then /dev/stderr and /dev/stdout reopened by name, 40 more
     chdir       changes directory first, then trains (its events still reach the run)
     stdin       reads its stdin whole; seeks it back to 0 where it can
-    tty         isatty() of 0-2, the window size; then tqdm's bar over 30 items on stderr
+    tty         isatty() of 0-2, the window size, its signals and limits; tqdm's bar on stderr
     long        one line of --size bytes on stdout, then "after"
     exit        exits with --code, or kills itself with SIGKILL (--code -9)
 """
@@ -22,6 +22,7 @@ import argparse
 import hashlib
 import json
 import os
+import resource
 import signal
 import sys
 import time
@@ -124,6 +125,9 @@ def main() -> None:
     elif args.action == "tty":
         seen["isatty"] = [os.isatty(fd) for fd in (0, 1, 2)]
         seen["size"] = list(os.get_terminal_size(2)) if os.isatty(2) else None
+        seen["foreground"] = os.isatty(0) and os.getpgrp() == os.tcgetpgrp(0)  # Ctrl-C reaches it
+        seen["signals"] = [str(signal.getsignal(s)) for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM)]
+        seen["open_files"] = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         from tqdm import tqdm
 
         for _ in tqdm(range(30), mininterval=0, miniters=1, ncols=60):

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from mgpu_tui.commands.launchers.slurm import why_slurm_stopped
 from mgpu_tui.engine.launch.job_output import Foreground, restore_terminal, save_terminal
+from mgpu_tui.engine.machine.open_files import found_open_files_limit
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.launch.slurm import SlurmJob
@@ -39,9 +40,10 @@ def foreground(args: argparse.Namespace, *, command: bool) -> Foreground:
     console streams its own output is shown on (its stdout on stdout, or on stderr under --json,
     which keeps stdout for the summary; none under --quiet)."""
     ignored = frozenset(sig for sig in INHERITED if signal.getsignal(sig) == signal.SIG_IGN)
+    limit = found_open_files_limit()
     if not command or args.quiet:
-        return Foreground(ignored)
-    return Foreground(ignored, stdout=2 if args.json else 1, stderr=2)
+        return Foreground(ignored, open_files=limit)
+    return Foreground(ignored, stdout=2 if args.json else 1, stderr=2, open_files=limit)
 
 
 class SignalsPassed:
