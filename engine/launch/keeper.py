@@ -52,7 +52,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 CAUGHT = (*STOP_SIGNALS, signal.SIGQUIT)
 # A request for a signal the keeper itself received this recently is the same signal, sent to the
 # whole group (a Ctrl-C, Slurm's or timeout's signal to every process): the job has had it.
-SAME_SIGNAL_S = 2.0
+SAME_SIGNAL_S = 5.0
 
 
 def _processes() -> dict[int, tuple[int, bool]]:
@@ -200,7 +200,7 @@ class Keeper:
             self._requests()
             if self.parent is not None and os.getppid() != self.parent:
                 self.parent = None  # mgpu-tui is gone (its parent-death signal woke us)
-                self.stop(signal.SIGTERM, self.grace, heard=False)
+                self.orphaned()
             if self.deadline is not None and time.monotonic() >= self.deadline:
                 kill_tree(self.me, self.launcher.pid, within=1.0)  # the loop then finds the launcher gone
 
@@ -229,6 +229,12 @@ class Keeper:
         if ended:  # mgpu-tui is gone, even by SIGKILL: nobody will ask for the end
             os.close(self.control)
             self.control = None
+            self.orphaned()
+
+    def orphaned(self) -> None:
+        """mgpu-tui is gone (its pipe closed, or its parent-death signal): the stop it can no longer
+        ask for, once (a stop under way keeps its own deadline)."""
+        if self.deadline is None:
             self.stop(signal.SIGTERM, self.grace, heard=False)
 
     def stop(self, sig: signal.Signals, grace: float, *, heard: bool = True) -> None:

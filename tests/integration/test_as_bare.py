@@ -17,7 +17,7 @@ import pytest
 from terminal import Ran, Terminal, bare_and_watched
 from waiting import wait_until
 
-from conftest import CLI, REPO, read_summary
+from conftest import CLI, REPO, live_processes_of, only_run_dir, read_summary
 
 JOB = str(REPO / "tests" / "scripts" / "as_bare.py")
 
@@ -145,3 +145,18 @@ def test_the_exit_status_is_the_jobs_own(tmp_path):
         bare, under = both(folder, "exit", "--code", str(code))
         statuses[code] = (bare.status, under.status)
     assert statuses == {0: (0, 0), 1: (1, 1), 3: (3, 3), 5: (5, 5), -9: (137, 137)}
+
+
+def test_killing_mgpu_tui_leaves_nothing_of_a_job_in_its_foreground(tmp_path):
+    """The job shares mgpu-tui's process group now, not a session of the keeper's: mgpu-tui killed
+    by SIGKILL (no handler of its runs), the keeper sees its control pipe close, and the job gets
+    SIGTERM, then SIGKILL at the end of the stop grace."""
+    runs = tmp_path / "runs"
+    argv = [*CLI, "exec", "--run-dir", str(runs), "--stop-grace", "2", "--", sys.executable, JOB, "finish"]
+    term = Terminal([*argv, "--out", str(tmp_path / "seen.json")], cwd=tmp_path)
+    assert term.saw(b"READY 0"), term.text()
+    run_dir = only_run_dir(runs)
+    assert live_processes_of(run_dir)
+    os.kill(term.pid, signal.SIGKILL)
+    assert term.wait() == 137
+    assert wait_until(lambda: not live_processes_of(run_dir), 30, every=0.2), live_processes_of(run_dir)
