@@ -118,7 +118,7 @@ def bare_and_watched(
     shell: str = "exec {}",
 ) -> tuple[Ran, Ran]:
     """``job`` (a script and its arguments; ``--out FILE`` added) run by ``bare`` (python, torchrun),
-    then by ``watched`` (mgpu-tui exec, its drop-in; ``--run-dir tmp_path/runs``), in tmp_path, each
+    then by ``watched`` (mgpu-tui exec, its drop-in; ``--run-dir runs``), in tmp_path, each
     in a terminal of its own driven by ``drive(terminal)``; ``shell``: the line sh runs, {} the
     command (``exec {}``: as a prompt runs it, no shell between; a redirection, a pipe, nohup).
     Under mgpu-tui, no process of the run is left."""

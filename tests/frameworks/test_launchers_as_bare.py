@@ -28,7 +28,7 @@ def drop_in(tmp_path: Path, *job: str, torchrun=(), drive=None) -> tuple[Ran, Ra
         tmp_path,
         [JOB, *job],
         bare=[sys.executable, "-m", "torch.distributed.run", *line],
-        watched=[*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), *line],
+        watched=[*CLI, "torchrun", "--run-dir", "runs", *line],  # as ./runs, the default
         drive=drive,
     )
 
@@ -39,7 +39,7 @@ def test_ctrl_c_reaches_every_rank_mp_spawn_started_as_bare(tmp_path):
         tmp_path,
         [JOB, "spawn"],
         bare=[sys.executable],
-        watched=[*CLI, "exec", "--run-dir", str(tmp_path / "runs"), "--", sys.executable],
+        watched=[*CLI, "exec", "--run-dir", "runs", "--", sys.executable],
         drive=ctrl_c,
     )
     ranks = {"rank0": {"checkpoint": 0}, "rank1": {"checkpoint": 1}}  # each from its own KeyboardInterrupt
@@ -77,13 +77,16 @@ def test_an_8_s_sigterm_handler_completes_within_torchruns_own_shutdown_timeout(
 
 
 def test_a_rank_that_changes_directory_is_followed_and_the_exit_status_is_torchruns(tmp_path):
-    """A rank that changes directory before its first step still reaches the run (its folder is
-    handed over absolute); a rank that exits 3 makes torchrun exit 1, as bare (not mgpu-tui's own 1
-    by coincidence: the same job's exit 0 is 0)."""
-    bare, under = drop_in(tmp_path, "chdir", "--steps", "12")
+    """A rank that changes directory before its first step still reaches the run: its flight records,
+    dumped every 5 s, go to the run folder (handed over absolute), not under its own folder as on the
+    base commit. A rank that exits 3 makes torchrun exit 1, as bare (not mgpu-tui's own 1 by
+    coincidence: the same job's exit 0 is 0)."""
+    bare, under = drop_in(tmp_path, "chdir", "--steps", "14", "--group", "--pause", "0.5")
     assert under.seen == bare.seen and under.status == bare.status == 0
     summary = read_summary(under.run_dir / "summary.json")
-    assert summary.world_size == 2 and [r.last_step for r in summary.ranks] == [12, 12]
+    assert summary.world_size == 2 and [r.last_step for r in summary.ranks] == [14, 14]
+    assert (under.run_dir / "fr" / "rank0.json").is_file()
+    assert not (tmp_path / "elsewhere" / "runs").exists()
     failing = tmp_path / "failing"
     failing.mkdir()
     bare, under = drop_in(failing, "exit", "--code", "3")

@@ -24,7 +24,7 @@ JOB = str(REPO / "tests" / "scripts" / "as_bare.py")
 
 def both(tmp_path: Path, *job: str, ours=(), drive=None, shell="exec {}") -> tuple[Ran, Ran]:
     """The job bare, then under `mgpu-tui exec OURS` (tests/terminal.py: bare_and_watched)."""
-    watched = [*CLI, "exec", "--run-dir", str(tmp_path / "runs"), *ours, "--", sys.executable]
+    watched = [*CLI, "exec", "--run-dir", "runs", *ours, "--", sys.executable]  # as ./runs, the default
     return bare_and_watched(
         tmp_path, [JOB, *job], bare=[sys.executable], watched=watched, drive=drive, shell=shell
     )

@@ -9,7 +9,8 @@ SIGTERM with ``--steps 0``; ``READY <rank>`` on stdout once it trains. Then the 
     term        SIGTERM's handler takes --takes seconds to save, then exits 0
     finish      trains --steps and exits 0 (a hangup under nohup must not end it)
     reopen      40 lines on stderr, then /dev/stderr and /dev/stdout reopened by name, 40 more
-    chdir       changes directory first, then trains (its events still reach the run)
+    chdir       changes directory first, then trains (its events and flight records still reach the
+                run); ``--group``: in torchrun's process group, ``--pause S`` after each step
     stdin       reads its stdin whole; seeks it back to 0 where it can
     tty         isatty() of 0-2, the window size, its signals and limits; tqdm's bar on stderr
     long        one line of --size bytes on stdout, then "after"
@@ -28,9 +29,13 @@ import sys
 import time
 
 
-def train(steps: int, rank: int = 0) -> int:
+def train(steps: int, rank: int = 0, *, group: bool = False, pause: float = 0.0) -> int:
     import torch
 
+    if group:  # torchrun's ranks: gloo from its environment, a collective a step (flight records)
+        import torch.distributed as dist
+
+        dist.init_process_group("gloo")
     torch.manual_seed(rank)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -40,11 +45,13 @@ def train(steps: int, rank: int = 0) -> int:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if group:
+            dist.all_reduce(torch.ones(4))
         step += 1
         if step == 3:
             print(f"READY {os.environ.get('RANK', rank)}", flush=True)
-        if steps == 0:
-            time.sleep(0.05)
+        if steps == 0 or pause:
+            time.sleep(pause or 0.05)
     return step
 
 
@@ -72,6 +79,8 @@ def main() -> None:
     parser.add_argument("--takes", type=float, default=0)
     parser.add_argument("--size", type=int, default=70_000)
     parser.add_argument("--code", type=int, default=0)
+    parser.add_argument("--group", action="store_true")
+    parser.add_argument("--pause", type=float, default=0.0)
     args = parser.parse_args()
     if "RANK" in os.environ:  # a rank of torchrun's (or the drop-in's): a file of its own
         args.out += f".rank{os.environ['RANK']}"
@@ -103,7 +112,7 @@ def main() -> None:
         signal.signal(signal.SIGTERM, on_term)
     if args.action in ("interrupt", "term", "finish", "chdir"):
         try:
-            seen["steps"] = train(args.steps)
+            seen["steps"] = train(args.steps, group=args.group, pause=args.pause)
         except KeyboardInterrupt:
             seen["checkpoint"] = "saved on KeyboardInterrupt"
     elif args.action == "reopen":
