@@ -116,13 +116,13 @@ def main() -> None:
         except KeyboardInterrupt:
             seen["checkpoint"] = "saved on KeyboardInterrupt"
     elif args.action == "reopen":
-        for i in range(40):
-            print(f"line {i}", file=sys.stderr, flush=True)
+        for i in range(40):  # a write a line (print writes its end apart, unbuffered)
+            sys.stderr.write(f"line {i}\n")
         os.system("echo warning > /dev/stderr")
         with open("/dev/stdout", "w") as out:
             out.write("reopened stdout\n")
         for i in range(40, 80):
-            print(f"line {i}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"line {i}\n")
     elif args.action == "stdin":
         data = sys.stdin.buffer.read()
         seen["stdin"] = hashlib.sha256(data).hexdigest()
