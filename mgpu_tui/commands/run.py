@@ -230,9 +230,8 @@ def follow(
         return tui_command(spec)
     ranks = _ranks_filter(args)
     bare = foreground(args, command=bool(spec.command)) if as_bare else None
-    run = Run.prepare(
-        spec, foreground=bare
-    )  # bad input raises: cli.main turns it into its sentence and exit code
+    # Bad input raises: cli.main turns it into its sentence and exit code.
+    run = Run.prepare(spec, foreground=bare)
 
     # A command's own output goes to the console as it wrote it: no line of mgpu-tui's drawn over it.
     shown_raw = bare is not None and bare.stderr is not None
