@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="See and compare every PyTorch multi-GPU strategy on this machine. "
         "Without a command, opens the terminal app.",
         epilog="Exit codes: 0 ok, 1 a run or check failed, 2 usage error, 3 environment unusable, "
-        "130 interrupted.",
+        "130 interrupted; exec and torchrun: the job's own.",
     )
     parser.add_argument("--version", action="version", version=f"mgpu-tui {__version__}")
     parser.add_argument(

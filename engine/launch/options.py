@@ -315,6 +315,14 @@ OPTIONS = {
             env="MGPU_METRICS_LINGER",
         ),
         Option(
+            "stop_grace",
+            "seconds between the signal that stops the job (Ctrl-C, SIGTERM, a stall stopped) and "
+            f"SIGKILL to what is left of it (default {D.stop_grace:.0f}; 0: at once)",
+            seconds_or_off,
+            D.stop_grace,
+            metavar="S",
+        ),
+        Option(
             "join_timeout",
             f"several nodes: seconds they wait for each other to join (default {D.join_timeout:.0f})",
             positive_float,

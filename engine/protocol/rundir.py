@@ -101,8 +101,11 @@ class RunDir:
 
         Two runs started in the same second get ``-2``, ``-3``... so they never share one.
         ``shared`` names a folder that the nodes of one job share (``<root>/<shared>-<mode>``).
+        Its path is absolute: the ranks are handed it, and a rank may change directory first.
         """
-        return make_run_dir(cls, root, mode, now, node=node, shared=shared)
+        run = make_run_dir(cls, root, mode, now, node=node, shared=shared)
+        run.path = run.path.absolute()
+        return run
 
     # ---- well-known paths --------------------------------------------------
 

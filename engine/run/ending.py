@@ -27,6 +27,10 @@ from mgpu_tui.engine.run.watched import RunState, final_state
 if TYPE_CHECKING:
     from mgpu_tui.engine.run.lifecycle import Run
 
+# Once a command's processes are gone, how long its last output may take to reach its log and the
+# console (a terminal that does not read holds only the console, never the summary, past this).
+OUTPUT_END_S = 10.0
+
 
 def ran_to_its_end(run: Run, rank: int | None) -> tuple[int, str | None] | None:
     """(its steps, its process group at the end) for a script's rank that ran its script to the
@@ -150,6 +154,8 @@ def launcher_ended(run: Run, returncode: int) -> None:
     # torchrun has ended its ranks when it exits normally; anything still alive
     # (after a hard kill, say) must not outlive the run.
     run._tree.kill_all()
+    if run.output is not None and not run.output.finish(timeout=OUTPUT_END_S):
+        run.log.warning("the command's output was still being copied %.0f s after its end", OUTPUT_END_S)
     if skipped := run._ingest.catch_up():  # what the ranks wrote last, however much it was
         run.log.warning(
             "%d rank(s) wrote events faster than they could be read: their figures stop where "

@@ -52,6 +52,11 @@ def shown_line(line: bytes) -> str:
 
 
 MAX_LOG_LINE_BYTES = 64 * 1024
+CUT = b"\0cut"  # where a log line too long to follow was left out (FileTail's cut): said in its place
+
+
+def _cut(path) -> str:
+    return f"… a line of over {MAX_LOG_LINE_BYTES >> 10} KiB not shown (every line is in {path})"
 
 
 class Ingest:
@@ -142,8 +147,9 @@ class Ingest:
             if known is None or known.path != path:  # a new attempt has new files
                 if known is not None:
                     known.close()
-                known = self._log_tails[(rank, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES)
-            lines = [shown_line(line) for line in known.read_lines()]
+                known = self._log_tails[(rank, stream)] = FileTail(path, max_line=MAX_LOG_LINE_BYTES, cut=CUT)
+            # The very object FileTail put there (``is``): a rank that writes those bytes is shown them.
+            lines = [shown_line(line) if line is not CUT else _cut(path) for line in known.read_lines()]
             if lines:
                 with self._lock:
                     self._new_lines.extend((rank, stream, line) for line in lines)

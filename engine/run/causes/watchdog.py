@@ -18,7 +18,8 @@
   that ignores SIGTERM 30 s (torch 2.13 applies its own 30 s on that path, whatever
   TORCH_ELASTIC_SHUTDOWN_TIMEOUT says). STOP_GRACE_S after torchrun said it began (its
   "closing signal" line), the engine kills the ranks still alive itself. Not with restarts:
-  torchrun then stops ranks only to start them again.
+  torchrun then stops ranks only to start them again; and under the drop-in only after its stop
+  grace (torchrun's own --shutdown-timeout and a margin), so that torchrun's own end comes first.
 """
 
 from __future__ import annotations
@@ -353,13 +354,13 @@ class Watchdog:
             if any(b"closing signal" in line for line in self._launcher_tail.read_lines()):
                 self._failed_at = time.monotonic()
                 self.log.warning("torchrun is stopping the ranks after a failure")
-        elif time.monotonic() - self._failed_at > STOP_GRACE_S:
+        elif time.monotonic() - self._failed_at > (grace := self.resolved.spec.stop_grace or STOP_GRACE_S):
             self._ranks_killed = True
             killed = self.tree.kill_ranks()
             if killed:
                 self.log.warning(
                     "%.0f s after a rank failed, %d process(es) still ran: killed %s",
-                    STOP_GRACE_S,
+                    grace,
                     len(killed),
                     killed,
                 )

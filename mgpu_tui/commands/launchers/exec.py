@@ -17,6 +17,7 @@ import shutil
 
 from mgpu_tui.arguments import Parser
 from mgpu_tui.commands.run import follow, launch_nice
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.errors import UsageError
 from mgpu_tui.parser import add_watch_options
@@ -33,6 +34,7 @@ def build_exec_parser() -> Parser:
         "Example: mgpu-tui exec -- python train.py --epochs 3",
     )
     add_watch_options(parser)
+    options.add(parser, "stop_grace")
     parser.add_argument(
         "--no-instrument",
         action="store_true",
@@ -94,5 +96,6 @@ def exec_command(argv: list[str]) -> int:
         run_root=args.run_dir,
         instrument=not args.no_instrument,
         join_timeout=args.join_timeout,
+        stop_grace=args.stop_grace,
     )
-    return follow(spec, args, said=tuple(said))
+    return follow(spec, args, said=tuple(said), as_bare=True)
