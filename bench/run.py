@@ -85,9 +85,8 @@ from commands import bench_check, bench_compare, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
 from flop_cost import bench_flops
-from job_costs import bench_job_costs
+from job_costs import bench_job_costs, bench_overhead
 from large_job import bench_large_job, bench_metrics
-from overhead import bench_overhead
 from start_costs import bench_exec_first_step, bench_exec_start, bench_first_step
 from step_costs import bench_anatomy, bench_bootstrap, bench_reporter
 
