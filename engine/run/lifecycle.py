@@ -37,9 +37,7 @@ from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.protocol.rundir_make import RunDirError
 from mgpu_tui.engine.run import ending, starting
-from mgpu_tui.engine.run.causes.rootcause import (
-    RootCause,
-)
+from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall, StalledRank, Watchdog
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
@@ -105,6 +103,7 @@ class Run(IngestReadings):
             resolved.world_size,
             restarts=resolved.spec.max_restarts > 0,
             command_output=self._command,
+            job=resolved.mode.job,
         )
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None

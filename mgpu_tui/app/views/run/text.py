@@ -15,7 +15,7 @@ from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.typed import Word
-from mgpu_tui.engine.run.figures.anatomy import RankAnatomy
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.summary import RunStatus
@@ -251,7 +251,7 @@ def result_panel(summary: RunSummary) -> Text:
         summary.status
     ]
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
-    slow += "".join(f"\n{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in summary.verdicts)
+    slow += "".join(f"\n{verdict_sentence(v)}" for v in summary.verdicts)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
         (f"{title}: ", "bold"),
@@ -295,8 +295,14 @@ def slow_ranks_remark(stats: RunStats) -> str:
     screen hold it whole."""
     named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
     said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
-    said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
+    said += [verdict_sentence(v) for v in stats.verdicts]
     return " ".join(said)
+
+
+def verdict_sentence(verdict: Verdict) -> str:
+    """A verdict as the view says it: its words, then the change to try where one applies."""
+    said = f"{verdict.text[0].upper()}{verdict.text[1:]}."
+    return f"{said} Try: {verdict.hint}." if verdict.hint else said
 
 
 def cut_off_status(label: str, steps: int) -> str:
