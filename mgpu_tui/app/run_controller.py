@@ -193,6 +193,8 @@ class RunController:
                 nodes=run.nodes(),
                 stalled=run.stalled_ranks(),
                 machines=run.node_machines(),
+                stall=run.stall,
+                stopped_rank=run.stopped_rank,
             )
         )
 
@@ -224,6 +226,7 @@ class RunController:
                 while owned and not watch.rank_stops.empty():
                     said = run.stop_rank(watch.rank_stops.get())  # by the thread that owns the run
                     self.app.call_from_thread(self.app.notify, said, markup=False)
+                    self._post_update(watch)  # the rank stopped is named before its peers' errors come
                 self._post_update(watch)
                 # Booked after this poll finished, so polls never pile up.
                 watch.wake.wait(POLL_INTERVAL_S)

@@ -24,6 +24,7 @@ from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.records.telemetry_read import NodeMachine
+    from mgpu_tui.engine.run.causes.watchdog import Stall
     from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
@@ -162,6 +163,7 @@ def rank_state(
     ok: bool = False,
     number: int | None = None,
     stalled: frozenset[int] | None = None,
+    hung: Mapping[int, int] | None = None,
 ) -> RankState:
     """STARTING, RUNNING, DONE, FAILED, STALLED (no event for ``stall_after`` s), SILENT, STOPPED.
 
@@ -169,11 +171,15 @@ def rank_state(
     reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
     ``stalled``: a script's run (whose silence is a stall only on evidence: watchdog.py), the ranks
     of the stall found; its other quiet ranks are silent. None: silence is a stall (a mode's run).
+    ``hung``: the stall found, each of its ranks with its step then: once the run has ended, a rank
+    that never moved past it stays stalled, whatever it said as it was stopped (never done).
     """
     moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
     if rank is None or (rank.last_step == 0 and not rank.done and not moving):
         if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
             return RankState.FAILED  # a script without the reporter says nothing, but torchrun named it
+        if finished and hung and (rank.rank if rank is not None else number) in hung:
+            return RankState.STALLED  # it hung before its first step
         if finished:
             return RankState.DONE if ok else RankState.STOPPED
         return RankState.STARTING
@@ -182,6 +188,8 @@ def rank_state(
     if rank.error:  # beside the culprit, a rank whose error is its peer gone only echoes it
         peer_gone = failed_rank is not None and PEER_LOST.search(rank.error)
         return RankState.NO_PEER if peer_gone else RankState.FAILED
+    if finished and hung and rank.rank in hung and rank.last_step <= hung[rank.rank]:
+        return RankState.STALLED
     if rank.done or (finished and ok):
         return RankState.DONE
     if finished:
@@ -250,10 +258,17 @@ def result_panel(summary: RunSummary) -> Text:
     title = {RunStatus.OK: "Finished", RunStatus.INTERRUPTED: "Stopped", RunStatus.FAILED: "Failed"}[
         summary.status
     ]
+    # The hang a stopped run was in comes first: a short terminal keeps the panel's first lines.
+    hang = ""
+    if summary.stall is not None:
+        steps = {r.rank: r.last_step for r in summary.ranks}
+        said = "Hung" if still_hung(summary.stall, steps) else "Stalled, then moved on"
+        hang = f"{said}: {summary.stall.headline()}.\n"
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
     slow += "".join(f"\n{verdict_sentence(v)}" for v in summary.verdicts)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
+        (plain(hang), "bold yellow"),
         (f"{title}: ", "bold"),
         plain(" · ".join(figures)),
         (plain(slow), "magenta"),
@@ -305,6 +320,19 @@ def verdict_sentence(verdict: Verdict) -> str:
     return f"{said} Try: {verdict.hint}." if verdict.hint else said
 
 
+def still_hung(stall: Stall, steps: Mapping[int, int]) -> bool:
+    """Whether every rank of the stall is still at its step then (``steps``: each rank's last step
+    now): a stall whose ranks moved on (a long checkpoint, a slow start on a busy machine) is no
+    hang now."""
+    return all(steps.get(r.rank, r.last_step) <= r.last_step for r in stall.ranks)
+
+
+def hang_note(stall: Stall) -> str:
+    """A hang found while the run goes: its verdict (who never entered which collective, where the
+    others wait, the file and line)."""
+    return f"Hang: {stall.headline()}."
+
+
 def cut_off_status(label: str, steps: int) -> str:
     """A followed run whose monitor died without a summary."""
     return plain(
@@ -320,6 +348,9 @@ def ended_status(summary: RunSummary) -> str:
     ]
     if summary.verify is not None:
         verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
+    steps = {r.rank: r.last_step for r in summary.ranks}
+    if summary.stall is not None and summary.root_cause is None and still_hung(summary.stall, steps):
+        verdict += " after a hang"  # (the panel says which rank never entered what)
     return plain(
         f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
         f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"
