@@ -354,7 +354,7 @@ def terminal(command: str, tmp_path, width: int, height: int) -> tuple[str, obje
     return session, marker
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_its_name_at_80x24(tmp_path):
     """Issue 56, for `exec` of an mp.spawn job (its ranks are the command's own): the hang's verdict
     live, kept after s with the rank that hung `stalled` (on 8177ed0 it said `done`: mp.spawn's
@@ -376,7 +376,7 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
     command = f"exec --stall-timeout 15 --tui --run-dir {runs} -- {sys.executable} spawn_hang.py"
     session, marker = terminal(command, tmp_path, 160, 45)
     try:
-        assert wait_screen(session, rf"Hang: {verdict}", timeout=300), screen(session)
+        assert wait_screen(session, rf"Hang: {verdict}", timeout=420), screen(session)
         keys(session, "s")
         assert wait_screen(session, r"exec stopped after a hang: \d+ steps", timeout=60), screen(session)
         text = screen(session)
