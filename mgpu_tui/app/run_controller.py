@@ -226,7 +226,6 @@ class RunController:
                 while owned and not watch.rank_stops.empty():
                     said = run.stop_rank(watch.rank_stops.get())  # by the thread that owns the run
                     self.app.call_from_thread(self.app.notify, said, markup=False)
-                    self._post_update(watch)  # the rank stopped is named before its peers' errors come
                 self._post_update(watch)
                 # Booked after this poll finished, so polls never pile up.
                 watch.wake.wait(POLL_INTERVAL_S)

@@ -218,7 +218,6 @@ class RunView(LogsAndGuide, RankTableKeys):
         self.show(
             m.stats, m.series, m.stall_after, m.whole, m.nodes, m.stalled, m.machines, m.stall, m.stopped_rank
         )
-
         if m.telemetry is not None:
             self.show_telemetry(m.telemetry)
         self.add_log_lines(*m.drain())
