@@ -365,7 +365,7 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
     import socket
     import sys
 
-    from conftest import live_processes_of, only_run_dir
+    from conftest import live_processes_of, only_run_dir, read_summary
 
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
@@ -379,10 +379,12 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
         assert wait_screen(session, rf"Hang: {verdict}", timeout=420), screen(session)
         keys(session, "s")
         assert wait_screen(session, r"exec stopped after a hang: \d+ steps", timeout=60), screen(session)
-        text = screen(session)
-        assert re.search(rf"Hung: {verdict}", text), text
-        assert re.search(r"rank 1 +stalled +8 ", text) and re.search(r"rank 0 +stalled +8 ", text), text
-        assert "Run directory: " in text, text  # the panel's last line: it was given the rows it needs
+        # (each looked for until drawn: a screen read mid-frame has the status line before the panel)
+        assert wait_screen(session, rf"Hung: {verdict}"), screen(session)
+        for rank in (0, 1):  # the hung ranks are never done
+            assert wait_screen(session, rf"rank {rank} +stalled +8 "), screen(session)
+        # The panel's last line: it was given the rows it needs.
+        assert wait_screen(session, r"Run directory: "), screen(session)
         keys(session, "q")
         assert wait_exit(marker, 30) == "130"  # stopped, as the headless command says it
         printed = screen(session)
@@ -392,13 +394,14 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     run_dir = only_run_dir(runs)
     assert live_processes_of(run_dir) == []
+    summary = read_summary(run_dir / "summary.json")  # the rank's own word: it did not finish
+    assert [r.done for r in summary.ranks] == [False, False] and not summary.finished_training
 
     session, marker = terminal(f"open {run_dir.name} --run-dir {runs}", tmp_path, 80, 24)
     try:
         assert wait_screen(session, r"exec stopped", timeout=30), screen(session)
-        text = screen(session)
-        assert re.search(r"Hung: stalled for 15 s: rank 1 never entered", text), text  # its first line
-        assert re.search(r"rank 1 +stalled +8 ", text), text
+        assert wait_screen(session, r"Hung: stalled for 15 s: rank 1 never entered"), screen(session)  # first
+        assert wait_screen(session, r"rank 1 +stalled +8 "), screen(session)
         keys(session, "q")
         assert wait_exit(marker, 10) == "0"
     finally:
