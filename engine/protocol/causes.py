@@ -34,9 +34,11 @@ class RootCause:
         return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
 
     def describe(self) -> str:
-        """The headline, the hint, and below them the traceback (or the stacks, for a stall)."""
+        """The headline, the hint, and below them the traceback (or the stacks, for a stall), its
+        user's frames only (users_frames: none of the launchers' or of mgpu-tui's watch)."""
         text = self.headline() + (f"\nhint: {self.hint}" if self.hint else "")
-        return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
+        frames = users_frames(self.traceback)
+        return text + (f"\n{frames.rstrip()}" if frames.strip() else "")
 
     def to_json(self) -> dict:
         document = asdict(self)

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 
+from mgpu_tui.engine.planning.modes import Job
 from mgpu_tui.engine.protocol.events import (
     MAX_LINE_BYTES,
     Done,
@@ -78,16 +79,18 @@ class Ingest:
         restarts: bool = False,
         log_dirs: Callable[[], Iterable[tuple[RunDir, int]]] | None = None,
         command_output: bool = False,
+        job: Job | None = None,
     ) -> None:
         """``log_dirs``: where the ranks' logs are, each folder with the first global rank of its
         local ranks (several nodes' logs read from their shared folder); default ``run_dir``'s, by
-        local rank. ``command_output``: the command's own output too (mgpu-tui exec), as JOB_OUTPUT."""
+        local rank. ``command_output``: the command's own output too (mgpu-tui exec), as JOB_OUTPUT.
+        ``job``: what its ranks communicate (its mode's), for its verdicts' advice (aggregate.py)."""
         self.run_dir = run_dir
         self._log_dirs = log_dirs or (lambda: ((run_dir, 0),))
         self._command_output = command_output
         self.world_size = world_size
         self.restarts = restarts
-        self.aggregator = Aggregator()
+        self.aggregator = Aggregator(job)
         self.malformed_events = 0
         self._greeted: set[int] = set()  # ranks that said hello
         self._ended: set[int] = set()  # ranks whose process said done since its hello: a later phase may come

@@ -107,6 +107,7 @@ class Run(IngestReadings):
             resolved.world_size,
             restarts=resolved.spec.max_restarts > 0,
             command_output=self._command,
+            job=resolved.mode.job,
         )
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None

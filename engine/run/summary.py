@@ -168,7 +168,8 @@ class RunSummary:
     anatomy: tuple[RankAnatomy, ...] = ()
     # Why the job was slow, where that was clear: kind ("input-bound", "straggler",
     # "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint
-    # (the change to try); absent when none (anatomy.py).
+    # (the change to try for this kind of job on its device; null where none applies: advice.py);
+    # absent when none (anatomy.py).
     verdicts: tuple[Verdict, ...] = ()
     # Where the ranks counted their steps' FLOPs (a script's watch: rank/watch/flops/):
     # tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),

@@ -29,10 +29,12 @@ def machine_lines(summary: RunSummary) -> list[str]:
     t = summary.telemetry
     if t is None or not t.samples:
         return []
-    lines = [
-        f"host: CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples), memory "
-        f"{fmt_bytes(t.host_peak_mem_bytes)} (peak)"
-    ]
+    cpu = (
+        f"CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples)"
+        if t.host_mean_cpu_percent is not None
+        else "CPU n/a (the run was too short: a CPU share needs two samples a moment apart)"
+    )
+    lines = [f"host: {cpu}, memory {fmt_bytes(t.host_peak_mem_bytes)} (peak)"]
     for i, g in enumerate(t.gpus):
         energy = "n/a" if g.energy_j is None else f"{g.energy_j / 1000:.2f} kJ"
         lines.append(
@@ -234,6 +236,8 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, "nodes: " + "; ".join(each))
     if summary.root_cause:  # the summary says why it failed, not only that it did
         head += f"\ncause: {node_prefix(summary, summary.root_cause.rank)}{summary.root_cause.headline()}"
+    elif summary.stall is not None:  # a stall reported, then the run stopped: the hang it was in
+        head += f"\nhung: {summary.stall.headline()}"
     compute = compute_line(summary.compute, sum(1 for r in summary.ranks if r.compute is not None))
     taken_apart = [
         *([compute] if compute else []),

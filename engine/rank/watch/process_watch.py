@@ -20,7 +20,10 @@ torch. Here:
 - **How a rank ends.** mp.spawn's children catch their own exception and exit (torch's
   ``multiprocessing.spawn._wrap``): the exception is told (``error``, whole) before they do. An
   exception that ends the main thread is told at exit (Python keeps it in ``sys.last_value``);
-  otherwise ``done``, with the steps and whether the group is still up.
+  a KeyboardInterrupt (Ctrl-C, or mp.spawn's SIGINT to its children when their parent dies) is no
+  end of the script: nothing is said, and the engine calls the rank stopped (a hung rank said
+  ``done`` as its run was stopped); otherwise ``done``, with the steps and whether the group is
+  still up.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 
 _watch: ScriptWatch | None = None
 _told = False  # this process's end was told (an error, before mp.spawn's child exits)
+_interrupted = False  # a KeyboardInterrupt left the spawned function: its script never ended
 
 
 def start(torch: ModuleType) -> None:
@@ -71,8 +75,8 @@ def _become_rank(rank: int, world_size: int) -> ScriptReporter:
 
 
 def _after_fork_in_child() -> None:
-    global _told
-    _told = False
+    global _told, _interrupted
+    _told = _interrupted = False
     if _watch is not None:
         _watch.after_fork_in_child()
 
@@ -104,8 +108,16 @@ def _telling(fn: Any) -> Any:
                 exc = exc.with_traceback(exc.__traceback__.tb_next)
             _tell_error(exc)
             raise
+        except KeyboardInterrupt:  # torch's _wrap swallows it and the child exits 0: not done
+            _interrupted_now()
+            raise
 
     return telling
+
+
+def _interrupted_now() -> None:
+    global _interrupted
+    _interrupted = True
 
 
 def _tell_error(exc: BaseException) -> None:
@@ -141,6 +153,9 @@ def _at_exit() -> None:
         _tell_error(exc)
         return
     _told = True
+    if _interrupted or isinstance(exc, KeyboardInterrupt):  # stopped, not finished: nothing to say
+        _close(watch.reporter)
+        return
     try:
         end = watch.finish()
         watch.reporter.done(watch.steps, **end)

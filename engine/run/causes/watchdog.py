@@ -97,10 +97,7 @@ class Stall:
 
         A stopped process is the likeliest culprit (the others wait for it in a collective),
         so it comes first; then the rank furthest behind."""
-        stuck = sorted(
-            self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit, r.last_step, r.rank)
-        )
-        where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
+        stuck = self._stuck()
         parts = []
         for r in stuck:
             try:
@@ -108,6 +105,17 @@ class Stall:
             except OSError:
                 text = ""
             parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
+        return RootCause(stuck[0].rank, None, None, self.headline(), "\n".join(parts), kind="stall")
+
+    def _stuck(self) -> list[StalledRank]:
+        return sorted(
+            self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit, r.last_step, r.rank)
+        )
+
+    def headline(self) -> str:
+        """The stall in one line, as its root cause says it (no file read: the app draws it live)."""
+        stuck = self._stuck()
+        where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
         message = f"stalled: no progress for {self.timeout_s:.0f} s ({where})"
         if self.verdict:
             message = f"stalled for {self.timeout_s:.0f} s: {self.verdict}"
@@ -119,7 +127,7 @@ class Stall:
                 f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
                 "debugger) and cannot run until continued (SIGCONT)"
             )
-        return RootCause(stuck[0].rank, None, None, message, "\n".join(parts), kind="stall")
+        return message
 
 
 # Frames of mgpu-tui's own code in a rank: its two threads (the flight-record dumper's _loop, the

@@ -31,6 +31,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.engine.planning.modes import Job
 from mgpu_tui.engine.protocol.events import (
     MAX_BYTES,
     MAX_LINE_BYTES,
@@ -47,6 +48,7 @@ from mgpu_tui.engine.protocol.events import (
 from mgpu_tui.engine.protocol.folder import open_regular
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures import mfu
+from mgpu_tui.engine.run.figures.advice import device_of, job_of
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, rank_stats_of
@@ -88,11 +90,15 @@ def _merged(earlier: About | None, later: About) -> About:
 
 
 class Aggregator:
-    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
+    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time. ``job``:
+    what the job's ranks communicate (its mode's, engine/planning/modes.py), for the words and the
+    advice of its verdicts; a user's script's is learned from its ranks (advice.job_of); None: not
+    known, and no advice is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: Job | None = None) -> None:
         self._ranks: dict[int, RankTrack] = {}
         self._parts = StepParts()
+        self.job = job
 
     def add(self, event: Event) -> None:
         track = self._ranks.setdefault(event.rank, RankTrack())
@@ -282,7 +288,7 @@ class Aggregator:
             spread = (q[0], q[-1])
 
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
-        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh)
+        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh, **self._job_here())
         return RunStats(
             compute=mfu.of_job(computes) if computes else None,
             anatomy=anatomy,
@@ -301,6 +307,15 @@ class Aggregator:
             ),
         )
 
+    def _job_here(self) -> dict:
+        """The job and its device, as its verdicts' advice reads them (advice.py)."""
+        abouts = [t.about for t in self._ranks.values() if t.about is not None]
+        job = self.job
+        if job == "script's own":  # what its ranks said they train under
+            job = job_of(a.batch_source for a in abouts)
+        said = [a.device for a in abouts] + [t.hello.device for t in self._ranks.values() if t.hello]
+        return {"job": job, "device": device_of(said)}
+
     def _loss_at(self, step: int) -> float | None:
         weighted, weight, plain = 0.0, 0, []
         for t in self._ranks.values():
@@ -318,12 +333,12 @@ class Aggregator:
 MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: ~2,000,000 steps
 
 
-def read_events(run_dir: Path, world_size: int | None = None) -> Aggregator:
+def read_events(run_dir: Path, world_size: int | None = None, job: Job | None = None) -> Aggregator:
     """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped.
     Read as untrusted (the ranks wrote them): the ranks of the job only (when ``world_size`` is
     known), each a regular file below the run folder (never a FIFO, a device or a link), its first
     MAX_EVENT_FILE_BYTES at most."""
-    aggregator = Aggregator()
+    aggregator = Aggregator(job)
     for rank, path in sorted(RunDir(run_dir).event_files().items()):
         if world_size is not None and rank >= world_size:
             continue
