@@ -21,12 +21,15 @@ class RootCause:
     host: str | None = None  # the rank's host, in a job over several nodes
     # The message is the whole verdict (a lost host, a rendezvous that never completed): no "who" before it.
     verdict: bool = False
+    # A trainer's failure (a process of a command that trained with no process group): its number.
+    trainer: int | None = None
 
     def headline(self) -> str:
         """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
         if self.verdict:
             return self.message
         who = "the launcher" if self.rank is None else f"rank {self.rank}"
+        who = f"trainer {self.trainer}" if self.trainer is not None else who
         who += f" on {self.host}" if self.host else ""
         how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
         return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
@@ -37,7 +40,10 @@ class RootCause:
         return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        document = asdict(self)
+        if self.trainer is None:  # a trainer's failure alone: every other reads as before
+            del document["trainer"]
+        return document
 
 
 # What a rank says when it is the casualty of another rank's failure, not its cause: its peer went

@@ -100,12 +100,10 @@ class Run(IngestReadings):
             note_processes=self._command,
             log=self.log,
         )
-        self._ingest = Ingest(
-            run_dir,
-            resolved.world_size,
-            restarts=resolved.spec.max_restarts > 0,
-            command_output=self._command,
-        )
+        # A command's ranks are processes of its tree: no claim of a world size is shown past them.
+        seen = (lambda: len(self._tree.known())) if self._command else None
+        restarts = resolved.spec.max_restarts > 0
+        self._ingest = Ingest(run_dir, resolved.world_size, restarts, None, self._command, seen)
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None
         # Held while this process follows the run: `mgpu-tui open` and `runs` tell a live run by it.

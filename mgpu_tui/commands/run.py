@@ -252,7 +252,8 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
     if summary.root_cause:
         print(plain(summary.root_cause.describe()), file=sys.stderr)
     verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
-    if summary.steps == 0 and not args.json and not verdict:
+    stepped = summary.steps or any(t.last_step for t in summary.trainers)
+    if not stepped and not args.json and not verdict:
         print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
         last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
         print("\n".join(last), file=sys.stderr)
