@@ -31,6 +31,23 @@ def test_lightnings_own_launcher_two_ranks(tmp_path):
         assert abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6
 
 
+@pytest.mark.timeout(300)  # Lightning starts the ranks' processes twice, each importing it
+def test_lightning_ddp_spawn_then_test_is_one_job_of_two_ranks(tmp_path):
+    """strategy="ddp_spawn" starts the ranks' processes again for trainer.test: each says hello
+    again once its first process said done, the same rank's later phase (4 malformed lines before)."""
+    args = ["--strategy", "ddp_spawn", "--test"]
+    done, _ = run_exec(tmp_path, sys.executable, str(SCRIPTS / "lightning_ddp.py"), *args)
+    summary, _ = finished(done, tmp_path)
+    assert summary.malformed_events == 0 and summary.world_size == 2 and not summary.trainers
+    assert [r.last_step for r in summary.ranks] == [12, 12] and summary.batch_size == 16
+    assert summary.finished_training and not summary.phases
+    hellos = [
+        line for rank in (0, 1) for line in (only_run_dir(tmp_path / "runs") / "events" / f"rank{rank}.jsonl")
+        .read_text().splitlines() if '"kind":"hello"' in line
+    ]  # fmt: skip
+    assert len(hellos) == 4  # fit's and test's processes, two ranks each
+
+
 def test_lightning_on_one_device_counts_the_batches_its_dataloader_gave(tmp_path):
     """One device, no DDP: Lightning calls the module's training_step, never its forward, so no
     model's forward sees the batch; the DataLoader's training batches are the samples."""

@@ -5,6 +5,8 @@ Launched by torchrun (Lightning sees the environment and starts no process of it
 (Lightning's own launcher starts the other ranks by running this script again). Each rank prints
 its own account at the end, the truth the tests compare mgpu-tui's figures with:
     RESULT {"rank": 0, "world_size": 2, "steps": 12, "batch": 8, "loss": 0.123}
+--test runs trainer.test after fit (with strategy="ddp_spawn", Lightning starts the ranks' processes
+again for it).
 """
 
 import argparse
@@ -30,6 +32,10 @@ class Regressor(L.LightningModule):
         self.log("train_loss", loss)
         return loss
 
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self.net(x), y), sync_dist=True)
+
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
 
@@ -43,6 +49,7 @@ def main():
     parser.add_argument("--samples", type=int, default=96)
     parser.add_argument("--accumulate", type=int, default=1)  # accumulate_grad_batches
     parser.add_argument("--accelerator", default="cpu")  # "gpu" on a GPU box (scripts/gpu_check.py)
+    parser.add_argument("--test", action="store_true")  # trainer.test after fit
     args = parser.parse_args()
     L.seed_everything(0, verbose=False)
     x = torch.randn(args.samples, 16)
@@ -60,6 +67,8 @@ def main():
         enable_model_summary=False,
     )
     trainer.fit(model, DataLoader(data, batch_size=args.batch))
+    if args.test:
+        trainer.test(model, DataLoader(data, batch_size=args.batch), verbose=False)
     result = {
         "rank": trainer.global_rank,
         "world_size": trainer.world_size,
