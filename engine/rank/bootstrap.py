@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         reporter = ScriptReporter(print_every=10**9)
         reporter.hello(mode="script", device="unknown", config={"program": program, "args": args[:64]})
         watch = ScriptWatch(reporter, program)
+        reporter.follow_thread(lambda: watch.training_thread)  # its stacks: the training thread first
         watch.start()
         os.register_at_fork(after_in_child=watch.after_fork_in_child)  # a data-loader worker is no rank
     try:
