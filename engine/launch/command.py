@@ -153,13 +153,16 @@ def build_command(
     cpu_count: int,
     base_env: Mapping[str, str],
     local_addr: str | None = None,
+    buffered_as_bare: bool = False,
 ) -> Launch:
     """The argv and environment that start ``resolved`` with its output in ``run_dir``.
 
-    ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint."""
+    ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint.
+    ``buffered_as_bare``: a command in the foreground (exec, headless), whose output is a terminal
+    or a pipe as bare: no PYTHONUNBUFFERED (its prints are buffered as they would be)."""
     mode, spec = resolved.mode, resolved.spec
     if mode.launcher == "command":
-        return _command_launch(resolved, run_dir, run_id, base_env, python)
+        return _command_launch(resolved, run_dir, run_id, base_env, python, unbuffered=not buffered_as_bare)
     if mode.multi_process:
         argv = [
             python,
@@ -197,9 +200,10 @@ def build_command(
     _of_the_run(changes, run_dir, run_id)
     if mode.multi_process:
         _collectives_recorded(changes, resolved, base_env)
-    if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env:
+    if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env and spec.stop_grace is None:
         # When a rank fails, torchrun sends the others SIGTERM and waits this long before
         # SIGKILL (30 s by default): a rank stuck in a collective would hold the run that long.
+        # Not under the drop-in (a stop grace of its own): torchrun's own, as bare.
         changes["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(SHUTDOWN_TIMEOUT_S)
     if "OMP_NUM_THREADS" not in base_env:
         # Share the cores out, so ranks do not fight over them.
@@ -220,12 +224,16 @@ def build_command(
     return _launch(argv, base_env, changes, python)
 
 
-def _of_the_run(changes: dict[str, str | None], run_dir: RunDir, run_id: str) -> None:
-    """Where the run's events go, its id on every process of it, and its output unbuffered (it goes
-    to files, and reaches them as it is printed)."""
-    changes[RUN_DIR_ENV] = str(run_dir.path)
+def _of_the_run(
+    changes: dict[str, str | None], run_dir: RunDir, run_id: str, *, unbuffered: bool = True
+) -> None:
+    """Where the run's events go (an absolute path: a rank may change directory first), its id on
+    every process of it, and (``unbuffered``) its output unbuffered: a mode's and a script's go to
+    files, and reach them as they are printed."""
+    changes[RUN_DIR_ENV] = str(run_dir.path.absolute())
     changes[RUN_ID_ENV] = run_id
-    changes["PYTHONUNBUFFERED"] = "1"
+    if unbuffered:
+        changes["PYTHONUNBUFFERED"] = "1"
 
 
 def _collectives_recorded(
@@ -251,7 +259,13 @@ def _launch(
 
 
 def _command_launch(
-    resolved: ResolvedSpec, run_dir: RunDir, run_id: str, base_env: Mapping[str, str], python: str
+    resolved: ResolvedSpec,
+    run_dir: RunDir,
+    run_id: str,
+    base_env: Mapping[str, str],
+    python: str,
+    *,
+    unbuffered: bool,
 ) -> Launch:
     """mgpu-tui exec: the command as given, never inside a torchrun worker. Its environment is the
     user's, with none of a torchrun worker's (should mgpu-tui itself run in one) and, unless
@@ -261,7 +275,7 @@ def _command_launch(
     for name in base_env:
         if name.startswith(("TORCHELASTIC_", "PET_")) or (inside_a_worker and name in TORCHRUN_WORKER_ENV):
             changes[name] = None
-    _of_the_run(changes, run_dir, run_id)
+    _of_the_run(changes, run_dir, run_id, unbuffered=unbuffered)
     if resolved.spec.instrument:
         path = base_env.get("PYTHONPATH")
         changes["PYTHONPATH"] = SITEWATCH_DIR + (os.pathsep + path if path else "")

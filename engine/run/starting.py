@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from mgpu_tui import __version__
+from mgpu_tui.engine.launch.job_output import JobOutput
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
 from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.protocol.rundir import RunDir
@@ -71,3 +72,49 @@ def prepare(
         run_dir.discard()  # nothing ran: leave no empty run behind
         raise
     return run
+
+
+def start_launcher(run: Run) -> None:
+    """Start the run's process tree (launch/processes.py), its output where it goes: a mode's and a
+    script's to their files; a command's own (exec) through pipes or pseudo-terminals that copy
+    every byte to its log and, in the foreground, to the console (launch/job_output.py)."""
+    resolved, foreground = run.resolved, run.foreground
+    try:
+        out, err = run.run_dir.open_launcher_output(
+            one_process=not resolved.mode.multi_process, command=run._command
+        )
+        if run._command:
+            console = (foreground.stdout, foreground.stderr) if foreground is not None else (None, None)
+            try:
+                run.output = JobOutput((out, err), console)
+            except OSError as exc:  # no pseudo-terminal or pipe left to make
+                out.close()
+                err.close()
+                raise RunDirError(f"cannot make the job's output streams: {exc.strerror or exc}.") from None
+    except RunDirError:
+        run._let_go()
+        run.log.close()
+        raise
+    in_front = foreground.keeper_args() if foreground is not None else None
+    try:
+        if run.output is not None:
+            run._tree.start(*run.output.child_ends(), grace=run.stop_grace, foreground=in_front)
+            run.output.started()
+        else:
+            run._tree.start(out, err, grace=run.stop_grace, foreground=in_front)
+    except BaseException:
+        run._let_go()
+        raise
+    finally:
+        if run.output is None:
+            out.close()
+            err.close()
+    run.log.info(
+        "started %s, %s rank(s) on %s (%s): pid %d, %s",
+        resolved.mode.name,
+        resolved.world_size or "its own",
+        resolved.device,
+        resolved.process_group or "no process group",
+        run._tree.started.pid,
+        " ".join(run.launch.argv),
+    )
