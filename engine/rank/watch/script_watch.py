@@ -221,7 +221,7 @@ class ScriptWatch:
         self._batch.count(args, kwargs)
 
     @contextlib.contextmanager
-    def whole_forward(self, args: tuple, kwargs: dict, module: Any = None) -> Iterator[None]:
+    def whole_forward(self, args: tuple, kwargs: dict, module: Any) -> Iterator[None]:
         """A framework's training step that is the step's forward (frameworks.py): its batch, time
         and FLOPs (keyed by its batch, args[0]) the forward's; a module's forward in it adds nothing."""
         outer = not self._whole  # a training step inside a training step: the outer one counts
