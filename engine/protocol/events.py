@@ -1,43 +1,39 @@
 """The rank event protocol: the one module that owns its format.
 
-Every rank appends one JSON object per line to ``events/rank<N>.jsonl`` in the
-run directory. Each object carries ``v`` (the schema version), ``kind``, ``rank``
-and ``t`` (Unix time in seconds), plus the fields of its kind:
+Every rank appends one JSON object a line to its event file, ``events/rank<N>.jsonl`` (a long run's
+later lines in segments beside it: rank/event_files.py). Each carries ``v`` (the schema version),
+``kind``, ``rank`` and ``t`` (Unix time in seconds), plus the fields of its kind:
 
-- ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only,
-  else null), mode, config (an object of the rank's settings), stacks (true when the rank
-  answers a stack request, requests/stacks; absent is false).
-- ``step``: step, samples (new to the job: tensor-parallel peers and later
-  pipeline stages report 0, so throughput is never counted twice), tokens,
-  loss (null when this rank has none), step_s (wall seconds since the previous
-  step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
-  optionally data_s (the seconds before its compute), state_bytes (its parameters,
-  gradients and optimizer state, measured once after the first optimizer step) and parts (where
-  the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
-  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/).
+- ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only, else null), mode, config
+  (an object of the rank's settings), stacks (true when the rank answers a stack request,
+  requests/stacks; absent is false).
+- ``step``: step, samples (new to the job: tensor-parallel peers and later pipeline stages report 0, so
+  throughput is never counted twice), tokens, loss (null when this rank has none), step_s (wall seconds
+  since the previous step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
+  optionally data_s (the seconds before its compute), state_bytes (its parameters, gradients and
+  optimizer state, measured once after the first optimizer step) and parts (where the step's time went:
+  seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the step's floating-point
+  operations on this rank, counted by torch: engine/rank/watch/flops/).
 - ``done``: steps, and any summary fields the rank wants to add.
-- ``error``: message, traceback; optionally type (the exception's qualified name) and
-  whole_message (every line of it, where ``message`` is its first).
+- ``error``: message, traceback; optionally type (the exception's qualified name) and whole_message
+  (every line of it, where ``message`` is its first).
 - ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): device
   (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
-  batch_source (the samples a step and where they were counted) and loader_workers (its training
-  DataLoader's worker processes), precision (what the step's matrix multiplies run in: fp32,
-  tf32, bf16, fp16, fp8), device_name (the GPU's, as torch names it) and flops_note (why a step's
-  FLOPs are not counted).
-- ``beat``: the rank's main thread moved since its last event, though no step ended (an
-  evaluation, a checkpoint, a compile): where (``function at file.py:12``, or null). A rank that
-  neither steps nor beats has not moved; that is the stall watch's evidence (watchdog.py).
+  batch_source (the samples a step and where they were counted), loader_workers (its training
+  DataLoader's worker processes), precision (what the step's matrix multiplies run in: fp32, tf32, bf16,
+  fp16, fp8), device_name (the GPU's, as torch names it), flops_note (why no FLOPs counted).
+- ``beat``: the rank's main thread moved since its last event, though no step ended (an evaluation, a
+  checkpoint, a compile): where (``function at file.py:12``, or null). A rank that neither steps nor
+  beats has not moved; that is the stall watch's evidence (watchdog.py).
+- ``digest``: ``n`` steps in one line, the fields of :class:`Digest` (a long run's digest file).
 
-Readers accept any line of the same major version and ignore fields they do not
-know, so a newer writer can add fields without breaking an older reader.
-Anything else is a :class:`MalformedEvent`, which the tailer counts and skips: a
-field of the wrong type, a number outside its range (a step of 2**63, a pid no
-kernel gives, a time of infinity), a string longer than a field can be. A rank is
-anyone's code, so nothing here trusts it; which events fit the job (their rank,
-their file) is the ingest's to check.
+Readers accept any line of the same major version and ignore fields they do not know, so a newer writer
+can add fields without breaking an older reader. Anything else is a :class:`MalformedEvent`, which the
+tailer counts and skips: a field of the wrong type, a number outside its range (a step of 2**63, a pid
+no kernel gives, a time of infinity), a string longer than a field can be. A rank is anyone's code, so
+nothing here trusts it; which events fit the job (their rank, their file) is the ingest's to check.
 
-This module imports nothing beyond the standard library: rank code imports it
-through the reporter, and the app process through the tailer.
+It imports the standard library and protocol/typed.py only: the ranks import it, and the app.
 """
 
 from __future__ import annotations
@@ -46,7 +42,9 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any
+
+from mgpu_tui.engine.protocol.typed import Invalid, build
 
 SCHEMA_VERSION = 1
 
@@ -150,14 +148,34 @@ class Beat:
     where: str | None
 
 
-Event = Hello | Step | Done | Error | About | Beat
+@dataclass(frozen=True, slots=True)
+class Digest:
+    rank: int
+    t: float  # its last step's
+    first: int
+    last: int
+    n: int
+    samples: int
+    tokens: int
+    step_s: tuple[float, float, float]  # sum, min, max
+    hist: tuple[tuple[int, int], ...]  # (step_bin, steps), the bins in order
+    # Of its steps with a loss: the sum of loss x samples, their samples, the sum, the count, min, max.
+    loss: tuple[float, float, float, int, float, float] | None
+    flops: tuple[float, int] = (0.0, 0)  # sum, steps that counted it
+    mem_peak_bytes: int | None = None
+    diverged_at: int | None = None  # the first step whose loss was NaN or infinite
+
+
+Event = Hello | Step | Done | Error | About | Beat | Digest
+
+BIN_ZERO, BIN_TOP = -1200, 1100  # a digest's hist: its bins' range (protocol/long_run/digest.py)
 
 
 # ---- writing (the reporter's side) ------------------------------------------------
 
-# Whatever a script puts in its config or done fields must not make the reporter raise in
-# the middle of its training: what JSON cannot say is written as text.
+# What JSON cannot say (in a script's config or done fields) is written as text: the reporter never raises.
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=repr).encode
+_PLAIN = (int, str, bool, type(None))  # values written as they are (a float: where finite)
 
 
 def _finite(value: Any) -> Any:
@@ -183,7 +201,9 @@ def encode(kind: str, rank: int, t: float, fields: dict[str, Any]) -> str:
     if isinstance(loss, float) and not math.isfinite(loss):
         record["loss"] = None
         record["loss_nonfinite"] = True
-    return _dumps(_finite(record)) + "\n"
+    # The walk (a copy of every value) only where some value needs it: a step's are plain numbers.
+    plain = all(type(v) in _PLAIN or (type(v) is float and math.isfinite(v)) for v in record.values())
+    return _dumps(record if plain else _finite(record)) + "\n"
 
 
 # ---- reading (the engine's side) --------------------------------------------------
@@ -210,11 +230,7 @@ def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minim
     return value
 
 
-@overload
-def _str(record: dict, name: str, *, optional: Literal[False] = False, limit: int = MAX_NAME) -> str: ...
-@overload
-def _str(record: dict, name: str, *, optional: Literal[True], limit: int = MAX_NAME) -> str | None: ...
-def _str(record: dict, name: str, *, optional: bool = False, limit: int = MAX_NAME) -> str | None:
+def _str(record: dict, name: str, *, optional: bool = False, limit: int = MAX_NAME) -> Any:
     value = record.get(name)
     if value is None and optional:
         return None
@@ -279,7 +295,7 @@ def _parts(value: object) -> tuple[float, ...] | None:
     return tuple(float(_get(value, name, _NUM, minimum=0, maximum=MAX_SECONDS)) for name in STEP_PARTS)
 
 
-_DONE_FIELDS = {"v", "kind", "rank", "t", "steps"}
+_DONE_FIELDS = {"v", "kind", "rank", "t", "steps", "seg"}  # seg: the digest file's
 
 
 def _parse_done(r: dict, rank: int, t: float) -> Done:
@@ -318,6 +334,26 @@ def _parse_beat(r: dict, rank: int, t: float) -> Beat:
     return Beat(rank=rank, t=t, where=_str(r, "where", optional=True))
 
 
+def _parse_digest(r: dict, rank: int, t: float) -> Digest:
+    try:  # its shape from its annotations (finite numbers, at most 2**62), then each within its range
+        d = build(Digest, {**r, "rank": rank, "t": t})
+    except Invalid as exc:
+        raise MalformedEvent(f"digest: {exc}") from None
+    counts = (d.first, d.last, d.samples, d.tokens, d.flops[1], d.diverged_at or 0, *(c for _, c in d.hist))
+    within = (
+        1 <= d.n <= MAX_COUNT
+        and all(0 <= c <= MAX_COUNT for c in counts)
+        and all(0 <= s <= d.n * MAX_SECONDS for s in d.step_s)
+        and all(BIN_ZERO <= b <= BIN_TOP for b, _ in d.hist)
+        and 0 <= d.flops[0] <= float(MAX_FLOPS) * d.n
+        and 0 <= (d.mem_peak_bytes or 0) <= MAX_BYTES
+        and (d.loss is None or 0 <= d.loss[3] <= d.n)
+    )
+    if not within:
+        raise MalformedEvent("digest: a figure outside its range")
+    return d
+
+
 _PARSERS: dict[str, Callable[[dict, int, float], Event]] = {
     "hello": _parse_hello,
     "step": _parse_step,
@@ -325,6 +361,7 @@ _PARSERS: dict[str, Callable[[dict, int, float], Event]] = {
     "error": _parse_error,
     "about": _parse_about,
     "beat": _parse_beat,
+    "digest": _parse_digest,
 }
 KINDS = tuple(_PARSERS)
 

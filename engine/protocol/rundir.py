@@ -11,7 +11,8 @@ Layout::
         logs/command/stdout.log, stderr.log
                               mgpu-tui exec: the command's own output, every process's lines
                               merged as its launcher printed them (the "rank" JOB_OUTPUT)
-        events/rank<N>.jsonl  the rank event stream (see events.py)
+        events/rank<N>.jsonl  the rank event stream (see events.py): its head, in a long run
+        events/rank<N>/seg<K>.jsonl, digest.jsonl   its later lines, its digest (rank/event_files.py)
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
         telemetry.jsonl       the machine during the run (run/figures/telemetry_log.py)
         monitor.lock          locked while a process follows the run (run/monitor.py)
@@ -47,6 +48,7 @@ from mgpu_tui.engine.protocol.rundir_make import folder_name as folder_name
 from mgpu_tui.engine.protocol.rundir_make import make_run_dir
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
+_SEGMENT = re.compile(r"seg([0-9]{1,9})\.jsonl")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
 _PARAMS_FILE = re.compile(r"rank([0-9]{1,7})\.pt")
 _NCCL_LOG = re.compile(r"nccl-.*\.log")
@@ -160,8 +162,20 @@ class RunDir:
         return self.path / "verify.log"
 
     def events_path(self, rank: int) -> Path:
-        """A rank's event stream, named by global rank (events.py)."""
+        """A rank's event stream, named by global rank (events.py); in a long run, its head."""
         return self.events_dir / f"rank{rank}.jsonl"
+
+    def events_segment_path(self, rank: int, segment: int) -> Path:
+        """A long run's later events of a rank, segment 1, 2, ... (rank/event_files.py)."""
+        return self.events_dir / f"rank{rank}" / f"seg{segment}.jsonl"
+
+    def events_digest_path(self, rank: int) -> Path:
+        """A long run's digest of a rank's steps, and its other events but beats (rank/event_files.py)."""
+        return self.events_dir / f"rank{rank}" / "digest.jsonl"
+
+    def events_segments(self, rank: int) -> dict[int, Path]:  # a rank's segments now: one bounded listing
+        listed = entries(self.events_dir / f"rank{rank}")
+        return {int(m.group(1)): Path(e.path) for e in listed if (m := _SEGMENT.fullmatch(e.name))}
 
     def request_path(self, name: str) -> Path:
         """The engine's request ``name`` (FR_REQUEST, STACKS_REQUEST) to every rank."""

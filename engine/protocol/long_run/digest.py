@@ -1,0 +1,76 @@
+"""A run of one rank's steps in one line (events.py's ``digest``): what a long run keeps of the steps
+that its files no longer hold whole. The rank writes one every DIGEST_STEPS steps, and when a segment
+of its events ends (rank/event_files.py); a reader takes them in for the segments it does not read
+whole (tail.py), and the engine keeps its own older steps the same way (run/figures/whole_run.py).
+
+Its step times are kept as a histogram of bins, each 2% wide: a median or a percentile taken from
+them is within 1% of the true one (bin b holds (G**(b-1), G**b] seconds; it stands for its middle).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from mgpu_tui.engine.protocol.events import BIN_TOP, BIN_ZERO
+
+G = 1.02
+_LOG_G = math.log(G)
+
+
+def step_bin(seconds: float) -> int:
+    """The bin of a step time (BIN_ZERO: no time, or below 5e-11 s)."""
+    if not seconds > 0:  # (NaN too)
+        return BIN_ZERO
+    return min(BIN_TOP, max(BIN_ZERO, math.ceil(math.log(seconds) / _LOG_G)))
+
+
+def bin_seconds(b: int) -> float:
+    """The time a bin stands for: its middle, within 1% of every time in it."""
+    return 0.0 if b <= BIN_ZERO else G**b * 2 / (1 + G)
+
+
+def histogram(seconds: Iterable[float]) -> list[list[int]]:
+    """[bin, count] of step times, the bins in order: one pass over them sorted, a logarithm a bin."""
+    found: list[list[int]] = []
+    upper = -math.inf
+    for x in sorted(seconds):
+        if x > upper or not found:
+            b = step_bin(x)
+            upper = G**b if b > BIN_ZERO else G**BIN_ZERO
+            if found and found[-1][0] == b:
+                found[-1][1] += 1
+                continue
+            found.append([b, 0])
+        found[-1][1] += 1
+    return found
+
+
+def digest_of(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """A digest's fields (events.py's Digest, but rank and t) for ``steps``, each a step event's
+    fields as the reporter wrote them (its loss NaN or infinite where it diverged), in order."""
+    step_s = [f["step_s"] for f in steps]
+    losses = [(f["loss"], f["samples"]) for f in steps if f["loss"] is not None]
+    finite = [(x, w) for x, w in losses if math.isfinite(x)]
+    values = [x for x, _ in finite]
+    flops = [f["flops"] for f in steps if f.get("flops") is not None]
+    peaks = [f["mem_peak_bytes"] for f in steps if f.get("mem_peak_bytes") is not None]
+    diverged = next((f["step"] for f in steps if (x := f["loss"]) is not None and not math.isfinite(x)), None)
+    loss = None
+    if finite:
+        weighted = math.fsum(x * w for x, w in finite)
+        loss = [weighted, sum(w for _, w in finite), math.fsum(values), len(values), min(values), max(values)]
+    return {
+        "first": steps[0]["step"],
+        "last": steps[-1]["step"],
+        "n": len(steps),
+        "samples": sum(f["samples"] for f in steps),
+        "tokens": sum(f["tokens"] for f in steps),
+        "step_s": [math.fsum(step_s), min(step_s), max(step_s)],
+        "hist": histogram(step_s),
+        "loss": loss,
+        "flops": [float(sum(flops)), len(flops)],
+        "mem_peak_bytes": max(peaks, default=None),
+        "diverged_at": diverged,
+    }
