@@ -32,6 +32,7 @@ from mgpu_tui.engine.protocol.events import (
     parse_line,
 )
 from mgpu_tui.engine.protocol.file_tail import CATCH_UP_S, LAST_EVENT_BYTES, FileTail
+from mgpu_tui.engine.protocol.long_run.tail import EventTail
 from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 from mgpu_tui.engine.run.figures.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.figures.flight_records import late_arrivals, read_trace
@@ -93,7 +94,7 @@ class Ingest:
         self._ended: set[int] = set()  # ranks whose process said done since its hello: a later phase may come
         self.foreign_files: set[int] = set()  # events/rank<N>.jsonl with N outside the job: unread
         self._lock = threading.Lock()
-        self._event_tails: dict[int, FileTail] = {}
+        self._event_tails: dict[int, EventTail] = {}  # each rank's files (long_run/tail.py)
         self._log_tails: dict[tuple[int, str], FileTail] = {}
         self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
         self._new_lines_seen = 0
@@ -103,11 +104,11 @@ class Ingest:
     def read(self) -> bool:
         """Take in what every file gained since the last call (a chunk of each at most);
         True when some file has more than was read."""
-        for rank, path in self.run_dir.event_files().items():
+        for rank in self.run_dir.event_files():
             if rank in self._event_tails:
                 continue
             if self.world_size is None or rank < self.world_size:
-                self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
+                self._event_tails[rank] = EventTail(self.run_dir, rank, max_line=MAX_LINE_BYTES)
             else:  # a file of no rank of the job: never opened (there may be thousands)
                 self.foreign_files.add(rank)
         # Every known file, listed or not: one deleted mid-run is still followed by its descriptor.
@@ -139,7 +140,8 @@ class Ingest:
                 self._read_log(local + offset, files)
         if self._command_output:
             self._read_log(JOB_OUTPUT, self.run_dir.command_output())
-        return any(tail.behind for tail in [*self._event_tails.values(), *self._log_tails.values()])
+        tails: list[EventTail | FileTail] = [*self._event_tails.values(), *self._log_tails.values()]
+        return any(tail.behind for tail in tails)
 
     def _read_log(self, rank: int, files: RankFiles) -> None:
         for stream, path in (("stdout", files.stdout), ("stderr", files.stderr)):
@@ -245,7 +247,7 @@ class Ingest:
                 skipped += 1
         return skipped
 
-    def _last_step(self, rank: int, tail: FileTail) -> Step | None:
+    def _last_step(self, rank: int, tail: EventTail) -> Step | None:
         """The latest step event of ``rank`` in the end of its file (read as untrusted: bounded, each
         line parsed, only the rank's own)."""
         data = tail.read_end(LAST_EVENT_BYTES)
@@ -287,7 +289,8 @@ class Ingest:
         return lines, dropped
 
     def close(self) -> None:
-        for tail in [*self._event_tails.values(), *self._log_tails.values()]:
+        tails: list[EventTail | FileTail] = [*self._event_tails.values(), *self._log_tails.values()]
+        for tail in tails:
             tail.close()
 
 

@@ -32,11 +32,17 @@ class Compute:
 
 def of_rank(flops: Sequence[float], step_s: Sequence[float], about: About | None) -> Compute:
     """``flops`` and ``step_s``: the rank's steady steps' (NaN where a step was not counted)."""
+    every = not any(math.isnan(f) for f in flops)
+    return of_rank_sums(sum(flops) if every else math.nan, every, len(flops), sum(step_s), about)
+
+
+def of_rank_sums(flops: float, every: bool, steps: int, seconds: float, about: About | None) -> Compute:
+    """The same from the rank's steady steps' sums (whole_run.py keeps them): ``every`` one of its
+    ``steps`` counted its FLOPs, ``flops`` in all, in ``seconds``."""
     note = about.flops_note if about is not None else None
-    seconds = sum(step_s)
-    if not flops or any(math.isnan(f) for f in flops) or seconds <= 0:
+    if not steps or not every or seconds <= 0:
         return Compute(None, None, note or NOT_COUNTED)
-    tflops = sum(flops) / seconds / 1e12
+    tflops = flops / seconds / 1e12
     device_name = about.device_name if about is not None and about.device.startswith("cuda") else None
     peak, why = peaks.peak(device_name, about.precision if about is not None else None)
     if peak is None:
