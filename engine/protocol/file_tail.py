@@ -101,6 +101,10 @@ class FileTail:
         self._fd, self._inode = fd, info.st_ino
         return fd
 
+    def open(self) -> bool:
+        """Open the file now, if it is there (then it is followed whatever becomes of its path)."""
+        return self._fd is not None or self._open() is not None
+
     def _replaced(self) -> bool:
         try:
             return os.stat(self.path).st_ino != self._inode

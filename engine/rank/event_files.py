@@ -150,6 +150,12 @@ class EventFiles:
         self.file = self._digest = None
 
     def close(self) -> None:
+        """Its files closed, its last steps digested: the digest holds every step of the rank."""
+        if self._steps and self.file is not None:
+            try:
+                self._write_digest()
+            except OSError:
+                pass  # (a full disk: those steps are in the segment)
         for file in (self.file, self._digest):
             if file is not None:
                 self._close(file)

@@ -63,10 +63,11 @@ class EventTail:
         self.behind = self._tail.behind
         if lines or self.behind:
             return lines
-        after = self._next_segment()
+        held = self._tail.open()  # (a segment gone before it was opened is passed over too)
+        after = self._next_segment(gone=not held)
         if after is None:
             return lines
-        if after > self.segment + 1:  # passing over some: their digest lines first, every one
+        if after > self.segment + 1 or not held:  # passing over some: their digest lines first, every one
             self._read_digests(max_bytes)
             if self._digests.behind:
                 self.behind = True
@@ -75,7 +76,7 @@ class EventTail:
         if self._tail.behind:
             self.behind = True
             return lines
-        lines += self._passed_over(self.segment, after)
+        lines += self._passed_over(self.segment if held else self.segment - 1, after)
         self._switch(after)
         self.behind = True  # the next segment is read at the next call
         return lines
@@ -104,9 +105,10 @@ class EventTail:
                     self._waiting.popleft()
                     self.lost_digest_lines += 1
 
-    def _next_segment(self) -> int | None:
+    def _next_segment(self, gone: bool = False) -> int | None:
         """The segment to read after this one, once this one has ended (a later one is there): the
-        next, or where it is gone (this reader fell behind), the first still there."""
+        next, or where it is gone (this reader fell behind), the first still there. ``gone``: this
+        one could not be opened (removed before this reader came to it)."""
         if self.segment == 0 and self._skip_to is not None:
             return self._skip_to
         after = self.segment + 1
@@ -114,7 +116,7 @@ class EventTail:
         if path.exists() or path.is_symlink():  # (a link is refused when opened: read as empty)
             return after
         now = time.monotonic()
-        if now - self._looked < LOOK_EVERY_S:
+        if now - self._looked < LOOK_EVERY_S and not gone:
             return None
         self._looked = now
         self._read_digests(READ_CHUNK)
@@ -138,6 +140,7 @@ class EventTail:
         self.segment, self._skip_to = segment, None
         path = self.run_dir.events_segment_path(self.rank, segment)
         self._tail = FileTail(path, max_line=self.max_line, root=self.run_dir.path)
+        self._tail.open()  # now: the rank may remove it before it is read, once it is KEEP behind
 
     def read_end(self, limit: int) -> bytes:
         """The last ``limit`` bytes of the rank's latest file (for its latest step), without moving
