@@ -5,8 +5,7 @@ later lines in segments beside it: rank/event_files.py). Each carries ``v`` (the
 ``kind``, ``rank`` and ``t`` (Unix time in seconds), plus the fields of its kind:
 
 - ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only, else null), mode, config
-  (an object of the rank's settings), stacks (true when the rank answers a stack request,
-  requests/stacks; absent is false).
+  (the rank's settings), stacks (true when the rank answers a stack request, requests/stacks).
 - ``step``: step, samples (new to the job: tensor-parallel peers and later pipeline stages report 0, so
   throughput is never counted twice), tokens, loss (null when this rank has none), step_s (wall seconds
   since the previous step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
@@ -15,13 +14,9 @@ later lines in segments beside it: rank/event_files.py). Each carries ``v`` (the
   seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the step's floating-point
   operations on this rank, counted by torch: engine/rank/watch/flops/).
 - ``done``: steps, and any summary fields the rank wants to add.
-- ``error``: message, traceback; optionally type (the exception's qualified name) and whole_message
-  (every line of it, where ``message`` is its first).
-- ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): device
-  (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
-  batch_source (the samples a step and where they were counted), loader_workers (its training
-  DataLoader's worker processes), precision (what the step's matrix multiplies run in: fp32, tf32, bf16,
-  fp16, fp8), device_name (the GPU's, as torch names it), flops_note (why no FLOPs counted).
+- ``error``: message, traceback; optionally type and whole_message (:class:`Error`).
+- ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): its device,
+  device_uuid, backend (null: no process group), and optionally the rest of :class:`About`'s fields.
 - ``beat``: the rank's main thread moved since its last event, though no step ended (an evaluation, a
   checkpoint, a compile): where (``function at file.py:12``, or null). A rank that neither steps nor
   beats has not moved; that is the stall watch's evidence (watchdog.py).
@@ -29,9 +24,9 @@ later lines in segments beside it: rank/event_files.py). Each carries ``v`` (the
 
 Readers accept any line of the same major version and ignore fields they do not know, so a newer writer
 can add fields without breaking an older reader. Anything else is a :class:`MalformedEvent`, which the
-tailer counts and skips: a field of the wrong type, a number outside its range (a step of 2**63, a pid
-no kernel gives, a time of infinity), a string longer than a field can be. A rank is anyone's code, so
-nothing here trusts it; which events fit the job (their rank, their file) is the ingest's to check.
+tailer counts and skips: a field of the wrong type, a number outside its range (a step of 2**63, a pid no
+kernel gives, a time of infinity), a string longer than a field can be. Nothing here trusts a rank;
+which events fit the job (their rank, their file) is the ingest's to check.
 
 It imports the standard library and protocol/typed.py only: the ranks import it, and the app.
 """
@@ -175,7 +170,6 @@ BIN_ZERO, BIN_TOP = -1200, 1100  # a digest's hist: its bins' range (protocol/lo
 
 # What JSON cannot say (in a script's config or done fields) is written as text: the reporter never raises.
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=repr).encode
-_PLAIN = (int, str, bool, type(None))  # values written as they are (a float: where finite)
 
 
 def _finite(value: Any) -> Any:
@@ -190,11 +184,8 @@ def _finite(value: Any) -> Any:
 
 
 def encode(kind: str, rank: int, t: float, fields: dict[str, Any]) -> str:
-    """One event as a line of JSON, newline included.
-
-    NaN and infinite losses are written as null plus ``"loss_nonfinite": true``,
-    because JSON has no NaN and a diverged loss is exactly what a user must see.
-    """
+    """One event as a line of JSON, newline included. A NaN or infinite loss is written as null plus
+    ``"loss_nonfinite": true``: JSON has no NaN, and a diverged loss is what a user must see."""
     record = {"v": SCHEMA_VERSION, "kind": kind, "rank": rank, "t": t}
     record.update(fields)
     loss = record.get("loss")
@@ -202,8 +193,17 @@ def encode(kind: str, rank: int, t: float, fields: dict[str, Any]) -> str:
         record["loss"] = None
         record["loss_nonfinite"] = True
     # The walk (a copy of every value) only where some value needs it: a step's are plain numbers.
-    plain = all(type(v) in _PLAIN or (type(v) is float and math.isfinite(v)) for v in record.values())
-    return _dumps(record if plain else _finite(record)) + "\n"
+    return _dumps(record if _plain(record) else _finite(record)) + "\n"
+
+
+def _plain(value: Any) -> bool:
+    """Whether JSON says it as it is: a finite float, a plain scalar, or an object of such."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    return kind in (int, str, bool, type(None))
 
 
 # ---- reading (the engine's side) --------------------------------------------------

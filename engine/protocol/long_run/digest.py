@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from mgpu_tui.engine.protocol.events import BIN_TOP, BIN_ZERO
@@ -47,26 +48,40 @@ def histogram(seconds: Iterable[float]) -> list[list[int]]:
     return found
 
 
+_STEP_S, _SAMPLES, _TOKENS, _LOSS = (itemgetter(k) for k in ("step_s", "samples", "tokens", "loss"))
+
+
 def digest_of(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A digest's fields (events.py's Digest, but rank and t) for ``steps``, each a step event's
-    fields as the reporter wrote them (its loss NaN or infinite where it diverged), in order."""
-    step_s = [f["step_s"] for f in steps]
-    losses = [(f["loss"], f["samples"]) for f in steps if f["loss"] is not None]
-    finite = [(x, w) for x, w in losses if math.isfinite(x)]
-    values = [x for x, _ in finite]
-    flops = [f["flops"] for f in steps if f.get("flops") is not None]
-    peaks = [f["mem_peak_bytes"] for f in steps if f.get("mem_peak_bytes") is not None]
-    diverged = next((f["step"] for f in steps if (x := f["loss"]) is not None and not math.isfinite(x)), None)
-    loss = None
-    if finite:
-        weighted = math.fsum(x * w for x, w in finite)
-        loss = [weighted, sum(w for _, w in finite), math.fsum(values), len(values), min(values), max(values)]
+    fields as the reporter wrote them (its loss NaN or infinite where it diverged), in order. Made
+    once every DIGEST_STEPS steps, in the rank: a pass over them a figure, each at C's pace."""
+    step_s = list(map(_STEP_S, steps))
+    samples = list(map(_SAMPLES, steps))
+    losses = list(map(_LOSS, steps))
+    flops = [x for f in steps if (x := f.get("flops")) is not None]
+    peaks = [x for f in steps if (x := f.get("mem_peak_bytes")) is not None]
+    loss, diverged = None, None
+    if not (None in losses and losses.count(None) == len(losses)):
+        known = [(x, w, f["step"]) for x, w, f in zip(losses, samples, steps) if x is not None]
+        finite = [(x, w) for x, w, _ in known if math.isfinite(x)]
+        diverged = next((step for x, _, step in known if not math.isfinite(x)), None)
+        values = [x for x, _ in finite]
+        if finite:
+            weighted = math.fsum(x * w for x, w in finite)
+            loss = [
+                weighted,
+                sum(w for _, w in finite),
+                math.fsum(values),
+                len(values),
+                min(values),
+                max(values),
+            ]
     return {
         "first": steps[0]["step"],
         "last": steps[-1]["step"],
         "n": len(steps),
-        "samples": sum(f["samples"] for f in steps),
-        "tokens": sum(f["tokens"] for f in steps),
+        "samples": sum(samples),
+        "tokens": sum(map(_TOKENS, steps)),
         "step_s": [math.fsum(step_s), min(step_s), max(step_s)],
         "hist": histogram(step_s),
         "loss": loss,
