@@ -8,6 +8,7 @@ step held in memory."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import shutil
 import statistics
@@ -162,4 +163,24 @@ def test_a_run_folder_written_before_bounded_files_opens_with_its_figures(tmp_pa
     assert followed.poll().finished and followed.summary is not None and followed.summary.steps == 600
     assert differences(figures_before.read_events(run).stats(), followed.stats()) == {}
     assert followed.malformed_events == 0
+    followed.close()
+
+
+def test_a_long_runs_telemetry_is_read_back_thinned_to_its_last_sample(tmp_path, monkeypatch):
+    """Opened, a week of telemetry (here 2,000 samples, its charts' worth made 50) is read one line in
+    so many, its last whole: opening it costs the same whatever its length."""
+    from mgpu_tui.engine.records import follow
+
+    monkeypatch.setattr(follow, "TELEMETRY_POINTS", 50)
+    run = tmp_path / "ddp-600"
+    shutil.copytree(RECORDED[[p.name for p in RECORDED].index("ddp-600")], run)
+    gpu = {"i": 0, "uuid": "GPU-0", "mem_used": 1 << 30, "mem_total": 80 << 30, "util": 97, "power_w": 600.0}
+    with open(run / "telemetry.jsonl", "w") as f:
+        for t in range(2000):
+            host = {"cpu": 50.0, "mem_used": 1 << 30, "mem_total": 1 << 40, "pad": "x" * 100}
+            f.write(json.dumps({"t": 1000.0 + t, "host": host, "gpus": [gpu]}) + "\n")
+    followed = follow.FollowedRun(run)
+    followed.poll()
+    seen = followed.telemetry.t
+    assert 40 < len(seen) < 200 and seen[0] < 1020 and seen[-1] == 2999.0
     followed.close()

@@ -7,6 +7,7 @@ few thousand steps go through many segments; and the files are what any rank can
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import time
@@ -24,6 +25,7 @@ from mgpu_tui.engine.rank.event_files import EventFiles
 from mgpu_tui.engine.rank.reporter import Reporter
 from mgpu_tui.engine.run.figures import whole_run
 from mgpu_tui.engine.run.figures.aggregate import read_events
+from mgpu_tui.engine.run.ingest import Ingest
 
 SEGMENT = 16 << 10  # about 80 steps a segment
 
@@ -238,3 +240,38 @@ def test_a_ranks_folder_that_is_a_link_is_never_read(tmp_path, small_files):
     tail = EventTail(RunDir(run), 0, max_line=1 << 20)
     lines = read_all(tail)
     assert max(last for _, last in steps_of(lines)) < 200  # the head only: the link is refused
+
+
+def test_a_long_run_read_as_open_reads_it_reaches_every_ranks_last_step(tmp_path, small_files):
+    """The ingest reads while some file is behind (follow.py, run/ingest.py): a segment read to its
+    end, with a later one there, is behind."""
+    write_run(tmp_path, 3000)
+    ingest = Ingest(RunDir(tmp_path), world_size=2)
+    for _ in range(1000):
+        if not ingest.read():
+            break
+    stats = ingest.stats()
+    assert [r.last_step for r in stats.ranks] == [3000, 3000] and all(r.done for r in stats.ranks)
+    assert stats.steps == 3000 and ingest.malformed_events == 0
+    ingest.close()
+
+
+def test_a_long_runs_telemetry_is_thinned_ever_more_and_never_reaches_its_cap(tmp_path):
+    """Its run's own writer (telemetry_log.py), fed 20,000 samples (an hour of them full rate, here 10):
+    the file stays under its cap however long, and still reaches the run's end."""
+    from mgpu_tui.engine.machine.nvml import NvmlState, NvmlStatus
+    from mgpu_tui.engine.machine.telemetry import HostSample, Snapshot
+    from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
+
+    path = tmp_path / "telemetry.jsonl"
+    log = TelemetryLog(path, interval=1.0, ranks=dict, full_rate_samples=10, thin_every=2, max_bytes=12_000)
+    log._file = open(path, "a", encoding="utf-8")  # (what start() opens, without its sampler thread)
+    host = HostSample((50.0,), 1 << 30, 1 << 40, (1.0, 1.0, 1.0))
+    for t in range(20_000):
+        log._take(Snapshot(float(t), NvmlStatus(NvmlState.OK, "ok"), (), host, ()))
+    log._file.close()
+    kept = [json.loads(line) for line in path.read_text().splitlines()]
+    assert path.stat().st_size < 12_000 and "end" not in kept[-1] and len(kept) == log.kept
+    gaps = [b["t"] - a["t"] for a, b in zip(kept, kept[1:])]
+    assert gaps[:9] == [1.0] * 9 and gaps[-1] > 8 * gaps[10] and kept[-1]["t"] > 15_000
+    assert log.stop().samples == 20_000

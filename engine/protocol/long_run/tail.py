@@ -61,24 +61,24 @@ class EventTail:
             self._start()
         lines = self._tail.read_lines(max_bytes)
         self.behind = self._tail.behind
-        if lines or self.behind:
+        if self.behind:
             return lines
         held = self._tail.open()  # (a segment gone before it was opened is passed over too)
         after = self._next_segment(gone=not held)
         if after is None:
             return lines
+        self.behind = True  # a later segment is there: read on
+        if lines:
+            return lines
         if after > self.segment + 1 or not held:  # passing over some: their digest lines first, every one
             self._read_digests(max_bytes)
             if self._digests.behind:
-                self.behind = True
                 return lines
         lines += self._tail.read_lines(max_bytes)  # its last lines, written before the next began
         if self._tail.behind:
-            self.behind = True
             return lines
         lines += self._passed_over(self.segment if held else self.segment - 1, after)
-        self._switch(after)
-        self.behind = True  # the next segment is read at the next call
+        self._switch(after)  # (read at the next call)
         return lines
 
     def _start(self) -> None:
