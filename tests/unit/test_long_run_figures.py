@@ -52,7 +52,15 @@ def interleaved(run: Path) -> list:
 @pytest.fixture
 def small_windows(monkeypatch):
     """A rank keeps 16 steps whole, folds 8 at a time into buckets of 4 steps, at most 8 of them."""
-    for name, value in (("WINDOW", 16), ("MIN_WINDOW", 16), ("FOLD", 8), ("BLOCK", 4), ("BUCKETS", 8)):
+    small = (
+        ("WINDOW", 16),
+        ("MIN_WINDOW", 16),
+        ("FOLD_SHARE", 2),
+        ("MIN_FOLD", 8),
+        ("BLOCK", 4),
+        ("BUCKETS", 8),
+    )
+    for name, value in small:
         monkeypatch.setattr(whole_run, name, value)
 
 
@@ -136,9 +144,9 @@ def test_a_run_much_longer_than_its_window_holds_a_bounded_track(small_windows):
             )
     stats = aggregator.stats()
     for track in aggregator._ranks.values():
-        assert len(track.steps) <= whole_run.WINDOW + whole_run.FOLD and len(track.buckets) <= 8
+        assert len(track.steps) <= 16 + 8 and len(track.buckets) <= 8
         assert track.n == steps and track.folded + len(track.steps) == steps
-    assert len(aggregator._job.pending) <= 2 * whole_run.FOLD
+    assert len(aggregator._job.pending) <= 2 * 8
     # Exact: each rank's steady seconds summed in order; the job's median step time (per step, its
     # slowest rank's) within its bin.
     steady = range(6, steps + 1)

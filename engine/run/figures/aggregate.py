@@ -57,6 +57,7 @@ from mgpu_tui.engine.run.figures.whole_run import (
     SECONDS,
     JobTimes,
     RankTrack,
+    buckets_for,
     folded_points,
     step_time,
     window_for,
@@ -110,9 +111,9 @@ class Aggregator:
         if track is None:
             track = self._ranks[event.rank] = RankTrack(job=self._job)
             self._job.tracks.append(track)
-            window = window_for(len(self._ranks))  # a job of many ranks keeps fewer steps whole a rank
-            for t in self._ranks.values():
-                t.window = window
+            window, most = window_for(len(self._ranks)), buckets_for(len(self._ranks))
+            for t in self._ranks.values():  # a job of many ranks keeps fewer a rank
+                t.window, t.most = window, most
         track.last_t = event.t
         if isinstance(event, Step):
             if track.step_offset:  # a later phase of the rank counts on from its earlier ones

@@ -1,12 +1,13 @@
 """A rank's track over the whole run, bounded whatever its length (docs/long-runs.md).
 
 A rank keeps its latest steps whole (its window: WINDOW steps, fewer a rank in a job of many:
-:func:`window_for`) and folds the older ones, FOLD at a time, into buckets, each of a block of step
-numbers: their count, samples, tokens, seconds (sum, min, max), loss (the sum weighted by samples,
-the plain sum, min, max) and FLOPs, and their step times into a histogram (2% bins:
-protocol/long_run/digest.py). A long run's digests read back from its files (events.py's
-``digest``) go into the same buckets. At most BUCKETS buckets: past that, neighbours merge and a
-block doubles. Its first HEAD steps are kept apart (the warm-up is at most that many).
+:func:`window_for`) and folds the older ones, an eighth of a window at a time, into buckets, each
+of a block of step numbers: their count, samples, seconds (sum, min, max) and loss (the sum weighted
+by samples, the plain sum, min, max), while the job keeps its step times (JobTimes: in bins 2% wide,
+protocol/long_run/digest.py). A long run's digests read back from its files (events.py's ``digest``)
+go into the same buckets. At most BUCKETS buckets (fewer a rank in a job of many: buckets_for):
+past that, neighbours merge and a block doubles. Its first HEAD steps are kept apart (the warm-up is
+at most that many).
 
 What this keeps exact whatever the run's length: every sum over the steady steps (a rank's samples/s,
 tokens/s, step time, TF/s and MFU: a running sum from each step the warm-up may end at, added in the
@@ -34,21 +35,30 @@ HEAD = 5  # the first steps kept apart: the warm-up is at most this many (aggreg
 WINDOW = 16384  # steps a rank keeps whole
 WINDOW_BUDGET = 1 << 17  # steps kept whole over every rank of a job
 MIN_WINDOW = 1024  # (the stragglers look at the latest 500, the batch at 256)
-FOLD = 1024  # steps folded at a time, once the window holds this many more
-BUCKETS = 256
+FOLD_SHARE, MIN_FOLD = 8, 64  # folded at a time, once the window holds that many more: an eighth of it
+BUCKETS, MIN_BUCKETS = 256, 32  # a rank's at most (fewer in a job of many: buckets_for)
+BUCKET_BUDGET = 1 << 14  # over every rank of a job
 BLOCK = 1024  # step numbers a bucket holds at first
 PENDING = 1 << 16  # steps folded by some ranks, not yet by all (JobTimes)
 
-# A bucket's figures, an array("d") of these: its first and last step, steps, samples, tokens; its
-# seconds' sum, min, max; its loss's sum weighted by samples, its weight, its plain sum, count, min,
-# max; its FLOPs and the steps that counted them.
-(FIRST, LAST, N, SAMPLES, TOKENS, SECONDS, LOW, HIGH) = range(8)
-(LOSS_WEIGHTED, LOSS_WEIGHT, LOSS_SUM, LOSS_N, LOSS_LOW, LOSS_HIGH, FLOPS, FLOPS_N) = range(8, 16)
+# A bucket's figures, an array("d") of these: its first and last step, steps, samples; its seconds'
+# sum, min, max; its loss's sum weighted by samples, its weight, its plain sum, count, min, max.
+(FIRST, LAST, N, SAMPLES, SECONDS, LOW, HIGH) = range(7)
+(LOSS_WEIGHTED, LOSS_WEIGHT, LOSS_SUM, LOSS_N, LOSS_LOW, LOSS_HIGH) = range(7, 13)
 
 
 def window_for(ranks: int) -> int:
     """The steps a rank keeps whole in a job of ``ranks`` ranks."""
     return max(MIN_WINDOW, min(WINDOW, WINDOW_BUDGET // max(1, ranks)))
+
+
+def fold_for(window: int) -> int:
+    return max(MIN_FOLD, window // FOLD_SHARE)
+
+
+def buckets_for(ranks: int) -> int:
+    """The buckets a rank keeps at most in a job of ``ranks`` ranks."""
+    return min(BUCKETS, max(MIN_BUCKETS, BUCKET_BUDGET // max(1, ranks)))
 
 
 def _sums() -> list[float]:
@@ -61,10 +71,8 @@ class RankTrack:
     # Its window: the latest steps, whole.
     steps: array = field(default_factory=lambda: array("q"))
     samples: array = field(default_factory=lambda: array("q"))
-    tokens: array = field(default_factory=lambda: array("q"))
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
-    flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
     loss: array = field(default_factory=lambda: array("d"))  # NaN where the step had none
     counted: bool = False  # some step of it said its FLOPs
     n: int = 0  # steps in all
@@ -82,7 +90,8 @@ class RankTrack:
     digested: dict[int, int] = field(default_factory=dict)  # its digests' step times (a histogram)
     job: JobTimes | None = None  # where its folded steps' times go (the aggregator's)
     ordered: bool = True  # the window's steps rise (else a step number came again: a restart)
-    window: int = WINDOW
+    window: int = field(default_factory=lambda: WINDOW)
+    most: int = field(default_factory=lambda: BUCKETS)  # buckets at most
     first_step_t: float | None = None
     step_offset: int = 0  # added to its steps: those of its earlier phases (a fit before a test)
     last_t: float | None = None
@@ -108,10 +117,8 @@ class RankTrack:
             self.ordered = False
         steps.append(step)
         self.samples.append(samples)
-        self.tokens.append(tokens)
         self.step_s.append(step_s)
         self.data_s.append(data_s)
-        self.flops.append(flops)
         self.loss.append(loss)
         self.last_step = step
         self.samples_total += samples
@@ -133,8 +140,8 @@ class RankTrack:
                 c = self.uncounted
                 c[0] += 1; c[1] += 1; c[2] += 1; c[3] += 1; c[4] += 1; c[5] += 1  # noqa: E702
             # fmt: on
-        if len(steps) > self.window + FOLD:
-            self.fold(FOLD)
+        if len(steps) > self.window + (fold := fold_for(self.window)):
+            self.fold(fold)
 
     def _add_to(self, reach: int, seconds: float, flops: float) -> None:
         """A step's figures added to the sums from each of the first ``reach`` steps on."""
@@ -159,7 +166,7 @@ class RankTrack:
         self.tokens_total += d.tokens
         self.last_step = d.last + offset
         loss = d.loss or (0.0, 0.0, 0.0, 0, math.inf, -math.inf)
-        figures = (d.first + offset, d.last + offset, d.n, d.samples, d.tokens, *d.step_s, *loss, *d.flops)
+        figures = (d.first + offset, d.last + offset, d.n, d.samples, *d.step_s, *loss)
         self._merge(self.buckets, (d.last + offset) // self.block, array("d", figures))
         for b, count in d.hist:
             self.digested[b] = self.digested.get(b, 0) + count
@@ -190,21 +197,19 @@ class RankTrack:
         self._coarsen()
 
     def _columns(self) -> tuple[array, ...]:
-        return (self.steps, self.samples, self.tokens, self.step_s, self.data_s, self.flops, self.loss)
+        return (self.steps, self.samples, self.step_s, self.data_s, self.loss)
 
     def _bucket_of(self, a: int, b: int) -> array:
         seconds = self.step_s[a:b]
         losses = [(x, w) for x, w in zip(self.loss[a:b], self.samples[a:b]) if x == x]
         values = [x for x, _ in losses]
-        flops = [x for x in self.flops[a:b] if x == x]
         return array(
             "d",
             (
-                self.steps[a], self.steps[b - 1], b - a, sum(self.samples[a:b]), sum(self.tokens[a:b]),
+                self.steps[a], self.steps[b - 1], b - a, sum(self.samples[a:b]),
                 math.fsum(seconds), min(seconds), max(seconds),
                 math.fsum(x * w for x, w in losses), sum(w for _, w in losses), math.fsum(values),
                 len(values), min(values, default=math.inf), max(values, default=-math.inf),
-                math.fsum(flops), len(flops),
             ),
         )  # fmt: skip
 
@@ -214,7 +219,7 @@ class RankTrack:
         if into is None:
             buckets[block] = figures
             return
-        for i in (N, SAMPLES, TOKENS, SECONDS, LOSS_WEIGHTED, LOSS_WEIGHT, LOSS_SUM, LOSS_N, FLOPS, FLOPS_N):
+        for i in (N, SAMPLES, SECONDS, LOSS_WEIGHTED, LOSS_WEIGHT, LOSS_SUM, LOSS_N):
             into[i] += figures[i]
         for i in (FIRST, LOW, LOSS_LOW):
             into[i] = min(into[i], figures[i])
@@ -222,7 +227,7 @@ class RankTrack:
             into[i] = max(into[i], figures[i])
 
     def _coarsen(self) -> None:
-        while len(self.buckets) > BUCKETS:
+        while len(self.buckets) > self.most:
             self.block *= 2
             self.buckets = coarser(self.buckets, 2)
 
