@@ -1,7 +1,8 @@
 """The figures as the engine worked them out before issue 64 (commit 2ac661f), verbatim: every step of
 every rank held in memory. The oracle of tests/unit/test_long_run_figures.py, which holds the bounded
-figures (engine/run/figures/whole_run.py) to it on recorded runs. Not to be changed but to follow a
-change of what a figure means (then both change, and the test says why)."""
+figures (engine/run/figures/long_run/whole_run.py) to it on recorded runs. Not to be changed but to follow a
+change of what a figure means (then both change, and the test says why): issue 56's verdicts say
+the job's advice (``job``, ``_job_here``: as the engine's aggregator)."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from mgpu_tui.engine.protocol.events import (
 )
 from mgpu_tui.engine.protocol.folder import open_regular
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run.figures.advice import device_of, job_of
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.figures.anatomy import StepParts
 from mgpu_tui.engine.run.figures.mfu import NOT_COUNTED, Compute, of_job
@@ -152,9 +154,10 @@ def _merged(earlier: About | None, later: About) -> About:
 class Aggregator:
     """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
 
-    def __init__(self) -> None:
+    def __init__(self, job=None) -> None:
         self._ranks: dict[int, RankTrack] = {}
         self._parts = StepParts()
+        self.job = job
 
     def add(self, event: Event) -> None:
         track = self._ranks.setdefault(event.rank, RankTrack())
@@ -344,7 +347,7 @@ class Aggregator:
             spread = (q[0], q[-1])
 
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
-        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh)
+        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh, **self._job_here())
         return RunStats(
             compute=of_job(computes) if computes else None,
             anatomy=anatomy,
@@ -376,16 +379,25 @@ class Aggregator:
             return weighted / weight
         return statistics.fmean(plain) if plain else None
 
+    def _job_here(self) -> dict:
+        """The job and its device, as its verdicts' advice reads them (advice.py)."""
+        abouts = [t.about for t in self._ranks.values() if t.about is not None]
+        job = self.job
+        if job == "script's own":  # what its ranks said they train under
+            job = job_of(a.batch_source for a in abouts)
+        said = [a.device for a in abouts] + [t.hello.device for t in self._ranks.values() if t.hello]
+        return {"job": job, "device": device_of(said)}
+
 
 MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: ~2,000,000 steps
 
 
-def read_events(run_dir: Path, world_size: int | None = None) -> Aggregator:
+def read_events(run_dir: Path, world_size: int | None = None, job=None) -> Aggregator:
     """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped.
     Read as untrusted (the ranks wrote them): the ranks of the job only (when ``world_size`` is
     known), each a regular file below the run folder (never a FIFO, a device or a link), its first
     MAX_EVENT_FILE_BYTES at most."""
-    aggregator = Aggregator()
+    aggregator = Aggregator(job)
     for rank, path in sorted(RunDir(run_dir).event_files().items()):
         if world_size is not None and rank >= world_size:
             continue

@@ -32,10 +32,11 @@ def _snapshot(t: float, i: int):
 
 
 def main(folder: Path) -> dict:
+    from mgpu_tui.engine.protocol.rundir import RunDir
     from mgpu_tui.engine.records.telemetry_read import TelemetrySeries
     from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 
-    path = folder / "telemetry.jsonl"
+    path = RunDir(folder).telemetry_path
     log = TelemetryLog(path, interval=1.0, ranks=dict)
     log._file = open(path, "a", encoding="utf-8")  # (what start() opens, without its sampler thread)
     t0 = time.time() - SECONDS

@@ -89,8 +89,10 @@ def _open(folder: Path, steps: int) -> dict:
 
 def main(folder: Path, steps: int) -> dict:
     _byte_compile()  # as pip does: each start would compile it all again otherwise (app_screen.py)
-    events = folder / "events"  # a rank's: its head, and its folder of segments and digest
-    rank_mb = max(p.stat().st_size / 1e6 + _size_mb(events / p.stem) for p in events.glob("rank*.jsonl"))
+    from mgpu_tui.engine.protocol.rundir import RunDir
+
+    heads = RunDir(folder).event_files().values()  # a rank's: its head, and its folder of segments and digest
+    rank_mb = max(p.stat().st_size / 1e6 + _size_mb(p.with_suffix("")) for p in heads)
     figures = {"folder_mb": _size_mb(folder), "rank_mb": rank_mb, "replay_s": _replay_s(folder)}
     env = {**clean_env(), "COLUMNS": "160"}
     runs_s, done = timed([CLI, "runs", "--run-dir", str(folder.parent)], env)

@@ -1,11 +1,13 @@
 """The rank event protocol: the one module that owns its format.
 
 Every rank appends one JSON object a line to its event file, ``events/rank<N>.jsonl`` (a long run's
-later lines in segments beside it: rank/event_files.py). Each carries ``v`` (the schema version),
+later lines in segments beside it: rank/event_files.py; a trainer, a process of a command that trains
+with no process group, to ``events/trainer<PID>.jsonl``, as rank 0 of a world of one, each hello there
+beginning a training of its own: run/figures/trainers.py). Each carries ``v`` (the schema version),
 ``kind``, ``rank`` and ``t`` (Unix time in seconds), plus the fields of its kind:
 
 - ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only, else null), mode, config
-  (the rank's settings), stacks (true when the rank answers a stack request, requests/stacks).
+  (its settings; a trainer's names its process: ``process``), stacks (it answers requests/stacks).
 - ``step``: step, samples (new to the job: tensor-parallel peers and later pipeline stages report 0, so
   throughput is never counted twice), tokens, loss (null when this rank has none), step_s (wall seconds
   since the previous step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
@@ -13,22 +15,20 @@ later lines in segments beside it: rank/event_files.py). Each carries ``v`` (the
   optimizer state, measured once after the first optimizer step) and parts (where the step's time went:
   seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the step's floating-point
   operations on this rank, counted by torch: engine/rank/watch/flops/).
-- ``done``: steps, and any summary fields the rank wants to add.
-- ``error``: message, traceback; optionally type and whole_message (:class:`Error`).
-- ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): its device,
-  device_uuid, backend (null: no process group), and optionally the rest of :class:`About`'s fields.
+- ``done``: steps, and any summary fields the rank wants to add. ``digest``: ``n`` steps in one line, the
+  fields of :class:`Digest` (a long run's digest file).
+- ``error``: message, traceback; optionally type and whole_message (:class:`Error`). ``about``: what a
+  script used, learnt once it ran (rank/watch/script_watch.py): :class:`About`'s fields.
 - ``beat``: the rank's main thread moved since its last event, though no step ended (an evaluation, a
   checkpoint, a compile): where (``function at file.py:12``, or null). A rank that neither steps nor
   beats has not moved; that is the stall watch's evidence (watchdog.py).
-- ``digest``: ``n`` steps in one line, the fields of :class:`Digest` (a long run's digest file).
 
-Readers accept any line of the same major version and ignore fields they do not know, so a newer writer
-can add fields without breaking an older reader. Anything else is a :class:`MalformedEvent`, which the
-tailer counts and skips: a field of the wrong type, a number outside its range (a step of 2**63, a pid no
+Readers accept any line of the same major version and ignore fields they do not know (a newer writer
+adds fields without breaking an older reader). Anything else is a :class:`MalformedEvent`, which the
+tailer counts and skips: a field of the wrong type, a number out of range (a step of 2**63, a pid no
 kernel gives, a time of infinity), a string longer than a field can be. Nothing here trusts a rank;
-which events fit the job (their rank, their file) is the ingest's to check.
-
-It imports the standard library and protocol/typed.py only: the ranks import it, and the app.
+which events fit the job (their rank, their file) is the ingest's to check. It imports the standard
+library and protocol/typed.py only: the ranks import it, and the app.
 """
 
 from __future__ import annotations

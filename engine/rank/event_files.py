@@ -36,11 +36,15 @@ COPIED = frozenset({"hello", "about", "done", "error"})  # kinds copied to the d
 class EventFiles:
     """One rank's files, open: :meth:`write` each event's line as the reporter encoded it."""
 
-    def __init__(self, run_dir: Path, rank: int, let_go: list[Any]) -> None:
-        """``let_go``: where a file whose descriptor is no longer ours is kept, never closed."""
+    def __init__(self, run_dir: Path, rank: int, let_go: list[Any], trainer: int | None = None) -> None:
+        """``let_go``: where a file whose descriptor is no longer ours is kept, never closed; ``trainer``:
+        a trainer's pid, its files' name (events/trainer<PID>.jsonl and trainer<PID>/)."""
         self.run_dir, self.rank, self._let_go = RunDir(run_dir), rank, let_go
+        self._named = (rank, False) if trainer is None else (trainer, True)
         self.run_dir.events_dir.mkdir(parents=True, exist_ok=True)
-        self.segment = max(self.run_dir.events_segments(rank), default=0)  # where an earlier process stopped
+        self.segment = max(
+            self.run_dir.events_segments(*self._named), default=0
+        )  # where an earlier process stopped
         self.file: TextIO | None = None
         self.size = 0
         self._ids: dict[int, tuple[int, int]] = {}  # id(file) -> its (device, inode), taken at open
@@ -50,9 +54,10 @@ class EventFiles:
         self._t = 0.0
 
     def _path(self, segment: int) -> Path:
+        named, trainer = self._named
         if segment == 0:
-            return self.run_dir.events_path(self.rank)
-        return self.run_dir.events_segment_path(self.rank, segment)
+            return self.run_dir.events_path(named, trainer)
+        return self.run_dir.events_segment_path(named, segment, trainer)
 
     def _open(self, path: Path) -> TextIO:
         """A file opened to append, line buffered: each event reaches it as written."""
@@ -112,7 +117,7 @@ class EventFiles:
             self._let_go.append(self._digest)
             self._digest = None
         if self._digest is None:
-            path = self.run_dir.events_digest_path(self.rank)
+            path = self.run_dir.events_digest_path(*self._named)
             path.parent.mkdir(exist_ok=True)
             self._digest = self._open(path)
         self._digest.write(f'{line[:-2]},"seg":{self.segment}}}\n')  # (an event's line ends "}\n")

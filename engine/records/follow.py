@@ -24,7 +24,7 @@ from mgpu_tui.engine.launch.slurm import expand_hostlist
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.slurm import cancel_job, job_state
 from mgpu_tui.engine.nodes.view import NodeView
-from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.modes import EXEC, MODES, Job
 from mgpu_tui.engine.protocol.file_tail import FileTail
 from mgpu_tui.engine.protocol.folder import loads, read_json
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeState, plain
@@ -32,13 +32,14 @@ from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.records.history import (
     MAX_SPEC_BYTES,
     MAX_SUMMARY_BYTES,
+    RecordedSpec,
     RecordError,
     RecordStatus,
     read_run,
     read_spec,
 )
 from mgpu_tui.engine.records.telemetry_read import MAX_TELEMETRY_LINE, NodeMachine, TelemetrySeries
-from mgpu_tui.engine.run.causes.watchdog import stall_timeout
+from mgpu_tui.engine.run.causes.watchdog import Stall, stall_timeout
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
@@ -51,6 +52,15 @@ TELEMETRY_POINTS = 4000
 
 
 FollowState = RunState  # its first name, kept: a followed run's states are any run's (run/watched.py)
+
+
+def job_of_spec(spec: RecordedSpec) -> Job | None:
+    """What the recorded run's ranks communicate: its mode's (a script's is learned from its ranks);
+    None for a mode this catalogue does not know."""
+    if spec.program is not None:
+        return EXEC.job
+    mode = MODES.get(spec.mode or "")
+    return mode.job if mode is not None else None
 
 
 class FollowedRun(IngestReadings):
@@ -74,6 +84,7 @@ class FollowedRun(IngestReadings):
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
         self.label = f"{record.label} on {ranks}"
         self.summary: RunSummary | None = None
+        self.stopped_rank: int | None = None  # (only the run's own monitor stops a rank of it)
         self.state = RunState.RUNNING
         self.telemetry = TelemetrySeries()
         self.nnodes = spec.nnodes
@@ -83,6 +94,7 @@ class FollowedRun(IngestReadings):
             restarts=restarts,
             log_dirs=self._log_dirs,
             command_output=bool(spec.command),
+            job=job_of_spec(spec),
         )
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self._telemetry_every: int | None = None  # one line in so many read, till caught up
@@ -245,6 +257,11 @@ class FollowedRun(IngestReadings):
 
     def stall_timeout(self) -> float:
         return stall_timeout(self.requested_stall_timeout, self._ingest.recent_step_time())
+
+    @property
+    def stall(self) -> Stall | None:
+        """The stall its summary holds, once it has one (the verdict of a hang that was stopped)."""
+        return self.summary.stall if self.summary is not None else None
 
     def nodes(self) -> tuple[NodeView, ...]:
         """Several nodes: each node of the job, from the summary once there is one, else from the

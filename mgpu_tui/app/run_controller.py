@@ -198,6 +198,8 @@ class RunController:
                 nodes=run.nodes(),
                 stalled=run.stalled_ranks(),
                 machines=run.node_machines(),
+                stall=run.stall,
+                stopped_rank=run.stopped_rank,
             )
         )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,6 +75,8 @@ def _tui(
         app.run()
     finally:
         app.jobs.close()  # no rank outlives the app, however it ended
+    if spec is not None:  # `run --tui`: the summary the headless command prints, once the screen is gone
+        say_the_end(app.jobs.runs)
     if app.return_code == ExitCode.INTERRUPTED:
         return ExitCode.INTERRUPTED
     if app.return_code:
@@ -81,6 +84,23 @@ def _tui(
     if spec is not None:  # `run --tui`: the command's outcome is the run's, as headless
         return run_exit_code(app.jobs.runs.run)
     return ExitCode.OK
+
+
+def say_the_end(runs) -> None:
+    """The app's last run of its own, ended: its summary on stdout and its root cause on stderr, as
+    `mgpu-tui run` prints them (a run the app followed, or one never started, says nothing)."""
+    summary = getattr(runs.run, "summary", None) if runs.owned else None
+    if summary is None:
+        return
+    from mgpu_tui.console import plain
+    from mgpu_tui.reports.run_summary import summary_text
+
+    try:
+        print(summary_text(summary))
+        if summary.root_cause:
+            print(plain(summary.root_cause.describe()), file=sys.stderr)
+    except OSError:  # the terminal is gone (SIGHUP): the run's folder keeps its summary
+        pass
 
 
 def run_exit_code(run) -> ExitCode:

@@ -17,14 +17,15 @@ import figures_before
 import pytest
 from test_long_run_figures import close, differences
 
-from mgpu_tui.engine.protocol.events import Digest, MalformedEvent, Step, encode, parse_line
+from mgpu_tui.engine.protocol.events import Digest, Hello, MalformedEvent, Step, encode, parse_line
 from mgpu_tui.engine.protocol.long_run.tail import EventTail
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.rank import event_files
 from mgpu_tui.engine.rank.event_files import EventFiles
-from mgpu_tui.engine.rank.reporter import Reporter
-from mgpu_tui.engine.run.figures import whole_run
+from mgpu_tui.engine.rank.reporter import Reporter, ScriptReporter
 from mgpu_tui.engine.run.figures.aggregate import read_events
+from mgpu_tui.engine.run.figures.long_run import whole_run
+from mgpu_tui.engine.run.figures.trainers import Trainers
 from mgpu_tui.engine.run.ingest import Ingest
 
 SEGMENT = 16 << 10  # about 80 steps a segment
@@ -275,3 +276,49 @@ def test_a_long_runs_telemetry_is_thinned_ever_more_and_never_reaches_its_cap(tm
     gaps = [b["t"] - a["t"] for a, b in zip(kept, kept[1:])]
     assert gaps[:9] == [1.0] * 9 and gaps[-1] > 8 * gaps[10] and kept[-1]["t"] > 15_000
     assert log.stop().samples == 20_000
+
+
+def test_a_trainers_long_run_rotates_as_a_ranks_and_is_read_back_whole(tmp_path, small_files):
+    """A trainer (a process of a command that trains with no process group: issue 57) writes
+    events/trainer<PID>.jsonl: a long one goes on in trainer<PID>/'s segments and digest, bounded as
+    a rank's, and the ingest of a command reads every step of it, whole or digested."""
+    reporter = ScriptReporter(trainer=True, rank=0, world_size=1, run_dir=tmp_path, print_every=10**9)
+    reporter.hello(mode="exec", device="cpu", config={"process": "python train.py"})
+    reporter._last = t = 1e9
+    for step in range(1, 3001):
+        t += seconds_of(step)
+        reporter.step(step, samples=16, tokens=0, loss=3.0 / step, mem_peak_bytes=1000, at=t)
+    reporter.done(3000)
+    reporter.close()
+    folder, pid = RunDir(tmp_path), os.getpid()
+    segments = folder.events_segments(pid, trainer=True)
+    assert len(segments) == event_files.KEEP and max(segments) > 20 and not folder.event_files()
+    assert folder.events_path(pid, trainer=True).stat().st_size < SEGMENT + 1024
+    digests = [parse_line(x) for x in folder.events_digest_path(pid, trainer=True).read_bytes().splitlines()]
+    assert sum(d.n for d in digests if isinstance(d, Digest)) == 3000
+    ingest = Ingest(folder, world_size=None, command_output=True)
+    for _ in range(1000):
+        if not ingest.read():
+            break
+    (trainer,) = ingest.trainers.figures()
+    assert trainer.pid == pid and trainer.figures.last_step == 3000 and trainer.figures.done
+    assert ingest.stats().steps == 3000 and ingest.malformed_events == 0  # a job of one: its figures
+    ingest.close()
+
+
+def test_a_commands_many_trainings_hold_together_what_one_jobs_ranks_may(monkeypatch):
+    """A pool's trainings (issue 57: each hello in a trainer's file begins one) share one job's memory:
+    each keeps a share of the steps a job's ranks keep whole, the older ones folded (whole_run.py); here
+    a job keeps 256 steps whole, a rank at most 64 and at least 8."""
+    for name, value in (("WINDOW", 64), ("MIN_WINDOW", 8), ("WINDOW_BUDGET", 256), ("MIN_FOLD", 4)):
+        monkeypatch.setattr(whole_run, name, value)
+    trainers, steps = Trainers(), 200
+    for pid in range(1, 33):
+        assert trainers.add(pid, Hello(0, 1.0, 0, 1, pid, "h", "cpu", None, "exec"))
+        for step in range(1, steps + 1):
+            trainers.add(pid, Step(0, 1.0 + step, step, 1, 0, 1.0, 0.01, None, None))
+    kept = [len(track.steps) for t in trainers._trainings for track in t.aggregator._ranks.values()]
+    assert whole_run.window_for(32) == 8 and max(kept) <= 8 + 4  # the first trainings' folded too
+    figures = [t.figures for t in trainers.figures()]
+    assert len(figures) == 32 and all(f.last_step == steps for f in figures)
+    assert all(f.step_s == pytest.approx(0.01) for f in figures)  # (every steady step's, folded or whole)

@@ -1,7 +1,7 @@
 """A run of one rank's steps in one line (events.py's ``digest``): what a long run keeps of the steps
 that its files no longer hold whole. The rank writes one every DIGEST_STEPS steps, and when a segment
 of its events ends (rank/event_files.py); a reader takes them in for the segments it does not read
-whole (tail.py), and the engine keeps its own older steps the same way (run/figures/whole_run.py).
+whole (tail.py), and the engine keeps its own older steps the same way (run/figures/long_run/whole_run.py).
 
 Its step times are kept as a histogram of bins, each 2% wide: a median or a percentile taken from
 them is within 1% of the true one (bin b holds (G**(b-1), G**b] seconds; it stands for its middle).

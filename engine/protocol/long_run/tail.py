@@ -31,12 +31,16 @@ WAITING_LINES = 50_000  # digest lines read ahead of the segment they stand for,
 class EventTail:
     """One rank's events, as FileTail reads one file: :meth:`read_lines`, ``behind``, ``refused``."""
 
-    def __init__(self, run_dir: RunDir, rank: int, *, max_line: int) -> None:
+    def __init__(self, run_dir: RunDir, rank: int, *, max_line: int, trainer: bool = False) -> None:
+        """``trainer``: ``rank`` is a trainer's pid, its files events/trainer<PID>.jsonl and trainer<PID>/."""
         self.run_dir, self.rank, self.max_line = run_dir, rank, max_line
-        self.path = run_dir.events_path(rank)
+        self._named = (rank, trainer)
+        self.path = run_dir.events_path(rank, trainer)
         self.segment = 0  # the segment read now (0: the head)
         self._tail = FileTail(self.path, max_line=max_line, root=run_dir.path)
-        self._digests = FileTail(run_dir.events_digest_path(rank), max_line=max_line, root=run_dir.path)
+        self._digests = FileTail(
+            run_dir.events_digest_path(rank, trainer), max_line=max_line, root=run_dir.path
+        )
         self._waiting: collections.deque[tuple[int, bytes]] = collections.deque()
         self._digest_segment = 0  # the latest segment a digest line named
         self._skip_to: int | None = None  # the first segment after the head read whole, when not 1
@@ -84,7 +88,7 @@ class EventTail:
     def _start(self) -> None:
         """At the first read: which segments to read whole (the latest RAW_AT_OPEN)."""
         self._started = True
-        segments = self.run_dir.events_segments(self.rank)
+        segments = self.run_dir.events_segments(*self._named)
         if segments:
             last = max(segments)
             first_whole = max(1, last - RAW_AT_OPEN + 1)
@@ -112,7 +116,7 @@ class EventTail:
         if self.segment == 0 and self._skip_to is not None:
             return self._skip_to
         after = self.segment + 1
-        path = self.run_dir.events_segment_path(self.rank, after)
+        path = self.run_dir.events_segment_path(self.rank, after, self._named[1])
         if path.exists() or path.is_symlink():  # (a link is refused when opened: read as empty)
             return after
         now = time.monotonic()
@@ -121,7 +125,7 @@ class EventTail:
         self._looked = now
         self._read_digests(READ_CHUNK)
         if self._digest_segment > self.segment:  # the rank went on past this one: the next is gone
-            later = [k for k in self.run_dir.events_segments(self.rank) if k > self.segment]
+            later = [k for k in self.run_dir.events_segments(*self._named) if k > self.segment]
             return min(later) if later else None
         return None
 
@@ -138,14 +142,14 @@ class EventTail:
         self._dropped += self._tail.dropped_long_lines
         self._tail.close()
         self.segment, self._skip_to = segment, None
-        path = self.run_dir.events_segment_path(self.rank, segment)
+        path = self.run_dir.events_segment_path(self.rank, segment, self._named[1])
         self._tail = FileTail(path, max_line=self.max_line, root=self.run_dir.path)
         self._tail.open()  # now: the rank may remove it before it is read, once it is KEEP behind
 
     def read_end(self, limit: int) -> bytes:
         """The last ``limit`` bytes of the rank's latest file (for its latest step), without moving
         the reading position; nothing when there is none."""
-        segments = self.run_dir.events_segments(self.rank)
+        segments = self.run_dir.events_segments(*self._named)
         latest = max(segments, default=0)
         if latest <= self.segment:
             return self._tail.read_end(limit)

@@ -30,7 +30,9 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mgpu_tui.engine.planning.modes import Job
 from mgpu_tui.engine.protocol.events import (
     MAX_BYTES,
     MAX_LINE_BYTES,
@@ -49,19 +51,16 @@ from mgpu_tui.engine.protocol.file_tail import READ_CHUNK
 from mgpu_tui.engine.protocol.long_run.tail import EventTail
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures import mfu
+from mgpu_tui.engine.run.figures.advice import device_of, job_of
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
+from mgpu_tui.engine.run.figures.long_run.job_times import JobTimes, job_step_time
+from mgpu_tui.engine.run.figures.long_run.whole_run import RankTrack, fit, folded_points
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.rank_stats import RankStats, rank_stats_of
 from mgpu_tui.engine.run.figures.stragglers import STRAGGLER_WINDOW, Straggler, stragglers_among
-from mgpu_tui.engine.run.figures.whole_run import (
-    SECONDS,
-    JobTimes,
-    RankTrack,
-    buckets_for,
-    folded_points,
-    step_time,
-    window_for,
-)
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
 
 
 def warmup_steps(n: int) -> int:
@@ -84,6 +83,10 @@ class RunStats:
     anatomy: tuple[RankAnatomy, ...] = ()  # where each rank's step goes, where it took it apart (anatomy.py)
     verdicts: tuple[Verdict, ...] = ()  # why the job is slow, where that is clear (anatomy.py)
     compute: Compute | None = None  # the job's TF/s and MFU, where its ranks counted FLOPs (mfu.py)
+    # A command's processes that trained with no process group, each its own (trainers.py), and its
+    # phases, where it had several (a learning-rate finder, then the job).
+    trainers: tuple[TrainerStats, ...] = ()
+    phases: tuple[Phase, ...] = ()
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
@@ -99,21 +102,24 @@ def _merged(earlier: About | None, later: About) -> About:
 
 
 class Aggregator:
-    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
+    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time. ``job``:
+    what the job's ranks communicate (its mode's, engine/planning/modes.py), for the words and the
+    advice of its verdicts; a user's script's is learned from its ranks (advice.job_of); None: not
+    known, and no advice is given."""
 
-    def __init__(self) -> None:
+    def __init__(self, job: Job | None = None) -> None:
         self._ranks: dict[int, RankTrack] = {}
         self._parts = StepParts()
         self._job = JobTimes()  # the job's step times once folded out of the ranks' windows (whole_run.py)
+        self.job = job
+        self._sharers = 1  # aggregators that share one job's memory (share())
 
     def add(self, event: Event) -> None:
         track = self._ranks.get(event.rank)
         if track is None:
             track = self._ranks[event.rank] = RankTrack(job=self._job)
             self._job.tracks.append(track)
-            window, most = window_for(len(self._ranks)), buckets_for(len(self._ranks))
-            for t in self._ranks.values():  # a job of many ranks keeps fewer a rank
-                t.window, t.most = window, most
+            fit(self._ranks.values(), len(self._ranks) * self._sharers)  # a job of many: fewer steps a rank
         track.last_t = event.t
         if isinstance(event, Step):
             if track.step_offset:  # a later phase of the rank counts on from its earlier ones
@@ -167,9 +173,21 @@ class Aggregator:
         elif isinstance(event, Error):
             track.error = event
 
+    def share(self, sharers: int) -> None:
+        """Its ranks keep a ``sharers``-th of what a job's may: so many aggregators (a command's
+        trainings: trainers.py) hold together what the ranks of one job may (whole_run.py)."""
+        self._sharers = sharers
+        fit(self._ranks.values(), len(self._ranks) * sharers)
+
     def liveness(self) -> list[tuple[int, float | None, int, bool]]:
         """(rank, time of its last event, its last step, done) for every rank heard from."""
         return [(rank, t.last_t, t.last_step, t.done is not None) for rank, t in sorted(self._ranks.items())]
+
+    def span(self) -> tuple[float, float] | None:
+        """(the first hello, the latest event) of the ranks heard from: when they trained."""
+        hellos = [t.hello.t for t in self._ranks.values() if t.hello]
+        latest = [t.last_t for t in self._ranks.values() if t.last_t is not None]
+        return (min(hellos), max(latest)) if hellos and latest else None
 
     def recent_step_time(self, last: int = 50) -> float | None:
         """The median step time over the last steps of every rank: what "slow" means for this job."""
@@ -304,9 +322,9 @@ class Aggregator:
                     computes.append(compute)
             rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))
 
-        median, spread = self._step_time(stepping, warm, common)
+        median, spread = job_step_time(self._job, stepping, warm, common)
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
-        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh)
+        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh, **self._job_here())
         return RunStats(
             compute=mfu.of_job(computes) if computes else None,
             anatomy=anatomy,
@@ -325,27 +343,14 @@ class Aggregator:
             ),
         )
 
-    def _step_time(
-        self, stepping: dict[int, RankTrack], warm: int, common: int
-    ) -> tuple[float | None, tuple[float, float] | None]:
-        """The job's step time at each steady step every rank reached (its slowest rank's): the median
-        and the 10th and 90th percentiles. A long run's steps folded out of the ranks' windows count
-        by their bins (whole_run.py: JobTimes); those read back as digests (a segment passed over) as
-        the slowest rank's own."""
-        per_step_max = {step: x for step, x in self._job.pending.items() if step <= common}
-        for rank in sorted(stepping):
-            t = stepping[rank]
-            lo = warm if t.n > warm else 0
-            start = t.window_from(lo)
-            for step, secs in [*t.folded_head(lo), *zip(t.steps[start:], t.step_s[start:])]:
-                if step <= common:
-                    per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
-        hist = self._job.hist
-        digested = [t for t in stepping.values() if t.digested]
-        if digested:
-            slowest = max(digested, key=lambda t: sum(b[SECONDS] for b in t.buckets.values()) / t.folded)
-            hist = {b: hist.get(b, 0) + slowest.digested.get(b, 0) for b in {*hist, *slowest.digested}}
-        return step_time(sorted(per_step_max.values()), hist)
+    def _job_here(self) -> dict:
+        """The job and its device, as its verdicts' advice reads them (advice.py)."""
+        abouts = [t.about for t in self._ranks.values() if t.about is not None]
+        job = self.job
+        if job == "script's own":  # what its ranks said they train under
+            job = job_of(a.batch_source for a in abouts)
+        said = [a.device for a in abouts] + [t.hello.device for t in self._ranks.values() if t.hello]
+        return {"job": job, "device": device_of(said)}
 
     def _loss_at(self, step: int) -> float | None:
         weighted, weight, plain = 0.0, 0, []
@@ -365,13 +370,13 @@ class Aggregator:
 MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: ~2,000,000 steps
 
 
-def read_events(run_dir: Path, world_size: int | None = None) -> Aggregator:
+def read_events(run_dir: Path, world_size: int | None = None, job: Job | None = None) -> Aggregator:
     """Every event a finished run wrote (each rank's files: long_run/tail.py, its older segments as
     their digests), reduced; bad lines skipped. Read as untrusted (the ranks wrote them): the ranks
     of the job only (when ``world_size`` is known), each file a regular file below the run folder
     (never a FIFO, a device or a link), MAX_EVENT_FILE_BYTES of each rank's at most. The ranks are
     read a chunk each in turn, as a live run's are, so that they fold their steps together."""
-    aggregator = Aggregator()
+    aggregator = Aggregator(job)
     folder = RunDir(run_dir)
     ranks = [r for r in sorted(folder.event_files()) if world_size is None or r < world_size]
     tails = {rank: EventTail(folder, rank, max_line=MAX_LINE_BYTES) for rank in ranks}

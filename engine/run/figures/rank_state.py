@@ -4,6 +4,8 @@ both follow, so that a dashboard and the app never disagree about a rank (docs/r
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.typed import Word
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
@@ -34,6 +36,7 @@ def rank_state(
     ok: bool = False,
     number: int | None = None,
     stalled: frozenset[int] | None = None,
+    hung: Mapping[int, int] | None = None,
 ) -> RankState:
     """STARTING, RUNNING, DONE, FAILED, STALLED (no event for ``stall_after`` s), SILENT, STOPPED.
 
@@ -41,12 +44,16 @@ def rank_state(
     reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
     ``stalled``: a script's run (whose silence is a stall only on evidence: watchdog.py), the ranks
     of the stall found; its other quiet ranks are silent. None: silence is a stall (a mode's run).
+    ``hung``: the stall found, each of its ranks with its step then: once the run has ended, a rank
+    that never moved past it stays stalled, whatever it said as it was stopped (never done).
     A straggler's RUNNING is SLOW where the caller knows it (:func:`with_stragglers`).
     """
     moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
     if rank is None or (rank.last_step == 0 and not rank.done and not moving):
         if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
             return RankState.FAILED  # a script without the reporter says nothing, but torchrun named it
+        if finished and hung and (rank.rank if rank is not None else number) in hung:
+            return RankState.STALLED  # it hung before its first step
         if finished:
             return RankState.DONE if ok else RankState.STOPPED
         return RankState.STARTING
@@ -55,6 +62,8 @@ def rank_state(
     if rank.error:  # beside the culprit, a rank whose error is its peer gone only echoes it
         peer_gone = failed_rank is not None and PEER_LOST.search(rank.error)
         return RankState.NO_PEER if peer_gone else RankState.FAILED
+    if finished and hung and rank.rank in hung and rank.last_step <= hung[rank.rank]:
+        return RankState.STALLED
     if rank.done or (finished and ok):
         return RankState.DONE
     if finished:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
+from mgpu_tui.engine.run.figures.long_run.whole_run import RankTrack as RankTrack  # its first home
 from mgpu_tui.engine.run.figures.mfu import Compute
-from mgpu_tui.engine.run.figures.whole_run import RankTrack as RankTrack  # its first home
 
 
 @dataclass(frozen=True)

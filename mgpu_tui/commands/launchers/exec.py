@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 
 from mgpu_tui.arguments import Parser
@@ -64,7 +65,29 @@ def read_exec_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             raise UsageError(f"{program}: no such executable file.")
     elif shutil.which(program) is None:
         raise UsageError(f"{program}: command not found.")
+    if (script := missing_script(command)) is not None:
+        raise UsageError(f"{script}: no such file, so {os.path.basename(program)} cannot run it.")
     return args, command
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_PYTHON_VALUED = ("-W", "-X", "--check-hash-based-pycs")  # python's options that take the next word
+
+
+def missing_script(command: list[str]) -> str | None:
+    """The script of a ``python [OPTIONS] SCRIPT ...`` line when there is no such file (said before
+    anything starts, as python itself would say it after); None for any other command line."""
+    if not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    words = iter(command[1:])
+    for word in words:
+        if word in _PYTHON_VALUED:
+            next(words, None)
+        elif word == "-" or word.startswith(("-c", "-m")) or word == "--":
+            return None  # stdin, a command or a module: no script to look for
+        elif not word.startswith("-"):
+            return None if os.path.exists(word) else word
+    return None
 
 
 def what_it_starts(command: list[str]) -> str | None:

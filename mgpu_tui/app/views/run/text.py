@@ -13,7 +13,7 @@ from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.run.figures.anatomy import RankAnatomy
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.rank_state import RankState, rank_state  # noqa: F401 (the app's names for them)
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
@@ -23,6 +23,7 @@ from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.records.telemetry_read import NodeMachine
+    from mgpu_tui.engine.run.causes.watchdog import Stall
     from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
@@ -195,10 +196,17 @@ def result_panel(summary: RunSummary) -> Text:
     title = {RunStatus.OK: "Finished", RunStatus.INTERRUPTED: "Stopped", RunStatus.FAILED: "Failed"}[
         summary.status
     ]
+    # The hang a stopped run was in comes first: a short terminal keeps the panel's first lines.
+    hang = ""
+    if summary.stall is not None:
+        steps = {r.rank: r.last_step for r in summary.ranks}
+        said = "Hung" if still_hung(summary.stall, steps) else "Stalled, then moved on"
+        hang = f"{said}: {summary.stall.headline()}.\n"
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
-    slow += "".join(f"\n{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in summary.verdicts)
+    slow += "".join(f"\n{verdict_sentence(v)}" for v in summary.verdicts)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
+        (plain(hang), "bold yellow"),
         (f"{title}: ", "bold"),
         plain(" · ".join(figures)),
         (plain(slow), "magenta"),
@@ -240,8 +248,27 @@ def slow_ranks_remark(stats: RunStats) -> str:
     screen hold it whole."""
     named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
     said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
-    said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
+    said += [verdict_sentence(v) for v in stats.verdicts]
     return " ".join(said)
+
+
+def verdict_sentence(verdict: Verdict) -> str:
+    """A verdict as the view says it: its words, then the change to try where one applies."""
+    said = f"{verdict.text[0].upper()}{verdict.text[1:]}."
+    return f"{said} Try: {verdict.hint}." if verdict.hint else said
+
+
+def still_hung(stall: Stall, steps: Mapping[int, int]) -> bool:
+    """Whether every rank of the stall is still at its step then (``steps``: each rank's last step
+    now): a stall whose ranks moved on (a long checkpoint, a slow start on a busy machine) is no
+    hang now."""
+    return all(steps.get(r.rank, r.last_step) <= r.last_step for r in stall.ranks)
+
+
+def hang_note(stall: Stall) -> str:
+    """A hang found while the run goes: its verdict (who never entered which collective, where the
+    others wait, the file and line)."""
+    return f"Hang: {stall.headline()}."
 
 
 def cut_off_status(label: str, steps: int) -> str:
@@ -254,11 +281,14 @@ def cut_off_status(label: str, steps: int) -> str:
 
 def ended_status(summary: RunSummary) -> str:
     """The status line of a run that ended: how, its figures and its folder."""
-    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "stopped"}[
+    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "interrupted"}[
         summary.status
     ]
     if summary.verify is not None:
         verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
+    steps = {r.rank: r.last_step for r in summary.ranks}
+    if summary.stall is not None and summary.root_cause is None and still_hung(summary.stall, steps):
+        verdict += " after a hang"  # (the panel says which rank never entered what)
     return plain(
         f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
         f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"

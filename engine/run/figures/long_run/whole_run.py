@@ -3,7 +3,7 @@
 A rank keeps its latest steps whole (its window: WINDOW steps, fewer a rank in a job of many:
 :func:`window_for`) and folds the older ones, an eighth of a window at a time, into buckets, each
 of a block of step numbers: their count, samples, seconds (sum, min, max) and loss (the sum weighted
-by samples, the plain sum, min, max), while the job keeps its step times (JobTimes: in bins 2% wide,
+by samples, the plain sum, min, max), while the job keeps its step times (job_times.py: in bins 2% wide,
 protocol/long_run/digest.py). A long run's digests read back from its files (events.py's ``digest``)
 go into the same buckets. At most BUCKETS buckets (fewer a rank in a job of many: buckets_for):
 past that, neighbours merge and a block doubles. Its first HEAD steps are kept apart (the warm-up is
@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import bisect
 import math
-import statistics
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from mgpu_tui.engine.protocol.events import About, Digest, Done, Error, Hello
-from mgpu_tui.engine.protocol.long_run.digest import bin_seconds, step_bin
+from mgpu_tui.engine.run.figures.long_run.job_times import JobTimes
 
 HEAD = 5  # the first steps kept apart: the warm-up is at most this many (aggregate.warmup_steps)
 WINDOW = 16384  # steps a rank keeps whole
@@ -39,7 +38,6 @@ FOLD_SHARE, MIN_FOLD = 8, 64  # folded at a time, once the window holds that man
 BUCKETS, MIN_BUCKETS = 256, 32  # a rank's at most (fewer in a job of many: buckets_for)
 BUCKET_BUDGET = 1 << 14  # over every rank of a job
 BLOCK = 1024  # step numbers a bucket holds at first
-PENDING = 1 << 16  # steps folded by some ranks, not yet by all (JobTimes)
 
 # A bucket's figures, an array("d") of these: its first and last step, steps, samples; its seconds'
 # sum, min, max; its loss's sum weighted by samples, its weight, its plain sum, count, min, max.
@@ -50,6 +48,12 @@ PENDING = 1 << 16  # steps folded by some ranks, not yet by all (JobTimes)
 def window_for(ranks: int) -> int:
     """The steps a rank keeps whole in a job of ``ranks`` ranks."""
     return max(MIN_WINDOW, min(WINDOW, WINDOW_BUDGET // max(1, ranks)))
+
+
+def fit(tracks: Iterable[RankTrack], sharers: int) -> None:
+    """Each of ``tracks`` made its share of a job's memory, ``sharers`` tracks holding it together."""
+    for t in tracks:
+        t.fit(window_for(sharers), buckets_for(sharers))
 
 
 def fold_for(window: int) -> int:
@@ -172,6 +176,13 @@ class RankTrack:
             self.digested[b] = self.digested.get(b, 0) + count
         self._coarsen()
 
+    def fit(self, window: int, most: int) -> None:
+        """Its window and its buckets at most made these (its job has more ranks now): past them, folded."""
+        self.window, self.most = window, most
+        if len(self.steps) > window + fold_for(window):
+            self.fold(len(self.steps) - window)
+        self._coarsen()
+
     def fold(self, count: int) -> None:
         """The window's oldest ``count`` steps into their buckets, and their times (past the head) to
         the job's (JobTimes)."""
@@ -261,35 +272,13 @@ class RankTrack:
         """The first step it still holds whole (every one before it is folded)."""
         return self.steps[0] if self.steps else self.last_step + 1
 
+    def folded_mean(self) -> float:
+        """The mean seconds of its folded steps."""
+        return sum(b[SECONDS] for b in self.buckets.values()) / self.folded if self.folded else 0.0
+
     def folded_head(self, lo: int) -> list[tuple[int, float]]:
         """(step, seconds) of its first steps, from the lo-th, that are folded (kept whole apart)."""
         return [(step, s) for _, _, s, step in self.head[lo : min(self.folded, len(self.head))]]
-
-
-class JobTimes:
-    """The job's step time (its slowest rank's) at each step folded out of the ranks' windows, past
-    their first HEAD steps: a histogram of them, once every rank has folded the step; till then, the
-    slowest time so far (at most PENDING steps: past that the oldest count as they are)."""
-
-    def __init__(self) -> None:
-        self.hist: dict[int, int] = {}
-        self.pending: dict[int, float] = {}
-        self.tracks: list[RankTrack] = []
-        self.world: int | None = None  # the job's ranks, as a hello said: no step is final before all came
-
-    def take(self, steps: Sequence[int], seconds: Sequence[float]) -> None:
-        pending = self.pending
-        for step, x in zip(steps, seconds):
-            known = pending.get(step)
-            pending[step] = x if known is None or x > known else known
-        known_all = self.world is None or len(self.tracks) >= self.world
-        frontier = min(t.frontier for t in self.tracks) if known_all and self.tracks else -1
-        final = [step for step in pending if step < frontier]
-        if (over := len(pending) - len(final) - PENDING) > 0:
-            final += sorted(step for step in pending if step >= frontier)[:over]
-        for step in final:
-            b = step_bin(pending.pop(step))
-            self.hist[b] = self.hist.get(b, 0) + 1
 
 
 def coarser(buckets: dict[int, array], factor: int) -> dict[int, array]:
@@ -298,36 +287,6 @@ def coarser(buckets: dict[int, array], factor: int) -> dict[int, array]:
     for block in sorted(buckets):
         RankTrack._merge(merged, block // factor, array("d", buckets[block]))
     return merged
-
-
-def step_time(
-    times: Sequence[float], hist: dict[int, int]
-) -> tuple[float | None, tuple[float, float] | None]:
-    """The median and the 10th and 90th percentiles ("inclusive", as statistics.quantiles) of step
-    times: ``times`` (sorted) with a histogram's (each bin as the time it stands for)."""
-    if not hist:
-        median = statistics.median(times) if times else None
-        if len(times) < 2:
-            return median, None
-        q = statistics.quantiles(times, n=10, method="inclusive")
-        return median, (q[0], q[-1])
-    runs = sorted([(x, 1) for x in times] + [(bin_seconds(b), c) for b, c in hist.items() if c > 0])
-    ends, total = [], 0
-    for _, count in runs:
-        total += count
-        ends.append(total)
-
-    def kth(k: int) -> float:
-        return runs[bisect.bisect_right(ends, k)][0]
-
-    median = kth(total // 2) if total % 2 else (kth(total // 2 - 1) + kth(total // 2)) / 2
-    if total < 2:
-        return median, None
-    m, spread = total - 1, []
-    for i in (1, 9):
-        j, delta = divmod(i * m, 10)
-        spread.append((kth(j) * (10 - delta) + kth(j + 1) * delta) / 10)
-    return median, (spread[0], spread[1])
 
 
 def folded_points(
