@@ -10,19 +10,25 @@ import io
 import json
 import math
 import os
+import shutil
 import time
+import urllib.request
 from pathlib import Path
 
 import figures_before
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from test_long_run_figures import close, differences
 
+from conftest import hostile_finished_run
+from mgpu_tui.engine.metrics.server import MetricsServer
 from mgpu_tui.engine.protocol.events import Digest, Hello, MalformedEvent, Step, encode, parse_line
 from mgpu_tui.engine.protocol.long_run.tail import EventTail
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.rank import event_files
 from mgpu_tui.engine.rank.event_files import EventFiles
 from mgpu_tui.engine.rank.reporter import Reporter, ScriptReporter
+from mgpu_tui.engine.records.follow import FollowedRun
 from mgpu_tui.engine.run.figures.aggregate import read_events
 from mgpu_tui.engine.run.figures.long_run import whole_run
 from mgpu_tui.engine.run.figures.trainers import Trainers
@@ -95,18 +101,50 @@ def test_a_long_run_keeps_its_head_a_few_segments_and_a_digest(tmp_path, small_f
 
 
 def test_a_long_run_read_back_has_the_figures_of_every_step(tmp_path, small_files, kept_lines):
-    write_run(tmp_path, 3000)
+    """Read back (its head, its digests, its latest segments), a long run has the figures of every
+    step, and issue 62's metrics endpoint serves them as the Run view reads them."""
+    folder = hostile_finished_run(tmp_path)  # its spec and summary, for the metrics; its events, a long run's
+    shutil.rmtree(folder / "events")
+    write_run(folder, 3000)
     every = figures_before.Aggregator()
     for line in kept_lines:
         every.add(parse_line(line))
-    before, now = every.stats(), read_events(tmp_path).stats()
+    before, now = every.stats(), read_events(folder).stats()
     differ = differences(before, now, rel=1e-9)  # its older steps' sums added a digest at a time
     for name in ("step_time_s_median", "step_time_s_spread"):  # their bins', each rank's times the same
         assert close(*differ.pop(name), rel=0.01), name
     assert differ == {}
     assert now.ranks[1].diverged_at == 1500 and now.ranks[0].mem_peak_bytes == 4000
-    steps, _, losses = read_events(tmp_path).whole_series()
+    steps, _, losses = read_events(folder).whole_series()
     assert steps[0] <= whole_run.BLOCK and steps[-1] == 3000 and losses[-1] == pytest.approx(3.0 / 3000)
+    value = served_figures(FollowedRun(folder))
+    for r in (0, 1):
+        assert value[("mgpu_rank_steps_total", str(r))] == 3000 == before.ranks[r].last_step
+        assert value[("mgpu_rank_samples_per_second", str(r))] == pytest.approx(before.ranks[r].samples_per_s)
+        assert value[("mgpu_rank_step_seconds", str(r))] == pytest.approx(before.ranks[r].step_s)
+    assert value[("mgpu_run_samples_per_second", None)] == pytest.approx(before.samples_per_s)
+
+
+def served_figures(run: FollowedRun) -> dict:
+    """What the metrics endpoint serves of ``run``, once read to its end: (name, rank) -> value."""
+    server = MetricsServer(0, "127.0.0.1", linger_s=0)
+    server.start()
+    try:
+        while not run.poll().finished:
+            pass
+        server.publish(run, force=True)
+        with urllib.request.urlopen(server.url, timeout=30) as answer:
+            body = answer.read().decode()
+    finally:
+        server.close()
+        run.close()
+    families = text_string_to_metric_families(body)
+    return {
+        (s.name, s.labels.get("rank")): s.value
+        for f in families
+        for s in f.samples
+        if "quantile" not in s.labels
+    }
 
 
 def steps_of(lines: list[bytes]) -> list[tuple[int, int]]:
