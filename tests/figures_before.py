@@ -2,7 +2,9 @@
 every rank held in memory. The oracle of tests/unit/test_long_run_figures.py, which holds the bounded
 figures (engine/run/figures/long_run/whole_run.py) to it on recorded runs. Not to be changed but to follow a
 change of what a figure means (then both change, and the test says why): issue 56's verdicts say
-the job's advice (``job``, ``_job_here``: as the engine's aggregator)."""
+the job's advice (``job``, ``_job_here``: as the engine's aggregator); issue 54's FLOP count (main at
+00dce83): a step's recomputed FLOPs (HFU beside MFU) and its observed steps, left out of the steady steps
+(``Steady``, ``of_rank``, verbatim as main's rank_stats.py and mfu.py)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,9 @@ class RankTrack:
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
     flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
+    recomputed: array = field(default_factory=lambda: array("d"))  # FLOPs it ran again (not in flops)
     counted: bool = False  # some step of it said its FLOPs
+    observed: set[int] = field(default_factory=set)  # the indexes of steps run under the FLOP count
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
     first_step_t: float | None = None
     step_offset: int = 0  # added to its steps: those of its earlier phases (a fit before a test)
@@ -62,6 +66,31 @@ class RankTrack:
     about: About | None = None  # what a script really used (the bootstrap says it after its first step)
     where: str | None = None  # its main thread's place at its latest beat
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite
+
+
+@dataclass(frozen=True)
+class Steady:
+    """A rank's steady steps (from ``lo`` on), without those run under the FLOP count (slowed by
+    it: their FLOPs are counted, their time is not the job's)."""
+
+    steps: list[int]
+    step_s: list[float]
+    samples: list[int]
+    tokens: list[int]
+    flops: list[float]
+    recomputed: list[float]
+
+    @classmethod
+    def of(cls, t: RankTrack, lo: int) -> Steady:
+        if not t.observed:
+            return cls(*(list(values[lo:]) for values in _columns(t)))
+        kept = [i for i in range(lo, len(t.steps)) if i not in t.observed]
+        return cls(*([values[i] for i in kept] for values in _columns(t)))
+
+
+def _columns(t: RankTrack) -> tuple[array, ...]:
+    """A track's columns, in Steady's order."""
+    return t.steps, t.step_s, t.samples, t.tokens, t.flops, t.recomputed
 
 
 def rank_stats_of(
@@ -121,20 +150,25 @@ def _text(value: object) -> str | None:
     return value[:40] if isinstance(value, str) else None
 
 
-def of_rank(flops: Sequence[float], step_s: Sequence[float], about: About | None) -> Compute:
-    """``flops`` and ``step_s``: the rank's steady steps' (NaN where a step was not counted)."""
+def of_rank(
+    flops: Sequence[float], step_s: Sequence[float], about: About | None, recomputed: Sequence[float] = ()
+) -> Compute:
+    """``flops`` and ``step_s``: the rank's steady steps' (NaN where a step was not counted);
+    ``recomputed``: the FLOPs each of them ran again (activation checkpointing)."""
     note = about.flops_note if about is not None else None
     seconds = sum(step_s)
     if not flops or any(math.isnan(f) for f in flops) or seconds <= 0:
         return Compute(None, None, note or NOT_COUNTED)
     tflops = sum(flops) / seconds / 1e12
+    again = sum(recomputed) / seconds / 1e12 or None
     device_name = about.device_name if about is not None and about.device.startswith("cuda") else None
     peak, why = peaks.peak(device_name, about.precision if about is not None else None)
     if peak is None:
-        return Compute(tflops, None, why)
+        return Compute(tflops, None, why, recomputed_tflops=again)
     row = peaks.find(device_name)
     basis = f"{row.model if row else device_name} {about.precision if about else ''}".strip()
-    return Compute(tflops, tflops * 1e12 / peak, None, peak / 1e12, basis)
+    hfu = (tflops + again) * 1e12 / peak if again else None
+    return Compute(tflops, tflops * 1e12 / peak, None, peak / 1e12, basis, again, hfu)
 
 
 def warmup_steps(n: int) -> int:
@@ -177,7 +211,10 @@ class Aggregator:
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
             track.flops.append(math.nan if event.flops is None else float(event.flops))
+            track.recomputed.append(float(event.recomputed_flops or 0))
             track.counted = track.counted or event.flops is not None
+            if event.observed:
+                track.observed.add(len(track.steps) - 1)
             if event.parts is not None:
                 self._parts.add(event.rank, event.step, event.step_s, event.parts)
             if event.loss is not None:
@@ -320,21 +357,21 @@ class Aggregator:
             rate = tokens_rate = step_s = None
             compute = None
             if t.steps:
-                lo = warm if len(t.steps) > warm else 0
-                seconds = sum(t.step_s[lo:])
-                step_s = seconds / (len(t.step_s) - lo)
+                steady = Steady.of(t, warm if len(t.steps) > warm else 0)
+                seconds = sum(steady.step_s)
+                step_s = seconds / len(steady.step_s) if steady.step_s else None
                 # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
                 # is counted once, where it enters) has no rate of its own: n/a, not 0.
-                if seconds > 0 and any(t.samples[lo:]):
-                    rate = sum(t.samples[lo:]) / seconds
+                if seconds > 0 and any(steady.samples):
+                    rate = sum(steady.samples) / seconds
                     total_rate += rate
-                    tokens_rate = sum(t.tokens[lo:]) / seconds or None
+                    tokens_rate = sum(steady.tokens) / seconds or None
                     token_rate += tokens_rate or 0.0
                     any_rate = True
                 if t.counted or (t.about and t.about.flops_note):
-                    compute = of_rank(t.flops[lo:], t.step_s[lo:], t.about)
+                    compute = of_rank(steady.flops, steady.step_s, t.about, steady.recomputed)
                     computes.append(compute)
-                for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
+                for step, secs in zip(steady.steps, steady.step_s):
                     if step <= common:
                         per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
             rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))

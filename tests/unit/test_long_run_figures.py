@@ -18,6 +18,7 @@ import figures_before
 import pytest
 
 from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.events import Step, parse_line
 from mgpu_tui.engine.run.figures.aggregate import Aggregator, read_events
 from mgpu_tui.engine.run.figures.anatomy import WINDOW as ANATOMY_WINDOW
@@ -194,3 +195,55 @@ def test_a_long_runs_telemetry_is_read_back_thinned_to_its_last_sample(tmp_path,
     seen = followed.telemetry.t
     assert 40 < len(seen) < 200 and seen[0] < 1020 and seen[-1] == 2999.0
     followed.close()
+
+
+OBSERVED = {0: {1, 3, 20, 37, 38}, 1: {20, 51}}  # the steps each rank ran under the FLOP count (issue 54)
+
+
+@pytest.fixture
+def observed_run(tmp_path) -> Path:
+    """A synthetic run of 2 ranks on an H100 in bf16 (so MFU and HFU are figures), 64 steps each: each
+    step's FLOPs counted, rank 0's activations recomputed (recomputed_flops), a few steps of each run
+    under the FLOP count (observed: ten times slower), in the warm-up, past it and past a window of 16."""
+    (tmp_path / "events").mkdir()
+    for rank in (0, 1):
+        lines = [
+            events.encode("hello", rank, 1e9, {"local_rank": rank, "world_size": 2, "pid": 100 + rank,
+                                               "host": "h", "device": f"cuda:{rank}", "device_uuid": None,
+                                               "mode": "script"}),
+            events.encode("about", rank, 1e9, {"device": f"cuda:{rank}", "device_uuid": None,
+                                               "backend": "nccl", "precision": "bf16",
+                                               "device_name": "NVIDIA H100 80GB HBM3"}),
+        ]  # fmt: skip
+        for step in range(1, 65):
+            seen = step in OBSERVED[rank]
+            fields = {"step": step, "samples": 32, "tokens": 4096, "loss": 3.0 - step / 100,
+                      "step_s": seconds_of(step, rank) * (10 if seen else 1), "mem_bytes": 1 << 30,
+                      "mem_peak_bytes": 1 << 31, "flops": 4 * 10**14 + step * 10**9 + rank,
+                      **({"recomputed_flops": 10**14 + step} if rank == 0 else {}),
+                      **({"observed": True} if seen else {})}  # fmt: skip
+            lines.append(events.encode("step", rank, 1e9 + step, fields))
+        (tmp_path / "events" / f"rank{rank}.jsonl").write_text("".join(lines))
+    return tmp_path
+
+
+def test_a_run_with_observed_and_recomputed_steps_has_every_figure_whole_and_past_its_window(
+    observed_run, monkeypatch
+):
+    """Issue 54's figures kept by the bounded tracks: the recomputed FLOPs (HFU) a running sum as the
+    FLOPs, the observed steps left out of step time, samples/s and TF/s, as main's aggregator has them."""
+    stats = read_events(observed_run).stats()
+    (rank0, rank1) = stats.ranks
+    assert rank0.compute and rank0.compute.hfu and rank0.compute.hfu > rank0.compute.mfu  # (figures, not n/a)
+    assert rank1.compute and rank1.compute.hfu is None and stats.compute and stats.compute.hfu
+    steady = [s for s in range(6, 65) if s not in OBSERVED[0]]  # (the warm-up: 5 of 64 steps)
+    assert rank0.samples_per_s == 32 * len(steady) / sum(seconds_of(s, 0) for s in steady)
+    test_a_recorded_run_has_every_figure_it_had_with_every_step_kept(observed_run)
+    for name, value in (("WINDOW", 16), ("MIN_WINDOW", 16), ("FOLD_SHARE", 2), ("MIN_FOLD", 8), ("BLOCK", 4)):
+        monkeypatch.setattr(whole_run, name, value)
+    test_past_its_window_every_sum_stays_exact_and_the_step_time_within_its_bins(observed_run, None)
+    test_past_its_window_the_whole_run_chart_is_each_buckets_samples_over_its_slowest_seconds(
+        observed_run, None
+    )
+    folded = read_events(observed_run)._ranks[0]
+    assert folded.folded == 40 and folded.observed_n[5] == 3  # (steps 20, 37, 38: folded, counted apart)

@@ -360,3 +360,29 @@ def test_a_commands_many_trainings_hold_together_what_one_jobs_ranks_may(monkeyp
     figures = [t.figures for t in trainers.figures()]
     assert len(figures) == 32 and all(f.last_step == steps for f in figures)
     assert all(f.step_s == pytest.approx(0.01) for f in figures)  # (every steady step's, folded or whole)
+
+
+def test_a_digest_keeps_its_observed_steps_apart_and_its_recomputed_flops():
+    """Issue 54 in a digest: a segment read back as its digests gives the figures its steps whole give
+    (observed steps left out of the steady sums, their recomputed FLOPs summed), and its hist holds the
+    steps the job's step time counts."""
+    from mgpu_tui.engine.protocol.long_run.digest import digest_of
+    from mgpu_tui.engine.run.figures.long_run.whole_run import RankTrack
+
+    fields = [
+        {"step": s, "samples": 8, "tokens": 64, "loss": 1.0, "step_s": 0.5 if s % 7 else 5.0,
+         "flops": 10**12, "recomputed_flops": 3 * 10**11, **({"observed": True} if s % 7 == 0 else {})}
+        for s in range(6, 40)
+    ]  # fmt: skip
+    digest = parse_line(encode("digest", 0, 1e9, digest_of(fields)))
+    assert isinstance(digest, Digest) and digest.steady is not None
+    read, whole = RankTrack(), RankTrack()
+    read.add_digest(digest)
+    for f in fields:
+        whole.add_step(f["step"], 8, 64, f["step_s"], math.nan, 1e12, 1.0, 3e11, "observed" in f)
+    for t in (read, whole):
+        assert (t.n, t.steady_n(0), t.steady_samples(0), t.steady_tokens(0)) == (34, 29, 29 * 8, 29 * 64)
+        assert t.seconds[0] == 29 * 0.5 and t.flops_sums[0] == 29e12 and t.recomputed[0] == 29 * 3e11
+    assert sum(c for _, c in digest.hist) == 29
+    every = parse_line(encode("digest", 0, 1e9, digest_of([f for f in fields if "observed" not in f])))
+    assert isinstance(every, Digest) and every.steady is None and every.recomputed == 29 * 3e11

@@ -55,10 +55,12 @@ def digest_of(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """A digest's fields (events.py's Digest, but rank and t) for ``steps``, each a step event's
     fields as the reporter wrote them (its loss NaN or infinite where it diverged), in order. Made
     once every DIGEST_STEPS steps, in the rank: a pass over them a figure, each at C's pace."""
+    steady = [f for f in steps if not f.get("observed")]  # (a step run under the FLOP count is no figure's)
     step_s = list(map(_STEP_S, steps))
+    times = step_s if len(steady) == len(steps) else list(map(_STEP_S, steady))
     samples = list(map(_SAMPLES, steps))
     losses = list(map(_LOSS, steps))
-    flops = [x for f in steps if (x := f.get("flops")) is not None]
+    flops = [x for f in steady if (x := f.get("flops")) is not None]
     peaks = [x for f in steps if (x := f.get("mem_peak_bytes")) is not None]
     loss, diverged = None, None
     if not (None in losses and losses.count(None) == len(losses)):
@@ -83,9 +85,17 @@ def digest_of(steps: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "samples": sum(samples),
         "tokens": sum(map(_TOKENS, steps)),
         "step_s": [math.fsum(step_s), min(step_s), max(step_s)],
-        "hist": histogram(step_s),
+        "hist": histogram(times),
         "loss": loss,
         "flops": [float(sum(flops)), len(flops)],
         "mem_peak_bytes": max(peaks, default=None),
         "diverged_at": diverged,
+        "recomputed": float(sum(f.get("recomputed_flops") or 0 for f in steady)),
+        "steady": None if len(steady) == len(steps) else _sums(steady, times, flops),
     }
+
+
+def _sums(steady: Sequence[dict[str, Any]], times: list[float], flops: list[Any]) -> list[Any]:
+    """Digest.steady: the figures of its steps not observed."""
+    samples, tokens = sum(map(_SAMPLES, steady)), sum(map(_TOKENS, steady))
+    return [len(steady), samples, tokens, math.fsum(times), float(sum(flops)), len(flops)]

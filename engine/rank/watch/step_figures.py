@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from mgpu_tui.engine.rank.watch.flops import StepFlops
+from mgpu_tui.engine.rank.watch.flops import Counted, StepFlops
 from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE
 from mgpu_tui.engine.rank.watch.wrapping import backend_for
 
@@ -28,8 +28,7 @@ class Step:
     mem: tuple[int | None, int | None]
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
     parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
-    flops: int | None  # its floating-point operations, counted by torch (flops/)
-    aside_s: float  # the seconds counting them took inside this step: not the step's own
+    counted: Counted  # its floating-point operations, counted as it ran (flops/)
 
 
 def first_tensor(values: tuple, depth: int = 0) -> Any:
@@ -136,8 +135,9 @@ class PendingSteps:
                 data_s=step.data_s,
                 parts=step.parts,
                 at=step.at,
-                flops=step.flops,
-                aside_s=step.aside_s,
+                flops=step.counted.flops,
+                recomputed_flops=step.counted.recomputed or None,
+                observed=step.counted.observed,
             )
             wrote = True
         return wrote

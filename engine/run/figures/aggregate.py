@@ -2,24 +2,21 @@
 
 Definitions, so that every number on screen can be checked by hand:
 
-- Warm-up: the first ``warmup_steps(n)`` steps (n = steps seen) are left out of
-  every rate and time; they hold one-off costs (first allocations, DDP's lazy
-  imports, the first all-reduce, and on the CPU the demos' first three steps under
-  torch's MemTracker: from 15 steps on, all within the warm-up).
-- A rank's samples/s: its samples over its seconds, both summed over the steady
-  steps. Each ``step_s`` runs from the end of the previous step to the end of
-  this one, so the sum is the rank's wall time, data loading included.
-- Global samples/s: the sum over ranks. Ranks only count samples new to the job,
-  so nothing is counted twice.
-- Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous
-  job moves at the pace of its slowest rank); the median over steady steps. A rank's own step
-  time: the mean of its steady steps' ``step_s`` (its seconds over its steps).
-- Final loss: at the last step every rank reached, the mean of the ranks' losses
-  weighted by their samples, which is the loss of the full global batch when
-  each rank's loss is the mean over its own samples.
-- Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA
-  allocator's peak, or peak RSS on the CPU); its tensors' peak, the largest
-  ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's on the CPU).
+- Warm-up: the first ``warmup_steps(n)`` steps (n = steps seen) are left out of every rate and time; they hold
+  one-off costs (first allocations, DDP's lazy imports, the first all-reduce, and on the CPU the demos' first
+  three steps under torch's MemTracker: from 15 steps on, all within the warm-up). So is a step run under the
+  FLOP count (Step.observed, slowed by it): its seconds, and with them its samples and FLOPs.
+- A rank's samples/s: its samples over its seconds, both summed over the steady steps. Each ``step_s`` runs
+  from the end of the previous step to the end of this one: the sum is the rank's wall time, data included.
+- Global samples/s: the sum over ranks. Ranks only count samples new to the job, so nothing is counted twice.
+- Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous job moves at the pace of its
+  slowest rank); the median over steady steps. A rank's own step time: the mean of its steady steps'
+  ``step_s`` (its seconds over its steps).
+- Final loss: at the last step every rank reached, the mean of the ranks' losses weighted by their samples,
+  which is the loss of the full global batch when each rank's loss is the mean over its own samples.
+- Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA allocator's peak, or peak RSS on
+  the CPU); its tensors' peak, the largest ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's on the
+  CPU).
 """
 
 from __future__ import annotations
@@ -138,6 +135,8 @@ class Aggregator:
                 math.nan if event.data_s is None else event.data_s,
                 math.nan if event.flops is None else float(event.flops),
                 math.nan if event.loss is None else event.loss,
+                float(event.recomputed_flops or 0),
+                event.observed,
             )
             track.counted = track.counted or event.flops is not None
             if event.parts is not None:
@@ -305,8 +304,9 @@ class Aggregator:
             compute = None
             if t.n:
                 lo = warm if t.n > warm else 0
-                seconds = t.seconds[lo]  # (the steady steps' step_s, added in order)
-                step_s = seconds / (t.n - lo)
+                seconds = t.seconds[lo]  # (the steady steps' step_s, added in order; the observed left out)
+                steady = t.steady_n(lo)
+                step_s = seconds / steady if steady else None
                 # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
                 # is counted once, where it enters) has no rate of its own: n/a, not 0.
                 samples = t.steady_samples(lo)
@@ -318,7 +318,8 @@ class Aggregator:
                     any_rate = True
                 if t.counted or (t.about and t.about.flops_note):
                     every = t.uncounted[lo] == 0
-                    compute = mfu.of_rank_sums(t.flops_sums[lo], every, t.n - lo, seconds, t.about)
+                    flops, again = t.flops_sums[lo], t.recomputed[lo]
+                    compute = mfu.of_rank_sums(flops, every, steady, seconds, t.about, again)
                     computes.append(compute)
             rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))
 

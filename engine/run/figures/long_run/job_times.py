@@ -48,15 +48,17 @@ class JobTimes:
 def job_step_time(
     job: JobTimes, stepping: dict[int, RankTrack], warm: int, common: int
 ) -> tuple[float | None, tuple[float, float] | None]:
-    """The job's step time at each steady step every rank reached (its slowest rank's): the median
-    and the 10th and 90th percentiles. A long run's steps folded out of the ranks' windows count by
-    their bins (``job``); those read back as digests (a segment passed over) as the slowest rank's own."""
+    """The job's step time at each steady step every rank reached (its slowest rank's; a step run under
+    the FLOP count left out): the median and the 10th and 90th percentiles. A long run's steps folded
+    out of the ranks' windows count by their bins (``job``); those read back as digests (a segment
+    passed over) as the slowest rank's own."""
     per_step_max = {step: x for step, x in job.pending.items() if step <= common}
     for rank in sorted(stepping):
         t = stepping[rank]
         lo = warm if t.n > warm else 0
         start = t.window_from(lo)
-        for step, secs in [*t.folded_head(lo), *zip(t.steps[start:], t.step_s[start:])]:
+        whole = zip(t.steps[start:], t.step_s[start:], t.observed[start:])
+        for step, secs in [*t.folded_head(lo), *((step, x) for step, x, seen in whole if not seen)]:
             if step <= common:
                 per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
     hist = job.hist

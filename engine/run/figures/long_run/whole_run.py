@@ -10,9 +10,10 @@ past that, neighbours merge and a block doubles. Its first HEAD steps are kept a
 at most that many).
 
 What this keeps exact whatever the run's length: every sum over the steady steps (a rank's samples/s,
-tokens/s, step time, TF/s and MFU: a running sum from each step the warm-up may end at, added in the
-order the steps came, as ``sum()`` adds them), the peaks, the first diverged step; and what is read
-from the latest steps (the recent series, the loss, the batch, the stragglers, the anatomy).
+tokens/s, step time, TF/s, MFU and HFU, the steps run under the FLOP count, ``observed``, left out: a running
+sum from each step the warm-up may end at, added in the order the steps came, as ``sum()`` adds them), the
+peaks, the first diverged step; and what is read from the latest steps (the recent series, the loss, the
+batch, the stragglers, the anatomy).
 What comes from the buckets once a run is longer than its window: the job's step-time median and
 percentiles over the folded steps (the slowest rank's histogram: within 1%), and the whole-run chart's
 points there (a point a bucket: its samples over its slowest rank's seconds). A run that fits in its
@@ -78,17 +79,22 @@ class RankTrack:
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
     loss: array = field(default_factory=lambda: array("d"))  # NaN where the step had none
+    observed: array = field(default_factory=lambda: array("b"))  # 1: it ran under the FLOP count
     counted: bool = False  # some step of it said its FLOPs
     n: int = 0  # steps in all
     folded: int = 0  # of them, older than the window (in its buckets)
     last_step: int = 0
-    # From the lo-th step on (lo = 0..HEAD), in the order they came: seconds, FLOPs, steps not counted.
+    # From the lo-th step on (lo = 0..HEAD), in the order they came, the observed steps left out: seconds,
+    # FLOPs, recomputed FLOPs, steps not counted; and the observed steps.
     seconds: list[float] = field(default_factory=_sums)
     flops_sums: list[float] = field(default_factory=_sums)
+    recomputed: list[float] = field(default_factory=_sums)
     uncounted: list[int] = field(default_factory=lambda: [0] * (HEAD + 1))
-    samples_total: int = 0
+    observed_n: list[int] = field(default_factory=lambda: [0] * (HEAD + 1))
+    samples_total: int = 0  # (of its steps not observed, as tokens_total)
     tokens_total: int = 0
     head: list[tuple[int, int, float, int]] = field(default_factory=list)  # samples, tokens, step_s, step
+    head_observed: list[bool] = field(default_factory=list)
     buckets: dict[int, array] = field(default_factory=dict)  # step // block -> its figures
     block: int = field(default_factory=lambda: BLOCK)
     digested: dict[int, int] = field(default_factory=dict)  # its digests' step times (a histogram)
@@ -112,9 +118,19 @@ class RankTrack:
     # ---- taking steps in -----------------------------------------------------------------
 
     def add_step(
-        self, step: int, samples: int, tokens: int, step_s: float, data_s: float, flops: float, loss: float
+        self,
+        step: int,
+        samples: int,
+        tokens: int,
+        step_s: float,
+        data_s: float,
+        flops: float,
+        loss: float,
+        recomputed: float = 0.0,
+        observed: bool = False,
     ) -> None:
-        """One step (``data_s``, ``flops``, ``loss``: NaN where it said none)."""
+        """One step (``data_s``, ``flops``, ``loss``: NaN where it said none; ``observed``: it ran under
+        the FLOP count, left out of every steady sum)."""
         i, self.n = self.n, self.n + 1
         steps = self.steps
         if steps and step <= steps[-1]:
@@ -124,19 +140,34 @@ class RankTrack:
         self.step_s.append(step_s)
         self.data_s.append(data_s)
         self.loss.append(loss)
+        self.observed.append(observed)
         self.last_step = step
-        self.samples_total += samples
-        self.tokens_total += tokens
         if i < HEAD:
             self.head.append((samples, tokens, step_s, step))
+            self.head_observed.append(observed)
+        if observed:
+            for lo in range(min(i, HEAD) + 1):
+                self.observed_n[lo] += 1
+        else:
+            self._add_steady(i, samples, tokens, step_s, flops, recomputed)
+        if len(steps) > self.window + (fold := fold_for(self.window)):
+            self.fold(fold)
+
+    def _add_steady(self, i: int, samples: int, tokens: int, step_s: float, flops: float, again: float):
+        """The ``i``-th step's figures added to the steady sums."""
+        self.samples_total += samples
+        self.tokens_total += tokens
         # Added to each sum from the lo-th step on, in the order they came, as sum() adds them (past
         # the head, to all of them: written out, as this is every step's cost).
         if i < HEAD:
-            self._add_to(i + 1, step_s, flops)
+            self._add_to(i + 1, step_s, flops, again)
         else:
             # fmt: off
             a = self.seconds
             a[0] += step_s; a[1] += step_s; a[2] += step_s; a[3] += step_s; a[4] += step_s; a[5] += step_s  # noqa: E702
+            if again:
+                r = self.recomputed
+                r[0] += again; r[1] += again; r[2] += again; r[3] += again; r[4] += again; r[5] += again  # noqa: E702
             if flops == flops:
                 b = self.flops_sums
                 b[0] += flops; b[1] += flops; b[2] += flops; b[3] += flops; b[4] += flops; b[5] += flops  # noqa: E702
@@ -144,13 +175,12 @@ class RankTrack:
                 c = self.uncounted
                 c[0] += 1; c[1] += 1; c[2] += 1; c[3] += 1; c[4] += 1; c[5] += 1  # noqa: E702
             # fmt: on
-        if len(steps) > self.window + (fold := fold_for(self.window)):
-            self.fold(fold)
 
-    def _add_to(self, reach: int, seconds: float, flops: float) -> None:
+    def _add_to(self, reach: int, seconds: float, flops: float, again: float) -> None:
         """A step's figures added to the sums from each of the first ``reach`` steps on."""
         for lo in range(reach):
             self.seconds[lo] += seconds
+            self.recomputed[lo] += again
             if flops == flops:
                 self.flops_sums[lo] += flops
             else:
@@ -161,13 +191,17 @@ class RankTrack:
         self.fold(len(self.steps))
         self.n += d.n
         self.folded += d.n
+        steady = d.steady or (d.n, d.samples, d.tokens, d.step_s[0], *d.flops)
+        n, samples, tokens, seconds, flops, counted = steady
         for lo in range(HEAD + 1):
-            self.seconds[lo] += d.step_s[0]
-            self.flops_sums[lo] += d.flops[0]
-            self.uncounted[lo] += d.n - d.flops[1]
+            self.seconds[lo] += seconds
+            self.flops_sums[lo] += flops
+            self.recomputed[lo] += d.recomputed
+            self.uncounted[lo] += n - counted
+            self.observed_n[lo] += d.n - n
         self.counted = self.counted or d.flops[1] > 0
-        self.samples_total += d.samples
-        self.tokens_total += d.tokens
+        self.samples_total += samples
+        self.tokens_total += tokens
         self.last_step = d.last + offset
         loss = d.loss or (0.0, 0.0, 0.0, 0, math.inf, -math.inf)
         figures = (d.first + offset, d.last + offset, d.n, d.samples, *d.step_s, *loss)
@@ -199,7 +233,11 @@ class RankTrack:
             start = max(end, start + 1)
         if self.job is not None:
             past = max(0, HEAD - self.folded)
-            self.job.take(self.steps[past:count], self.step_s[past:count])
+            if not any(self.observed[past:count]):
+                self.job.take(self.steps[past:count], self.step_s[past:count])
+            else:
+                kept = [i for i in range(past, count) if not self.observed[i]]
+                self.job.take([self.steps[i] for i in kept], [self.step_s[i] for i in kept])
         for column in self._columns():
             del column[:count]
         self.folded += count
@@ -208,7 +246,7 @@ class RankTrack:
         self._coarsen()
 
     def _columns(self) -> tuple[array, ...]:
-        return (self.steps, self.samples, self.step_s, self.data_s, self.loss)
+        return (self.steps, self.samples, self.step_s, self.data_s, self.loss, self.observed)
 
     def _bucket_of(self, a: int, b: int) -> array:
         seconds = self.step_s[a:b]
@@ -245,10 +283,18 @@ class RankTrack:
     # ---- what the figures read -------------------------------------------------------------
 
     def steady_samples(self, lo: int) -> int:
-        return self.samples_total - sum(s for s, _, _, _ in self.head[:lo])
+        return self.samples_total - sum(s for (s, _, _, _), seen in self._head(0, lo) if not seen)
 
     def steady_tokens(self, lo: int) -> int:
-        return self.tokens_total - sum(t for _, t, _, _ in self.head[:lo])
+        return self.tokens_total - sum(t for (_, t, _, _), seen in self._head(0, lo) if not seen)
+
+    def _head(self, a: int, b: int) -> zip:
+        """Its ``a``-th to ``b``-th first steps, each (its figures, whether it was observed)."""
+        return zip(self.head[a:b], self.head_observed[a:b])
+
+    def steady_n(self, lo: int) -> int:
+        """Its steps from the lo-th on, the observed ones left out."""
+        return self.n - lo - self.observed_n[lo]
 
     def window_from(self, lo: int) -> int:
         """Where in the window the steps from the lo-th of the run on begin."""
@@ -278,7 +324,8 @@ class RankTrack:
 
     def folded_head(self, lo: int) -> list[tuple[int, float]]:
         """(step, seconds) of its first steps, from the lo-th, that are folded (kept whole apart)."""
-        return [(step, s) for _, _, s, step in self.head[lo : min(self.folded, len(self.head))]]
+        end = min(self.folded, len(self.head))
+        return [(step, s) for (_, _, s, step), seen in self._head(lo, end) if not seen]
 
 
 def coarser(buckets: dict[int, array], factor: int) -> dict[int, array]:
