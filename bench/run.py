@@ -35,6 +35,11 @@ Entries:
   1,024 ranks: the exposition's size raw and gzipped, a scrape's time, and the monitor's CPU alone
   and then scraped every second by a process of its own (bench/large_job.py says how). Goal at
   1,024: <= 1 core.
+- ``long-run``: a week-long job's memory, run folder and replay: a synthetic job of 8 ranks at
+  1,000, 10,000 and 1,000,000 steps, written by the ranks' own writer and followed by a monitor, then
+  opened in a real terminal, listed by ``runs`` and read by ``compare --runs``
+  (bench/long_run/__init__.py says how). Goals: the monitor's and the app's peak memory within 50 MB
+  of the 1,000-step run's, <= 100 MB a rank on disk, the run shown by ``open`` within 2 s.
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
@@ -88,6 +93,7 @@ from engine_figures import bench_memory, bench_nccl, bench_telemetry
 from flop_cost import bench_flops
 from job_costs import bench_job_costs, bench_overhead
 from large_job import bench_large_job, bench_metrics
+from long_run import bench_long_run
 from start_costs import bench_exec_first_step, bench_exec_start, bench_first_step
 from step_costs import bench_anatomy, bench_bootstrap, bench_reporter
 
@@ -110,6 +116,7 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     "flops": lambda a: _titled(bench_flops(), "", "measured"),
     "large-job": lambda a: _titled(bench_large_job(), "", "measured"),
     "metrics": lambda a: _titled(bench_metrics(), "", "measured"),
+    "long-run": lambda a: _titled(bench_long_run(), "", "measured"),
     "first-step": lambda a: bench_first_step(a.pairs or 8),
     "exec-start": lambda a: _titled(bench_exec_start(a.pairs or 60), "", "pairs", "median (ms)"),
     "exec-first-step": lambda a: _titled(bench_exec_first_step(a.pairs or 30), "", "pairs", "median (s)"),

@@ -1,48 +1,35 @@
 """The rank event protocol: the one module that owns its format.
 
-Every rank appends one JSON object per line to ``events/rank<N>.jsonl`` in the
-run directory (a trainer, a process of a command that trains with no process group, to
-``events/trainer<PID>.jsonl``, as rank 0 of a world of one, each hello there beginning a training
-of its own: engine/run/figures/trainers.py). Each object carries ``v`` (the schema version),
-``kind``, ``rank`` and ``t`` (Unix time in seconds), plus the fields of its kind:
+Every rank appends one JSON object a line to its event file, ``events/rank<N>.jsonl`` (a long run's later
+lines in segments beside it: rank/event_files.py; a trainer, a process of a command that trains with no
+process group, to ``events/trainer<PID>.jsonl``, as rank 0 of a world of one, each hello there beginning a
+training of its own: run/figures/trainers.py). Each carries ``v`` (the schema version), ``kind``, ``rank`` and
+``t`` (Unix time in seconds), plus the fields of its kind:
 
-- ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only,
-  else null), mode, config (an object of the rank's settings; a trainer's names its process:
-  ``process``), stacks (true when the rank answers a stack request, requests/stacks; absent is
-  false).
-- ``step``: step, samples (new to the job: tensor-parallel peers and later
-  pipeline stages report 0, so throughput is never counted twice), tokens,
-  loss (null when this rank has none), step_s (wall seconds since the previous
-  step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and
-  optionally data_s (the seconds before its compute), state_bytes (its parameters,
-  gradients and optimizer state, measured once after the first optimizer step) and parts (where
-  the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
-  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/; without
-  activation recomputation, which is recomputed_flops) and observed (true: the step ran under the
-  FLOP count, which slowed it; its time is left out of the step figures).
-- ``done``: steps, and any summary fields the rank wants to add.
-- ``error``: message, traceback; optionally type (the exception's qualified name) and
-  whole_message (every line of it, where ``message`` is its first).
-- ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): device
-  (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
-  batch_source (the samples a step and where they were counted) and loader_workers (its training
-  DataLoader's worker processes), precision (what the step's matrix multiplies run in: fp32,
-  tf32, bf16, fp16, fp8), device_name (the GPU's, as torch names it) and flops_note (why a step's
-  FLOPs are not counted).
-- ``beat``: the rank's main thread moved since its last event, though no step ended (an
-  evaluation, a checkpoint, a compile): where (``function at file.py:12``, or null). A rank that
-  neither steps nor beats has not moved; that is the stall watch's evidence (watchdog.py).
+- ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only, else null), mode, config (its
+  settings; a trainer's names its process: ``process``), stacks (it answers requests/stacks).
+- ``step``: step, samples (new to the job: tensor-parallel peers and later pipeline stages report 0, so
+  throughput is never counted twice), tokens, loss (null when this rank has none), step_s (wall seconds since
+  the previous step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and optionally
+  data_s (the seconds before its compute), state_bytes (its parameters, gradients and optimizer state,
+  measured once after the first optimizer step) and parts (where the step's time went: seconds in each of
+  STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the step's floating-point operations on this rank,
+  counted by torch: engine/rank/watch/flops/; recomputation apart, as recomputed_flops) and observed (it ran
+  under the FLOP count, slowed: no figure's step).
+- ``done``: steps, and any summary fields the rank wants to add. ``digest``: ``n`` steps in one line, the
+  fields of :class:`Digest` (a long run's digest file).
+- ``error``: message, traceback; optionally type and whole_message (:class:`Error`). ``about``: what a script
+  used, learnt once it ran (rank/watch/script_watch.py): :class:`About`'s fields.
+- ``beat``: the rank's main thread moved since its last event, though no step ended (an evaluation, a
+  checkpoint, a compile): where (``function at file.py:12``, or null). A rank that neither steps nor beats has
+  not moved; that is the stall watch's evidence (watchdog.py).
 
-Readers accept any line of the same major version and ignore fields they do not
-know, so a newer writer can add fields without breaking an older reader.
-Anything else is a :class:`MalformedEvent`, which the tailer counts and skips: a
-field of the wrong type, a number outside its range (a step of 2**63, a pid no
-kernel gives, a time of infinity), a string longer than a field can be. A rank is
-anyone's code, so nothing here trusts it; which events fit the job (their rank,
-their file) is the ingest's to check.
-
-This module imports nothing beyond the standard library: rank code imports it
-through the reporter, and the app process through the tailer.
+Readers accept any line of the same major version and ignore fields they do not know (a newer writer adds
+fields without breaking an older reader). Anything else is a :class:`MalformedEvent`, which the tailer counts
+and skips: a field of the wrong type, a number out of range (a step of 2**63, a pid no kernel gives, a time of
+infinity), a string longer than a field can be. Nothing here trusts a rank; which events fit the job (their
+rank, their file) is the ingest's to check. It imports the standard library and protocol/typed.py only: the
+ranks import it, and the app.
 """
 
 from __future__ import annotations
@@ -51,14 +38,15 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, overload
+from typing import Any
+
+from mgpu_tui.engine.protocol.typed import Invalid, build
 
 SCHEMA_VERSION = 1
 
-# A line longer than this is not an event; the tailer drops it unread.
-MAX_LINE_BYTES = 1 << 20
-# What a number or a string may be. Wide enough for any real job, narrow enough that
-# nothing downstream (64-bit arrays, sums, the screen) can overflow on them.
+MAX_LINE_BYTES = 1 << 20  # a longer line is not an event: the tailer drops it unread
+# What a number or a string may be: wide enough for any real job, narrow enough that nothing
+# downstream (64-bit arrays, sums, the screen) can overflow on them.
 MAX_RANK = 1 << 20  # ranks, local ranks, world size
 MAX_PID = 1 << 22  # Linux's largest pid_max
 MAX_COUNT = 1 << 48  # steps, samples, tokens
@@ -105,13 +93,10 @@ class Step:
     mem_bytes: int | None
     mem_peak_bytes: int | None
     data_s: float | None = None  # of step_s, the time before this rank's compute (its batch): when known
-    # Bytes of this rank's parameters, gradients and optimizer state (its local shards), if measured.
-    state_bytes: int | None = None
-    # The peak of its live tensors' bytes so far (the CPU demos: torch's MemTracker), if measured.
-    tensor_peak_bytes: int | None = None
+    state_bytes: int | None = None  # its parameters', gradients' and optimizer state's (local shards)
+    tensor_peak_bytes: int | None = None  # the peak of its live tensors so far (CPU demos: MemTracker)
     loss_nonfinite: bool = False  # its loss was NaN or infinite (written as null: JSON has neither)
-    # Seconds in each of STEP_PARTS (every one present), where the rank took its step apart.
-    parts: tuple[float, ...] | None = None
+    parts: tuple[float, ...] | None = None  # seconds in each of STEP_PARTS, where it took its step apart
     flops: int | None = None  # the step's floating-point operations on this rank, where counted
     recomputed_flops: int | None = None  # what it ran again to recompute activations (not in flops)
     observed: bool = False  # it ran under the FLOP count, which slowed it: not a step of the figures
@@ -131,7 +116,7 @@ class Error:
     t: float
     message: str
     traceback: str
-    type: str | None = None  # the exception's qualified name, when the rank's own bootstrap caught it
+    type: str | None = None  # the exception's qualified name, where the rank's own bootstrap caught it
     whole_message: str | None = None  # all of its message, where ``message`` is the first line
 
 
@@ -157,13 +142,35 @@ class Beat:
     where: str | None
 
 
-Event = Hello | Step | Done | Error | About | Beat
+@dataclass(frozen=True, slots=True)
+class Digest:
+    rank: int
+    t: float  # its last step's
+    first: int
+    last: int
+    n: int
+    samples: int
+    tokens: int
+    step_s: tuple[float, float, float]  # sum, min, max
+    hist: tuple[tuple[int, int], ...]  # (step_bin, steps), the bins in order
+    # Of its steps with a loss: the sum of loss x samples, their samples, the sum, the count, min, max.
+    loss: tuple[float, float, float, int, float, float] | None
+    flops: tuple[float, int] = (0.0, 0)  # sum, steps that counted it
+    mem_peak_bytes: int | None = None
+    diverged_at: int | None = None  # the first step whose loss was NaN or infinite
+    recomputed: float = 0.0  # Step.recomputed_flops of its steps not observed (Step.observed)
+    # Where a step was observed, the others' steps, samples, tokens, seconds, FLOPs, steps counting them.
+    steady: tuple[int, int, int, float, float, int] | None = None
+
+
+Event = Hello | Step | Done | Error | About | Beat | Digest
+
+BIN_ZERO, BIN_TOP = -1200, 1100  # a digest's hist: its bins' range (protocol/long_run/digest.py)
 
 
 # ---- writing (the reporter's side) ------------------------------------------------
 
-# Whatever a script puts in its config or done fields must not make the reporter raise in
-# the middle of its training: what JSON cannot say is written as text.
+# What JSON cannot say (in a script's config or done fields) is written as text: the reporter never raises.
 _dumps = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=repr).encode
 
 
@@ -179,24 +186,29 @@ def _finite(value: Any) -> Any:
 
 
 def encode(kind: str, rank: int, t: float, fields: dict[str, Any]) -> str:
-    """One event as a line of JSON, newline included.
-
-    NaN and infinite losses are written as null plus ``"loss_nonfinite": true``,
-    because JSON has no NaN and a diverged loss is exactly what a user must see.
-    """
-    record = {"v": SCHEMA_VERSION, "kind": kind, "rank": rank, "t": t}
-    record.update(fields)
+    """One event as a line of JSON, newline included. A NaN or infinite loss is written as null plus
+    ``"loss_nonfinite": true``: JSON has no NaN, and a diverged loss is what a user must see."""
+    record = {"v": SCHEMA_VERSION, "kind": kind, "rank": rank, "t": t, **fields}
     loss = record.get("loss")
     if isinstance(loss, float) and not math.isfinite(loss):
-        record["loss"] = None
-        record["loss_nonfinite"] = True
-    return _dumps(_finite(record)) + "\n"
+        record["loss"], record["loss_nonfinite"] = None, True
+    # The walk (a copy of every value) only where some value needs it: a step's are plain numbers.
+    return _dumps(record if _plain(record) else _finite(record)) + "\n"
+
+
+def _plain(value: Any) -> bool:
+    """Whether JSON says it as it is: a finite float, a plain scalar, or an object of such."""
+    kind = type(value)
+    if kind is float:
+        return math.isfinite(value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    return kind in (int, str, bool, type(None))
 
 
 # ---- reading (the engine's side) --------------------------------------------------
 
-_INT = (int,)
-_NUM = (int, float)
+_INT, _NUM = (int,), (int, float)
 
 
 def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minimum=None, maximum=None):
@@ -205,8 +217,7 @@ def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minim
         if optional:
             return None
         raise MalformedEvent(f"missing field {name!r}")
-    # bool is an int subclass in Python; a step number of true is still wrong.
-    if isinstance(value, bool) or not isinstance(value, types):
+    if isinstance(value, bool) or not isinstance(value, types):  # (a bool is an int: a step of true is wrong)
         raise MalformedEvent(f"field {name!r} has the wrong type")
     if isinstance(value, float) and not math.isfinite(value):  # json reads NaN and Infinity
         raise MalformedEvent(f"field {name!r} is not a finite number")
@@ -217,11 +228,7 @@ def _get(record: dict, name: str, types: tuple, *, optional: bool = False, minim
     return value
 
 
-@overload
-def _str(record: dict, name: str, *, optional: Literal[False] = False, limit: int = MAX_NAME) -> str: ...
-@overload
-def _str(record: dict, name: str, *, optional: Literal[True], limit: int = MAX_NAME) -> str | None: ...
-def _str(record: dict, name: str, *, optional: bool = False, limit: int = MAX_NAME) -> str | None:
+def _str(record: dict, name: str, *, optional: bool = False, limit: int = MAX_NAME) -> Any:
     value = record.get(name)
     if value is None and optional:
         return None
@@ -288,7 +295,7 @@ def _parts(value: object) -> tuple[float, ...] | None:
     return tuple(float(_get(value, name, _NUM, minimum=0, maximum=MAX_SECONDS)) for name in STEP_PARTS)
 
 
-_DONE_FIELDS = {"v", "kind", "rank", "t", "steps"}
+_DONE_FIELDS = {"v", "kind", "rank", "t", "steps", "seg"}  # seg: the digest file's
 
 
 def _parse_done(r: dict, rank: int, t: float) -> Done:
@@ -327,6 +334,28 @@ def _parse_beat(r: dict, rank: int, t: float) -> Beat:
     return Beat(rank=rank, t=t, where=_str(r, "where", optional=True))
 
 
+def _parse_digest(r: dict, rank: int, t: float) -> Digest:
+    try:  # its shape from its annotations (finite numbers, at most 2**62), then each within its range
+        d = build(Digest, {**r, "rank": rank, "t": t})
+    except Invalid as exc:
+        raise MalformedEvent(f"digest: {exc}") from None
+    steady = d.steady or (d.n, d.samples, d.tokens, d.step_s[0], *d.flops)
+    counts = (d.first, d.last, d.samples, d.tokens, d.flops[1], d.diverged_at or 0, *steady[1:3])
+    within = (
+        1 <= d.n <= MAX_COUNT
+        and 0 <= steady[5] <= steady[0] <= d.n
+        and all(0 <= c <= MAX_COUNT for c in (*counts, *(c for _, c in d.hist)))
+        and all(0 <= s <= d.n * MAX_SECONDS for s in (*d.step_s, steady[3]))
+        and all(BIN_ZERO <= b <= BIN_TOP for b, _ in d.hist)
+        and all(0 <= f <= float(MAX_FLOPS) * d.n for f in (d.flops[0], steady[4], d.recomputed))
+        and 0 <= (d.mem_peak_bytes or 0) <= MAX_BYTES
+        and (d.loss is None or 0 <= d.loss[3] <= d.n)
+    )
+    if not within:
+        raise MalformedEvent("digest: a figure outside its range")
+    return d
+
+
 _PARSERS: dict[str, Callable[[dict, int, float], Event]] = {
     "hello": _parse_hello,
     "step": _parse_step,
@@ -334,16 +363,15 @@ _PARSERS: dict[str, Callable[[dict, int, float], Event]] = {
     "error": _parse_error,
     "about": _parse_about,
     "beat": _parse_beat,
+    "digest": _parse_digest,
 }
 KINDS = tuple(_PARSERS)
 
 
 def parse_line(line: bytes | str) -> Event:
-    """Parse one line (without or with its newline) into an event.
-
-    Raises :class:`MalformedEvent` for anything that is not a valid event:
-    bad UTF-8, bad JSON, a huge line, another major version, a missing field.
-    """
+    """Parse one line (without or with its newline) into an event. Raises :class:`MalformedEvent` for
+    anything that is not a valid event: bad UTF-8, bad JSON, a huge line, another major version, a
+    missing field."""
     if len(line) > MAX_LINE_BYTES:
         raise MalformedEvent("line too long")
     try:

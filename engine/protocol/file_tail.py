@@ -7,6 +7,8 @@ import os
 import stat
 from pathlib import Path
 
+from mgpu_tui.engine.protocol.folder import Unreadable, open_regular
+
 # How much one call reads at most, so that one poll of a file that grew by
 # gigabytes cannot stall the caller or hold it all in memory at once.
 READ_CHUNK = 4 << 20
@@ -23,9 +25,18 @@ LAST_EVENT_BYTES = 256 << 10  # of a file's end, read for its latest step
 class FileTail:
     """Incremental reader of one append-only file."""
 
-    def __init__(self, path: str | os.PathLike, *, max_line: int = 1 << 20, cut: bytes | None = None) -> None:
-        """``cut``: a line that stands where a line over ``max_line`` was left out (None: nothing)."""
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        max_line: int = 1 << 20,
+        cut: bytes | None = None,
+        root: Path | None = None,
+    ) -> None:
+        """``cut``: a line that stands where a line over ``max_line`` was left out (None: nothing).
+        ``root``: the run folder the file is in, below which no link is followed (folder.py)."""
         self.path = Path(path)
+        self.root = root
         self.max_line = max_line
         self.cut = cut
         self.offset = 0
@@ -52,6 +63,8 @@ class FileTail:
             self.offset, self._partial, self._skipping = 0, b"", False
         if size == self.offset:
             if self._replaced():
+                if os.fstat(fd).st_size > self.offset:  # written to once more before it was replaced
+                    return self.read_lines(max_bytes)
                 self.close()
                 self.offset, self._partial, self._skipping = 0, b"", False
                 return self.read_lines(max_bytes) if self._open() is not None else []
@@ -71,7 +84,13 @@ class FileTail:
         at the path: a FIFO (whose open would block for ever without O_NONBLOCK), a device, a folder,
         a link to something unreadable; such a path is read as empty, and never blocks."""
         try:
-            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+            if self.root is not None:
+                fd = open_regular(self.path, self.root)
+            else:
+                fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY)
+        except Unreadable:  # a link, a FIFO, a device below the run folder
+            self.refused = True
+            return None
         except OSError:
             return None
         info = os.fstat(fd)
@@ -81,6 +100,10 @@ class FileTail:
             return None
         self._fd, self._inode = fd, info.st_ino
         return fd
+
+    def open(self) -> bool:
+        """Open the file now, if it is there (then it is followed whatever becomes of its path)."""
+        return self._fd is not None or self._open() is not None
 
     def _replaced(self) -> bool:
         try:

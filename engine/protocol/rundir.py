@@ -13,7 +13,8 @@ Layout::
                               merged as its launcher printed them (the "rank" JOB_OUTPUT)
         events/rank<N>.jsonl  the rank event stream (see events.py); events/trainer<PID>.jsonl: a
                               process that trains with no process group (mgpu-tui exec), its
-                              trainings one after another (a pool worker's tasks)
+                              trainings one after another (a pool worker's tasks). A long run's
+                              later lines, its digest: rank<N>/seg<K>.jsonl, digest.jsonl beside it
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
         telemetry.jsonl       the machine during the run (run/figures/telemetry_log.py)
         monitor.lock          locked while a process follows the run (run/monitor.py)
@@ -50,6 +51,7 @@ from mgpu_tui.engine.protocol.rundir_make import make_run_dir
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
 _TRAINER_FILE = re.compile(r"trainer([0-9]{1,7})\.jsonl$")
+_SEGMENT = re.compile(r"seg([0-9]{1,9})\.jsonl")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
 _PARAMS_FILE = re.compile(r"rank([0-9]{1,7})\.pt")
 _NCCL_LOG = re.compile(r"nccl-.*\.log")
@@ -163,9 +165,21 @@ class RunDir:
         return self.path / "verify.log"
 
     def events_path(self, rank: int, trainer: bool = False) -> Path:
-        """A rank's event stream, named by global rank (events.py); a trainer's (``trainer``: ``rank``
-        is its pid), named by its process."""
+        """A rank's event stream (its head in a long run), named by global rank (events.py); a trainer's
+        (``trainer``: ``rank`` is its pid), named by its process."""
         return self.events_dir / f"{'trainer' if trainer else 'rank'}{rank}.jsonl"
+
+    def events_segment_path(self, rank: int, segment: int, trainer: bool = False) -> Path:
+        """A long run's later events of a rank (or trainer), segment 1, 2, ... (rank/event_files.py)."""
+        return self.events_path(rank, trainer).with_suffix("") / f"seg{segment}.jsonl"
+
+    def events_digest_path(self, rank: int, trainer: bool = False) -> Path:
+        """A long run's digest of a rank's (or trainer's) steps, and its other events but beats."""
+        return self.events_path(rank, trainer).with_suffix("") / "digest.jsonl"
+
+    def events_segments(self, rank: int, trainer: bool = False) -> dict[int, Path]:  # one bounded listing
+        listed = entries(self.events_path(rank, trainer).with_suffix(""))
+        return {int(m.group(1)): Path(e.path) for e in listed if (m := _SEGMENT.fullmatch(e.name))}
 
     def request_path(self, name: str) -> Path:
         """The engine's request ``name`` (FR_REQUEST, STACKS_REQUEST) to every rank."""
@@ -244,16 +258,10 @@ class RunDir:
     # ---- discovery (files appear while the run goes) -------------------------
 
     def event_files(self, trainers: bool = False) -> dict[int, Path]:
-        """Global rank -> its event file, for the files that exist now (``trainers``: pid -> a
-        trainer's file)."""
-        found = {}
+        """Global rank (``trainers``: a trainer's pid) -> its event file, for the files there now."""
         pattern = _TRAINER_FILE if trainers else _RANK_FILE
-        for entry in entries(self.events_dir):
-            name = entry.name
-            match = pattern.fullmatch(name)
-            if match:
-                found[int(match.group(1))] = self.events_dir / name
-        return found
+        listed = entries(self.events_dir)
+        return {int(m.group(1)): self.events_dir / e.name for e in listed if (m := pattern.fullmatch(e.name))}
 
     def first_spec(self) -> tuple[Path, int | None]:
         """The run's marker and its node: spec.json; where the nodes of a job share the folder and

@@ -30,7 +30,7 @@ from typing import Any, TextIO
 
 from mgpu_tui.engine.protocol import events
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
-from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.rank.event_files import EventFiles
 from mgpu_tui.engine.rank.flight_dump import FlightRecorderDump
 
 # A progress line every tenth of the run, and at least this often: a long run's log is never silent.
@@ -76,9 +76,7 @@ class Reporter:
         self.run_dir = Path(run_dir) if run_dir else None
         self.print_every = print_every
         self._stream = stream
-        self._file: TextIO | None = None
-        self._file_id: tuple[int, int] | None = None  # its (device, inode), taken at open
-        self._events_path: Path | None = None
+        self._files: EventFiles | None = None  # its event files (event_files.py: bounded, however long)
         self._flight_recorder: FlightRecorderDump | None = None
         self._said_hello = False
         self._lock = threading.Lock()  # one line at a time: a thread of the bootstrap writes too
@@ -87,11 +85,8 @@ class Reporter:
             self._said_hello = True  # the bootstrap said it, with this process's pid
             self._host.adopt(self)
         elif self.run_dir is not None:
-            trainer, folder = self._trainer, RunDir(self.run_dir)
-            named = self.rank if trainer is None else trainer
-            self._events_path = folder.events_path(named, trainer is not None)
-            self._events_path.parent.mkdir(parents=True, exist_ok=True)
-            self._open_events()
+            trainer = self._trainer  # a trainer's files are named by its pid
+            self._files = EventFiles(self.run_dir, self.rank, _LET_GO, trainer=trainer)
             self._flight_recorder = FlightRecorderDump(self.run_dir, self.rank, trainer=trainer)
         self._last = time.time()
         self._samples_since_print = 0
@@ -100,7 +95,7 @@ class Reporter:
     @property
     def recording(self) -> bool:
         """True when events go to a run directory."""
-        return self._file is not None or (self._host is not None and self._host.recording)
+        return self._files is not None or (self._host is not None and self._host.recording)
 
     def dump_flight_records(self) -> None:
         """Dump the flight recorder now (the bootstrap does, before a script ends its process group)."""
@@ -110,51 +105,22 @@ class Reporter:
     def adopt(self, reporter: Reporter) -> None:
         """A Reporter of the script's own now speaks for this rank (the bootstrap's reporter hears it)."""
 
-    def _open_events(self) -> None:
-        """The events file, opened to append (line buffered: each event reaches it as written)."""
-        if self._events_path is None:
-            return
-        self._file = open(self._events_path, "a", buffering=1)
-        info = os.fstat(self._file.fileno())
-        self._file_id = (info.st_dev, info.st_ino)
-
-    def _still_ours(self) -> bool:
-        """Whether the events file's descriptor is still that file: a script that closes every
-        inherited descriptor (``os.closerange(3, 4096)``) and opens its own may be given the same
-        number, and an event written then would land in the script's file. A descriptor that is
-        no longer ours is let go without closing it (it is the script's now) and the events file
-        opened again."""
-        file = self._file
-        if file is None:
-            return False
-        try:
-            info = os.fstat(file.fileno())
-            if (info.st_dev, info.st_ino) == self._file_id:
-                return True
-        except (OSError, ValueError):
-            pass
-        _LET_GO.append(file)  # never closed by us, not even when collected: the number is not ours
-        self._file = None
-        try:
-            self._open_events()
-        except OSError:
-            return False
-        return True
-
     def _write(self, kind: str, fields: dict[str, Any], now: float | None = None) -> None:
         if self._host is not None:
             self._host._write(kind, fields, now)
             return
-        if self._file is None:
+        if self._files is None:
             return
-        line = events.encode(kind, self.rank, now or time.time(), fields)
+        now = now or time.time()
+        line = events.encode(kind, self.rank, now, fields)
         with self._lock:
-            if self._file is None or not self._still_ours():
+            files = self._files
+            if files is None or not files.still_ours():
                 return
             try:
-                self._file.write(line)
+                files.write(line, kind, fields, now)
             except OSError as exc:  # a full disk: the training goes on, unrecorded, and says so once
-                self._file = None
+                self._files = None
                 print(
                     f"mgpu-tui reporter: events no longer recorded ({exc.strerror or exc})", file=sys.stderr
                 )
@@ -247,7 +213,7 @@ class Reporter:
         as it ran, which slowed it (the figures leave its time out); ``aside_s``: seconds of
         mgpu-tui's own work inside the step, left out of its time.
         """
-        if not self._said_hello and self._file is not None:
+        if not self._said_hello and self._files is not None:
             self._quiet_hello()
         now = time.time() if at is None else at
         step_s = max(0.0, now - self._last - aside_s)
@@ -314,9 +280,9 @@ class Reporter:
         """In a forked child: let go of the parent's rank without a word (its file stays the
         parent's, the parent's flight-recorder thread was not copied) and of its stack handler."""
         global _bootstrap
-        if self._file is not None:
-            _LET_GO.append(self._file)  # the parent's: never closed (nor flushed) from here
-        self._file = None
+        if self._files is not None:
+            self._files.let_go()  # the parent's: never closed (nor flushed) from here
+        self._files = None
         self._flight_recorder = None
         self._host = None
         if _bootstrap is self:
@@ -330,18 +296,9 @@ class Reporter:
             self._flight_recorder.stop()
             self._flight_recorder = None
         with self._lock:
-            file, self._file = self._file, None
-            if file is None:
-                return
-            try:
-                info = os.fstat(file.fileno())
-                ours = (info.st_dev, info.st_ino) == self._file_id
-            except (OSError, ValueError):
-                ours = False
-            if ours:
-                file.close()
-            else:
-                _LET_GO.append(file)  # its number is the script's now: never closed from here
+            files, self._files = self._files, None
+            if files is not None:
+                files.close()  # a file whose number is the script's now is never closed from here
 
     def __enter__(self) -> Reporter:
         return self

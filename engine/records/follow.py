@@ -17,6 +17,7 @@ the same Ingest as a live run (which checks each event against the job's shape).
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 from mgpu_tui.engine.launch.slurm import expand_hostlist
@@ -45,6 +46,9 @@ from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.engine.run.watched import RunState
 
 READS_PER_POLL = 64  # a finished run's files are read in chunks; this many a poll keeps it brisk
+# A long run's recorded telemetry, found long when it is opened: one line in so many is read of what
+# was there (about this many samples: its charts are a few hundred columns), every line after.
+TELEMETRY_POINTS = 4000
 
 
 FollowState = RunState  # its first name, kept: a followed run's states are any run's (run/watched.py)
@@ -93,6 +97,8 @@ class FollowedRun(IngestReadings):
             job=job_of_spec(spec),
         )
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
+        self._telemetry_every: int | None = None  # one line in so many read, till caught up
+        self._telemetry_lines = 0
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
         self._written: set[int] = set()  # several nodes: those whose spec is in the folder, as last listed
         self._node_tails: dict[int, FileTail] = {}  # several nodes: each node's telemetry file
@@ -184,15 +190,27 @@ class FollowedRun(IngestReadings):
         return self.state
 
     def _read_telemetry(self) -> None:
+        if self._telemetry_every is None:  # (its size as it is when opened: at least 1 KiB a line)
+            try:
+                size = os.lstat(self.run_dir.telemetry_path).st_size
+            except OSError:
+                size = 0
+            self._telemetry_every = max(1, size // (TELEMETRY_POINTS << 10))
         for _ in range(READS_PER_POLL):
-            for raw in self._telemetry_tail.read_lines():
+            lines = self._telemetry_tail.read_lines()
+            behind = self._telemetry_tail.behind
+            for i, raw in enumerate(lines):
+                self._telemetry_lines += 1
+                if self._telemetry_lines % self._telemetry_every and (behind or i < len(lines) - 1):
+                    continue  # (its last line, read whole: the charts reach the run's end)
                 try:
                     line = loads(raw)
                 except ValueError:
                     continue
                 if isinstance(line, dict):
                     self.telemetry.add(line)
-            if not self._telemetry_tail.behind:
+            if not behind:
+                self._telemetry_every = 1
                 return
 
     def _read_node_telemetry(self) -> None:

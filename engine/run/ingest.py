@@ -33,6 +33,7 @@ from mgpu_tui.engine.protocol.events import (
     parse_line,
 )
 from mgpu_tui.engine.protocol.file_tail import CATCH_UP_S, LAST_EVENT_BYTES, FileTail
+from mgpu_tui.engine.protocol.long_run.tail import EventTail
 from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 from mgpu_tui.engine.run.figures.aggregate import Aggregator, RunStats
 from mgpu_tui.engine.run.figures.trainers import Trainers, phases_of
@@ -104,13 +105,13 @@ class Ingest:
         self.restarts = restarts
         self.aggregator = Aggregator(job)
         self.trainers = Trainers()
-        self._trainer_tails: dict[int, FileTail] = {}
+        self._trainer_tails: dict[int, EventTail] = {}
         self.malformed_events = 0
         self._greeted: set[int] = set()  # ranks that said hello
         self._ended: set[int] = set()  # ranks whose process said done since its hello: a later phase may come
         self.foreign_files: set[int] = set()  # events/rank<N>.jsonl with N outside the job: unread
         self._lock = threading.Lock()
-        self._event_tails: dict[int, FileTail] = {}
+        self._event_tails: dict[int, EventTail] = {}  # each rank's files (long_run/tail.py)
         self._log_tails: dict[tuple[int, str], FileTail] = {}
         self._new_lines: collections.deque[tuple[int, str, str]] = collections.deque(maxlen=NEW_LINES_KEPT)
         self._new_lines_seen = 0
@@ -120,11 +121,11 @@ class Ingest:
     def read(self) -> bool:
         """Take in what every file gained since the last call (a chunk of each at most);
         True when some file has more than was read."""
-        for rank, path in self.run_dir.event_files().items():
+        for rank in self.run_dir.event_files():
             if rank in self._event_tails:
                 continue
             if self._world is None or rank < self._world:
-                self._event_tails[rank] = FileTail(path, max_line=MAX_LINE_BYTES)
+                self._event_tails[rank] = EventTail(self.run_dir, rank, max_line=MAX_LINE_BYTES)
             else:  # a file of no rank of the job: never opened (there may be thousands)
                 self.foreign_files.add(rank)
         # Every known file, listed or not: one deleted mid-run is still followed by its descriptor.
@@ -141,10 +142,14 @@ class Ingest:
                 self._read_log(local + offset, files)
         if self._command_output:
             self._read_log(JOB_OUTPUT, self.run_dir.command_output())
-        tails = [*self._event_tails.values(), *self._trainer_tails.values(), *self._log_tails.values()]
+        tails: list[EventTail | FileTail] = [
+            *self._event_tails.values(),
+            *self._trainer_tails.values(),
+            *self._log_tails.values(),
+        ]
         return any(tail.behind for tail in tails)
 
-    def _take(self, tail: FileTail, fits: Callable, add: Callable) -> None:
+    def _take(self, tail: EventTail, fits: Callable, add: Callable) -> None:
         """What ``tail`` gained: each line parsed, and added where it ``fits`` (else malformed)."""
         before = tail.dropped_long_lines
         events, malformed = [], 0
@@ -166,9 +171,9 @@ class Ingest:
 
     def _read_trainers(self) -> None:
         """The trainers' files (events/trainer<PID>.jsonl), MAX_TRAINER_FILES of them at most."""
-        for pid, path in self.run_dir.event_files(trainers=True).items():
+        for pid in self.run_dir.event_files(trainers=True):  # each as a rank's (long_run/tail.py)
             if pid not in self._trainer_tails and len(self._trainer_tails) < MAX_TRAINER_FILES:
-                self._trainer_tails[pid] = FileTail(path, max_line=MAX_LINE_BYTES)
+                self._trainer_tails[pid] = EventTail(self.run_dir, pid, max_line=MAX_LINE_BYTES, trainer=True)
         for pid, tail in self._trainer_tails.items():
             self._take(tail, lambda event: True, lambda event, pid=pid: self.trainers.add(pid, event))
 
@@ -311,7 +316,7 @@ class Ingest:
                 skipped += 1
         return skipped
 
-    def _last_step(self, rank: int, tail: FileTail) -> Step | None:
+    def _last_step(self, rank: int, tail: EventTail) -> Step | None:
         """The latest step event of ``rank`` in the end of its file (read as untrusted: bounded, each
         line parsed, only the rank's own)."""
         data = tail.read_end(LAST_EVENT_BYTES)
@@ -358,7 +363,8 @@ class Ingest:
         return lines, dropped
 
     def close(self) -> None:
-        for tail in [*self._event_tails.values(), *self._log_tails.values()]:
+        tails: list[EventTail | FileTail] = [*self._event_tails.values(), *self._trainer_tails.values()]
+        for tail in [*tails, *self._log_tails.values()]:
             tail.close()
 
 

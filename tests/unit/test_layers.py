@@ -138,7 +138,7 @@ RUN_FILES = re.compile(
     r"(spec|summary|launcher|node-link)(-node\{\})?\.(json|log)|telemetry(-node\{\})?\.jsonl"
     r"|monitor(-node\{\})?\.(lock|json)"
     r"|mgpu-tui\.log|verify\.(json|log)|check\.json|error\.json|std(out|err)\.log"
-    r"|rank(\{\}|\*|[0-9]+)\.(jsonl|json|txt|pt)|nccl-[^/ ]*\.log"
+    r"|rank(\{\}|\*|[0-9]+)\.(jsonl|json|txt|pt)|nccl-[^/ ]*\.log|seg\{\}\.jsonl|digest\.jsonl"
 )
 RUN_FOLDER_OWNER = "engine/protocol/rundir.py"
 

@@ -2,24 +2,21 @@
 
 Definitions, so that every number on screen can be checked by hand:
 
-- Warm-up: the first ``warmup_steps(n)`` steps (n = steps seen) are left out of
-  every rate and time; they hold one-off costs (first allocations, DDP's lazy
-  imports, the first all-reduce, and on the CPU the demos' first three steps under
-  torch's MemTracker: from 15 steps on, all within the warm-up).
-- A rank's samples/s: its samples over its seconds, both summed over the steady
-  steps. Each ``step_s`` runs from the end of the previous step to the end of
-  this one, so the sum is the rank's wall time, data loading included.
-- Global samples/s: the sum over ranks. Ranks only count samples new to the job,
-  so nothing is counted twice.
-- Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous
-  job moves at the pace of its slowest rank); the median over steady steps. A rank's own step
-  time: the mean of its steady steps' ``step_s`` (its seconds over its steps).
-- Final loss: at the last step every rank reached, the mean of the ranks' losses
-  weighted by their samples, which is the loss of the full global batch when
-  each rank's loss is the mean over its own samples.
-- Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA
-  allocator's peak, or peak RSS on the CPU); its tensors' peak, the largest
-  ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's on the CPU).
+- Warm-up: the first ``warmup_steps(n)`` steps (n = steps seen) are left out of every rate and time; they hold
+  one-off costs (first allocations, DDP's lazy imports, the first all-reduce, and on the CPU the demos' first
+  three steps under torch's MemTracker: from 15 steps on, all within the warm-up). So is a step run under the
+  FLOP count (Step.observed, slowed by it): its seconds, and with them its samples and FLOPs.
+- A rank's samples/s: its samples over its seconds, both summed over the steady steps. Each ``step_s`` runs
+  from the end of the previous step to the end of this one: the sum is the rank's wall time, data included.
+- Global samples/s: the sum over ranks. Ranks only count samples new to the job, so nothing is counted twice.
+- Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous job moves at the pace of its
+  slowest rank); the median over steady steps. A rank's own step time: the mean of its steady steps'
+  ``step_s`` (its seconds over its steps).
+- Final loss: at the last step every rank reached, the mean of the ranks' losses weighted by their samples,
+  which is the loss of the full global batch when each rank's loss is the mean over its own samples.
+- Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA allocator's peak, or peak RSS on
+  the CPU); its tensors' peak, the largest ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's on the
+  CPU).
 """
 
 from __future__ import annotations
@@ -38,6 +35,7 @@ from mgpu_tui.engine.protocol.events import (
     MAX_LINE_BYTES,
     About,
     Beat,
+    Digest,
     Done,
     Error,
     Event,
@@ -46,13 +44,16 @@ from mgpu_tui.engine.protocol.events import (
     Step,
     parse_line,
 )
-from mgpu_tui.engine.protocol.folder import open_regular
+from mgpu_tui.engine.protocol.file_tail import READ_CHUNK
+from mgpu_tui.engine.protocol.long_run.tail import EventTail
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures import mfu
 from mgpu_tui.engine.run.figures.advice import device_of, job_of
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
+from mgpu_tui.engine.run.figures.long_run.job_times import JobTimes, job_step_time
+from mgpu_tui.engine.run.figures.long_run.whole_run import RankTrack, fit, folded_points
 from mgpu_tui.engine.run.figures.mfu import Compute
-from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, Steady, rank_stats_of
+from mgpu_tui.engine.run.figures.rank_stats import RankStats, rank_stats_of
 from mgpu_tui.engine.run.figures.stragglers import STRAGGLER_WINDOW, Straggler, stragglers_among
 
 if TYPE_CHECKING:
@@ -106,47 +107,60 @@ class Aggregator:
     def __init__(self, job: Job | None = None) -> None:
         self._ranks: dict[int, RankTrack] = {}
         self._parts = StepParts()
+        self._job = JobTimes()  # the job's step times once folded out of the ranks' windows (whole_run.py)
         self.job = job
+        self._sharers = 1  # aggregators that share one job's memory (share())
 
     def add(self, event: Event) -> None:
-        track = self._ranks.setdefault(event.rank, RankTrack())
+        track = self._ranks.get(event.rank)
+        if track is None:
+            track = self._ranks[event.rank] = RankTrack(job=self._job)
+            self._job.tracks.append(track)
+            fit(self._ranks.values(), len(self._ranks) * self._sharers)  # a job of many: fewer steps a rank
         track.last_t = event.t
         if isinstance(event, Step):
             if track.step_offset:  # a later phase of the rank counts on from its earlier ones
                 event = dataclasses.replace(event, step=event.step + track.step_offset)
             if track.first_step_t is None:
                 track.first_step_t = event.t
-            track.steps.append(event.step)
-            track.samples.append(event.samples)
-            track.tokens.append(event.tokens)
             if event.state_bytes is not None and track.state_bytes is None:
                 track.state_bytes = event.state_bytes
             if event.tensor_peak_bytes is not None:
                 track.tensor_peak_bytes = max(event.tensor_peak_bytes, track.tensor_peak_bytes or 0)
-            track.step_s.append(event.step_s)
-            track.data_s.append(math.nan if event.data_s is None else event.data_s)
-            track.flops.append(math.nan if event.flops is None else float(event.flops))
-            track.recomputed.append(float(event.recomputed_flops or 0))
+            track.add_step(
+                event.step,
+                event.samples,
+                event.tokens,
+                event.step_s,
+                math.nan if event.data_s is None else event.data_s,
+                math.nan if event.flops is None else float(event.flops),
+                math.nan if event.loss is None else event.loss,
+                float(event.recomputed_flops or 0),
+                event.observed,
+            )
             track.counted = track.counted or event.flops is not None
-            if event.observed:
-                track.observed.add(len(track.steps) - 1)
             if event.parts is not None:
                 self._parts.add(event.rank, event.step, event.step_s, event.parts)
-            if event.loss is not None:
-                track.loss[event.step] = (event.loss, event.samples)
-            elif event.loss_nonfinite and track.diverged_at is None:
+            if event.loss is None and event.loss_nonfinite and track.diverged_at is None:
                 track.diverged_at = event.step
             if event.mem_bytes is not None:
                 track.mem_bytes = event.mem_bytes
+            if event.mem_peak_bytes is not None:
+                track.mem_peak_bytes = max(track.mem_peak_bytes or 0, event.mem_peak_bytes)
+        elif isinstance(event, Digest):  # the steps of a segment read back as one (whole_run.py)
+            track.add_digest(event, track.step_offset)
+            if track.diverged_at is None and event.diverged_at is not None:
+                track.diverged_at = event.diverged_at + track.step_offset
             if event.mem_peak_bytes is not None:
                 track.mem_peak_bytes = max(track.mem_peak_bytes or 0, event.mem_peak_bytes)
         elif isinstance(event, Beat):
             track.where = event.where
         elif isinstance(event, Hello):
             if track.hello is not None and track.done is not None:  # a later phase (ingest.py)
-                track.step_offset = track.steps[-1] if track.steps else 0
+                track.step_offset = track.last_step
                 track.done = None
             track.hello = event
+            self._job.world = event.world_size
         elif isinstance(event, About):
             track.about = _merged(track.about, event)
             self._parts.loader_workers(event.rank, event.loader_workers)
@@ -158,12 +172,15 @@ class Aggregator:
         elif isinstance(event, Error):
             track.error = event
 
+    def share(self, sharers: int) -> None:
+        """Its ranks keep a ``sharers``-th of what a job's may: so many aggregators (a command's
+        trainings: trainers.py) hold together what the ranks of one job may (whole_run.py)."""
+        self._sharers = sharers
+        fit(self._ranks.values(), len(self._ranks) * sharers)
+
     def liveness(self) -> list[tuple[int, float | None, int, bool]]:
         """(rank, time of its last event, its last step, done) for every rank heard from."""
-        return [
-            (rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
-            for rank, t in sorted(self._ranks.items())
-        ]
+        return [(rank, t.last_t, t.last_step, t.done is not None) for rank, t in sorted(self._ranks.items())]
 
     def span(self) -> tuple[float, float] | None:
         """(the first hello, the latest event) of the ranks heard from: when they trained."""
@@ -218,18 +235,26 @@ class Aggregator:
     def whole_series(self, max_points: int = 300) -> tuple[list[int], list[float], list[float | None]]:
         """(steps, global samples/s, global-batch loss) over the whole run, at most ``max_points``
         of them: every k-th step from the first to the last that every rank reached (and that
-        last one), each figured as in :meth:`series`. A chart of the whole run draws these."""
-        tracks = [t for t in self._ranks.values() if t.steps]
+        last one), each figured as in :meth:`series`. A chart of the whole run draws these. In a
+        run longer than the ranks' windows, the steps before them are a point a bucket of steps
+        (whole_run.py: their samples over the slowest rank's seconds), in at most two thirds of them."""
+        tracks = [t for t in self._ranks.values() if t.n]
         if not tracks:
             return [], [], []
-        first, common = max(t.steps[0] for t in tracks), min(t.steps[-1] for t in tracks)
+        steps: list[int] = []
+        rates: list[float] = []
+        losses: list[float | None] = []
+        cut = max((t.steps[0] if t.steps else t.last_step + 1 for t in tracks if t.folded), default=None)
+        if cut is not None:
+            steps, rates, losses = folded_points(tracks, cut, max_points * 2 // 3)
+        first = max(t.steps[0] if t.steps else t.last_step + 1 for t in tracks)
+        first, common = max(first, cut or 0), min(t.last_step for t in tracks)
         if common < first:
-            return [], [], []
-        stride = max(1, math.ceil((common - first + 1) / max_points))
+            return steps, rates, losses
+        stride = max(1, math.ceil((common - first + 1) / (max_points - len(steps))))
         wanted = list(range(first, common + 1, stride))
         if wanted[-1] != common:
             wanted[-1] = common  # the run's end is always in view
-        steps, rates = [], []
         for step in wanted:
             samples, slowest = 0, 0.0
             for t in tracks:
@@ -241,7 +266,8 @@ class Aggregator:
             else:
                 steps.append(step)
                 rates.append(samples / slowest if slowest > 0 else 0.0)
-        return steps, rates, [self._loss_at(s) for s in steps]
+                losses.append(self._loss_at(step))
+        return steps, rates, losses
 
     def stragglers(self) -> tuple[Straggler, ...]:
         """The ranks that arrive last at the collectives, from the time each rank's steps spent on
@@ -263,47 +289,41 @@ class Aggregator:
         """The figures now; not ``fresh`` (a live view's): a large job's anatomy and verdicts may be
         a second or two old (anatomy.py)."""
         tracks = self._ranks
-        stepping = {r: t for r, t in tracks.items() if t.steps}
-        common = min((t.steps[-1] for t in stepping.values()), default=0)
-        n_known = max((len(t.steps) for t in stepping.values()), default=0)
+        stepping = {r: t for r, t in tracks.items() if t.n}
+        common = min((t.last_step for t in stepping.values()), default=0)
+        n_known = max((t.n for t in stepping.values()), default=0)
         warm = warmup_steps(n_known)
 
         rank_stats = []
         total_rate, token_rate = 0.0, 0.0
         any_rate = False
-        per_step_max: dict[int, float] = {}
         computes: list[Compute] = []
         for rank in sorted(tracks):
             t = tracks[rank]
             rate = tokens_rate = step_s = None
             compute = None
-            if t.steps:
-                steady = Steady.of(t, warm if len(t.steps) > warm else 0)
-                seconds = sum(steady.step_s)
-                step_s = seconds / len(steady.step_s) if steady.step_s else None
+            if t.n:
+                lo = warm if t.n > warm else 0
+                seconds = t.seconds[lo]  # (the steady steps' step_s, added in order; the observed left out)
+                steady = t.steady_n(lo)
+                step_s = seconds / steady if steady else None
                 # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
                 # is counted once, where it enters) has no rate of its own: n/a, not 0.
-                if seconds > 0 and any(steady.samples):
-                    rate = sum(steady.samples) / seconds
+                samples = t.steady_samples(lo)
+                if seconds > 0 and samples:
+                    rate = samples / seconds
                     total_rate += rate
-                    tokens_rate = sum(steady.tokens) / seconds or None
+                    tokens_rate = t.steady_tokens(lo) / seconds or None
                     token_rate += tokens_rate or 0.0
                     any_rate = True
                 if t.counted or (t.about and t.about.flops_note):
-                    compute = mfu.of_rank(steady.flops, steady.step_s, t.about, steady.recomputed)
+                    every = t.uncounted[lo] == 0
+                    flops, again = t.flops_sums[lo], t.recomputed[lo]
+                    compute = mfu.of_rank_sums(flops, every, steady, seconds, t.about, again)
                     computes.append(compute)
-                for step, secs in zip(steady.steps, steady.step_s):
-                    if step <= common:
-                        per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
             rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))
 
-        times = sorted(per_step_max.values())
-        median = statistics.median(times) if times else None
-        spread = None
-        if len(times) >= 2:
-            q = statistics.quantiles(times, n=10, method="inclusive")
-            spread = (q[0], q[-1])
-
+        median, spread = job_step_time(self._job, stepping, warm, common)
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
         anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh, **self._job_here())
         return RunStats(
@@ -336,9 +356,10 @@ class Aggregator:
     def _loss_at(self, step: int) -> float | None:
         weighted, weight, plain = 0.0, 0, []
         for t in self._ranks.values():
-            if step not in t.loss:
+            found = t.loss_at(step)
+            if found is None:
                 continue
-            loss, samples = t.loss[step]
+            loss, samples = found
             plain.append(loss)
             weighted += loss * samples
             weight += samples
@@ -351,24 +372,29 @@ MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: 
 
 
 def read_events(run_dir: Path, world_size: int | None = None, job: Job | None = None) -> Aggregator:
-    """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped.
-    Read as untrusted (the ranks wrote them): the ranks of the job only (when ``world_size`` is
-    known), each a regular file below the run folder (never a FIFO, a device or a link), its first
-    MAX_EVENT_FILE_BYTES at most."""
+    """Every event a finished run wrote (each rank's files: long_run/tail.py, its older segments as
+    their digests), reduced; bad lines skipped. Read as untrusted (the ranks wrote them): the ranks
+    of the job only (when ``world_size`` is known), each file a regular file below the run folder
+    (never a FIFO, a device or a link), MAX_EVENT_FILE_BYTES of each rank's at most. The ranks are
+    read a chunk each in turn, as a live run's are, so that they fold their steps together."""
     aggregator = Aggregator(job)
-    for rank, path in sorted(RunDir(run_dir).event_files().items()):
-        if world_size is not None and rank >= world_size:
-            continue
-        try:
-            fd = open_regular(path, root=Path(run_dir))
-        except OSError:  # Unreadable among them: a FIFO, a link, gone
-            continue
-        with open(fd, "rb") as f:
-            budget = MAX_EVENT_FILE_BYTES
-            while budget > 0 and (line := f.readline(MAX_LINE_BYTES + 1)):  # a longer line is refused
-                budget -= len(line)
+    folder = RunDir(run_dir)
+    ranks = [r for r in sorted(folder.event_files()) if world_size is None or r < world_size]
+    tails = {rank: EventTail(folder, rank, max_line=MAX_LINE_BYTES) for rank in ranks}
+    budgets = dict.fromkeys(ranks, MAX_EVENT_FILE_BYTES)
+    for _ in range(2 * MAX_EVENT_FILE_BYTES // READ_CHUNK):  # (each read moves on, or it has ended)
+        for rank, tail in list(tails.items()):
+            lines = tail.read_lines(min(READ_CHUNK, budgets[rank]))
+            budgets[rank] -= sum(len(line) + 1 for line in lines)
+            for line in lines:
                 try:
                     aggregator.add(parse_line(line))
                 except MalformedEvent:
                     continue
+            if budgets[rank] <= 0 or not (lines or tail.behind):
+                tails.pop(rank).close()
+        if not tails:
+            break
+    for tail in tails.values():
+        tail.close()
     return aggregator

@@ -40,12 +40,21 @@ def of_rank(
 ) -> Compute:
     """``flops`` and ``step_s``: the rank's steady steps' (NaN where a step was not counted);
     ``recomputed``: the FLOPs each of them ran again (activation checkpointing)."""
+    every = not any(math.isnan(f) for f in flops)
+    total = sum(flops) if every else math.nan
+    return of_rank_sums(total, every, len(flops), sum(step_s), about, sum(recomputed))
+
+
+def of_rank_sums(
+    flops: float, every: bool, steps: int, seconds: float, about: About | None, recomputed: float = 0.0
+) -> Compute:
+    """The same from the rank's steady steps' sums (whole_run.py keeps them): ``every`` one of its
+    ``steps`` counted its FLOPs, ``flops`` in all (``recomputed`` run again), in ``seconds``."""
     note = about.flops_note if about is not None else None
-    seconds = sum(step_s)
-    if not flops or any(math.isnan(f) for f in flops) or seconds <= 0:
+    if not steps or not every or seconds <= 0:
         return Compute(None, None, note or NOT_COUNTED)
-    tflops = sum(flops) / seconds / 1e12
-    again = sum(recomputed) / seconds / 1e12 or None
+    tflops = flops / seconds / 1e12
+    again = recomputed / seconds / 1e12 or None
     device_name = about.device_name if about is not None and about.device.startswith("cuda") else None
     peak, why = peaks.peak(device_name, about.precision if about is not None else None)
     if peak is None:

@@ -1,71 +1,13 @@
-"""One rank's figures: its track (every event of it as it arrives, kept as the figures need it) and
-what is shown of it (RankStats), read from the track."""
+"""One rank's figures: what is shown of it (RankStats), read from its track (whole_run.py: every event
+of it as it arrives, kept as the figures need it, bounded however long the run)."""
 
 from __future__ import annotations
 
 import statistics
-from array import array
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from mgpu_tui.engine.protocol.events import (
-    About,
-    Done,
-    Error,
-    Hello,
-)
+from mgpu_tui.engine.run.figures.long_run.whole_run import RankTrack as RankTrack  # its first home
 from mgpu_tui.engine.run.figures.mfu import Compute
-
-
-@dataclass
-class RankTrack:
-    hello: Hello | None = None
-    steps: array = field(default_factory=lambda: array("q"))
-    samples: array = field(default_factory=lambda: array("q"))
-    tokens: array = field(default_factory=lambda: array("q"))
-    step_s: array = field(default_factory=lambda: array("d"))
-    data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
-    flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
-    recomputed: array = field(default_factory=lambda: array("d"))  # FLOPs it ran again (not in flops)
-    counted: bool = False  # some step of it said its FLOPs
-    observed: set[int] = field(default_factory=set)  # the indexes of steps run under the FLOP count
-    loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
-    first_step_t: float | None = None
-    step_offset: int = 0  # added to its steps: those of its earlier phases (a fit before a test)
-    last_t: float | None = None
-    mem_bytes: int | None = None
-    mem_peak_bytes: int | None = None
-    state_bytes: int | None = None  # parameters, gradients, optimizer state, as the rank measured them
-    tensor_peak_bytes: int | None = None  # the peak of its live tensors, as it measured it
-    done: Done | None = None
-    error: Error | None = None
-    about: About | None = None  # what a script really used (the bootstrap says it after its first step)
-    where: str | None = None  # its main thread's place at its latest beat
-    diverged_at: int | None = None  # the first step whose loss was NaN or infinite
-
-
-@dataclass(frozen=True)
-class Steady:
-    """A rank's steady steps (from ``lo`` on), without those run under the FLOP count (slowed by
-    it: their FLOPs are counted, their time is not the job's)."""
-
-    steps: list[int]
-    step_s: list[float]
-    samples: list[int]
-    tokens: list[int]
-    flops: list[float]
-    recomputed: list[float]
-
-    @classmethod
-    def of(cls, t: RankTrack, lo: int) -> Steady:
-        if not t.observed:
-            return cls(*(list(values[lo:]) for values in _columns(t)))
-        kept = [i for i in range(lo, len(t.steps)) if i not in t.observed]
-        return cls(*([values[i] for i in kept] for values in _columns(t)))
-
-
-def _columns(t: RankTrack) -> tuple[array, ...]:
-    """A track's columns, in Steady's order."""
-    return t.steps, t.step_s, t.samples, t.tokens, t.flops, t.recomputed
 
 
 @dataclass(frozen=True)
@@ -109,9 +51,9 @@ def rank_stats_of(
     about, hello = t.about, t.hello
     return RankStats(
         rank=rank,
-        last_step=t.steps[-1] if t.steps else 0,
+        last_step=t.last_step,
         samples_per_s=rate,
-        loss=t.loss[t.steps[-1]][0] if t.steps and t.steps[-1] in t.loss else None,
+        loss=found[0] if t.n and (found := t.loss_at(t.last_step)) else None,
         mem_bytes=t.mem_bytes,
         mem_peak_bytes=t.mem_peak_bytes,
         last_event_t=t.last_t,
@@ -145,7 +87,7 @@ def _batch(t: RankTrack) -> int | None:
     said = t.about.batch if t.about else None
     if said is None:
         return None
-    steady = t.samples[max(1, len(t.samples) - BATCH_STEPS) :]
+    steady = t.samples[max(0 if t.folded else 1, len(t.samples) - BATCH_STEPS) :]
     return int(statistics.median_low(steady)) or said if steady else said
 
 

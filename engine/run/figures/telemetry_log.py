@@ -8,11 +8,13 @@ line per sample to ``telemetry.jsonl`` in the run directory::
      "gpus": [{"i": 0, "uuid": "GPU-...", "mem_used": ..., "mem_total": ..., "util": 97, "power_w": 412.3}],
      "ranks": [{"rank": 0, "pid": 4242, "cpu": 99.0, "rss": 354615296}]}
 
-A field the machine cannot tell is null (no GPU: ``gpus`` is empty). A long run stays bounded:
-every sample of the first FULL_RATE_SAMPLES (an hour at 1 s), then one in THIN_EVERY, and the
-file never grows past MAX_BYTES (recording then stops, and its last line says so). The figures
-for the summary are kept as the samples come, from every sample (thinned or not), so they do not
-depend on what the file kept.
+A field the machine cannot tell is null (no GPU: ``gpus`` is empty). A long run stays bounded, and
+whole: every sample of the first FULL_RATE_SAMPLES (an hour at 1 s), then one in THIN_EVERY, one in
+twice as many after each FULL_RATE_SAMPLES more kept, and each time the file has used half of what
+MAX_BYTES left it; so it never reaches MAX_BYTES (were it to, recording would stop, and its last
+line say so). A week at 1 s, 8 GPUs and 8 ranks: about 20 MB, its last days one sample in 160 s
+(docs/long-runs.md). The figures for the summary are kept as the samples come, from every sample
+(thinned or not), so they do not depend on what the file kept.
 """
 
 from __future__ import annotations
@@ -193,7 +195,7 @@ class TelemetryLog:
             if self._file is None:
                 return
             past_full_rate = self.samples - self.full_rate_samples
-            if past_full_rate > 0 and past_full_rate % self.thin_every:
+            if past_full_rate > 0 and past_full_rate % self._every():
                 return
             line = strict_json(_line(snap), separators=(",", ":")) + "\n"
             if self._written + len(line) > self.max_bytes:
@@ -211,6 +213,15 @@ class TelemetryLog:
                 return
             self._written += len(line)
             self.kept += 1
+
+    def _every(self) -> int:
+        """Past the full-rate samples, one in how many is kept: THIN_EVERY, doubled after each
+        ``full_rate_samples`` more kept, and each time the file has used half of what was left of its
+        bytes (so the whole run stays in it, ever sparser, however long)."""
+        left = max(1, self.max_bytes - self._written)
+        by_bytes = (self.max_bytes // left).bit_length() - 1
+        by_time = (self.kept - self.full_rate_samples) // self.full_rate_samples
+        return self.thin_every << max(0, by_bytes, by_time)
 
     def _add(self, snap: Snapshot) -> None:
         cores = [c for c in snap.host.cpu_percent if c is not None]

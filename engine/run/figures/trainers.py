@@ -81,6 +81,8 @@ class Trainers:
                 return False
             self._latest[pid] = _Training(pid, event)
             self._trainings.append(self._latest[pid])
+            for each in self._trainings:  # all of them hold what one job's ranks may (whole_run.py)
+                each.aggregator.share(len(self._trainings))
         training = self._latest.get(pid)
         if training is None:  # nothing before its hello
             return False
