@@ -23,12 +23,15 @@ class RootCause:
     verdict: bool = False
     # What kind of failure, where its maker knows (one of CAUSE_KINDS); :func:`cause_kind` tells the rest.
     kind: str | None = None
+    # A trainer's failure (a process of a command that trained with no process group): its number.
+    trainer: int | None = None
 
     def headline(self) -> str:
         """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
         if self.verdict:
             return self.message
         who = "the launcher" if self.rank is None else f"rank {self.rank}"
+        who = f"trainer {self.trainer}" if self.trainer is not None else who
         who += f" on {self.host}" if self.host else ""
         how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
         return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
@@ -44,6 +47,8 @@ class RootCause:
         document = asdict(self)
         if self.kind is None:  # (a cause whose kind is told by its shape: written as before kinds)
             del document["kind"]
+        if self.trainer is None:  # a trainer's failure alone: every other reads as before
+            del document["trainer"]
         return document
 
 

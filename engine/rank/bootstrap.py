@@ -44,9 +44,10 @@ def _not_ours(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def describe(exc: BaseException) -> dict[str, str]:
+def describe(exc: BaseException, tb: TracebackType | None = None) -> dict[str, str]:
     """The error event's fields for an exception: its qualified type, its first line (the
-    headline), every line of its message, and its traceback (chained exceptions included)."""
+    headline), every line of its message, and its traceback (chained exceptions included; from
+    ``tb`` on where given, the exception itself unchanged)."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     try:
@@ -54,7 +55,7 @@ def describe(exc: BaseException) -> dict[str, str]:
     except Exception as inner:  # noqa: BLE001 (an exception whose __str__ raises: it is still told)
         text = f"<its message could not be read: {type(inner).__name__}>"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    lines = traceback.format_exception(kind, exc, _not_ours(exc.__traceback__))
+    lines = traceback.format_exception(kind, exc, tb if tb is not None else _not_ours(exc.__traceback__))
     return {
         "message": f"{kind.__name__}: {first}" if first else kind.__name__,
         "traceback": "".join(lines),
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         reporter = ScriptReporter(print_every=10**9)
         reporter.hello(mode="script", device="unknown", config={"program": program, "args": args[:64]})
         watch = ScriptWatch(reporter, program)
+        reporter.follow_thread(lambda: watch.training_thread)  # its stacks: the training thread first
         watch.start()
         os.register_at_fork(after_in_child=watch.after_fork_in_child)  # a data-loader worker is no rank
     try:

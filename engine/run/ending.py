@@ -61,10 +61,13 @@ def how_it_ended(run: Run, returncode: int | None) -> tuple[RunState, RootCause 
     if run._node_cause is not None:  # another node, or the rendezvous, ended it
         ended_by_watchdog, root_cause = True, run._node_cause
     state = final_state(returncode, stalled=ended_by_watchdog, stop_requested=run._stop_requested)
+    errors, trainer_errors = run._ingest.errors(), run._ingest.trainer_errors()
+    if state is RunState.OK and run._command and (errors or trainer_errors):
+        state = RunState.FAILED  # a rank or trainer that raised failed, whatever its parent's exit code
     if state is not RunState.FAILED:
         root_cause = None
     elif root_cause is None and run._command:
-        root_cause = command_root_cause(run.run_dir, returncode, run._ingest.errors())
+        root_cause = command_root_cause(run.run_dir, returncode, errors, trainer_errors)
         finished = ran_to_its_end(run, root_cause.rank)
         if finished is not None:
             root_cause = after_finishing(root_cause, *finished)
@@ -108,6 +111,7 @@ def finish(run: Run, verify: Verify | None) -> None:
     if run.resolved.spec.nnodes == 1:  # the ranks' last flight-recorder dumps: who arrived late
         run._ingest.read_flight_records(run.ranks_here())
     telemetry = run._telemetry.stop() if run._telemetry is not None else None
+    processes = run._tree.processes_seen(run._local_pids()) if run._command else ()
     run.summary = RunSummary.build(
         run.resolved,
         str(run.run_dir.path),
@@ -125,8 +129,8 @@ def finish(run: Run, verify: Verify | None) -> None:
         nccl=nccl_figures(run.run_dir) if run.resolved.backend == "nccl" else None,
         nodes=nodes,
         stopped_by=run._stopped_by,
-        world_size=run.world_size,
-        processes=run._tree.processes_seen(run._local_pids()) if run._command else (),
+        world_size=believed_world(run, processes),
+        processes=processes,
     )
     try:
         run.run_dir.write_json(run.run_dir.summary_path, run.summary.to_json())
@@ -144,6 +148,26 @@ def finish(run: Run, verify: Verify | None) -> None:
     run.log.close()
     run.state = state
     run._monitor.release()  # after the summary: whoever sees the lock go finds the result
+
+
+def believed_world(run: Run, processes: tuple) -> int | None:
+    """A command's world size as its ranks said it, within what could be true: its ranks are
+    processes of this machine's tree (exec runs on one node), so a hello that claims more than the
+    processes seen (and the ranks heard from) is not believed past them."""
+    world = run.world_size
+    if not run._command or not world:
+        return world
+    heard = run._ingest.rank_processes()
+    bound = max(len(processes), max(heard, default=-1) + 1)
+    if world > bound:
+        run.log.warning(
+            "a rank said the world size is %d, but %d process(es) ran: the job's is taken as %d",
+            world,
+            len(processes),
+            bound,
+        )
+        return bound
+    return world
 
 
 def launcher_ended(run: Run, returncode: int) -> None:

@@ -102,12 +102,15 @@ class Run(IngestReadings):
             note_processes=self._command,
             log=self.log,
         )
+        # A command's ranks are processes of its tree: no claim of a world size is shown past them.
+        seen = (lambda: len(self._tree.known())) if self._command else None
         self._ingest = Ingest(
             run_dir,
             resolved.world_size,
             restarts=resolved.spec.max_restarts > 0,
             command_output=self._command,
             job=resolved.mode.job,
+            seen=seen,
         )
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None

@@ -26,6 +26,7 @@ from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
+from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
 from mgpu_tui.engine.run.summary_facts import (
     RankMemory,
     memory_of,
@@ -83,6 +84,42 @@ class RankSummary:
 
 
 @dataclass(frozen=True)
+class TrainerSummary:
+    """A process of a command that trained with no process group (figures/trainers.py), its own."""
+
+    trainer: int  # its number: 1, 2, ... in the order the trainings began
+    pid: int | None  # its process, where the run's process tree recorded it
+    process: str | None  # the process's name as multiprocessing gives it ("Process-1", "ForkPoolWorker-2")
+    phase: int  # the phase of the command it trained in (phases)
+    last_step: int
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    loss: float | None
+    peak_mem_bytes: int | None
+    device: str | None
+    done: bool  # it said its training ended on its own
+    error: str | None  # the first line of the exception that ended it
+
+    @classmethod
+    def of(cls, t: TrainerStats, pid_ok: Callable[[int, int], bool]) -> TrainerSummary:
+        r = t.figures
+        return cls(
+            trainer=t.trainer,
+            pid=t.pid if pid_ok(0, t.pid) else None,
+            process=t.process,
+            phase=t.phase,
+            last_step=r.last_step,
+            samples_per_s=r.samples_per_s,
+            tokens_per_s=r.tokens_per_s,
+            loss=r.loss,
+            peak_mem_bytes=r.mem_peak_bytes,
+            device=r.device,
+            done=r.done,
+            error=r.error,
+        )
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """One run's result, as ``summary.json`` and ``--json`` write it (to_json: a stable contract;
     new keys may be added, each with its default, so older summaries still read). Each field says
@@ -118,8 +155,9 @@ class RunSummary:
     malformed_events: int  # event lines skipped as malformed (a rank can write anything)
     run_dir: str
     # A failure's: rank, exit_code, signal, message, traceback, hint (what it means and what to try,
-    # for the known signatures; null otherwise), verdict, host and kind (one of CAUSE_KINDS where its
-    # maker knew it, else null: protocol/causes.py's cause_kind tells the rest) (causes/rootcause.py).
+    # for the known signatures; null otherwise), verdict, host, kind (one of CAUSE_KINDS where its
+    # maker knew it, else null: protocol/causes.py's cause_kind tells the rest) and trainer (a
+    # trainer's failure: its number; absent otherwise) (causes/rootcause.py).
     root_cause: RootCause | None
     # One sentence on what the figures do not show (a degenerate CPU path, ranks sharing GPUs).
     note: str | None
@@ -127,8 +165,9 @@ class RunSummary:
     # unexpected (or ok false and an error) (run/verify.py).
     verify: Verify | None
     # The stall watch's: timeout_s, ranks (rank, last_step, silent_s, process: stopped, running or
-    # gone; answers_stacks), stacks_dir, verdict (from the flight recorder and the stacks; null
-    # when they cannot tell), culprit and found_at (causes/watchdog.py).
+    # gone; answers_stacks; trainer_pid, a job of one process's, whose stacks file it names),
+    # stacks_dir, verdict (from the flight recorder and the stacks, or a stopped process; null when
+    # they cannot tell), culprit and found_at (causes/watchdog.py).
     stall: Stall | None
     telemetry: TelemetryFigures | None = None  # the machine during the run (run/figures/telemetry_log.py)
     # The ranks the others waited for: rank, late_s (how much later than the earliest, on
@@ -176,6 +215,15 @@ class RunSummary:
     # peak_tflops, and note (why the MFU, or both, is null); also per rank in ranks; absent
     # otherwise (run/figures/mfu.py).
     compute: Compute | None = None
+    # A command's processes that trained with no process group (Hogwild's, a pool's tasks, a
+    # learning-rate finder before the job), each its own: trainer, pid, process, phase, last_step,
+    # samples_per_s, tokens_per_s, loss, peak_mem_bytes, device, done, error; absent where none, or
+    # where one process trained alone (it is then the job: rank 0 of 1) (run/figures/trainers.py).
+    trainers: tuple[TrainerSummary, ...] = ()
+    # A command's phases, where it had several (a finder, then the job): phase, kind ("ranks" or
+    # "trainers"), world_size (the group's; 0 for trainers), trainers (their numbers), began_at and
+    # ended_at (Unix times); absent for one phase (run/figures/trainers.py).
+    phases: tuple[Phase, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -260,6 +308,8 @@ class RunSummary:
             anatomy=stats.anatomy,
             verdicts=stats.verdicts,
             compute=stats.compute,
+            trainers=tuple(TrainerSummary.of(t, pid_ok) for t in stats.trainers),
+            phases=stats.phases,
         )
 
     def to_json(self) -> dict:
@@ -285,9 +335,9 @@ class RunSummary:
             del document["processes"]
         if self.compute is None:  # a job whose ranks counted FLOPs alone: every other reads as before
             del document["compute"]
-        for taken_apart in ("anatomy", "verdicts"):  # where the ranks took their steps apart, alone
-            if not document[taken_apart]:
-                del document[taken_apart]
+        for apart in ("anatomy", "verdicts", "trainers", "phases"):  # where there are some, alone
+            if not document[apart]:
+                del document[apart]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod

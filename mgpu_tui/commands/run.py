@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
@@ -320,13 +321,22 @@ def _follow_to_end(
     summary = run.result()
     if metrics is not None:
         metrics.publish(run, force=True)  # the end as it is, however it came (a stop, Ctrl-C)
-    print(strict_json(summary.to_json()) if args.json else summary_text(summary))
+    cause = summary.root_cause
+    launcher = cause is not None and cause.rank is None and cause.trainer is None and not cause.verdict
+    if shown_raw and cause is not None and launcher and summary.exit_code is not None:
+        # The command's own words are on the console already (its output went there as it wrote it):
+        # its failure said once, not quoted again under the summary (`exec -- bash nope.sh`).
+        words = f"the command exited with code {summary.exit_code} (its own output is above)"
+        cause = dataclasses.replace(cause, message=words, traceback="", hint=None)
+    shown = summary if cause is summary.root_cause else dataclasses.replace(summary, root_cause=cause)
+    print(strict_json(summary.to_json()) if args.json else summary_text(shown))
     # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
     # those last lines are the rest of the story (the others' "Connection closed by peer" after it).
-    if summary.root_cause:
-        print(plain(summary.root_cause.describe()), file=sys.stderr)
+    if cause is not None and cause is summary.root_cause:
+        print(plain(cause.describe()), file=sys.stderr)
     verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
-    if summary.steps == 0 and not args.json and not verdict and not shown_raw:  # (shown: said already)
+    stepped = summary.steps or any(t.last_step for t in summary.trainers)
+    if not stepped and not args.json and not verdict and not shown_raw:  # (shown: said already)
         print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
         last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
         print("\n".join(last), file=sys.stderr)

@@ -101,7 +101,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=30)
         assert await wait_for(pilot, lambda: "Stop" not in footer(app), timeout=5)  # nothing left to stop
         await pilot.pause(0.3)
-        assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
+        assert "interrupted" in str(status.render()) or "finished ok" in str(status.render())
         await pilot.pause(0.3)
         assert not app.screen.query("Toast")  # "Stopping every rank…" leaves with the run (issue #31)
     assert live_processes_of(run_dir) == []

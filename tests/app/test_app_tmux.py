@@ -215,7 +215,7 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
             asked = r"This run was started elsewhere \(its monitor is pid \d+"
             assert wait_screen(session, asked), screen(session)
             keys(session, "y")
-            assert wait_screen(session, r"ddp stopped: [\d,]+ steps", timeout=30), screen(session)
+            assert wait_screen(session, r"ddp interrupted: [\d,]+ steps", timeout=30), screen(session)
             keys(session, "q")
             assert wait_exit(marker, 10) == "0"
         finally:

@@ -59,6 +59,12 @@ def test_lightning_ddp_spawn_then_test_is_one_job_of_two_ranks(tmp_path):
     summary, truth = finished(done, tmp_path)
     assert sorted(truth) == [0, 1] and summary.world_size == 2
     assert summary.steps == 12 and summary.batch_size == 16 and summary.malformed_events == 0
+    assert not summary.trainers and not summary.phases and summary.finished_training
+    hellos = [
+        line for rank in (0, 1) for line in (run_dir / "events" / f"rank{rank}.jsonl")
+        .read_text().splitlines() if '"kind":"hello"' in line
+    ]  # fmt: skip
+    assert len(hellos) == 4  # fit's and test's processes, two ranks each
     for rank in summary.ranks:
         assert rank.last_step == truth[rank.rank]["steps"] == 12
         assert abs(rank.loss - truth[rank.rank]["loss"]) < 1e-6

@@ -139,6 +139,13 @@ class HookedRoot:
         self._roots = [(weakref.ref(module), handles)]
         self.source = BATCH_SOURCE.get(kind, kind)
 
+    def let_go(self) -> None:
+        """No root from now on (a training ended: the next one finds its own model)."""
+        for _, handles in self._roots:
+            for handle in handles:
+                handle.remove()
+        self._roots, self.source = [], None
+
     def _forward_hooks(self, module: Any, wrap: Any) -> list[Any]:
         """The root's hooks: before its forward (the batch, and the forward's start) and after it,
         even when it raises (the forward's end); kept out of pickles and deep copies."""

@@ -20,14 +20,14 @@ and how it is taken (docs/your-script.md says the same to users):
   communication backward did not hide, the optimizer and the host's time between (step_clock.py
   says how each is measured); with the training DataLoader's worker count, in ``about``.
 - **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
-  it), summed over the step's micro-batches (scripts divide each by the accumulation count). On a
-  GPU it is read without draining the stream: a non-blocking copy into pinned memory, read once its
-  CUDA event has completed (a step's event is written when its loss is known, in order).
-- **memory**: on CUDA, once the script has initialised it (the watch never does: it would open a
-  context on GPU 0 in every rank), the allocator's current and peak bytes on the loss's device;
-  otherwise the process's RSS and its peak.
+  it), summed over the step's micro-batches (scripts divide each by the accumulation count); on a
+  GPU read without draining the stream (step_figures.py). A loop that calls backward and never
+  steps (saliency maps) keeps MAX_LOSSES at most: past them, they go, and that step has no loss.
+- **memory**: on CUDA (once the script initialised it), the allocator's current and peak bytes on
+  the loss's device; otherwise the process's RSS and its peak.
 - **about**: the backend of the default process group, the device the loss is on, and the batch.
-- **beats**: when the main thread moved and nothing was written for BEAT_S (stack_signature.py).
+- **beats**: when the training thread (the latest backward's; the main thread before any)
+  moved and nothing was written for BEAT_S (stack_signature.py).
 
 Where the hooks go into torch is torch_hooks.py; the figures are read in step_figures.py; the
 model whose forward counts the batch is hooked in model_root.py.
@@ -41,6 +41,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterator
+from threading import get_ident
 from types import ModuleType
 from typing import Any
 
@@ -65,6 +66,8 @@ from mgpu_tui.engine.rank.watch.wrapping import guarded
 
 __all__ = ["ScriptReporter", "ScriptWatch"]
 
+MAX_LOSSES = 1024  # the losses of one step kept (its micro-batches'); past them the step has none
+
 
 def _quiet(hook: Any) -> Any:
     """A hook that fails says so once (ScriptWatch._failed) and returns: the script goes on."""
@@ -87,14 +90,14 @@ class ScriptWatch:
         reporter: ScriptReporter | None,
         program: str,
         *,
-        become_rank: Callable[[int, int], ScriptReporter] | None = None,
+        become: Callable[[int | None, int], ScriptReporter] | None = None,
     ) -> None:
-        """``reporter``: the rank's, where the launcher said which rank this is (torchrun's RANK);
-        None under ``mgpu-tui exec``, where ``become_rank(rank, world_size)`` makes it the moment
-        the process becomes a rank (it joins the default process group, or steps an optimizer
-        after a backward with none): until then it writes nothing and runs no thread."""
-        self.reporter = reporter
-        self._become = become_rank
+        """``reporter``: the rank's (torchrun's RANK); None under ``mgpu-tui exec``, where
+        ``become(rank, world_size)`` makes it once the process joins the default group, or steps an
+        optimizer after a backward with none (a trainer: ``rank`` None); until then nothing runs."""
+        self.reporter, self._become = reporter, become
+        self.trainer = False  # this process trains without a process group (a trainer of its own)
+        self.ended: Callable[[BaseException | None], None] | None = None  # tells a training's end
         self.program = os.path.abspath(program) if os.path.exists(program) else program
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._failures: set[str] = set()  # hooks that failed once, and said so
@@ -109,6 +112,8 @@ class ScriptWatch:
         self._backwards = 0  # backward() calls since the last step: its micro-batches
         self.in_backward = False  # a backward inside a backward (reentrant checkpointing) is not one
         self._losses: list[Any] = []
+        self._losses_let_go = False  # more than MAX_LOSSES since the last step: its loss is unknown
+        self.training_thread: int | None = None  # the thread of the latest backward (the beats follow it)
         self._scaled: dict[int, tuple[Any, Any]] = {}  # id(scaled loss) -> (it, the loss unscaled)
         self._batch = StepBatch(TRAINING_STEP_SOURCE)  # what the step under way trained on
         self._whole = False  # inside a framework's training step that is the forward (frameworks.py)
@@ -120,7 +125,7 @@ class ScriptWatch:
         self._backend: str | None = None  # the default process group's, once seen
         self._last_event_at = time.monotonic()
         self._lead = step_figures.Lead()  # the optimizer whose steps are the steps
-        self._beats = stack_signature.Beats(self.program, self._tick)  # started once a rank
+        self._beats = stack_signature.Beats(self.program, self._tick, lambda: self.training_thread)
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
@@ -129,7 +134,7 @@ class ScriptWatch:
 
     def start(self) -> None:
         """The hooks, once the script imports torch (now, if it has); the beats, where the rank is
-        known (else from the moment the process becomes one)."""
+        known (else once the process becomes one)."""
         after_import("torch", guarded(self._install))
         after_import("torch.distributed.fsdp", guarded(self._install_fsdp))
         after_import("torch._dynamo", guarded(self._after_dynamo))
@@ -137,21 +142,27 @@ class ScriptWatch:
         if self.reporter is not None:
             self._beats.start()
 
-    def _become_rank(self, rank: int, world_size: int) -> None:
-        """This process is a rank from now on: its reporter (its files, its stack handler, its
-        flight-recorder thread) and its beats start here, never before."""
+    def _become_rank(self, rank: int | None, world_size: int) -> None:
+        """This process is a rank (``rank`` None: a trainer) from now on: its reporter (its files,
+        stack handler, flight-recorder thread) and its beats start here, never before."""
         if self.reporter is not None or self._become is None:
             return
         self.reporter = self._become(rank, world_size)
+        self.trainer = rank is None
         self._last_event_at = time.monotonic()
         self._beats.start()
 
+    def no_one(self) -> None:
+        """Its training ended and was told (process_watch.py): no one again, until it trains anew."""
+        self.reporter, self.trainer = None, False
+        self._root.let_go()
+        self._start_counting()
+
     def after_fork_in_child(self) -> None:
         """A forked child (a data-loader worker, a rank of ``start_processes(start_method="fork")``)
-        starts as no rank, with nothing of its parent's: not its events file, its stack handler, its
-        threads (which a fork does not copy) or its counts. It becomes a rank of its own if it joins
-        a process group."""
-        reporter, self.reporter = self.reporter, None
+        starts as no one, with nothing of its parent's: not its events file, its stack handler, its
+        threads (which a fork does not copy) or its counts."""
+        reporter, self.reporter, self.trainer = self.reporter, None, False
         if reporter is not None:
             reporter.abandon()
         self._start_counting()
@@ -165,10 +176,18 @@ class ScriptWatch:
         torch_hooks.install_fsdp(fsdp, self)
 
     @_quiet
+    def joined_group(self) -> None:
+        """init_process_group returned: a process that trained alone until now (a helper before the
+        job: a learning-rate finder) ends that training; it is the group's rank now."""
+        if self.trainer and self.ended is not None:
+            self.ended(None)
+        self.see_group()
+
+    @_quiet
     def before_destroy(self) -> None:
         self.see_group()  # a group made some other way is named before it goes
-        if self.reporter is not None:
-            self.reporter.dump_flight_records()  # its last collectives, while they are there
+        if self.reporter is not None:  # its last collectives, while they are there
+            self.reporter.dump_flight_records()
 
     @_quiet
     def hook_root(self, module: Any, kind: str) -> None:
@@ -221,9 +240,8 @@ class ScriptWatch:
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
         """A batch a DataLoader gave while gradients are on (_watched_next: an evaluation's is not
-        handed here): counted, and
-        used for the step where no model's forward counted one (a model whose forward is not what
-        the script calls: Lightning on one device calls training_step)."""
+        handed here): counted, and used for the step where no model's forward counted one (a model
+        whose forward is not what the script calls: Lightning on one device calls training_step)."""
         workers = getattr(loader, "_num_workers", None)
         if isinstance(workers, int):
             self._loader_workers = workers
@@ -232,10 +250,14 @@ class ScriptWatch:
     @_quiet
     def on_backward(self, tensors: Any) -> None:
         self._backwards += 1
+        self.training_thread = get_ident()
         torch = self.torch
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and not tensors.is_complex():
             scaled = self._scaled.pop(id(tensors), None)
             loss = scaled[1] if scaled is not None and scaled[0] is tensors else tensors.detach()
+            if len(self._losses) >= MAX_LOSSES:  # no step for that long: none of them is a step's loss
+                self._losses.clear()
+                self._losses_let_go = True
             self._losses.append(loss)
             if self._device is None:
                 self._device = loss.device
@@ -259,6 +281,8 @@ class ScriptWatch:
     def remember_scaled(self, outputs: Any, result: Any) -> None:
         torch = self.torch
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and outputs.numel() == 1:
+            if len(self._scaled) >= MAX_LOSSES:  # scaled and never backward: let go
+                self._scaled.clear()
             self._scaled[id(result)] = (result, outputs.detach())
 
     @_quiet
@@ -269,7 +293,7 @@ class ScriptWatch:
 
     def _count_step(self) -> None:
         if self.reporter is None and not self.see_group():
-            self._become_rank(0, 1)  # a step with no process group: a job of one process
+            self._become_rank(None, 1)  # a step with no process group: a trainer of its own
         counting = time.perf_counter()
         flops = self._flops.total(self.clock.aside) if self._flops is not None else None
         aside_s = (
@@ -280,6 +304,8 @@ class ScriptWatch:
         self._backwards = 0
         self._scaled.clear()
         losses, self._losses = self._losses, []
+        if self._losses_let_go:
+            losses, self._losses_let_go = [], False
         samples, tokens, source, data_s = self._batch.take(now, self._root.source)
         parts: dict[str, float] | None = self.clock.cut()
         if self.steps == 1:
@@ -339,7 +365,7 @@ class ScriptWatch:
         if not self._about_said:
             self._say_about(0)
         _, peak = step_figures.memory(self.torch, self._device)
-        group = "alive" if alive else ("destroyed" if self._backend else "none")
+        group = "none" if self.trainer else "alive" if alive else ("destroyed" if self._backend else "none")
         return {"process_group": group, "mem_peak_bytes": peak}
 
     def see_group(self) -> bool:

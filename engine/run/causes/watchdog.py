@@ -67,6 +67,14 @@ class StalledRank:
     # debugger: it cannot run at all), "running", "gone", or None when its process is unknown.
     process: str | None = None
     answers_stacks: bool = False  # its reporter said it answers a stack request
+    # A job of one process that trained with no group (rank 0 of 1): its process, whose stacks file
+    # is named by it (stacks/trainer<PID>.txt).
+    trainer_pid: int | None = None
+
+    def stacks_in(self, stacks_dir: Path | str) -> Path:
+        """Where its answer to a stack request is."""
+        pid = self.trainer_pid
+        return stacks_file(stacks_dir, self.rank) if pid is None else stacks_file(stacks_dir, pid, True)
 
 
 @dataclass(frozen=True)
@@ -81,7 +89,8 @@ class Stall:
     def to_json(self) -> dict:
         return {
             "timeout_s": self.timeout_s,
-            "ranks": [asdict(r) for r in self.ranks],
+            # A rank's trainer_pid only where it has one: every other stall reads as before.
+            "ranks": [{k: v for k, v in asdict(r).items() if k != "trainer_pid" or v} for r in self.ranks],
             "stacks_dir": self.stacks_dir,
             "verdict": self.verdict,
             "culprit": self.culprit,
@@ -101,7 +110,7 @@ class Stall:
         parts = []
         for r in stuck:
             try:
-                text = readable_stacks(read_capped(stacks_file(self.stacks_dir, r.rank), MAX_STACKS_BYTES))
+                text = readable_stacks(read_capped(r.stacks_in(self.stacks_dir), MAX_STACKS_BYTES))
             except OSError:
                 text = ""
             parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
@@ -119,15 +128,23 @@ class Stall:
         message = f"stalled: no progress for {self.timeout_s:.0f} s ({where})"
         if self.verdict:
             message = f"stalled for {self.timeout_s:.0f} s: {self.verdict}"
-        stopped = [r.rank for r in stuck if r.process == "stopped"]
-        if stopped:
-            ranks = ", ".join(map(str, stopped))
-            verb = "is" if len(stopped) == 1 else "are"
-            message += (
-                f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
-                "debugger) and cannot run until continued (SIGCONT)"
-            )
+        stopped = stopped_ranks(stuck)
+        if stopped and stopped not in message:
+            message += f"; {stopped}"
         return message
+
+
+def stopped_ranks(ranks: tuple[StalledRank, ...] | list[StalledRank]) -> str:
+    """The stalled ranks whose process is stopped, in words ("" for none): the likeliest culprits,
+    who cannot even answer for their stacks or flight records."""
+    stopped = [r.rank for r in ranks if r.process == "stopped"]
+    if not stopped:
+        return ""
+    verb = "is" if len(stopped) == 1 else "are"
+    return (
+        f"rank {', '.join(map(str, stopped))} {verb} stopped (SIGSTOP, Ctrl-Z or a debugger) and "
+        "cannot run until continued (SIGCONT)"
+    )
 
 
 # Frames of mgpu-tui's own code in a rank: its two threads (the flight-record dumper's _loop, the
@@ -274,19 +291,23 @@ class Watchdog:
         # to have no reporter that answers, in the stall's account.
         local = self.local_ranks()
         answering = {rank for rank, pid in self.ingest.stack_answering().items() if local.get(rank) == pid}
+        lone = self.ingest.lone_trainer_pid()  # a job of one process: its stacks are named by its pid
         stalled = tuple(
             dataclasses.replace(
                 r,
                 process=self.tree.process_state(local[r.rank]) if r.rank in local else None,
                 answers_stacks=r.rank in answering,
+                trainer_pid=lone if r.rank == 0 else None,
             )
             for r in stalled
         )
         who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
         self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
         asked = request_flight_records(self.run_dir.path)  # answered by a thread of each rank
-        request_stacks((r.rank for r in stalled), self.run_dir.path)
+        request_stacks((r.stacks_in(stacks_dir) for r in stalled), self.run_dir.path)
         verdict, culprit = self._verdict(stalled, stacks_dir, asked) or (None, None)
+        if verdict is None and (stopped := stopped_ranks(stalled)):  # what the console says, kept
+            verdict, culprit = stopped, next(r.rank for r in stalled if r.process == "stopped")
         if verdict:
             self.log.warning("hang verdict: %s", verdict)
         self.stall = Stall(timeout, stalled, str(stacks_dir), verdict, culprit, found_at=time.time())
@@ -298,8 +319,8 @@ class Watchdog:
         moved for the whole window), or (asked at most once a window) the flight records show a
         silent rank that never entered a collective the others wait in."""
         quiet = {r.rank for r in silent}
-        watched = {rank for rank, t, _, done in liveness if not done and t is not None}
-        watched &= set(self.ranks_here())
+        here = self.ranks_here()
+        watched = {rank for rank, t, _, done in liveness if not done and t is not None and rank in here}
         if watched and watched <= quiet:
             return True
         if time.monotonic() - self._probed_at < timeout:
@@ -320,7 +341,8 @@ class Watchdog:
     ) -> tuple[str, int] | None:
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
-        ranks = self.ranks_here()  # from the spec: a script's ranks need not have said hello
+        here = self.ranks_here()  # the ranks heard from: one that never said hello keeps no record
+        ranks = sorted(rank for rank in self.ingest.rank_processes() if rank in here)
         records = self.run_dir.flight_record_path
         deadline = time.monotonic() + STACKS_WAIT_S
 
@@ -339,7 +361,7 @@ class Watchdog:
         for r in stalled:
             try:
                 stacks[r.rank] = read_capped(
-                    stacks_file(stacks_dir, r.rank), MAX_STACKS_BYTES, root=self.run_dir.path
+                    r.stacks_in(stacks_dir), MAX_STACKS_BYTES, root=self.run_dir.path
                 )
             except OSError:
                 continue

@@ -30,6 +30,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgpu_tui.engine.planning.modes import Job
 from mgpu_tui.engine.protocol.events import (
@@ -54,6 +55,9 @@ from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, rank_stats_of
 from mgpu_tui.engine.run.figures.stragglers import STRAGGLER_WINDOW, Straggler, stragglers_among
 
+if TYPE_CHECKING:
+    from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
+
 
 def warmup_steps(n: int) -> int:
     """Steps left out of steady-state figures when n steps are known: 5, or a fifth of short runs."""
@@ -75,6 +79,10 @@ class RunStats:
     anatomy: tuple[RankAnatomy, ...] = ()  # where each rank's step goes, where it took it apart (anatomy.py)
     verdicts: tuple[Verdict, ...] = ()  # why the job is slow, where that is clear (anatomy.py)
     compute: Compute | None = None  # the job's TF/s and MFU, where its ranks counted FLOPs (mfu.py)
+    # A command's processes that trained with no process group, each its own (trainers.py), and its
+    # phases, where it had several (a learning-rate finder, then the job).
+    trainers: tuple[TrainerStats, ...] = ()
+    phases: tuple[Phase, ...] = ()
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
@@ -153,6 +161,12 @@ class Aggregator:
             (rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
             for rank, t in sorted(self._ranks.items())
         ]
+
+    def span(self) -> tuple[float, float] | None:
+        """(the first hello, the latest event) of the ranks heard from: when they trained."""
+        hellos = [t.hello.t for t in self._ranks.values() if t.hello]
+        latest = [t.last_t for t in self._ranks.values() if t.last_t is not None]
+        return (min(hellos), max(latest)) if hellos and latest else None
 
     def recent_step_time(self, last: int = 50) -> float | None:
         """The median step time over the last steps of every rank: what "slow" means for this job."""

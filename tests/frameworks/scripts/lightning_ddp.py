@@ -8,6 +8,8 @@ prints its own account when its training ends (a callback: under ddp_spawn the s
 train, not the script's), the truth the tests compare mgpu-tui's figures with:
     RESULT {"rank": 0, "world_size": 2, "steps": 12, "batch": 8, "loss": 0.123}
 ``FAIL_RANK=N`` plants an IndexError in rank N's third training step.
+``--test`` runs trainer.test after fit (with strategy="ddp_spawn", Lightning starts the ranks' processes
+again for it).
 """
 
 import argparse
@@ -38,7 +40,7 @@ class Regressor(L.LightningModule):
 
     def test_step(self, batch, batch_idx):
         x, y = batch
-        self.log("test_loss", F.mse_loss(self.net(x), y))
+        self.log("test_loss", F.mse_loss(self.net(x), y), sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
@@ -73,7 +75,7 @@ def main():
     )
     trainer.fit(model, DataLoader(data, batch_size=args.batch))
     if args.test:
-        trainer.test(model, DataLoader(data, batch_size=args.batch))
+        trainer.test(model, DataLoader(data, batch_size=args.batch), verbose=False)
 
 
 class Account(L.Callback):

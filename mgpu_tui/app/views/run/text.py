@@ -281,7 +281,7 @@ def cut_off_status(label: str, steps: int) -> str:
 
 def ended_status(summary: RunSummary) -> str:
     """The status line of a run that ended: how, its figures and its folder."""
-    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "stopped"}[
+    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "interrupted"}[
         summary.status
     ]
     if summary.verify is not None:
