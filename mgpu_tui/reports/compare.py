@@ -72,16 +72,16 @@ def disagreement(where: str, batch_size: int, rate: float | None, median: float 
     mean = scaling.step_of_rate(batch_size, rate)
     if mean is None or median is None or not scaling.figures_disagree(batch_size, rate, median):
         return None
+    why = (
+        "a few steps took far longer than most (a busy machine, a pause), and they count in its time "
+        "but not in the median."
+        if mean > median
+        else "most steps took longer than the median one."
+    )
     return (
         f"{DISAGREES} {where}: samples/s counts the steps' whole time, a mean step of "
         f"{fmt_seconds(mean)} at batch {batch_size:,}; the median step, {fmt_seconds(median)}, would "
-        f"give {fmt_rate(batch_size / median)} samples/s. The samples/s holds for the run: "
-        + (
-            "a few steps took far longer than most (a busy machine, a pause), and they count in its "
-            "time but not in the median."
-            if mean > median
-            else "most steps took longer than the median one."
-        )
+        f"give {fmt_rate(batch_size / median)} samples/s. The samples/s holds for the run: {why}"
     )
 
 
@@ -193,14 +193,11 @@ SWEEP_NOTES = {
 
 def scale_cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     headers = [loss_header(comparison) if h == "loss @" else h for h, _, _ in SCALE_COLUMNS]
-    rows = [
-        [
-            fmt(getattr(p, key)) + (DISAGREES if key == "samples_per_s" and p.figures_disagree else "")
-            for _, key, fmt in SCALE_COLUMNS
-        ]
-        for p in comparison.points()  # n/a where a figure is not known
-    ]
-    return headers, rows
+
+    def cell(p: scaling.ScalePoint, key: str, fmt: Callable) -> str:  # n/a where a figure is not known
+        return fmt(getattr(p, key)) + (DISAGREES if key == "samples_per_s" and p.figures_disagree else "")
+
+    return headers, [[cell(p, key, fmt) for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]
 
 
 def scale_notes(comparison: Comparison) -> list[str]:
