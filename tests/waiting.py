@@ -56,3 +56,13 @@ def never_blocks(call: Callable[[], T], patience: float = 30.0) -> T:
     thread.join(patience)
     assert done, f"{call} still blocked after {patience:.0f} s"
     return done[0]
+
+
+async def settled(pilot) -> None:
+    """The app's settled state, whatever the machine's load: its workers done, the messages they
+    and the test posted handled, what waited for a refresh drawn. A fixed pause (0.3 s) was too
+    short beside other testers' load, and a snapshot then drew a half-done screen."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
+    await pilot.pause()

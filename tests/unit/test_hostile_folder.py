@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+from waiting import cpu_seconds, never_blocks
 
 from conftest import pinned_summary as summary
-from waiting import cpu_seconds, never_blocks
 from mgpu_tui.cli import main
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.folder import Unreadable, loads, read_json, write_atomic
