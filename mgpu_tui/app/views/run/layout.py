@@ -5,7 +5,7 @@ when the terminal grows): ``narrow`` (under 120 columns: the form on two rows, t
 ranks), ``short`` (the log's controls on one row; the panel under the charts up to 40%), ``tiny``
 (80x24: once a run ended, its charts give their rows to the logs and its panel keeps 5), ``low``
 (no telemetry charts); and ``ended``, set by the view when its run ends: the log box as tall as its
-lines, the charts the rest."""
+lines, the charts the rest (none where the run has no step to chart: ``no-steps``)."""
 
 from __future__ import annotations
 
@@ -109,6 +109,14 @@ RUN_VIEW_CSS = """    RunView {
     }
     RunView.ended #charts Chart {
         height: 1fr;
+    }
+    /* An ended run with no step to chart (a hang before its first): its rows go to the logs. */
+    RunView.ended.no-steps #charts {
+        display: none;
+    }
+    RunView.ended.no-steps #run-middle {
+        height: auto;
+        min-height: 0;
     }
     RunView.narrow.ended #run-middle, RunView.narrow.ended #charts {
         height: auto;

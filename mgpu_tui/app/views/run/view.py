@@ -253,6 +253,7 @@ class RunView(LogsAndGuide, RankTableKeys):
             outcome.starting(None)
         self.query_one("#run-status", StatusLine).update(head, done=self._done(stats.steps), keep=figures)
         self.query_one(RunCharts).show(series, whole)
+        self.set_class(not (whole or series)[0], "no-steps")  # an ended run's empty charts give way
         self._draw_ranks(stats)
         if not self.finished:  # a hang's verdict, else the slow ranks' remark
             outcome.during(stats, self.stall, failed=self.failed_rank is not None)
