@@ -209,7 +209,7 @@ def build_command(
         # Share the cores out, so ranks do not fight over them.
         changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.ranks))
     if resolved.backend == "nccl" and "NCCL_DEBUG" not in base_env:
-        # NCCL's own account of how the ranks talk, kept with the run (engine/run/figures/nccl_record.py
+        # NCCL's own account of how the ranks talk, kept with the run (engine/run/nccl/nccl_record.py
         # reads it back): into files of the run directory, not the ranks' logs.
         changes["NCCL_DEBUG"] = "INFO"
         if "NCCL_DEBUG_SUBSYS" not in base_env:
@@ -242,7 +242,7 @@ def _collectives_recorded(
     """PyTorch's flight recorder keeps each rank's recent collectives (gloo and NCCL): when a run
     stalls, they say which rank never entered which collective (watchdog.py's verdict). On NCCL,
     each collective's GPU duration too: the CPU runs ahead of the GPU, so these, not the enqueue
-    times, say who arrives late (run/figures/flight_records.py). The user's own settings win."""
+    times, say who arrives late (run/nccl/flight_records.py). The user's own settings win."""
     if not any(name in base_env for name in FR_BUFFER_ENV):
         for name in FR_BUFFER_ENV:
             changes[name] = str(FR_BUFFER_ENTRIES)

@@ -19,7 +19,7 @@ from mgpu_tui.engine.run.causes.rootcause import (
     find_root_cause,
     hint_for,
 )
-from mgpu_tui.engine.run.figures.nccl_record import nccl_figures
+from mgpu_tui.engine.run.nccl.nccl_record import nccl_figures
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 from mgpu_tui.engine.run.verify import Verification, Verify
 from mgpu_tui.engine.run.watched import RunState, final_state

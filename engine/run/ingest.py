@@ -35,8 +35,8 @@ from mgpu_tui.engine.protocol.events import (
 from mgpu_tui.engine.protocol.file_tail import CATCH_UP_S, LAST_EVENT_BYTES, FileTail
 from mgpu_tui.engine.protocol.rundir import JOB_OUTPUT, RankFiles, RunDir
 from mgpu_tui.engine.run.figures.aggregate import Aggregator, RunStats
-from mgpu_tui.engine.run.figures.flight_records import late_arrivals, read_trace
 from mgpu_tui.engine.run.figures.trainers import Trainers, phases_of
+from mgpu_tui.engine.run.nccl.flight_records import late_arrivals, read_trace
 
 # New lines waiting for a display to drain them; beyond this the oldest are dropped (and counted).
 NEW_LINES_KEPT = 5000
@@ -258,7 +258,7 @@ class Ingest:
 
     def read_flight_records(self, ranks: range) -> None:
         """Who arrives late at the collectives, from the ranks' flight-recorder dumps
-        (run/figures/flight_records.py); for one host's ranks only: the times are each host's clock's.
+        (run/nccl/flight_records.py); for one host's ranks only: the times are each host's clock's.
         Only the ranks heard from are read (a rank that never said hello wrote no record): a world
         size a hello claims costs nothing past the processes that spoke."""
         record = self.run_dir.flight_record_path

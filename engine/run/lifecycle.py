@@ -73,9 +73,8 @@ class Run(IngestReadings):
         self.python = python
         self.log = RunLog(self.run_id, run_dir.run_log)
         # Several nodes: this node's watch over the others, through the rendezvous store.
-        self._nodes = None
-        if resolved.spec.nnodes > 1:
-            self._nodes = NodeWatch(resolved, run_dir, python=python, log=self.log)
+        multi_node = resolved.spec.nnodes > 1
+        self._nodes = NodeWatch(resolved, run_dir, python=python, log=self.log) if multi_node else None
         self.foreground = foreground
         self.launch: Launch = build_command(
             resolved,
@@ -161,15 +160,7 @@ class Run(IngestReadings):
                 raise
         else:
             starting.start_launcher(self)
-        interval = self.resolved.spec.sample_interval
-        if interval:  # the machine during the run, kept with it (engine/run/figures/telemetry_log.py)
-            self._telemetry = TelemetryLog(  # the run's own processes are not "other" for BUSY MACHINE
-                self.run_dir.telemetry_path,
-                interval=interval,
-                ranks=self.rank_processes,
-                run_processes=self._tree.known,
-            )
-            self._telemetry.start()
+        self._telemetry = starting.start_telemetry(self, self._tree.known)
         self.state = RunState.RUNNING
 
     def _let_go(self) -> None:

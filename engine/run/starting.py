@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from mgpu_tui import __version__
@@ -15,6 +16,7 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.protocol.rundir_make import RunDirError, folder_name
 from mgpu_tui.engine.run.causes.watchdog import MIN_FREE_BYTES
+from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.run.lifecycle import Run
@@ -118,3 +120,18 @@ def start_launcher(run: Run) -> None:
         run._tree.started.pid,
         " ".join(run.launch.argv),
     )
+
+
+def start_telemetry(
+    run: Run, run_processes: Callable[[], Iterable[tuple[int, float]]]
+) -> TelemetryLog | None:
+    """The machine during the run, kept with it (figures/telemetry_log.py), where the spec samples it;
+    the run's own processes (``run_processes``) are not "other" for BUSY MACHINE."""
+    interval = run.resolved.spec.sample_interval
+    if not interval:
+        return None
+    telemetry = TelemetryLog(
+        run.run_dir.telemetry_path, interval=interval, ranks=run.rank_processes, run_processes=run_processes
+    )
+    telemetry.start()
+    return telemetry

@@ -22,11 +22,11 @@ from mgpu_tui.engine.run.causes.watchdog import Stall
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
-from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
+from mgpu_tui.engine.run.nccl.nccl_record import NcclFigures
 from mgpu_tui.engine.run.summary_facts import (
     RankMemory,
     memory_of,
@@ -175,7 +175,7 @@ class RunSummary:
     # on its batch, and the others' median) (figures/stragglers.py).
     stragglers: tuple[Straggler, ...] = ()
     # What NCCL's own log of a CUDA run says: summary (one line), versions, transports,
-    # ring_channels, warnings, errors, files (run/figures/nccl_record.py).
+    # ring_channels, warnings, errors, files (run/nccl/nccl_record.py).
     nccl: NcclFigures | None = None
     # Several nodes: every node of the job as this one last heard it: node, host, ranks, state (ok,
     # failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/view.py); () for one.

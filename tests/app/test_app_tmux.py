@@ -94,7 +94,7 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left_and_exits_130
         assert wait_exit(marker, 20) == "130"  # `run --tui` ends as its run did: stopped
         # Issue 56: then the summary the headless command prints (on 8177ed0, nothing).
         printed = screen(session)
-        assert re.search(r"mode ddp  status stopped  world size 2  device cpu \(gloo\)", printed), printed
+        assert re.search(r"mode ddp  status interrupted  world size 2  device cpu \(gloo\)", printed), printed
         assert re.search(r"run directory .*/runs/\S+-ddp", printed), printed
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
@@ -416,7 +416,7 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
     try:
         assert wait_screen(session, rf"Hang: {verdict}", timeout=420), screen(session)
         keys(session, "s")
-        assert wait_screen(session, r"exec stopped after a hang: \d+ steps", timeout=60), screen(session)
+        assert wait_screen(session, r"exec interrupted after a hang: \d+ steps", timeout=60), screen(session)
         # (each looked for until drawn: a screen read mid-frame has the status line before the panel)
         assert wait_screen(session, rf"Hung: {verdict}"), screen(session)
         for rank in (0, 1):  # the hung ranks are never done
@@ -426,7 +426,7 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
         keys(session, "q")
         assert wait_exit(marker, 30) == "130"  # stopped, as the headless command says it
         printed = screen(session)
-        assert re.search(r"mode exec  status stopped  world size 2", printed), printed
+        assert re.search(r"mode exec  status interrupted  world size 2", printed), printed
         assert re.search(rf"hung: {verdict}", printed.replace("\n", "")), printed
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
@@ -437,7 +437,7 @@ def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_it
 
     session, marker = terminal(f"open {run_dir.name} --run-dir {runs}", tmp_path, 80, 24)
     try:
-        assert wait_screen(session, r"exec stopped", timeout=30), screen(session)
+        assert wait_screen(session, r"exec interrupted", timeout=30), screen(session)
         assert wait_screen(session, r"Hung: stalled for 15 s: rank 1 never entered"), screen(session)  # first
         assert wait_screen(session, r"rank 1 +stalled +8 "), screen(session)
         keys(session, "q")

@@ -83,7 +83,7 @@ async def test_a_scripts_hang_is_on_screen_live_after_s_in_its_replay_and_in_the
         await pilot.pause(0.3)
         # Kept after s: the result says the hang, the status line that the run ended in one.
         assert re.search(f"Hung: {VERDICT}", said(app, "#root-cause")), said(app, "#root-cause")
-        assert "stopped after a hang" in str(app.query_one("#run-status", StatusLine).render())
+        assert "interrupted after a hang" in str(app.query_one("#run-status", StatusLine).render())
         assert states(view) == {"rank 0": "stalled", "rank 1": "stalled"}  # the hung rank is never done
         assert "done" not in seen
 
@@ -99,7 +99,7 @@ async def test_a_scripts_hang_is_on_screen_live_after_s_in_its_replay_and_in_the
         table = app.query_one("#runs-table", DataTable)
         assert await wait_for(pilot, lambda: table.row_count == 1, timeout=10)
         detail = " ".join(str(app.query_one("#runs-detail", Static).content).split())
-        assert re.search(f"{run_dir.name} · stopped: hung: {VERDICT}", detail), detail
+        assert re.search(f"{run_dir.name} · interrupted: hung: {VERDICT}", detail), detail
     assert live_processes_of(run_dir) == []
 
     # `mgpu-tui runs`, and its JSON: the same why.

@@ -1,5 +1,5 @@
 """A command's trainers and phases read from their files (issue #57; the real processes are in
-tests/frameworks/test_trainers.py): each hello of a trainer's file begins a trainer of its own,
+tests/frameworks/test_who_trains.py): each hello of a trainer's file begins a trainer of its own,
 a lone training is the job (rank 0 of 1) as a one-process script has been, a learned world size is
 shown no larger than the processes seen, and the summary and its text say who trained when."""
 

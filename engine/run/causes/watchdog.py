@@ -40,8 +40,8 @@ from mgpu_tui.engine.protocol.rundir import RunDir, stacks_file
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.causes.rank_requests import STACKS_WAIT_S, request_flight_records, request_stacks
 from mgpu_tui.engine.run.causes.rootcause import RootCause
-from mgpu_tui.engine.run.figures.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import Ingest
+from mgpu_tui.engine.run.nccl.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 
 DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
@@ -82,7 +82,7 @@ class Stall:
     timeout_s: float
     ranks: tuple[StalledRank, ...]
     stacks_dir: str
-    verdict: str | None = None  # why, from the flight recorder and stacks (run/figures/flight_records.py)
+    verdict: str | None = None  # why, from the flight recorder and stacks (run/nccl/flight_records.py)
     culprit: int | None = None  # the rank the verdict blames
     found_at: float | None = None  # when the stall watch declared it (Unix time)
 
