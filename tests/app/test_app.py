@@ -245,7 +245,8 @@ async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypa
         single, mp = comparison.rows
         assert single.note is None and "every stage sits on the one CPU" in mp.note
         # The same numbers as the CLI: the rows the engine made.
-        assert rows[0][3].rstrip(" *") == fmt_rate(comparison.rows[0].samples_per_s)
+        # (a † after it where its median step disagrees, as on a busy machine: the notes say why)
+        assert rows[0][3].rstrip(" *†") == fmt_rate(comparison.rows[0].samples_per_s)
         # Issue #31: the Runs view names each run's comparison, and m shows that comparison again,
         # read back from its runs' folders.
         await pilot.press("h")
@@ -728,7 +729,14 @@ async def test_a_script_run_shows_the_scripts_own_guide_and_keeps_its_logs_in_vi
         await pilot.pause(0.3)
         said = str(app.query_one("#guide-explanation").render())
         assert "Your own script" in said and "train.py --epochs 3" in said and "Single device" not in said
-        assert str(app.query_one("#guide-source").border_title).endswith("train.py: the script it runs")
+        # Its title: the script's path, fitted to the pane (issue 61: at 80 columns it was cut), the
+        # words after the path the first to go.
+        from mgpu_tui.app.widgets.mode_guide import fitted_title
+
+        source = app.query_one("#guide-source")
+        title = str(source.border_title)
+        assert title == fitted_title(f"{script}: the script it runs", source.size.width - 4), title
+        assert title.endswith(("train.py: the script it runs", "train.py")), title
         code = app.query_one("#guide-code", Static).content
         assert "EPOCHS = 3  # my own loop" in code.code and "\x1b" not in code.code  # drawn as text
         # A followed run's spec.json is the ranks' to write: a script's name is never markup.
