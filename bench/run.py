@@ -24,7 +24,8 @@ Entries:
   host: engine/rank/watch/step_clock.py) adds to a step, in interleaved pairs (bench/step_costs.py).
   Goal: < 100 us a step.
 - ``flops``: what counting a step's FLOPs costs a rank (bench/flop_cost.py says how). Goals: a
-  count < 100 ms once per input shape, outside the measured steps; < 20 us at each forward.
+  steady step <= 1% slower; the observed step (a new input shape's) once per shape, left out of
+  the figures; < 20 us at each forward.
 - ``large-job``: the login node's view (the app, opened on the shared folder) of a synthetic job of
   64, 256 and 1,024 ranks, 8 a node, one rank hung and one slow (bench/large_job.py says how).
   Goals at 1,024: under one core and 200 MB, a new step shown at least every 2 s, the hung rank

@@ -17,7 +17,9 @@ of its own: engine/run/figures/trainers.py). Each object carries ``v`` (the sche
   optionally data_s (the seconds before its compute), state_bytes (its parameters,
   gradients and optimizer state, measured once after the first optimizer step) and parts (where
   the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
-  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/).
+  step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/; without
+  activation recomputation, which is recomputed_flops) and observed (true: the step ran under the
+  FLOP count, which slowed it; its time is left out of the step figures).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback; optionally type (the exception's qualified name) and
   whole_message (every line of it, where ``message`` is its first).
@@ -111,6 +113,8 @@ class Step:
     # Seconds in each of STEP_PARTS (every one present), where the rank took its step apart.
     parts: tuple[float, ...] | None = None
     flops: int | None = None  # the step's floating-point operations on this rank, where counted
+    recomputed_flops: int | None = None  # what it ran again to recompute activations (not in flops)
+    observed: bool = False  # it ran under the FLOP count, which slowed it: not a step of the figures
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +274,8 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         loss_nonfinite=r.get("loss_nonfinite") is True and loss is None,
         parts=_parts(r.get("parts")),
         flops=_get(r, "flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
+        recomputed_flops=_get(r, "recomputed_flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
+        observed=r.get("observed") is True,
     )
 
 

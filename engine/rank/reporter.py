@@ -230,6 +230,8 @@ class Reporter:
         parts: dict[str, float] | None = None,
         at: float | None = None,
         flops: int | None = None,
+        recomputed_flops: int | None = None,
+        observed: bool = False,
         aside_s: float = 0.0,
     ) -> None:
         """Record the end of a training step.
@@ -240,8 +242,10 @@ class Reporter:
         (loading the batch): with it, a rank that arrives late at the step's collectives is named,
         and why (a straggler). ``parts``: seconds in each of the step's parts (STEP_PARTS), where
         they were measured. ``at``: when the step ended (``time.time()``), if not now. ``flops``: the
-        step's floating-point operations on this rank, where counted (rank/watch/flops/); ``aside_s``: seconds
-        of mgpu-tui's own work inside the step (counting its FLOPs), left out of its time.
+        step's floating-point operations on this rank, where counted (rank/watch/flops/), without the
+        activations it recomputed, which are ``recomputed_flops``; ``observed``: its FLOPs were counted
+        as it ran, which slowed it (the figures leave its time out); ``aside_s``: seconds of
+        mgpu-tui's own work inside the step, left out of its time.
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
@@ -265,6 +269,8 @@ class Reporter:
                 **({"tensor_peak_bytes": tensor_peak_bytes} if tensor_peak_bytes is not None else {}),
                 **({"parts": {k: round(v, 6) for k, v in parts.items()}} if parts is not None else {}),
                 **({"flops": int(flops)} if flops is not None else {}),
+                **({"recomputed_flops": int(recomputed_flops)} if recomputed_flops else {}),
+                **({"observed": True} if observed else {}),
             },
             now,
         )

@@ -72,8 +72,12 @@ def compute_line(compute: Compute | None, ranks: int = 1) -> str | None:
     if compute.tflops is None:
         return f"compute n/a: {compute.note}"
     line = f"compute {fmt_tflops(compute.tflops)} TFLOP/s (torch's FLOP count of each step)"
+    again = compute.recomputed_tflops
+    if again:  # MFU never counts what checkpointing ran again; HFU does
+        line += f", and {fmt_tflops(again)} TFLOP/s recomputing activations"
     if compute.mfu is None:
         return f"{line}, MFU n/a: {compute.note}"
     each = f"{ranks} x " if ranks > 1 and compute.basis != "mixed" else ""
     peak = (compute.peak_tflops or 0) / (ranks if each else 1)
-    return f"{line}, MFU {compute.mfu * 100:.1f}% of {each}{peak:,g} TFLOP/s ({compute.basis} dense peak)"
+    line += f", MFU {compute.mfu * 100:.1f}% of {each}{peak:,g} TFLOP/s ({compute.basis} dense peak)"
+    return line + (f", HFU {compute.hfu * 100:.1f}% (recomputation counted)" if compute.hfu else "")

@@ -43,6 +43,8 @@ def test_lightning_on_one_device_its_training_step_is_the_forward(tmp_path):
     assert summary.world_size == 1 and rank.last_step == truth[0]["steps"] == 24
     assert summary.batch_size == 8 and summary.batch_size_source == "the batches entering training_step"
     assert rank.samples_per_s > 0 and abs(rank.loss - truth[0]["loss"]) < 1e-6
+    # Its training step is the forward: its FLOPs are counted there (the summary had no compute key).
+    assert summary.compute.tflops > 0, summary.compute
     (parts,) = summary.anatomy
     assert parts.forward_s > 0 and parts.backward_s > 0 and parts.optimizer_s > 0, parts
     assert parts.optimizer_s < parts.forward_s + parts.backward_s, parts  # the closure's are not its

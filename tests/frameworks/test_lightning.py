@@ -41,6 +41,8 @@ def test_lightning_ddp_under_the_torchrun_drop_in_trains_as_bare_and_shows_each_
         mine = truth[rank.rank]
         assert rank.last_step == mine["steps"] == 12
         assert rank.samples_per_s > 0 and abs(rank.loss - mine["loss"]) < 1e-6
+        assert rank.compute.tflops > 0  # training_step runs inside DDP's forward: counted as it runs
+    assert summary.compute.tflops == sum(r.compute.tflops for r in summary.ranks)
     assert "mgpu-tui: some figures of this rank will be missing" not in watched.stderr
     assert live_processes_of(only_run_dir(runs)) == []
 

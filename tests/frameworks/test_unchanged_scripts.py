@@ -101,6 +101,10 @@ def test_an_unchanged_script_shows_every_ranks_steps_throughput_loss_and_memory(
                 assert rank.samples_per_s is None and rank.loss is None and rank.collectives >= 20
         if job == "gpt":
             assert all(r.tokens_per_s > 0 for r in summary.ranks) and summary.tokens_per_s > 0
+        if job == "fsdp2":  # each rank counts what it computes: the whole model on its own 4 x 15 tokens
+            weights = 3 * (2 * 64 * 256) + 64 * 128  # each block's MLP, the head
+            assert flops_of(run_dir) == {0: [6 * weights * 4 * 15] * steps, 1: [6 * weights * 4 * 15] * steps}
+            assert summary.compute.tflops > 0
         if job == "amp":  # the loss as the script printed it: unscaled, from the overflow's skipped step on
             printed = next((run_dir / "logs").glob("*/attempt_0/0/stdout.log")).read_text()
             last = printed.strip().splitlines()[-1]  # "iter 7 loss 0.123456 scale 512"
@@ -109,6 +113,15 @@ def test_an_unchanged_script_shows_every_ranks_steps_throughput_loss_and_memory(
             assert "a free port for the rendezvous" in err
         assert "mgpu-tui: some figures of this rank will be missing" not in err
         assert live_processes_of(run_dir) == []
+
+
+def flops_of(run_dir: Path) -> dict[int, list]:
+    """Each rank's steps' FLOPs, as its events say them."""
+    found = {}
+    for rank in (0, 1):
+        lines = (run_dir / "events" / f"rank{rank}.jsonl").read_text().splitlines()
+        found[rank] = [e.get("flops") for e in map(json.loads, lines) if e["kind"] == "step"]
+    return found
 
 
 def last_step_time(run_dir: Path, rank: int) -> float:

@@ -33,6 +33,7 @@ parser.add_argument("--lr", type=float, default=3e-3)
 parser.add_argument("--n-layer", type=int, default=2)
 parser.add_argument("--n-embd", type=int, default=64)
 parser.add_argument("--n-head", type=int, default=4)
+parser.add_argument("--tie-head", action="store_true", help="the head is the token embeddings (nanoGPT's)")
 parser.add_argument("--compile", action="store_true")
 parser.add_argument("--compile-backend", default="inductor")
 parser.add_argument("--out-dir", default="out")
@@ -63,11 +64,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=256, block=32, d=64, heads=4, layers=2):
+    def __init__(self, vocab=256, block=32, d=64, heads=4, layers=2, tie=False):
         super().__init__()
         self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(block, d)
         self.blocks = nn.Sequential(*[Block(d, heads) for _ in range(layers)])
         self.ln, self.head = nn.LayerNorm(d), nn.Linear(d, vocab, bias=False)
+        if tie:
+            self.head.weight = self.tok.weight  # weight tying, as nanoGPT's GPT does
 
     def forward(self, idx, targets=None):
         pos = torch.arange(idx.size(1), device=idx.device)
@@ -78,13 +81,18 @@ class GPT(nn.Module):
         return logits, F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
 
 
-def estimate_mfu(model, fwdbwd_per_iter, dt):
-    """nanoGPT's estimate (its model.py, after PaLM's appendix B): 6N + 12 L H Q T FLOPs a token,
-    N the parameters without the position embeddings, against --peak-flops."""
+def estimate_flops(model, fwdbwd_per_iter):
+    """nanoGPT's estimate of an iteration's FLOPs (its model.py, estimate_mfu, after PaLM's appendix
+    B): 6N + 12 L H Q T a token, N the parameters without the position embeddings."""
     n = sum(p.numel() for p in model.parameters()) - model.pos.weight.numel()
     layers, d, t = len(model.blocks), model.tok.embedding_dim, args.block_size
     flops_per_token = 6 * n + 12 * layers * d * t
-    return flops_per_token * t * fwdbwd_per_iter / dt / args.peak_flops
+    return flops_per_token * t * fwdbwd_per_iter
+
+
+def estimate_mfu(model, fwdbwd_per_iter, dt):
+    """nanoGPT's MFU: its estimate of the FLOPs over the seconds, against --peak-flops."""
+    return estimate_flops(model, fwdbwd_per_iter) / dt / args.peak_flops
 
 
 ddp = int(os.environ.get("RANK", -1)) != -1
@@ -124,7 +132,8 @@ def get_batch(split, it=0):
     return x.to(device), y.to(device)
 
 
-model = GPT(block=args.block_size, d=args.n_embd, heads=args.n_head, layers=args.n_layer).to(device)
+model = GPT(block=args.block_size, d=args.n_embd, heads=args.n_head, layers=args.n_layer, tie=args.tie_head)
+model = model.to(device)
 decay = [p for p in model.parameters() if p.dim() >= 2]
 no_decay = [p for p in model.parameters() if p.dim() < 2]
 groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
@@ -204,5 +213,8 @@ for it in range(args.max_iters + 1):
         )
     t0 = t1
 
+if master:
+    estimate = estimate_flops(raw_model, args.batch_size * grad_accum)
+    print(f'RESULT {{"rank": {rank}, "estimate_flops_per_iter": {estimate}}}', flush=True)
 if ddp:
     destroy_process_group()

@@ -117,3 +117,17 @@ def test_noise_or_too_few_steps_name_no_straggler():
     for rank in range(2):
         steps_with_data(unknown, rank, [None] * 40)  # a script that does not say: nothing guessed
     assert unknown.stats().stragglers == ()
+
+
+def test_a_step_run_under_the_flop_count_is_left_out_of_the_figures_its_flops_kept():
+    """Issue 54: the step in which a new input shape is counted ran under the counting mode, slower
+    than the job runs: samples/s, step time and TF/s leave it out; the steps around it are the job's."""
+    agg = Aggregator()
+    for n in range(1, 31):
+        observed = n == 20  # a shape counted late (a ragged batch): ten times slower
+        step_s = 1.0 if observed else 0.1
+        agg.add(Step(0, 100.0 + n, n, 32, 0, 1.0, step_s, None, None, flops=4 * 10**11, observed=observed))
+    stats = agg.stats()
+    (rank,) = stats.ranks
+    assert rank.samples_per_s == pytest.approx(320.0) and stats.step_time_s_median == pytest.approx(0.1)
+    assert stats.compute.tflops == pytest.approx(4.0)  # 4e11 FLOPs in each 0.1 s step

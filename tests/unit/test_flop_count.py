@@ -1,80 +1,79 @@
-"""Issue 42: a step's FLOPs as torch's own counter gives them, for any model (engine/rank/watch/flops.py
-replays the step on fake tensors), and the demos' analytic count held to the same counter."""
+"""Issue 54: a step's FLOPs counted as the step the job really runs (engine/rank/watch/flops/), never
+by running any of it again, and held to independent counts: torch's own FlopCounterMode on the same
+step, the GPT demos' analytic count, the MLP demo's exactly; what it cannot see said as a reason."""
 
 import argparse
-import contextlib
+import importlib
 
 import pytest
 import torch
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.checkpoint import checkpoint
 
 from mgpu_tui.demos.model import build_model
 from mgpu_tui.demos.transformer import build_gpt
 from mgpu_tui.engine.planning.shapes import MlpShape, model_shape
 from mgpu_tui.engine.rank.watch import flops
-from mgpu_tui.engine.rank.watch.flops import step_flops
+from mgpu_tui.engine.rank.watch.flops import compiled, step_flops
+from watched_steps import Watched, square_mean, torchs_count
 
-REPLAYS = {"fake": flops.count, "meta": flops.count_on_meta}
-
-
-@pytest.fixture(params=list(REPLAYS))
-def replay(request):
-    """Each replay: on fake tensors (the reference), and on meta tensors (kept where it agrees)."""
-    return REPLAYS[request.param]
+dispatch = importlib.import_module("torch.utils._python_dispatch")
 
 
-def counted_step(model, *inputs, loss_of=lambda out: out.float().square().mean()) -> int:
-    """torch's counter over one real eager step (forward and backward)."""
-    flops.register_missing_formulas(torch)
-    with FlopCounterMode(display=False) as counter:
-        loss_of(model(*inputs)).backward()
-    model.zero_grad(set_to_none=True)
-    return counter.get_total_flops()
+def no_mode_open() -> bool:
+    return dispatch._get_current_dispatch_mode() is None and compiled.current is None
 
 
 @pytest.mark.parametrize(
     "name, overrides",
     [
         ("gpt-tiny", {}),
-        ("gpt-125m", {"layers": 2, "seq_len": 64}),
+        ("gpt-125m", {"layers": 2, "seq_len": 32, "d_model": 128, "heads": 4}),  # its tied head
         ("gpt-1.3b", {"layers": 1, "seq_len": 32, "d_model": 256, "heads": 4}),
     ],
 )
-def test_the_gpt_demos_analytic_count_is_torchs_counter_on_an_eager_step(name, overrides):
+def test_the_gpt_demos_analytic_count_is_the_observed_count_within_one_percent(name, overrides):
     shape = model_shape(name, **overrides)
     torch.manual_seed(0)
     model = build_gpt(shape)
     ids = torch.randint(0, shape.vocab, (2, shape.seq_len))
-    counted = counted_step(model, ids)
+    counted = Watched(model).step(ids)
     analytic = shape.flops_per_token * shape.seq_len * 2
-    assert abs(analytic - counted) <= 0.01 * counted, (analytic, counted)
+    assert counted.observed and abs(analytic - counted.flops) <= 0.01 * counted.flops, (analytic, counted)
+    assert counted.flops == torchs_count(model, ids)
 
 
-def test_the_mlp_demos_count_is_torchs_counter_exactly():
+def test_the_mlp_demos_count_is_the_observed_count_exactly():
     shape = MlpShape(width=32, depth=3)
     model = build_model(argparse.Namespace(width=32, depth=3, seed=0, shape=None))
-    counted = counted_step(model, torch.randn(5, 32))
-    assert shape.flops_per_sample * 5 == counted
+    x = torch.randn(5, 32)
+    assert Watched(model).step(x).flops == shape.flops_per_sample * 5 == torchs_count(model, x)
 
 
-def test_a_replay_counts_what_a_real_step_does_and_touches_nothing_real(replay):
+def test_a_step_is_counted_as_it_runs_once_per_shape_and_computes_what_it_computes_bare():
+    """The count's mode passes every operation through: the gradients are bit for bit a bare step's.
+    Each shape is observed once; a known shape's step is counted from what was kept."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 3))
-    x = torch.randn(7, 24)
-    params = list(model.parameters())
-    before = [p.detach().clone() for p in params]
-    call = flops.describe(torch, (x,), {})
-    replayed = replay(torch, model, call)
-    assert replayed == counted_step(model, x) == 2 * 7 * (24 * 48 + 48 * 3) * 3 - 2 * 7 * 24 * 48
-    assert all(p.grad is None for p in model.parameters())  # no fake gradient left in .grad
-    assert all(a is b for a, b in zip(params, model.parameters()))  # the module's own, put back
-    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    bare = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.ReLU(), torch.nn.Linear(48, 3))
+    bare.load_state_dict(model.state_dict())
+    watched = Watched(model)
+    per_sample = 2 * (24 * 48 + 48 * 3) * 3 - 2 * 24 * 48  # no gradient for the data
+    for batch, observed in ((7, True), (7, False), (5, True), (7, False)):
+        x = torch.randn(batch, 24)
+        assert watched.step(x, micro_batches=2) == flops.Counted(2 * batch * per_sample, 0, observed)
+        bare.zero_grad(set_to_none=True)
+        for _ in range(2):
+            square_mean(bare(x)).backward()
+        assert all(torch.equal(a.grad, b.grad) for a, b in zip(model.parameters(), bare.parameters()))
+    assert no_mode_open()
 
 
-def test_a_compiled_model_is_counted_on_its_eager_module_and_stays_compiled(replay):
+def test_a_compiled_model_stays_compiled_while_its_step_is_counted():
+    """Under the count's mode (ignore_compile_internals), the compiled graph runs at every step, the
+    counted ones too; a backend that runs its graph's operations is counted as eager is."""
     calls = []
 
-    def backend(graph, example_inputs):  # counts each time the compiled graph runs
+    def backend(graph, example_inputs):
         def run(*args):
             calls.append(1)
             return graph.forward(*args)
@@ -84,33 +83,104 @@ def test_a_compiled_model_is_counted_on_its_eager_module_and_stays_compiled(repl
     torch.manual_seed(0)
     eager = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
     model = torch.compile(eager, backend=backend)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    x = torch.randn(4, 16)
-    counted = None
-    for step in range(6):
-        model(x).square().mean().backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step == 1:  # at a step boundary, as the watch counts
-            counted = replay(torch, model, flops.describe(torch, (x,), {}))
-    assert len(calls) == 6  # the compiled graph ran at every step, the ones after the count too
-    assert counted == counted_step(eager, x)
+    watched, x = Watched(model), torch.randn(4, 16)
+    try:
+        counts = [watched.step(x) for _ in range(6)]
+        assert len(calls) == 6  # the compiled graph ran at every step, the counted ones included
+        # The first step compiled inside its window: counted again at the next, once compiled.
+        assert [c.observed for c in counts] == [True, True, False, False, False, False]
+        assert [c.flops for c in counts] == [None] + [torchs_count(eager, x)] * 5
+        assert compiled.backends_in_use() == ["own:backend"]
+    finally:
+        torch._dynamo.reset()
 
 
-def test_a_forward_that_reads_its_datas_values_cannot_be_counted_and_says_why():
-    class ReadsValues(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = torch.nn.Linear(4, 1)
+def test_a_backend_whose_kernels_are_not_seen_makes_the_count_na_and_says_why():
+    model = torch.nn.Linear(4, 4)
+    try:
+        torch.compile(model, backend="cudagraphs")  # recorded by Dynamo as it is made
+        watched = Watched(model)
+        assert watched.step(torch.randn(2, 4)).flops is None
+        assert "backend cudagraphs runs kernels that torch's dispatcher does not see" in watched.counted.note
+    finally:
+        torch._dynamo.reset()
+    assert no_mode_open()
 
-        def forward(self, x):
-            if x.sum().item() > 0:  # data-dependent: fake tensors have no values
-                return self.net(x)
-            return self.net(-x)
 
-    call = flops.describe(torch, (torch.randn(2, 4),), {})
-    with pytest.raises(flops.NotCounted, match="could not be replayed on fake tensors"):
-        flops.count(torch, ReadsValues(), call)
+class Raises(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        out = self.lin(x)
+        if x.shape[0] == 3:
+            raise ValueError("the job's own error")
+        return out
+
+
+def test_the_window_closes_on_every_exception_and_the_jobs_error_is_its_own():
+    watched = Watched(Raises())
+    with pytest.raises(ValueError, match="the job's own error"):
+        watched.step(torch.randn(3, 4))  # the forward raises inside its window
+    assert no_mode_open()
+    with pytest.raises(RuntimeError):
+        watched.step(torch.randn(2, 4), loss_of=lambda out: out)  # backward of a non-scalar raises
+    assert no_mode_open()
+    assert watched.step(torch.randn(2, 4)).flops == torchs_count(watched.model, torch.randn(2, 4))
+
+
+class Checkpointed(torch.nn.Module):
+    def __init__(self, reentrant: bool) -> None:
+        super().__init__()
+        self.inp, self.out = torch.nn.Linear(16, 32), torch.nn.Linear(32, 4)
+        self.blocks = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()) for _ in range(3)
+        )
+        self.reentrant = reentrant
+
+    def forward(self, x, recompute: bool = True):
+        x = self.inp(x)
+        for block in self.blocks:
+            x = checkpoint(block, x, use_reentrant=self.reentrant) if recompute else block(x)
+        return self.out(x)
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_recomputed_activations_are_counted_apart_mfu_leaves_them_out(reentrant):
+    """torch.utils.checkpoint runs each block's forward again inside the backward (under
+    enable_grad): those FLOPs are ``recomputed`` (HFU's), and ``flops`` (MFU's) is the model's, the
+    same as without checkpointing."""
+    torch.manual_seed(0)
+    watched, x = Watched(Checkpointed(reentrant)), torch.randn(5, 16)
+    plain = watched.step(x, recompute=False)
+    again = watched.step(x)
+    assert again.flops == plain.flops and plain.recomputed == 0
+    assert again.recomputed == 3 * 2 * 5 * 32 * 32  # each block's matrix multiply, forward, once more
+
+
+def test_attention_is_counted_as_its_device_runs_it():
+    """On the CPU scaled-dot-product attention runs a fused kernel, to which the count gives the
+    formula torch gives the GPU's fused kernels (torch's own counter counts it 0)."""
+    shape = model_shape("gpt-tiny", seq_len=32)
+    torch.manual_seed(0)
+    model = build_gpt(shape)
+    ids = torch.randint(0, shape.vocab, (2, shape.seq_len))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        counted = Watched(model).step(ids)
+        real = torchs_count(model, ids)
+    assert counted.flops == real
+
+
+def test_keyword_and_nested_inputs_are_keyed_apart():
+    x, y = torch.randn(5, 6), torch.randn(5, 3)
+    flat = flops.describe(torch, (x,), {"extra": y, "scale": 2.0})
+    nested = flops.describe(torch, (x,), {"extra": {"y": y}})
+    assert flat.key != nested.key
+    assert flat.key == flops.describe(torch, (x,), {"extra": y, "scale": 2.0}).key
+    assert flat.key != flops.describe(torch, (x,), {"extra": y, "scale": 3.0}).key
+    assert flat.key != flops.describe(torch, (torch.randn(7, 6),), {"extra": y, "scale": 2.0}).key
+    assert flops.describe(torch, (x, y), {}).key != flops.describe(torch, (x,), {"extra": y}).key
 
 
 def test_the_precision_is_the_autocast_dtype_else_the_weights_with_tf32_on_cuda_only():
@@ -126,216 +196,116 @@ def test_the_precision_is_the_autocast_dtype_else_the_weights_with_tf32_on_cuda_
     assert flops.precision(torch, model, flops.describe(torch, (torch.randn(2, 3),), {})) == "fp32"
 
 
-def test_the_scripts_hooks_never_see_the_replay_and_stay_in_place(replay):
-    seen, everywhere = [], []
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-    model[0].register_forward_hook(lambda module, args, out: seen.append(out))  # keeps an activation
-    handle = torch.nn.modules.module.register_module_forward_hook(lambda m, a, o: everywhere.append(m))
-    try:
-        x = torch.randn(3, 8)
-        assert replay(torch, model, flops.describe(torch, (x,), {})) > 0
-        assert seen == [] and everywhere == []  # no fake tensor handed to the script's hooks
-        model(x)
-        assert len(seen) == 1 and not isinstance(seen[0], torch._subclasses.FakeTensor) and everywhere
-    finally:
-        handle.remove()
-
-
 def test_counting_can_be_turned_off_and_says_so(monkeypatch):
     monkeypatch.setenv("MGPU_FLOPS", "0")
-    counted = flops.StepFlops(torch)
-    model = torch.nn.Linear(4, 2)
-    counted.seen(model, (torch.randn(2, 4),), {})
-    assert counted.total(contextlib.nullcontext) is None
-    assert counted.note == "counting FLOPs is off (MGPU_FLOPS=0)" and counted.news
+    watched = Watched(torch.nn.Linear(4, 2))
+    assert watched.step(torch.randn(2, 4)) == flops.Counted(None, None, False)
+    assert watched.counted.note == "counting FLOPs is off (MGPU_FLOPS=0)" and watched.counted.news
 
 
 def test_inputs_that_cannot_be_described_stop_the_count_and_never_raise(monkeypatch):
-    counted = flops.StepFlops(torch)
-
     def refuses(*args, **kwargs):
         raise TypeError("an input of a kind nobody flattens")
 
     monkeypatch.setattr(step_flops, "describe", refuses)
-    counted.seen(torch.nn.Linear(2, 2), (object(),), {})  # no exception into the script's forward
-    assert counted.note == "its forward's inputs could not be described (TypeError)" and counted.news
-    assert counted.total(contextlib.nullcontext) is None
+    watched = Watched(torch.nn.Linear(2, 2))
+    assert watched.step(torch.randn(3, 2)).flops is None  # and no exception into the job's forward
+    assert watched.counted.note == "its forward's inputs could not be described (TypeError)"
 
 
 def test_forwards_without_a_step_are_never_held_without_bound():
-    counted = flops.StepFlops(torch)
-    model, x = torch.nn.Linear(2, 2), torch.randn(1, 2)
+    counted, model, x = flops.StepFlops(torch), torch.nn.Linear(2, 2), torch.randn(1, 2)
     for _ in range(flops.MAX_FORWARDS + 5):
-        counted.seen(model, (x,), {})
-    assert len(counted._calls) == 0 and "more than 1024 forwards" in counted.note
+        counted.forward_begins(model, (x,), {})
+        counted.forward_ends()
+    assert len(counted._forwards) == flops.MAX_FORWARDS and "more than 1024 forwards" in counted.note
+    assert no_mode_open()
 
 
-class Stack(torch.nn.Module):
-    """Repeated blocks (a ModuleList of identical ones), as deep models are built."""
-
-    def __init__(self, blocks: int = 6, *, reuse: bool = False, tuples: bool = False) -> None:
-        super().__init__()
-        self.inp = torch.nn.Linear(16, 32)
-        self.blocks = torch.nn.ModuleList(
-            torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()) for _ in range(blocks)
-        )
-        self.out = torch.nn.Linear(32, 4)
-        self.reuse, self.tuples = reuse, tuples
-
-    def forward(self, x):
-        x = self.inp(x)
-        for block in self.blocks:
-            x = block(x)
-            if self.reuse:  # the same block twice: the second call is counted again
-                x = block(x)
-            if self.tuples:
-                x = (x, x.sum())[0]
-        return self.out(x)
+def test_more_shapes_than_the_bound_stop_the_count_and_say_why():
+    watched = Watched(torch.nn.Linear(2, 2))
+    for batch in range(1, flops.MAX_SHAPES + 2):
+        counted = watched.step(torch.randn(batch, 2))
+    assert counted.flops is None and f"more than {flops.MAX_SHAPES} input shapes" in watched.counted.note
 
 
-class Stages(torch.nn.Module):
-    """Repeated blocks inside repeated stages: a stage's count holds its own blocks' repeats."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.inp = torch.nn.Linear(16, 32)
-        self.stages = torch.nn.ModuleList(
-            torch.nn.Sequential(
-                *(torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.GELU()) for _ in range(3))
-            )
-            for _ in range(3)
-        )
-        self.out = torch.nn.Linear(32, 4)
-
-    def forward(self, x):
-        x = self.inp(x)
-        for stage in self.stages:
-            x = stage(x)
-        return self.out(x)
+def test_a_step_with_no_forward_of_the_model_is_na_after_the_first_and_says_why():
+    """The first step of a job with no DDP or FSDP has none: its model is found when it first steps
+    (model_root.find_root). Any later one has no figure, and the reason is told."""
+    counted, x = flops.StepFlops(torch), torch.randn(2, 2, requires_grad=True)
+    for step in range(2):
+        counted.backward_begins(False)
+        x.square().sum().backward()
+        counted.backward_ends()
+        assert counted.total().flops is None and (counted.note is None) == (step == 0)
+    assert "no forward of the model it trains was seen" in counted.note
 
 
-class Checkpointed(Stack):
-    def forward(self, x):
-        x = self.inp(x)
-        for block in self.blocks:
-            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)
-        return self.out(x)
+def test_a_backward_inside_the_roots_forward_is_that_forwards_count():
+    """Lightning's manual optimization runs backward() and the optimizer inside training_step,
+    inside DDP's forward: the backward is counted with the forward, once; the step that ends inside
+    the forward whose window is still open has no figure, the later ones do."""
+    steps = []
+
+    class StepsInside(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            loss = self.lin(x).square().mean()
+            watched.counted.backward_begins(False)
+            loss.backward()
+            watched.counted.backward_ends()
+            steps.append(watched.counted.total())  # the optimizer's step, inside the forward
+            return loss.detach()
+
+    watched = Watched(StepsInside())
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        watched.model(x)
+    eight = 2 * 4 * 8 * 8  # the forward's, and the weight's gradient's (the data needs none)
+    assert steps == [flops.Counted(None, None, True), *[flops.Counted(2 * eight, 0, False)] * 2]
+    assert no_mode_open()
 
 
-def frozen(model, *parts):
-    for part in parts:
-        part.requires_grad_(False)
-    return model
+def test_a_loop_run_inside_an_except_block_is_counted_as_any_other():
+    """A window that closes while the job handles an exception of its own (its loop inside an
+    ``except``) is a whole one: only an exception raised inside the forward or backward drops it."""
+    watched, x = Watched(torch.nn.Linear(4, 4)), torch.randn(2, 4)
+    try:
+        raise KeyError("the job's own, handled")
+    except KeyError:
+        assert watched.step(x).flops == torchs_count(watched.model, x)
+    assert no_mode_open()
 
 
-def stacks():
-    yield "repeated blocks", Stack()
-    yield "a block called twice", Stack(reuse=True)
-    yield "blocks whose outputs are tuples' first", Stack(tuples=True)
-    lower = Stack()
-    yield "the lower blocks frozen", frozen(lower, *lower.blocks[:3])
-    low = Stack()
-    yield "the input layer and two blocks frozen", frozen(low, low.inp, *low.blocks[:2])
-    high = Stack()
-    yield "the upper blocks frozen", frozen(high, *high.blocks[3:])
-    yield "checkpointed blocks", Checkpointed()
-    yield "repeated blocks in repeated stages", Stages()
-    yield "a 3-layer GPT", build_gpt(model_shape("gpt-125m", layers=3, seq_len=32, d_model=128, heads=4))
+def test_lightnings_training_step_is_counted_whole_as_the_forward_once_per_batch_shape():
+    """Lightning on one device (engine/rank/watch/frameworks.py): its training_step is the step's
+    forward, the count's window opened around it and keyed by its batch alone (the batch index
+    changes every step); the model's own forward inside it neither opens nor closes the window, so
+    what training_step computes after it (a head outside forward) is counted too."""
+    from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
 
+    model, head = torch.nn.Linear(8, 16), torch.randn(16, 4)
+    watch = ScriptWatch(None, "train.py")
+    watch.torch = watch._root.torch = torch
+    watch._flops = flops.StepFlops(torch)
+    watch.hook_root(model, "the model")
+    x = torch.randn(4, 8)
 
-@pytest.mark.parametrize("what, model", list(stacks()), ids=[w for w, _ in stacks()])
-def test_repeated_blocks_replayed_once_count_exactly_what_a_real_step_does(what, model, replay):
-    """A repeated block is replayed once per input signature and its FLOPs added for each call
-    (flops.Twins): a replay of GPT-2 small fell from ~800 ms to ~150 ms. The count is torch's
-    counter on a real eager step, exactly, whatever is frozen, reused or checkpointed; the blocks'
-    own forwards are theirs again after."""
-    torch.manual_seed(0)
-    x = torch.randint(0, 512, (2, 32)) if isinstance(model, torch.nn.Sequential) else torch.randn(5, 16)
-    forwards = [m.__dict__.get("forward") for m in model.modules()]
-    assert replay(torch, model, flops.describe(torch, (x,), {})) == counted_step(model, x)
-    assert [m.__dict__.get("forward") for m in model.modules()] == forwards
+    def training_step(batch, batch_idx):
+        with watch.whole_forward((batch, batch_idx), {}, model):
+            loss = (model(batch) @ head).square().mean()
+        watch.flops_window("backward_begins", False)
+        try:
+            loss.backward()
+        finally:
+            watch.flops_window("backward_ends")
+        return watch._flops.total()
 
-
-class TwoInputs(torch.nn.Module):
-    """A forward of keyword and nested inputs, as Hugging Face models and custom batches take them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(6, 4), torch.nn.Linear(3, 4)
-
-    def forward(self, x, extra=None, scale=1.0):
-        y = extra["y"] if isinstance(extra, dict) else extra
-        return self.a(x) * scale + (self.b(y) if y is not None else 0)
-
-
-def test_flat_and_nested_inputs_are_described_apart_and_replayed_as_a_real_step_counts(replay):
-    model, x, y = TwoInputs(), torch.randn(5, 6), torch.randn(5, 3)
-    flat = flops.describe(torch, (x,), {"extra": y, "scale": 2.0})  # tensors and plain values
-    nested = flops.describe(torch, (x,), {"extra": {"y": y}})  # through torch's pytree
-    assert replay(torch, model, flat) == counted_step(model, x, y) == 2 * 5 * (6 * 4 + 3 * 4) * 2
-    assert replay(torch, model, nested) == counted_step(model, x, {"y": y})
-    assert flat.kwargs["scale"] == 2.0 and flat.key != nested.key
-    assert flat.key == flops.describe(torch, (x,), {"extra": y, "scale": 2.0}).key
-    assert flat.key != flops.describe(torch, (x,), {"extra": y, "scale": 3.0}).key
-    assert flat.key != flops.describe(torch, (torch.randn(7, 6),), {"extra": y, "scale": 2.0}).key
-    assert flops.describe(torch, (x, y), {}).key != flops.describe(torch, (x,), {"extra": y}).key
-
-
-@pytest.mark.parametrize("autocast", [False, True], ids=["fp32", "bf16 autocast"])
-def test_attention_is_counted_as_its_device_runs_it_on_either_replay(replay, autocast):
-    """On the CPU, scaled-dot-product attention runs a fused kernel (torch counts its backward at 2.5
-    times its forward); on meta tensors it would be the math path (2 times). The meta replay probes
-    each attention call on fake tensors of the real device, under the step's autocast."""
-    shape = model_shape("gpt-125m", layers=2, seq_len=64, d_model=128, heads=4)
-    torch.manual_seed(0)
-    model = build_gpt(shape)
-    ids = torch.randint(0, shape.vocab, (3, shape.seq_len))
-    context = torch.autocast("cpu", dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    with context:
-        call = flops.describe(torch, (ids,), {})
-        real = counted_step(model, ids)
-    assert replay(torch, model, call) == real
-
-
-class Recurrent(torch.nn.Module):
-    """An LSTM: its kernel is its device's choice (oneDNN's on the CPU, cuDNN's on a GPU)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lstm, self.head = torch.nn.LSTM(8, 16, batch_first=True), torch.nn.Linear(16, 2)
-
-    def forward(self, x):
-        return self.head(self.lstm(x)[0])
-
-
-class DeviceWritten(torch.nn.Module):
-    """A forward that computes more where its input is on the CPU: a meta replay would not."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.a, self.b = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        x = self.a(x)
-        return self.b(x) if x.device.type == "cpu" else x
-
-
-@pytest.mark.parametrize(
-    "model, kept",
-    [
-        (build_gpt(model_shape("gpt-125m", layers=2, seq_len=32, d_model=64, heads=2)), True),
-        (Recurrent(), False),
-        (DeviceWritten(), False),
-    ],
-    ids=["a GPT: meta kept", "an LSTM: fake only", "a device written in the forward: fake only"],
-)
-def test_a_rank_keeps_the_meta_replay_only_where_it_agreed_on_the_first_shape(model, kept):
-    """step_flops: the first shape replayed both ways; the meta replay counts the later shapes only
-    where the two agreed. Every shape's count is torch's counter on a real step, either way."""
-    counted = flops.StepFlops(torch)
-    gpt = isinstance(model, torch.nn.Sequential)
-    for batch in (4, 3, 2):
-        x = torch.randint(0, 512, (batch, 32)) if gpt else torch.randn(batch, 5, 8)
-        counted.seen(model, (x,), {})
-        assert counted.total(contextlib.nullcontext) == counted_step(model, x), batch
-        assert counted.on_meta is kept and counted.note is None
+    whole = torchs_count(model, x, loss_of=lambda out: (out @ head).square().mean())
+    counted = [training_step(x, i) for i in range(3)]
+    assert counted == [flops.Counted(whole, 0, True), *[flops.Counted(whole, 0, False)] * 2]
+    assert whole > torchs_count(model, x)  # the head's matmul is in it
+    assert no_mode_open()

@@ -42,3 +42,17 @@ def test_the_jobs_figures_add_the_ranks_and_are_na_unless_every_rank_has_them():
     cpu = mfu.of_rank([1e12], [1.0], about(device="cpu", name=None, precision="fp32"))
     mixed = mfu.of_job([a, cpu])
     assert mixed.tflops == 101.0 and mixed.mfu is None and mixed.note == "the CPU has no peak in the table"
+
+
+def test_recomputed_activations_are_hfus_and_mfu_leaves_them_out():
+    """Issue 54: what checkpointing ran again is counted apart; MFU is the model's FLOPs alone."""
+    figures = mfu.of_rank([2e12, 2e12], [0.01, 0.01], about(), recomputed=[1e12, 1e12])
+    assert figures.tflops == 200.0 and figures.recomputed_tflops == 100.0
+    assert figures.mfu == 200e12 / 989.5e12 and figures.hfu == 300e12 / 989.5e12
+    assert compute_line(figures) == (
+        "compute 200 TFLOP/s (torch's FLOP count of each step), and 100 TFLOP/s recomputing activations, "
+        "MFU 20.2% of 989.5 TFLOP/s (H200 SXM bf16 dense peak), HFU 30.3% (recomputation counted)"
+    )
+    job = mfu.of_job([figures, figures])
+    assert job.hfu == 600e12 / (2 * 989.5e12) and job.recomputed_tflops == 200.0
+    assert mfu.of_rank([2e12], [0.01], about()).hfu is None  # none recomputed: no HFU to tell apart

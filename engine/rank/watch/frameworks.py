@@ -9,9 +9,10 @@ entry point, class-level, so that nothing is left on the script's objects:
   forward (which calls the model's) counts the batch and is the step's forward.
 - **Lightning on one device** (no DDP, FSDP or DeepSpeed around the module): the strategy calls
   the LightningModule's ``training_step``, never its forward, inside ``optimizer.step(closure)``;
-  the forward went as the optimizer's time. There ``Strategy.training_step`` is the step's forward
-  and its batch the step's samples. Under a wrapper, the wrapper's forward (hooked as the root)
-  already runs the module's ``training_step``, and this adds nothing.
+  the forward went as the optimizer's time. There ``Strategy.training_step`` is the step's forward,
+  its batch the step's samples, and the FLOP count's window (flops/) opens and closes around it.
+  Under a wrapper, the wrapper's forward (hooked as the root) already runs the module's
+  ``training_step``, and this adds nothing.
 
 Each wrapper passes its arguments through and never raises into the job (wrapping.py).
 """
@@ -58,7 +59,7 @@ def _training_step(step: Any, watch: ScriptWatch) -> Any:
             whole = False
         if not whole:
             return step(self, *args, **kwargs)
-        with watch.whole_forward(args, kwargs):
+        with watch.whole_forward(args, kwargs, self.lightning_module):
             return step(self, *args, **kwargs)
 
     return training_step

@@ -108,12 +108,17 @@ BATCH_SOURCE = {
 
 class HookedRoot:
     """The root module's forward hooks: ``before_forward(module, args, kwargs)`` sees each batch,
-    and the step clock (step_clock.py) each forward's start and end."""
+    ``after_forward()`` each forward's end (even when it raises: the FLOP count's window closes
+    there), and the step clock (step_clock.py) each forward's start and end."""
 
     def __init__(
-        self, before_forward: Callable[[Any, tuple, dict], None], clock: step_clock.StepClock
+        self,
+        before_forward: Callable[[Any, tuple, dict], None],
+        clock: step_clock.StepClock,
+        after_forward: Callable[[], None] = lambda: None,
     ) -> None:
         self._before_forward = before_forward
+        self._after_forward = after_forward
         self._clock = clock
         self.torch: Any = None  # set when the script imports torch
         self._roots: list[tuple[weakref.ref, list[Any]]] = []  # the hooked modules and their handles
@@ -149,11 +154,19 @@ class HookedRoot:
     def _forward_hooks(self, module: Any, wrap: Any) -> list[Any]:
         """The root's hooks: before its forward (the batch, and the forward's start) and after it,
         even when it raises (the forward's end); kept out of pickles and deep copies."""
-        handles = [module.register_forward_pre_hook(wrap(self._before_forward), with_kwargs=True)]
+        handles = [module.register_forward_pre_hook(wrap(self._before), with_kwargs=True)]
         handles += step_clock.hook_forward(module, self._clock, self.torch, wrap)
+        handles.append(module.register_forward_hook(wrap(self._after), always_call=True))
         for handle in handles:
             keep_out_of_copies(module, handle.id)
         return handles
+
+    def _before(self, module: Any, args: tuple, kwargs: dict) -> None:
+        if not _traced(self.torch):
+            self._before_forward(module, args, kwargs)
+
+    def _after(self, module: Any, args: Any, output: Any) -> None:
+        self._after_forward()
 
     def after_dynamo(self, dynamo: ModuleType, move: Callable[[Any, Any], None]) -> None:
         """torch._dynamo is loaded now (torch.compile after DDP): the hooks set so far are kept out
@@ -179,6 +192,13 @@ class HookedRoot:
                     handle.remove()
                 self._roots = [(weakref.ref(outer), self._forward_hooks(outer, lambda hook: hook))]
                 return
+
+
+def _traced(torch: Any) -> bool:
+    """Whether the forward runs inside torch.jit.trace or an FX trace (the job making something of
+    its model, not training it): the watch counts nothing of it."""
+    fx = sys.modules.get("torch.fx._symbolic_trace")
+    return bool(torch._C._get_tracing_state()) or getattr(fx, "_is_fx_tracing_flag", False) is True
 
 
 def _untraced(hook: Any) -> Any:

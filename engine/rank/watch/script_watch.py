@@ -60,6 +60,7 @@ from mgpu_tui.engine.rank.watch.model_root import (
     batch_source,
     find_root,
 )
+from mgpu_tui.engine.rank.watch.stack_signature import BEAT_S
 from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, StepBatch
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
 from mgpu_tui.engine.rank.watch.wrapping import guarded
@@ -101,8 +102,9 @@ class ScriptWatch:
         self.program = os.path.abspath(program) if os.path.exists(program) else program
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._failures: set[str] = set()  # hooks that failed once, and said so
-        self.clock = step_clock.StepClock()  # where each step's time goes (step_clock.py)
-        self._root = HookedRoot(self._before_forward, self.clock)  # whose forward counts the batch
+        self.clock, self._memory = step_clock.StepClock(), step_figures.Memory()  # step_clock.py, its time
+        ends = functools.partial(self.flops_window, "forward_ends", of_root=True)  # the FLOP count's
+        self._root = HookedRoot(self._before_forward, self.clock, ends)  # whose forward counts the batch
         self._start_counting()
 
     def _start_counting(self) -> None:
@@ -165,6 +167,7 @@ class ScriptWatch:
         reporter, self.reporter, self.trainer = self.reporter, None, False
         if reporter is not None:
             reporter.abandon()
+        self._memory.close()  # its parent's /proc/self
         self._start_counting()
 
     def _install(self, torch: ModuleType) -> None:
@@ -213,21 +216,20 @@ class ScriptWatch:
 
     @_quiet
     def _before_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
-        torch = self.torch
-        if self._whole or not module.training or not torch.is_grad_enabled():
+        if self._whole or not module.training or not self.torch.is_grad_enabled():
             return  # an evaluation (its samples are not trained on), or counted by the whole step
-        if self._flops is not None:  # (the count's own replay never gets here: its hooks are set aside)
-            self._flops.seen(module, args, kwargs)
+        self.flops_window("forward_begins", module, args, kwargs)
         self._batch.count(args, kwargs)
 
     @contextlib.contextmanager
-    def whole_forward(self, args: tuple, kwargs: dict) -> Iterator[None]:
-        """A framework's training step that is the step's forward (frameworks.py): its batch
-        counted, its time the forward's; a forward of the module inside it counts nothing more."""
+    def whole_forward(self, args: tuple, kwargs: dict, module: Any) -> Iterator[None]:
+        """A framework's training step that is the step's forward (frameworks.py): its batch, time
+        and FLOPs (keyed by its batch, args[0]) the forward's; a module's forward in it adds nothing."""
         outer = not self._whole  # a training step inside a training step: the outer one counts
         if outer:
             with contextlib.suppress(Exception):
                 self._batch.count(args, kwargs, whole=True)
+            self.flops_window("forward_begins", module, args[:1], {})
             self._whole = True
             self.clock.enter("forward")
         try:
@@ -236,6 +238,12 @@ class ScriptWatch:
             if outer:
                 self.clock.leave("forward")
                 self._whole = False
+                self.flops_window("forward_ends")
+
+    @_quiet
+    def flops_window(self, edge: str, *args: Any, of_root: bool = False) -> None:  # step_flops.py's
+        if self._flops is not None and not (of_root and self._whole):  # (a whole step's are its own)
+            getattr(self._flops, edge)(*args)
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
@@ -294,11 +302,7 @@ class ScriptWatch:
     def _count_step(self) -> None:
         if self.reporter is None and not self.see_group():
             self._become_rank(None, 1)  # a step with no process group: a trainer of its own
-        counting = time.perf_counter()
-        flops = self._flops.total(self.clock.aside) if self._flops is not None else None
-        aside_s = (
-            time.perf_counter() - counting if self._flops is not None and self._flops.counted_now else 0.0
-        )
+        counted = self._flops.total() if self._flops is not None else flops.Counted(None, None, False)
         now = time.time()
         self.steps += 1
         self._backwards = 0
@@ -308,11 +312,11 @@ class ScriptWatch:
             losses, self._losses_let_go = [], False
         samples, tokens, source, data_s = self._batch.take(now, self._root.source)
         parts: dict[str, float] | None = self.clock.cut()
-        if self.steps == 1:
-            parts = None  # the first step's holds everything since the watch started
-        memory = step_figures.memory(self.torch, self._device)
+        if self.steps == 1 or counted.observed:
+            parts = None  # the first's holds all since the watch started; an observed one, the count
+        memory = self._memory.read(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
-        step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, flops, aside_s)
+        step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
         self._pending.add(step)
         self._write_ready(wait=len(self._pending) > step_figures.MAX_PENDING)
         if (
@@ -364,7 +368,7 @@ class ScriptWatch:
             self.reporter.dump_flight_records()
         if not self._about_said:
             self._say_about(0)
-        _, peak = step_figures.memory(self.torch, self._device)
+        _, peak = self._memory.read(self.torch, self._device)
         group = "none" if self.trainer else "alive" if alive else ("destroyed" if self._backend else "none")
         return {"process_group": group, "mem_peak_bytes": peak}
 
@@ -389,11 +393,7 @@ class ScriptWatch:
     # ---- beats ------------------------------------------------------------------------------
 
     def _tick(self, where: str | None, moved: bool) -> None:
-        if (
-            moved
-            and time.monotonic() - self._last_event_at >= stack_signature.BEAT_S
-            and self.reporter is not None
-        ):
+        if moved and self.reporter is not None and time.monotonic() - self._last_event_at >= BEAT_S:
             self.reporter.beat(where)
             self._last_event_at = time.monotonic()
         if self._backend is None and self.torch is not None:

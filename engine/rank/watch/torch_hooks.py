@@ -23,8 +23,15 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from mgpu_tui.engine.rank.watch import step_clock
-from mgpu_tui.engine.rank.watch.wrapping import argument, around, rebind
+from mgpu_tui.engine.rank.watch import flops, step_clock
+from mgpu_tui.engine.rank.watch.wrapping import (
+    SET_ASIDE_IN,
+    argument,
+    around,
+    guarded,
+    hooks_aside_in,
+    rebind,
+)
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
@@ -97,6 +104,9 @@ def after_import(name: str, then: Then) -> None:
 
 def install(torch: ModuleType, watch: ScriptWatch) -> None:
     """The watch's hooks into torch, as the script imports it."""
+    for module, name in SET_ASIDE_IN:  # nothing of the watch where the job scripts or exports its model
+        after_import(module, guarded(_setting_hooks_aside(name)))
+    after_import("torch._inductor.output_code", guarded(flops.install_inductor))  # its graphs' FLOPs
     optimizers = importlib.import_module("torch.optim.optimizer")
     optimizers.register_optimizer_step_post_hook(watch.after_optimizer_step)
     torch.autograd.backward = _watched_backward(torch.autograd.backward, watch)
@@ -124,6 +134,13 @@ def install(torch: ModuleType, watch: ScriptWatch) -> None:
             dist.destroy_process_group,
             around(dist.destroy_process_group, before=lambda a, k: watch.before_destroy()),
         )
+
+
+def _setting_hooks_aside(name: str) -> Then:
+    def set_hooks_aside(module: ModuleType) -> None:
+        hooks_aside_in(module, name)
+
+    return set_hooks_aside
 
 
 def install_fsdp(fsdp: ModuleType, watch: ScriptWatch) -> None:
@@ -174,10 +191,12 @@ def _watched_backward(backward: Any, watch: ScriptWatch) -> Any:
         if outer:
             watch.on_backward(argument(args, kwargs, 0, "tensors"))
             watch.in_backward = True
+            watch.flops_window("backward_begins", bool(argument(args, kwargs, 3, "create_graph")))
         try:
             return backward(*args, **kwargs)
         finally:
             if outer:
                 watch.in_backward = False
+                watch.flops_window("backward_ends")
 
     return watched_backward

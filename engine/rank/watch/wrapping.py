@@ -3,14 +3,18 @@ every wrapper passes its arguments through exactly as called (positional or keyw
 name: Lightning calls ``DistributedDataParallel(module=...)``), keeps the wrapped signature, and can
 never raise into the script; a rebinding reaches every module that bound a function by name
 (``init_device_mesh`` calls ``init_process_group`` through its own); and a module the watch hooked
-pickles and deep-copies without the hook (``torch.save(ddp_model)``). Standard library only.
+pickles and deep-copies without the hook (``torch.save(ddp_model)``), and is scripted, exported and
+traced by FX without it (:func:`hooks_aside_in`). Standard library only.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import sys
+import weakref
+from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
@@ -45,6 +49,7 @@ def backend_for(backend: str | None, device: str) -> str | None:
 # The ids of the forward hooks the watch put on the script's modules (torch numbers every hook
 # handle once, across all modules): what a pickle or a deep copy of such a module leaves out.
 _OUR_HOOKS: set[int] = set()
+_HOOKED: weakref.WeakSet[Any] = weakref.WeakSet()  # the modules that hold one
 _HOOK_STATE = (
     "_forward_pre_hooks",
     "_forward_pre_hooks_with_kwargs",
@@ -61,6 +66,7 @@ def keep_out_of_copies(module: Any, hook_id: int) -> None:
     class's ``__getstate__`` (torch's own, which copies the instance's ``__dict__``) is wrapped once,
     and leaves out the watch's hook ids alone."""
     _OUR_HOOKS.add(hook_id)
+    _HOOKED.add(module)
     cls = type(module)
     if getattr(cls.__dict__.get("__getstate__"), "_mgpu_tui_keeps_hooks_out", False):
         return
@@ -81,6 +87,76 @@ def keep_out_of_copies(module: Any, hook_id: int) -> None:
 
     __getstate__._mgpu_tui_keeps_hooks_out = True  # type: ignore[attr-defined]
     cls.__getstate__ = __getstate__
+
+
+# Where torch makes something else of a module, and would meet the watch's hooks: TorchScript
+# compiles each hook (ours cannot be), export's Dynamo traces into them (and breaks the graph on
+# torch._dynamo.disable), FX would run them on proxies. (module, function or Class.method): each
+# is torch's own inner entry, called by attribute, below the frames that torch.jit.script and
+# torch.jit.trace read their caller's names from. torch.onnx.export goes through torch.export (or
+# through the JIT's tracer, where the hooks see the trace and count nothing: model_root._traced).
+SET_ASIDE_IN = (
+    ("torch.jit._recursive", "create_script_module"),
+    ("torch.export._trace", "_export"),
+    ("torch.fx._symbolic_trace", "Tracer.trace"),
+)
+
+
+def hooks_aside_in(module: ModuleType, name: str) -> None:
+    """``module``'s function ``name`` (or ``Class.method``) runs with the watch's hooks set aside."""
+    owner: Any = module
+    *outer, attribute = name.split(".")
+    for part in outer:
+        owner = getattr(owner, part)
+    original = getattr(owner, attribute)
+    if getattr(original, "_mgpu_tui_sets_hooks_aside", False):
+        return
+
+    @functools.wraps(original)
+    def aside(*args: Any, **kwargs: Any) -> Any:
+        if not _HOOKED:
+            return original(*args, **kwargs)
+        with hooks_set_aside():
+            return original(*args, **kwargs)
+
+    aside._mgpu_tui_sets_hooks_aside = True  # type: ignore[attr-defined]
+    setattr(owner, attribute, aside)
+
+
+@contextlib.contextmanager
+def hooks_set_aside() -> Iterator[None]:
+    """The watch's forward hooks out of every module that holds one, and back in their places after
+    (a hook the job added meanwhile stays, after them). Never raises of its own."""
+    saved: list[tuple[Any, str, list[tuple[int, Any]]]] = []
+    try:
+        for module in list(_HOOKED):
+            for name in _HOOK_STATE:
+                table = module.__dict__.get(name)
+                if table and any(key in _OUR_HOOKS for key in table):
+                    saved.append((module, name, list(table.items())))
+                    for key in [key for key in table if key in _OUR_HOOKS]:
+                        del table[key]
+    except Exception:  # noqa: BLE001 (a module of the job's that cannot be read: left as it is)
+        pass
+    try:
+        yield
+    finally:
+        for module, name, before in saved:
+            try:
+                _put_back(module.__dict__[name], before)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+def _put_back(table: Any, before: list[tuple[int, Any]]) -> None:
+    now = dict(table)
+    table.clear()
+    for key, hook in before:
+        if key in _OUR_HOOKS:
+            table[key] = hook
+        elif key in now:
+            table[key] = now.pop(key)
+    table.update(now)
 
 
 def argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:

@@ -52,7 +52,7 @@ from mgpu_tui.engine.run.figures import mfu
 from mgpu_tui.engine.run.figures.advice import device_of, job_of
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
-from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, rank_stats_of
+from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, Steady, rank_stats_of
 from mgpu_tui.engine.run.figures.stragglers import STRAGGLER_WINDOW, Straggler, stragglers_among
 
 if TYPE_CHECKING:
@@ -126,7 +126,10 @@ class Aggregator:
             track.step_s.append(event.step_s)
             track.data_s.append(math.nan if event.data_s is None else event.data_s)
             track.flops.append(math.nan if event.flops is None else float(event.flops))
+            track.recomputed.append(float(event.recomputed_flops or 0))
             track.counted = track.counted or event.flops is not None
+            if event.observed:
+                track.observed.add(len(track.steps) - 1)
             if event.parts is not None:
                 self._parts.add(event.rank, event.step, event.step_s, event.parts)
             if event.loss is not None:
@@ -275,21 +278,21 @@ class Aggregator:
             rate = tokens_rate = step_s = None
             compute = None
             if t.steps:
-                lo = warm if len(t.steps) > warm else 0
-                seconds = sum(t.step_s[lo:])
-                step_s = seconds / (len(t.step_s) - lo)
+                steady = Steady.of(t, warm if len(t.steps) > warm else 0)
+                seconds = sum(steady.step_s)
+                step_s = seconds / len(steady.step_s) if steady.step_s else None
                 # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
                 # is counted once, where it enters) has no rate of its own: n/a, not 0.
-                if seconds > 0 and any(t.samples[lo:]):
-                    rate = sum(t.samples[lo:]) / seconds
+                if seconds > 0 and any(steady.samples):
+                    rate = sum(steady.samples) / seconds
                     total_rate += rate
-                    tokens_rate = sum(t.tokens[lo:]) / seconds or None
+                    tokens_rate = sum(steady.tokens) / seconds or None
                     token_rate += tokens_rate or 0.0
                     any_rate = True
                 if t.counted or (t.about and t.about.flops_note):
-                    compute = mfu.of_rank(t.flops[lo:], t.step_s[lo:], t.about)
+                    compute = mfu.of_rank(steady.flops, steady.step_s, t.about, steady.recomputed)
                     computes.append(compute)
-                for step, secs in zip(t.steps[lo:], t.step_s[lo:]):
+                for step, secs in zip(steady.steps, steady.step_s):
                     if step <= common:
                         per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
             rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))

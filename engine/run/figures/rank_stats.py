@@ -25,7 +25,9 @@ class RankTrack:
     step_s: array = field(default_factory=lambda: array("d"))
     data_s: array = field(default_factory=lambda: array("d"))  # NaN where the step did not say
     flops: array = field(default_factory=lambda: array("d"))  # NaN where the step was not counted
+    recomputed: array = field(default_factory=lambda: array("d"))  # FLOPs it ran again (not in flops)
     counted: bool = False  # some step of it said its FLOPs
+    observed: set[int] = field(default_factory=set)  # the indexes of steps run under the FLOP count
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
     first_step_t: float | None = None
     step_offset: int = 0  # added to its steps: those of its earlier phases (a fit before a test)
@@ -39,6 +41,31 @@ class RankTrack:
     about: About | None = None  # what a script really used (the bootstrap says it after its first step)
     where: str | None = None  # its main thread's place at its latest beat
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite
+
+
+@dataclass(frozen=True)
+class Steady:
+    """A rank's steady steps (from ``lo`` on), without those run under the FLOP count (slowed by
+    it: their FLOPs are counted, their time is not the job's)."""
+
+    steps: list[int]
+    step_s: list[float]
+    samples: list[int]
+    tokens: list[int]
+    flops: list[float]
+    recomputed: list[float]
+
+    @classmethod
+    def of(cls, t: RankTrack, lo: int) -> Steady:
+        if not t.observed:
+            return cls(*(list(values[lo:]) for values in _columns(t)))
+        kept = [i for i in range(lo, len(t.steps)) if i not in t.observed]
+        return cls(*([values[i] for i in kept] for values in _columns(t)))
+
+
+def _columns(t: RankTrack) -> tuple[array, ...]:
+    """A track's columns, in Steady's order."""
+    return t.steps, t.step_s, t.samples, t.tokens, t.flops, t.recomputed
 
 
 @dataclass(frozen=True)

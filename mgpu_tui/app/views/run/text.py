@@ -168,7 +168,8 @@ def compute_text(compute: Compute | None, why: bool = True) -> str | None:
     if compute.mfu is None:
         reason = f" (MFU n/a: {compute.note})" if why else ""
         return f"{fmt_tflops(compute.tflops)} TFLOP/s{reason}"
-    return f"{fmt_tflops(compute.tflops)} TFLOP/s, MFU {compute.mfu * 100:.1f}%"
+    hfu = f", HFU {compute.hfu * 100:.1f}%" if compute.hfu else ""  # recomputation counted, where any
+    return f"{fmt_tflops(compute.tflops)} TFLOP/s, MFU {compute.mfu * 100:.1f}%{hfu}"
 
 
 def result_panel(summary: RunSummary) -> Text:
