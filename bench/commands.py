@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from common import CLI, table, timed
 
@@ -98,3 +99,47 @@ def bench_compare(repeats: int, steps: int) -> str:
         "goal <= 2%; the same compared again from their records (compare --runs): goal < 2 s\n"
         + table(headers, rows)
     )
+
+
+FAILURES = (
+    # (what, the demo's flags after --, mgpu-tui's own flags, goal: launch to exit in s)
+    ("a rank raises at step 5", ("--fail-at-step", "5", "--fail-rank", "1"), (), 15.0),
+    (
+        "a rank hangs at step 5 (--stall-timeout 5)",
+        ("--fail-at-step", "5", "--fail-rank", "1", "--fail-kind", "hang"),
+        ("--stall-timeout", "5"),
+        30.0,
+    ),
+)
+
+
+def bench_failures(repeats: int) -> str:
+    """How soon a failing run ends, as ``run ddp --nproc 2`` on the CPU: from launch to the command's
+    exit, and from the failing rank's last step to that exit (every rank gone). The suite's tests
+    of the same failures assert what happens, not how soon (they run beside other tests' load)."""
+    rows = []
+    with tempfile.TemporaryDirectory() as work:
+        for what, demo, ours, goal in FAILURES:
+            walls, afters = [], []
+            for i in range(repeats):
+                runs = f"{work}/{len(rows)}-{i}"
+                argv = [CLI, "run", "ddp", "--nproc", "2", "--steps", "1000", "--device", "cpu"]
+                seconds, done = timed([*argv, *ours, "--run-dir", runs, "--", *demo])
+                ended = time.time()
+                if done.returncode != 1:
+                    raise SystemExit(f"{what}: exited {done.returncode}: {done.stderr[-500:]}")
+                events = next(Path(runs).glob("*/events/rank1.jsonl")).read_text().splitlines()
+                last = max(e["t"] for e in map(json.loads, events) if e["kind"] == "step")
+                walls.append(seconds)
+                afters.append(ended - last)
+            rows.append(
+                [
+                    what,
+                    f"{statistics.median(walls):.1f} s",
+                    f"{max(walls):.1f} s",
+                    f"{statistics.median(afters):.1f} s",
+                    f"<= {goal:g} s",
+                ]
+            )
+    headers = ["failure", "launch to exit", "worst", "last step to exit", "goal"]
+    return f"a failing run ddp --nproc 2 on the CPU, {repeats} runs each (median)\n" + table(headers, rows)

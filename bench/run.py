@@ -77,6 +77,11 @@ Entries:
   process's resident set beside. Goal: the plan within 10% of the tensors, and never below.
 - ``compare``: ``compare ddp fsdp pipeline``'s wall time against the sum of its
   runs' own durations (launch to exit). Goal: it adds <= 2%.
+- ``failures``: how soon a failing ``run ddp --nproc 2`` ends on the CPU: a rank that raises at step
+  5, and one that hangs there under ``--stall-timeout 5`` (launch to exit, and the failing rank's
+  last step to exit: every rank gone). Goals: <= 15 s and <= 30 s, launch included; the peers gone
+  within 5 s of a raise. (The suite's tests of these failures assert what happens, not how soon:
+  they run beside other tests' load.)
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ import sys
 from collections.abc import Callable
 
 from app_screen import bench_app
-from commands import bench_check, bench_compare, bench_help
+from commands import bench_check, bench_compare, bench_failures, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
 from flop_cost import bench_flops
@@ -124,6 +129,7 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     "app": lambda a: bench_app(10.0),
     "check": lambda a: bench_check(3),
     "compare": lambda a: bench_compare(3, 30),
+    "failures": lambda a: bench_failures(a.pairs or 3),
     "nccl": lambda a: bench_nccl(100),
     "memory": lambda a: bench_memory(),
     "overhead": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc),

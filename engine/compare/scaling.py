@@ -33,6 +33,26 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.compare.comparison import Row
 
 SWEEPS = ("strong", "weak", "batch")
+# samples/s against the global batch over the median step: within this ratio the two agree; past it
+# a row says which holds and why they differ (a busy machine read 1,282 samples/s beside a median
+# step of 8.6 ms at batch 64, which is 7,442/s).
+AGREE_WITHIN = 1.25
+
+
+def step_of_rate(batch_size: int, samples_per_s: float | None) -> float | None:
+    """The step time a throughput counts: the global batch over samples/s, a mean over the steps'
+    whole time (aggregate.py sums each step's seconds, waits included), where the median is the
+    typical step. None where either is not known."""
+    return batch_size / samples_per_s if batch_size and samples_per_s else None
+
+
+def figures_disagree(batch_size: int, samples_per_s: float | None, median: float | None) -> bool:
+    """Whether samples/s and the median step contradict each other (a few steps far slower than
+    most: the machine was busy, a checkpoint, a data stall)."""
+    mean = step_of_rate(batch_size, samples_per_s)
+    if not mean or not median:
+        return False
+    return max(mean, median) / min(mean, median) > AGREE_WITHIN
 
 
 def scaled_lr(lr: float, ratio: float, rule: str) -> float:
@@ -143,6 +163,12 @@ class ScalePoint:
     loss_after_common_samples: float | None
     final_loss: float | None
     run_dir: str
+    step_time_s_mean: float | None = None  # the step samples/s counts (step_of_rate)
+
+    @property
+    def figures_disagree(self) -> bool:
+        """Its samples/s and its median step contradict each other (the row says why)."""
+        return figures_disagree(self.batch_size, self.samples_per_s, self.step_time_s_median)
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -183,6 +209,7 @@ def points(rows: Sequence[Row], sweep: str, steps: int) -> list[ScalePoint]:
                 loss_after_common_samples=at[1] if at else None,
                 final_loss=r.final_loss,
                 run_dir=r.run_dir,
+                step_time_s_mean=step_of_rate(r.batch_size, r.samples_per_s),
             )
         )
     return out

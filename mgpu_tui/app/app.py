@@ -69,6 +69,45 @@ def freeze_heap() -> None:
 
 
 class MgpuApp(App):
+    # Focus you can see: the focused control looks unlike its unfocused self by 3:1 or more, in every
+    # view at every size (Textual's own marks differ by one shade where a control has no border, at
+    # 80 columns, and not at all on a table or a scrolled box). tests/app/test_focus.py reads it.
+    CSS = """
+    Input.-textual-compact:focus, Select.-textual-compact:focus > SelectCurrent {
+        background: $primary;
+        color: $text;
+    }
+    /* A list's cursor row shows while the list has focus (unfocused, Textual's dimmer cursor was
+       one shade from the focused one) */
+    TickList > .option-list--option-highlighted {
+        background: $surface;
+        color: $foreground;
+    }
+    TickList:focus > .option-list--option-highlighted,
+    TickBox.-textual-compact:focus > .toggle--label {
+        background: $primary;
+        color: $text;
+    }
+    DataTable:focus > .datatable--header {
+        background: $primary;
+        color: $text;
+    }
+    #gpus, #compare-results {
+        border-left: blank;
+    }
+    #gpus:focus, #compare-results:focus {
+        border-left: outer $primary;
+    }
+    #guide-text:focus, #guide-source:focus, LogPane:focus {
+        border: round $accent;
+    }
+    /* A list field's choice on its one row, cut with … (at 80 columns "fsdp_grad_op: on the CPU
+       with gloo" took two, and pushed the form down). */
+    SelectCurrent Static#label {
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    """
     TITLE = "mgpu-tui"
     SUB_TITLE = "every PyTorch multi-GPU strategy, on this machine"
     BINDINGS = [

@@ -63,6 +63,28 @@ COLUMNS: list[tuple[str, Callable[[Row], Any], Callable | None, Callable | None]
 ]
 
 
+DISAGREES = "†"  # after a samples/s its median step contradicts (the notes say why)
+
+
+def disagreement(where: str, batch_size: int, rate: float | None, median: float | None) -> str | None:
+    """A note for a row whose samples/s (``rate``) and median step contradict each other
+    (scaling.py's rule): which figure holds and why they differ; None where they agree."""
+    mean = scaling.step_of_rate(batch_size, rate)
+    if mean is None or median is None or not scaling.figures_disagree(batch_size, rate, median):
+        return None
+    why = (
+        "a few steps took far longer than most (a busy machine, a pause), and they count in its time "
+        "but not in the median."
+        if mean > median
+        else "most steps took longer than the median one."
+    )
+    return (
+        f"{DISAGREES} {where}: samples/s counts the steps' whole time, a mean step of "
+        f"{fmt_seconds(mean)} at batch {batch_size:,}; the median step, {fmt_seconds(median)}, would "
+        f"give {fmt_rate(batch_size / median)} samples/s. The samples/s holds for the run: {why}"
+    )
+
+
 def _best(rows: Sequence[Row]) -> dict[str, float]:
     best = {}
     for header, value, _, pick in COLUMNS:
@@ -88,14 +110,17 @@ def cells(
     out = []
     for r in rows:
         cells: list[str | Cell] = [r.name, r.status, str(r.world_size)]
+        disagrees = scaling.figures_disagree(r.batch_size, r.samples_per_s, r.step_time_s_median)
         for header, value, fmt, _ in COLUMNS:
             v = value(r)
             if fmt is None:  # a column that formats the whole row
                 cells.append(_fmt_state(r))
-            elif header not in best:
-                cells.append(fmt(v))
+                continue
+            text = fmt(v) + (DISAGREES if disagrees and header == "samples/s" else "")
+            if header not in best:
+                cells.append(text)
             else:
-                cells.append(mark(fmt(v)) if v == best[header] else other(fmt(v)))
+                cells.append(mark(text) if v == best[header] else other(text))
         out.append(cells)
     return headers, out
 
@@ -122,6 +147,8 @@ def compare_notes(comparison: Comparison) -> list[str]:
             lines.append(plain(f"{r.name} failed: {r.root_cause}  (logs: {r.run_dir})"))  # a rank's words
         elif r.note:
             lines.append(f"{r.name}: {r.note}")
+        if said := disagreement(r.name, r.batch_size, r.samples_per_s, r.step_time_s_median):
+            lines.append(said)
         if r.busy:
             lines.append(f"BUSY MACHINE, {r.name}: {r.busy}.")
     if comparison.parallel:
@@ -166,8 +193,11 @@ SWEEP_NOTES = {
 
 def scale_cells(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     headers = [loss_header(comparison) if h == "loss @" else h for h, _, _ in SCALE_COLUMNS]
-    rows = [[fmt(getattr(p, key)) for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]  # n/a
-    return headers, rows
+
+    def cell(p: scaling.ScalePoint, key: str, fmt: Callable) -> str:  # n/a where a figure is not known
+        return fmt(getattr(p, key)) + (DISAGREES if key == "samples_per_s" and p.figures_disagree else "")
+
+    return headers, [[cell(p, key, fmt) for _, key, fmt in SCALE_COLUMNS] for p in comparison.points()]
 
 
 def scale_notes(comparison: Comparison) -> list[str]:
@@ -192,6 +222,10 @@ def scale_notes(comparison: Comparison) -> list[str]:
                 f"NOT TRUSTWORTHY: efficiency over 100% at {counts}: more ranks cannot do more than "
                 "their share; the machine was busy or the first point ran slow. Run again on an idle machine."
             )
+    for p in comparison.points():  # a row whose own figures contradict each other says why
+        where = f"at {p.nproc} rank(s), batch {p.batch_size:,}"
+        if said := disagreement(where, p.batch_size, p.samples_per_s, p.step_time_s_median):
+            notes.append(said)
     notes.append(
         f"{loss_header(comparison)}: each point's global-batch loss once it has seen as many samples "
         "as the first point's whole run."
@@ -278,6 +312,7 @@ def csv_text(comparison: Comparison) -> str:
             "speedup",
             "efficiency",
             "step_time_s_median",
+            "step_time_s_mean",
             "peak_mem_bytes",
             "loss_step",
             "loss_after_common_samples",

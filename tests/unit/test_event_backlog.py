@@ -38,9 +38,10 @@ def test_a_backlog_is_never_a_stall_and_the_end_counts_every_last_step(tmp_path)
     liveness = ingest.liveness()
     assert [step for _, _, step, _ in liveness][0] < STEPS
     assert find_stalled(liveness, timeout=5, now=time.time()) == ()  # read an hour ago, said just now
-    started = time.monotonic()
-    ingest.catch_up(seconds=0.2)  # too short to read it all: the ends of the files say the rest
-    assert time.monotonic() - started < 3
+    # Too short to read it all: the reading stops at its deadline, with both ranks still behind, and
+    # their last steps come from the ends of their files (reading both whole takes seconds; a bound
+    # on the wall clock here failed on a busy machine, so the count of ranks taken says it).
+    assert ingest.catch_up(seconds=0.2) == 2
     assert ingest.stats().steps == STEPS
     assert [step for _, _, step, _ in ingest.liveness()] == [STEPS, STEPS]
 

@@ -118,3 +118,43 @@ def test_an_efficiency_over_100_percent_is_flagged_as_not_trustworthy():
     ]
     comparison.rows = [one, _row(2, 32, 190.0, [2.0])]  # 95%: as it should be, nothing said
     assert not any(n.startswith("NOT TRUSTWORTHY") for n in scale_notes(comparison))
+
+
+def test_a_row_whose_samples_per_s_and_median_step_disagree_says_which_holds_and_why():
+    """Issue 61: under load a row read 1,282 samples/s beside a median step of 8.6 ms at batch 64
+    (7,442/s). The figures are the engine's own, from steps of 8.6 ms but one in eight of 300 ms (a
+    busy machine pausing the ranks): the row marks its samples/s and a note says which holds."""
+    import time
+
+    from mgpu_tui.engine.compare.comparison import new_scaling
+    from mgpu_tui.engine.protocol.events import Hello, Step
+    from mgpu_tui.engine.run.figures.aggregate import Aggregator
+    from mgpu_tui.reports.compare import DISAGREES, scale_table
+
+    def figures(paused: bool) -> tuple[float, float]:
+        events, now = Aggregator(), time.time()
+        for rank in (0, 1):
+            events.add(Hello(rank, now - 60, rank, 2, 4000 + rank, "h", "cpu", None, "ddp"))
+            for step in range(1, 81):
+                seconds = 0.3 if paused and step % 8 == 0 else 0.0086
+                events.add(Step(rank, now - (80 - step), step, 32, 0, 1.0, seconds, 1 << 20, 1 << 20))
+        stats = events.stats()
+        return stats.samples_per_s, stats.step_time_s_median
+
+    specs = scale_specs("ddp", [1, 2], [64], TEMPLATE)
+    comparison = new_scaling("ddp", specs, "strong", "linear")
+    steady, busy = figures(paused=False), figures(paused=True)
+    assert busy[1] == pytest.approx(0.0086) and busy[0] < 64 / 0.0086 / 3  # the contradiction
+    one = dataclasses.replace(_row(1, 64, steady[0], [2.0]), step_time_s_median=steady[1])
+    two = dataclasses.replace(_row(2, 64, busy[0], [2.0]), step_time_s_median=busy[1])
+    comparison.rows = [one, two]
+    text = scale_table(comparison)
+    lines = text.splitlines()
+    row_one, row_two = (next(line for line in lines if line.split()[:2] == [n, "ok"]) for n in ("1", "2"))
+    assert DISAGREES not in row_one and f"{busy[0]:,.0f}{DISAGREES}" in row_two.replace(" ", "")
+    (note,) = [line for line in lines if line.startswith(DISAGREES)]
+    assert note.startswith(f"{DISAGREES} at 2 rank(s), batch 64: samples/s counts the steps' whole time")
+    assert "the median step, 8.6 ms, would give 7,442 samples/s" in note
+    assert "The samples/s holds for the run: a few steps took far longer than most" in note
+    (point,) = [p for p in comparison.points() if p.nproc == 2]
+    assert point.figures_disagree and point.step_time_s_mean == pytest.approx(64 / busy[0])

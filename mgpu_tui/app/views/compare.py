@@ -65,73 +65,6 @@ class CompareView(View):
         Binding("f", "toggle_form", "Form", show=False),
     ]
     DEFAULT_CSS = """
-    #compare-form {
-        height: 14;
-        padding: 0 1;
-    }
-    /* Results on a short terminal (80x24): the form folds to its buttons and status, f unfolds it. */
-    CompareView.folded #compare-form, CompareView.folded #compare-settings {
-        height: auto;
-    }
-    CompareView.folded #compare-modes, CompareView.folded .compare-setting {
-        display: none;
-    }
-    #compare-unfold {
-        display: none;
-        width: auto;
-        margin: 1 0 0 2;
-        color: $text-muted;
-    }
-    CompareView.folded #compare-unfold {
-        display: block;
-    }
-    CompareView.narrow #compare-progress Bar {
-        width: 4;  /* and its percentage: the settings column has 44 columns at 80 */
-    }
-    CompareView.folded #compare-progress Bar {
-        width: 20;
-    }
-    #compare-modes {
-        width: 64;
-        height: 12;
-    }
-    /* Under 120 columns: the modes' names (their titles are cut), so the settings keep their room. */
-    CompareView.narrow #compare-modes {
-        width: 34;
-    }
-    CompareView.narrow .compare-field Input {
-        width: 8;
-    }
-    #compare-settings {
-        width: 1fr;
-        padding: 0 1;
-    }
-    .compare-field {
-        height: 3;
-    }
-    .compare-field Label {
-        padding: 1 0 0 1;
-    }
-    .compare-field Input {
-        width: 10;
-        padding: 0 1;  /* Textual's 0 2 left 8 columns 2 for the value: "60" read "6" after Tab */
-    }
-    #compare-device {
-        width: 12;
-    }
-    #compare-model {
-        width: 16;
-    }
-    #compare-progress {
-        margin: 1 0 0 2;  /* a margin: the bar is one row high, and a padding pushed it out of sight */
-        visibility: hidden;  /* until a comparison starts */
-    }
-    CompareView.compared #compare-progress {
-        visibility: visible;
-    }
-    #compare-status {
-        height: 3;
-    }
     #compare-notes {
         padding: 0 1;
     }
@@ -163,6 +96,7 @@ class CompareView(View):
         self.host_mem: int | None = None
         self.shown: Comparison | None = None  # the comparison whose results are on screen
         self.results_first = False  # results are shown: on a short terminal the form folds
+        self._explained: tuple[str, bool] | None = None  # the mode the guide explains, and if it runs
 
     def compose(self) -> ComposeResult:
         yield CompareForm(self.host, self.run_root, id="compare-form")
@@ -240,18 +174,26 @@ class CompareView(View):
 
     def on_resize(self) -> None:
         self.set_class(self.size.width < 120, "narrow")
+        short = self.app.size.height < FOLD_BELOW_ROWS
+        self.set_class(short, "short")
+        self.form.fit(short)
         self._fold(self.results_first)  # a terminal made taller unfolds the form, shorter folds it
         self.call_after_refresh(self._draw_charts)  # once the box has its new width
 
     def on_selection_list_selection_highlighted(self, event: SelectionList.SelectionHighlighted) -> None:
-        self._explain(event.selection.value)
+        if not self.running:  # while a comparison runs, the guide is the running mode's
+            self._explain(event.selection.value)
 
-    def _explain(self, name: str) -> None:
-        if name in MODES:
+    def _explain(self, name: str, running: bool = False) -> None:
+        """The guide under the results: ``name``'s explanation and demo source; ``running``: the
+        mode a comparison runs now, said as such (the highlighted mode stayed there while ddp,
+        pipeline and fsdp ran)."""
+        if name in MODES and (name, running) != self._explained:
+            self._explained = (name, running)
             mode = MODES[name]
-            self.query_one("#compare-guide", Static).update(
-                explanation(mode, self.host).append("   v: its demo's code", style="dim")
-            )
+            said = Text("Running now: ", style="bold green") if running else Text()
+            said.append_text(explanation(mode, self.host).append("   v: its demo's code", style="dim"))
+            self.query_one("#compare-guide", Static).update(said)
             self.query_one("#compare-code", Static).update(demo_code(mode))
 
     def action_toggle_guide(self) -> None:
@@ -265,12 +207,20 @@ class CompareView(View):
             self.post_message(StopRequested())
         elif event.button.id == "compare-start":
             event.stop()
-            try:
-                modes, template = self.form.request()
-            except UsageError as exc:
-                self.app.notify(plain(str(exc)), title="Cannot compare", severity="error", markup=False)
-                return
-            self.post_message(CompareRequested(modes, template))
+            self.compare()
+
+    def on_compare_form_submitted(self, event: CompareForm.Submitted) -> None:
+        event.stop()
+        self.compare()
+
+    def compare(self) -> None:
+        """Compare, Enter in the form: the modes ticked, with its settings (or why not)."""
+        try:
+            modes, template = self.form.request()
+        except UsageError as exc:
+            self.app.notify(plain(str(exc)), title="Cannot compare", severity="error", markup=False)
+            return
+        self.post_message(CompareRequested(modes, template))
 
     # ---- the comparison's news (the app hands each message of its thread here) -----------------
 
@@ -308,6 +258,7 @@ class CompareView(View):
             self.query_one("#compare-status", TextPanel).update(
                 f"{len(rows) + 1} of {len(self.modes)}: {mode} step {step}/{steps}"
             )
+            self._explain(mode, running=True)
         self.show_rows(rows)
 
     def show_rows(self, rows: list[Row]) -> None:
@@ -318,6 +269,9 @@ class CompareView(View):
 
     def ended(self, comparison: Comparison) -> None:
         self._set_busy(False)
+        highlighted = self.form.highlighted()
+        if highlighted is not None:  # the guide follows the list again
+            self._explain(highlighted)
         self.show_rows(comparison.rows)
         self.query_one("#compare-progress", ProgressBar).update(progress=self.total)
         failed = [r for r in comparison.rows if r.status is not RunStatus.OK]
@@ -378,6 +332,7 @@ class CompareView(View):
             return
         past = message.comparison
         self._fold(True)
+        self.form.tick([r.mode for r in past.rows])  # Compare runs it again (the old ticks stayed)
         self.ended(past)
         said = f"{len(past.rows)} run(s) read back from their folders   * best in its column"
         if isinstance(past.settings, RunsSettings) and past.settings.differences:

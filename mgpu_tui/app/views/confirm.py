@@ -16,7 +16,8 @@ class Confirm(ModalScreen[bool]):
         align: center middle;
     }
     #confirm {
-        width: 84;
+        width: 100%;
+        max-width: 84;  /* at 80 columns its right edge was cut */
         height: auto;
         padding: 1 2;
         border: thick $accent;

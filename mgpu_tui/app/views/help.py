@@ -15,12 +15,14 @@ Escape or ? closes this help; the arrows and PgDn scroll it.
 [b]The views[/b]
   d   Dashboard: every GPU, the host, the run's rank processes
   t   Topology: how GPUs talk (NVLink, PCIe, sockets), or the host
-  r   Run: a mode explained, with its demo's code; Enter starts it;
-      then every rank, its charts and its logs
-  c   Compare: several modes on the same model and batch, one table;
-      before they run, the memory each needs and whether it fits
-  h   Runs: the runs kept in the run folder; Enter opens one; m shows a
-      compared run's comparison again
+  r   Run: a mode explained, with its demo's code; Enter starts it
+      (Tab goes through the fields to Start; ↓ opens a list); then
+      every rank, its charts and its logs
+  c   Compare: several modes on the same model and batch, one table
+      (space ticks a mode; Enter compares); before they run, the
+      memory each needs and whether it fits
+  h   Runs: the runs kept in the run folder; Enter opens one; m
+      shows a compared run's comparison again
 
 [b]Keys[/b]
   s   stop the run or comparison (every rank); a run started
@@ -30,14 +32,14 @@ Escape or ? closes this help; the arrows and PgDn scroll it.
   f   Compare view on a short terminal: its settings, or its results
   w   Run view: the charts over the whole run, or the latest steps
   /   Run view: search the logs (Escape leaves the search)
-  l   Run view: the logs of one rank, or of all (a list to choose from)
+  l   Run view: the logs of one rank, or of all (a list to choose)
   o   Run view: sort the ranks by their next column (rank, samples/s,
       step, loss, peak memory): the one to look at first on top
   n   Run view of a job over 4 nodes or more (a row a node, the worst
       first): open the next node's ranks; N closes it
   W   Run view: long log lines wrap, or scroll sideways
-  Ctrl+S  Run view: save the log lines shown (that rank's, that search's)
-      into a new file in the current folder
+  Ctrl+S  Run view: save the log lines shown (that rank's, that
+      search's) into a new file in the current folder
   x   Run view: stop the rank whose logs are shown (SIGTERM, after you
       say yes), as if it died: the launcher then stops the others
   g   an opened run's telemetry: the next GPU

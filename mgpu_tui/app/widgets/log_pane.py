@@ -20,6 +20,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 from textual.timer import Timer
@@ -87,6 +88,14 @@ def entry_width(entry: Entry) -> int:
 class LogPane(ScrollView):
     """The newest ``max_lines`` entries; follows the end unless the user scrolled up."""
 
+    class Grown(Message):
+        """The rows the pane's lines take changed (at most once every GROW_EVERY_S): a box sized to
+        them (log_view.py) follows."""
+
+        def __init__(self, rows: int) -> None:
+            super().__init__()
+            self.rows = rows
+
     DEFAULT_CSS = """
     LogPane {
         overflow-y: scroll;
@@ -115,6 +124,9 @@ class LogPane(ScrollView):
         self._rows.clear()
         self._row_counts.clear()
         self._grow(force=True)
+        # An empty pane's growth cost nothing to lay out: the first lines after it grow it at once,
+        # not a second later on a timer (a snapshot then drew one or the other, by the machine's load).
+        self._grown_at = 0.0
         self.refresh()
 
     def toggle_wrap(self) -> bool:
@@ -189,6 +201,7 @@ class LogPane(ScrollView):
         self._grow_timer = None
         self._grown_at = time.monotonic()
         self.virtual_size = self._content_size()
+        self.post_message(self.Grown(self.virtual_size.height))
         if self.following:
             self.scroll_end(animate=False, immediate=True)
 

@@ -21,6 +21,7 @@ from mgpu_tui.app.widgets.log_pane import Entry, LogPane, entry_text
 
 KEPT = 5000
 SHOWN = 2000
+LEAST_ROWS = 5  # the lines a log box keeps however few it holds (a failing rank's traceback's end)
 
 
 class LogView(Vertical):
@@ -44,6 +45,7 @@ class LogView(Vertical):
         super().__init__(**kwargs)
         self._lines: collections.deque[Entry] = collections.deque(maxlen=KEPT)
         self._unseen = 0  # lines that arrived while the view was hidden
+        self._fitted = False  # the box as tall as its lines (a run that ended), else the room it has
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="log-controls"):
@@ -59,6 +61,7 @@ class LogView(Vertical):
         self.set_ranks(ranks)
         self.query_one("#log-search", Input).value = ""  # a new run's log starts unfiltered
         self.query_one(LogPane).clear()
+        self.fit_to_lines(False)
 
     def set_ranks(self, ranks: int, nodes: Sequence[tuple[int, int, int]] = ()) -> None:
         """The rank filter's choices: every rank, one node's ranks (``nodes``: each node's number,
@@ -70,11 +73,31 @@ class LogView(Vertical):
         self.query_one("#log-rank", Select).set_options(options)
         self.query_one("#log-rank", Select).value = -1
 
+    def fit_to_lines(self, fitted: bool) -> None:
+        """``fitted`` (a run that ended: its lines are all there): the box as tall as its lines (at
+        least LEAST_ROWS) and no taller: a log of 4 lines took 25 rows of a 160x45 screen whose charts
+        had none, and the view gives the rest to what has content (view.py); past that, the box takes
+        the rows it is given and scrolls. Not fitted (a run that goes): all the room it is given."""
+        self._fitted = fitted
+        self._fit(self.query_one(LogPane).virtual_size.height)
+
+    def on_log_pane_grown(self, message: LogPane.Grown) -> None:
+        self._fit(message.rows)
+
+    def _fit(self, rows: int) -> None:
+        if not self._fitted:
+            self.styles.max_height = None
+            return
+        controls = self.query_one("#log-controls").outer_size.height or 1
+        # The border, and a row for the sideways scrollbar a long line brings.
+        self.styles.max_height = controls + max(rows, LEAST_ROWS) + 3
+
     def fold_controls(self, folded: bool) -> None:
         """The filter and the search on one row without borders (a short terminal: the rows go to
         the log's lines)."""
         self.query_one("#log-rank", Select).compact = folded
         self.query_one("#log-search", Input).compact = folded
+        self.call_after_refresh(lambda: self._fit(self.query_one(LogPane).virtual_size.height))
 
     def toggle_wrap(self) -> bool:
         """Long lines wrap, or scroll sideways (W); whether they wrap now."""

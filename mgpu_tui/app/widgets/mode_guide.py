@@ -84,7 +84,20 @@ def program_source(file: Path | None) -> tuple[Syntax | Text, str]:
         raw = read_bytes(file, MAX_SOURCE_BYTES)
     except OSError as exc:  # (Unreadable too: a link, a FIFO, a folder)
         return Text(plain(f"Its source cannot be read here: {exc}", 500)), f"{file}"
-    return python_code(plain(raw.decode("utf-8", "replace"))), f"{file}: the script it runs"
+    return python_code(plain(raw.decode("utf-8", "replace"))), f"{file}{SCRIPT_SUFFIX}"
+
+
+SCRIPT_SUFFIX, DEMO_SUFFIX = ": the script it runs", ": the training loop it runs"
+
+
+def fitted_title(title: str, width: int) -> str:
+    """A pane's title within ``width`` columns: whole, or without what follows its path (": the
+    training loop it runs"), or the path's end after "…" (at 80 columns the title was cut)."""
+    if len(title) <= width or width <= 1:
+        return title
+    for suffix in (DEMO_SUFFIX, SCRIPT_SUFFIX):
+        title = title.removesuffix(suffix)
+    return title if len(title) <= width else "…" + title[-(width - 1) :]
 
 
 def explanation(mode: Mode, host: Host) -> Text:
@@ -134,6 +147,16 @@ class ModeGuide(Horizontal):
         super().__init__(**kwargs)
         self.host = host
         self.mode: Mode | None = None
+        self._title = ""  # the source pane's title whole (fitted to its width as it is drawn)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit_title)  # once the source pane has its new width
+
+    def _fit_title(self) -> None:
+        source = self.query_one("#guide-source", ScrollableContainer)
+        room = source.size.width - 4 if source.size.width else len(self._title)  # the corners, a space each
+        # A Text: a path's brackets are never markup.
+        source.border_title = Text(fitted_title(self._title, room))
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="guide-text"):
@@ -162,7 +185,8 @@ class ModeGuide(Horizontal):
         source = self.query_one("#guide-source", ScrollableContainer)
         file = Path(spec.script) if spec.script and not spec.command else None
         code, said = program_source(file)
-        source.border_title = Text(plain(said, 200))  # a Text: a path's brackets are never markup
+        self._title = plain(said, 200)
+        self._fit_title()
         self.query_one("#guide-code", Static).update(code)
         source.scroll_home(animate=False)
 
@@ -174,6 +198,7 @@ class ModeGuide(Horizontal):
             explanation(mode, self.host).append("   v: the logs instead", style="dim")
         )
         source = self.query_one("#guide-source", ScrollableContainer)
-        source.border_title = f"{demo_title(mode.demo)}: the training loop it runs"
+        self._title = f"{demo_title(mode.demo)}{DEMO_SUFFIX}"
+        self._fit_title()
         self.query_one("#guide-code", Static).update(demo_code(mode))
         source.scroll_home(animate=False)

@@ -33,6 +33,8 @@ class TelemetryCharts(Horizontal):
     TelemetryCharts {
         height: 4;
         padding: 0 1;
+    }
+    TelemetryCharts.empty {
         display: none;
     }
     TelemetryCharts Chart {
@@ -43,7 +45,7 @@ class TelemetryCharts(Horizontal):
     """
 
     def __init__(self, **kwargs) -> None:
-        super().__init__(**kwargs)
+        super().__init__(classes="empty", **kwargs)  # until a run's telemetry comes
         self.gpu = 0  # the GPU shown, by its index in the run's telemetry
         self._series: TelemetrySeries | None = None
 
@@ -56,7 +58,7 @@ class TelemetryCharts(Horizontal):
 
     def show(self, series: TelemetrySeries) -> None:
         self._series = series
-        self.display = bool(series.t)
+        self.set_class(not series.t, "empty")
         self.query_one("#tm-cpu", Chart).update(known(series.host_cpu))
         memory = self.query_one("#tm-mem", Chart)
         memory.scale = (0.0, series.host_mem_total) if series.host_mem_total else None  # of all of it
@@ -81,6 +83,11 @@ class TelemetryCharts(Horizontal):
                 total = series.gpu_mem_total.get(self.gpu)
                 chart.scale = (0.0, total) if total else None
             chart.update(known(track[key]))
+
+    def clear(self) -> None:
+        """A new run: nothing shown until its telemetry comes."""
+        self._series = None
+        self.add_class("empty")
 
     def next_gpu(self) -> None:
         if self._series and self._series.gpus:

@@ -7,6 +7,8 @@ colour-blind user) cannot tell apart: here a ticked box shows ✓ and an unticke
 from __future__ import annotations
 
 from rich.segment import Segment
+from textual.binding import Binding
+from textual.message import Message
 from textual.strip import Strip
 from textual.widgets import Checkbox, SelectionList
 from textual.widgets._toggle_button import ToggleButton
@@ -22,6 +24,17 @@ class TickBox(Checkbox):
 
 
 class TickList(SelectionList):
+    """A list to tick in a form: space ticks the highlighted entry, Enter submits the form (it
+    ticked the entry too, so that Enter in the Compare view's modes started nothing)."""
+
+    BINDINGS = [Binding("enter", "submit", "Submit", show=False)]
+
+    class Submitted(Message):
+        """Enter on the list."""
+
+    def action_submit(self) -> None:
+        self.post_message(self.Submitted())
+
     def render_line(self, y: int) -> Strip:
         strip = super().render_line(y)
         segments = list(strip)

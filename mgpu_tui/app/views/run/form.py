@@ -9,7 +9,9 @@ from pathlib import Path
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.message import Message
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select
 
@@ -52,6 +54,24 @@ def chosen(select: Select) -> str:
     if not isinstance(value, str):
         raise UsageError(f"choose a value for {select.id or 'the field'}.")
     return value
+
+
+class FieldSelect(Select):
+    """A list field of a form: Enter submits the form, as it does in the form's number fields; the
+    arrows and space open the list (Textual's Select opens it on Enter too, so that r, Enter opened
+    the mode list where the help promised a run)."""
+
+    BINDINGS = [Binding("enter", "submit", "Start", show=False)]
+
+    class Submitted(Message):
+        """Enter on the field, its list closed."""
+
+    def action_submit(self) -> None:
+        self.post_message(self.Submitted())
+
+
+# What a form's keys are, said on screen (the Run view's status line before a run: at 80 columns).
+RUN_KEYS = "No run yet: ↓ lists the modes, Tab goes on to Start, Enter starts the run."
 
 
 # A number field of the forms: its label, and the launch option whose type and bounds it takes
@@ -107,7 +127,7 @@ class RunForm(Horizontal):
         text-overflow: ellipsis;
     }
     RunForm.narrow #mode {
-        width: 1fr;
+        width: 2fr;  /* "fsdp_grad_op: on the CPU with gloo" whole at 80 columns (it wrapped) */
     }
     RunForm #device {
         width: 12;
@@ -177,10 +197,10 @@ class RunForm(Horizontal):
     def compose(self) -> ComposeResult:
         # No type-to-search: letters must stay the app's keys (q, t, r, ...), not search the list.
         with Horizontal(id="mode-row"):
-            yield Select(
+            yield FieldSelect(
                 self._mode_options(), value="ddp", allow_blank=False, id="mode", type_to_search=False
             )
-            yield Select(MODEL_OPTIONS, value="mlp", allow_blank=False, id="model", type_to_search=False)
+            yield FieldSelect(MODEL_OPTIONS, value="mlp", allow_blank=False, id="model", type_to_search=False)
             # The demo's own arguments, as after `--` on the command line (run ddp -- --lr 0.1).
             yield Input("", placeholder="its arguments", id="demo-args")
         with Horizontal(id="form-fields"):
@@ -208,7 +228,7 @@ class RunForm(Horizontal):
         yield Input(str(DEFAULTS.steps), id="steps", restrict=r"[0-9]*", max_length=9)  # the CLI's default
         yield Label("batch", id="batch-label")
         yield Input(str(DEFAULTS.batch_size), id="batch", restrict=r"[0-9]*", max_length=7)
-        yield Select(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
+        yield FieldSelect(DEVICE_OPTIONS, value="auto", allow_blank=False, id="device", type_to_search=False)
         yield TickBox("AMP", id="amp")
         if self.host.has_cuda:  # rehearse a bigger box's job: ranks take the GPUs round-robin
             yield TickBox("share GPUs", id="share-gpus")
@@ -222,6 +242,10 @@ class RunForm(Horizontal):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         """Enter in a field starts the run, as the Start button does."""
+        event.stop()
+        self.start()
+
+    def on_field_select_submitted(self, event: FieldSelect.Submitted) -> None:
         event.stop()
         self.start()
 

@@ -23,14 +23,30 @@ class RunOutcome(Static):
     def __init__(self, **kwargs) -> None:
         super().__init__("", **kwargs)
         self._noted: str | None = None  # the remark shown while the run goes
+        self._note: str | None = None  # the run's note (what its figures will not show)
+        self._starting: str | None = None  # what may slow its start, until its first step
 
     def begin(self, note: str | None) -> None:
         """A new run: its note (what its figures will not show), until a failure needs the room."""
-        self._noted = None
-        self.update(Text(f"Note: {note}", style="yellow") if note else "")
-        self.set_class(bool(note), "note")
+        self._noted, self._note, self._starting = None, note, None
         self.set_class(False, "result")
-        self.display = bool(note)
+        self._draw_note()
+
+    def _draw_note(self) -> None:
+        lines = [f"Note: {self._note}"] if self._note else []
+        lines += [self._starting] if self._starting else []
+        self.update(Text(plain("\n".join(lines)), style="yellow"))
+        self.set_class(bool(lines), "note")
+        self.display = bool(lines)
+
+    def starting(self, causes: str | None) -> None:
+        """While no step has come: what may slow the start (its ranks' priority, the machine's
+        load), under the run's note; None once the first step came."""
+        said = f"Slow to start? {causes[0].upper()}{causes[1:]}." if causes else None
+        if said == self._starting or self._noted is not None or self.has_class("result"):
+            return  # (a Static's update lays the screen out again: only on a change)
+        self._starting = said
+        self._draw_note()
 
     def during(self, stats: RunStats, stall: Stall | None, *, failed: bool) -> None:
         """While the run goes: a hang's verdict once the stall watch found one and while its ranks

@@ -173,7 +173,9 @@ def compute_text(compute: Compute | None, why: bool = True) -> str | None:
 
 
 def result_panel(summary: RunSummary) -> Text:
-    """A finished run's figures in two lines, and where its files are."""
+    """What a finished run came to: what to do about it first (a short terminal keeps the panel's
+    first lines, and the status line above says its steps, rate and loss already), then its figures,
+    and where its files are."""
     peaks = [p for p in summary.peak_mem_bytes if p is not None]
     # On the CPU the rank's resident set: the runtime besides its tensors (the memory line).
     peak = "process peak" if summary.device == "cpu" else "peak"
@@ -197,20 +199,21 @@ def result_panel(summary: RunSummary) -> Text:
     title = {RunStatus.OK: "Finished", RunStatus.INTERRUPTED: "Stopped", RunStatus.FAILED: "Failed"}[
         summary.status
     ]
-    # The hang a stopped run was in comes first: a short terminal keeps the panel's first lines.
+    # The hang a stopped run was in, then why it was slow and what to try: at 80x24 the panel shows
+    # three lines, and these are the ones to act on (the figures came first and hid them).
     hang = ""
     if summary.stall is not None:
         steps = {r.rank: r.last_step for r in summary.ranks}
         said = "Hung" if still_hung(summary.stall, steps) else "Stalled, then moved on"
         hang = f"{said}: {summary.stall.headline()}.\n"
-    slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
-    slow += "".join(f"\n{verdict_sentence(v)}" for v in summary.verdicts)
+    slow = "".join(f"{verdict_sentence(v)}\n" for v in summary.verdicts)
+    slow += "".join(f"Straggler: {s.describe()}.\n" for s in summary.stragglers)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
         (plain(hang), "bold yellow"),
+        (plain(slow), "magenta"),
         (f"{title}: ", "bold"),
         plain(" · ".join(figures)),
-        (plain(slow), "magenta"),
         plain(job),
         *(part for line in memory for part in ("\n", plain(line[0].upper() + line[1:]))),
         "\n",
@@ -219,28 +222,30 @@ def result_panel(summary: RunSummary) -> Text:
     )
 
 
-def running_status(heading: str, stats: RunStats, steps_requested: int | None) -> str:
-    """The status line while a run goes: its heading and keys first (80 columns cut the rest),
-    then its step, samples/s, loss and, where counted (a script's watch), its compute rate."""
-    status = (
-        f"{heading}   step {stats.steps:,}{of_steps(steps_requested)}   "
+def running_status(label: str, hint: str, stats: RunStats, steps_requested: int | None) -> tuple[str, str]:
+    """The status line while a run goes, as the line's head and the figures it keeps: what runs
+    (a script's command line: cut first at 80 columns), then its keys, step, samples/s, loss and,
+    where counted (a script's watch), its compute rate."""
+    figures = (
+        f" {hint}   step {stats.steps:,}{of_steps(steps_requested)}   "
         f"{fmt_rate(stats.samples_per_s)} samples/s   loss {fmt_loss(stats.final_loss)}"
     )
     compute = compute_text(stats.compute, why=False)
-    return f"{status}   {compute}" if compute else status
+    return label, f"{figures}   {compute}" if compute else figures
 
 
-def waiting(seconds: float, nice: int, load: tuple[float, int]) -> str:
-    """How long a run has been starting, and the causes this machine shows: its ranks' lower
-    priority beside the app (``nice``), and the machine's ``load`` (1-minute average, cores)."""
+def waiting(seconds: float, nice: int, load: tuple[float, int]) -> tuple[str, str | None]:
+    """How long a run has been starting (the status line's), and the causes this machine shows
+    (the panel under the charts': the status line cut them at 80 columns), None where it shows
+    none: its ranks' lower priority beside the app (``nice``), and the machine's ``load``
+    (1-minute average, cores)."""
     causes = []
     if nice:
         causes.append(f"its ranks run at nice {nice} so the screen stays quick")
     average, cores = load
     if average > cores:
         causes.append(f"the machine's load is {average:.1f} on {cores} cores")
-    said = f"{seconds:.0f} s"
-    return f"{said} ({'; '.join(causes)})" if causes else said
+    return f"{seconds:.0f} s", "; ".join(causes) or None
 
 
 def slow_ranks_remark(stats: RunStats) -> str:

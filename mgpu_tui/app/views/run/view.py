@@ -21,7 +21,8 @@ from textual.widgets import Select
 
 from mgpu_tui.app.messages import RunEnded, RunOpened, RunStarted, RunUpdated
 from mgpu_tui.app.views.run.charts import RunCharts
-from mgpu_tui.app.views.run.form import NARROW, RunForm, chosen
+from mgpu_tui.app.views.run.form import RUN_KEYS, RunForm, chosen
+from mgpu_tui.app.views.run.layout import RUN_VIEW_CSS, fit_to_size
 from mgpu_tui.app.views.run.logs_and_guide import LogsAndGuide
 from mgpu_tui.app.views.run.outcome import RunOutcome
 from mgpu_tui.app.views.run.rank_table import RankContext, RankTable, RankTableKeys
@@ -50,11 +51,6 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.run.summary import RunSummary
 
 
-TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
-SHORT = 44  # rows of the view under which it folds for its logs (80x24 gives it 20; 160x50, 46)
-TINY = 30  # rows under which the panel under the charts keeps 5 (80x24); a short one keeps 40%
-
-
 class RunView(LogsAndGuide, RankTableKeys):
     BINDINGS = [
         Binding("g", "next_gpu", "Next GPU", show=False),
@@ -69,83 +65,7 @@ class RunView(LogsAndGuide, RankTableKeys):
         Binding("W", "wrap_logs", "Wrap logs", show=False),
         Binding("ctrl+s", "save_logs", "Save logs", show=False),
     ]
-    DEFAULT_CSS = """
-    RunView {
-        height: 1fr;
-    }
-    #run-status {
-        padding: 0 1;
-    }
-    #run-middle {
-        height: auto;
-        max-height: 14;
-    }
-    #ranks {
-        width: auto;
-        max-width: 75%;
-        padding: 0 1;
-        height: auto;
-        max-height: 14;
-    }
-    #charts {
-        width: 1fr;
-        height: auto;
-        padding: 0 1;
-    }
-    #charts Chart {
-        height: 5;
-    }
-    /* Under 120 columns the charts go under the ranks, side by side, each half the width: beside the
-       table they had 20 columns at 80x24, their titles cut. */
-    RunView.narrow #run-middle {
-        layout: vertical;
-    }
-    RunView.narrow #ranks {
-        width: 1fr;
-        max-width: 100%;
-        max-height: 8;
-    }
-    RunView.narrow #charts {
-        layout: horizontal;
-        height: 5;
-    }
-    RunView.narrow #charts Chart {
-        width: 1fr;
-    }
-    RunView.narrow #throughput {
-        margin-right: 2;
-    }
-    #root-cause {
-        display: none;
-        height: auto;
-        max-height: 16;
-        border: heavy $error;
-        padding: 0 1;
-        overflow-y: auto;
-    }
-    /* Before any failure, the panel carries the run's note (ranks sharing GPUs): a remark, not an alarm. */
-    #root-cause.note {
-        border: round $warning;
-    }
-    #root-cause.result {
-        border: round $success;
-    }
-    #logs {
-        height: 1fr;
-    }
-    /* A short terminal (80x24): the log's controls fold to one row and, once the run has ended,
-       the charts give their rows to the logs and the result panel keeps its first lines (it
-       scrolls): at least 5 log lines stay readable, a failing rank's traceback among them. */
-    RunView.short #root-cause {
-        max-height: 40%;  /* 160x45: a root cause's 16 rows, the logs 10 or more (it had 5 over 25) */
-    }
-    RunView.tiny #root-cause {
-        max-height: 5;
-    }
-    RunView.short.ended #charts {
-        display: none;
-    }
-    """
+    DEFAULT_CSS = RUN_VIEW_CSS
 
     def __init__(self, host: Host, run_root: Path = RUN_ROOT, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -170,7 +90,7 @@ class RunView(LogsAndGuide, RankTableKeys):
 
     def compose(self) -> ComposeResult:
         yield RunForm(self.host, self.run_root, id="run-form")
-        yield StatusLine("No run yet: choose a mode and press Start.", id="run-status")
+        yield StatusLine(RUN_KEYS, id="run-status")
         with Horizontal(id="run-middle"):
             yield RankTable(id="ranks")
             yield RunCharts(id="charts")
@@ -182,11 +102,7 @@ class RunView(LogsAndGuide, RankTableKeys):
         yield LogView(id="logs")
 
     def on_resize(self) -> None:
-        self.set_class(self.size.width < NARROW, "narrow")
-        short = self.size.height < SHORT
-        self.set_class(short, "short")
-        self.query_one(LogView).fold_controls(short)
-        self.set_class(self.size.height < TINY, "tiny")
+        self.query_one(LogView).fold_controls(fit_to_size(self))
 
     def on_mount(self) -> None:
         self.query_one(LogView).display = False
@@ -283,7 +199,7 @@ class RunView(LogsAndGuide, RankTableKeys):
         self.label, self.hint = label, hint
         self.query_one("#run-status", StatusLine).update(plain(f"{label}: {status}"), done=0.0)
         self.query_one(RunOutcome).begin(note)  # until a failure needs it, the run's note
-        self.query_one(TelemetryCharts).display = False
+        self.query_one(TelemetryCharts).clear()
         self.query_one("#run-middle").display = True
         self.query_one(LogView).reset(world_size)
         self._log_nodes = ()
@@ -292,10 +208,7 @@ class RunView(LogsAndGuide, RankTableKeys):
         self._draw_ranks(None)
 
     def show_telemetry(self, series: TelemetrySeries) -> None:
-        charts = self.query_one(TelemetryCharts)
-        charts.show(series)
-        # On a short terminal the run's own rows, charts and logs come first.
-        charts.display = charts.display and self.app.size.height >= TELEMETRY_MIN_HEIGHT
+        self.query_one(TelemetryCharts).show(series)  # (a low terminal's view hides them: LOW)
 
     def add_log_lines(self, lines: list[tuple[int, str, str]], dropped: int) -> None:
         if lines or dropped:
@@ -329,16 +242,21 @@ class RunView(LogsAndGuide, RankTableKeys):
             self._log_nodes = layout
             self.query_one(LogView).set_ranks(self.world_size, layout)
         self.machines = machines or self.machines  # a node's last word stays once it has ended
-        status = running_status(f"{self.label} {self.hint}", stats, self.steps)
+        head, figures = running_status(self.label, self.hint, stats, self.steps)
+        outcome = self.query_one(RunOutcome)
         if not stats.steps and not self.finished:  # no step yet: for how long, and what may slow it
             load = os.getloadavg()[0], os.cpu_count() or 1
-            since = waiting(time.monotonic() - self._begun, self._nice, load)
-            status = f"{self.label} {self.hint}   starting for {since}"
-        self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
+            since, causes = waiting(time.monotonic() - self._begun, self._nice, load)
+            figures = f" {self.hint}   starting for {since}"
+            outcome.starting(causes)
+        elif not self.finished:
+            outcome.starting(None)
+        self.query_one("#run-status", StatusLine).update(head, done=self._done(stats.steps), keep=figures)
         self.query_one(RunCharts).show(series, whole)
+        self.set_class(not (whole or series)[0], "no-steps")  # an ended run's empty charts give way
         self._draw_ranks(stats)
         if not self.finished:  # a hang's verdict, else the slow ranks' remark
-            self.query_one(RunOutcome).during(stats, self.stall, failed=self.failed_rank is not None)
+            outcome.during(stats, self.stall, failed=self.failed_rank is not None)
 
     def _done(self, steps: int) -> float | None:
         """The share of the run done, for the status line's bar; None (no bar) for a script."""
@@ -370,6 +288,7 @@ class RunView(LogsAndGuide, RankTableKeys):
         """The run ended; no summary: a followed run cut off (its monitor died without one)."""
         self.finished = True
         self.add_class("ended")
+        self.query_one(LogView).fit_to_lines(True)
         if summary is None:
             steps = stats.steps if stats else 0
             self.query_one("#run-status", StatusLine).update(
