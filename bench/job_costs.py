@@ -11,6 +11,8 @@ alike. From outside: the wall time of the whole process tree, start to exit. The
 - **a step's cost**: ((watched - bare) at the long length - (watched - bare) at the short one) /
   (long - short), per round, the median of the rounds;
 - **the fixed cost** (start and end): (watched - bare) at the short length - short x the step's cost;
+- **a line not kept yet** (the drop-in): the fixed cost of a line torchrun's parser has not read
+  before (``MGPU_TORCHRUN_CACHE=0``: its child imports torch; commands/launchers/torchrun_cache.py);
 - **noise**: how far apart two bare runs of the same length are (the median absolute difference of
   consecutive rounds' bare times, per step for the step's figure): a cost below it is not measured.
 
@@ -30,6 +32,7 @@ Every process runs with OMP_NUM_THREADS=1 (two ranks on two cores). Goals (issue
 from __future__ import annotations
 
 import importlib.util
+import math
 import statistics
 import subprocess
 import sys
@@ -147,11 +150,17 @@ def measure(shape: str, rounds: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         script, runs = Path(tmp, "job.py"), Path(tmp, "runs")
         script.write_text(text or "")
+        env["MGPU_CACHE_DIR"] = str(Path(tmp, "cache"))  # the drop-in's lines kept: this bench's own
         for _ in range(rounds):
             for steps in (short, long):
                 for how, line in (("bare", bare), ("watched", watched)):
                     walls.setdefault((how, steps), []).append(_wall(line(script, steps, runs), tmp, env))
                     subprocess.run(["rm", "-rf", str(runs)], check=True)
+            if shape == "drop-in":  # a line not kept yet: torchrun's parser imports torch once more
+                unkept = {**env, "MGPU_TORCHRUN_CACHE": "0"}
+                wall = _wall(watched(script, short, runs), tmp, unkept)
+                walls.setdefault(("unkept", short), []).append(wall)
+                subprocess.run(["rm", "-rf", str(runs)], check=True)
     span = long - short
     added = {n: [w - b for w, b in zip(walls["watched", n], walls["bare", n])] for n in (short, long)}
     step_costs = [(added[long][i] - added[short][i]) / span for i in range(rounds)]
@@ -162,7 +171,19 @@ def measure(shape: str, rounds: int) -> dict[str, float]:
     )
     bares = walls["bare", long]
     noise = statistics.median([abs(a - b) for a, b in zip(bares, bares[1:])] or [float("nan")])
-    return {"step": step, "bare_step": bare_step, "fixed": fixed, "noise": noise, "noise_step": noise / span}
+    unkept = [u - b - short * step for u, b in zip(walls.get(("unkept", short), []), walls["bare", short])]
+    return {
+        "step": step,
+        "bare_step": bare_step,
+        "fixed": fixed,
+        "noise": noise,
+        "noise_step": noise / span,
+        "fixed_unkept": statistics.median(unkept) if unkept else float("nan"),
+    }
+
+
+def _unkept(fixed: float) -> str:
+    return "" if math.isnan(fixed) else f"; a line not kept yet {fixed:+.2f} s"
 
 
 def bench_job_costs(rounds: int, shapes: tuple[str, ...] = tuple(SHAPES)) -> tuple[str, list]:
@@ -178,7 +199,7 @@ def bench_job_costs(rounds: int, shapes: tuple[str, ...] = tuple(SHAPES)) -> tup
             shape,
             f"{got['bare_step'] * 1e3:.2f} ms",
             f"{got['step'] * 1e6:+.0f} us ({share:+.1%}), noise {got['noise_step'] * 1e6:.0f} us",
-            f"{got['fixed']:+.2f} s, noise {got['noise']:.2f} s",
+            f"{got['fixed']:+.2f} s, noise {got['noise']:.2f} s" + _unkept(got["fixed_unkept"]),
             str(rounds),
         ])  # fmt: skip
     title = (

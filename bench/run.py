@@ -134,7 +134,8 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     "memory": lambda a: bench_memory(),
     "overhead": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc),
     "job-costs": lambda a: _titled(
-        bench_job_costs(a.pairs or 5), "shape", "bare step", "watched: a step", "fixed (start, end)", "rounds"
+        bench_job_costs(a.pairs or 5, tuple(a.shapes.split(","))),
+        *("shape", "bare step", "watched: a step", "fixed (start, end)", "rounds"),
     ),
     "transformer": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc, model="gpt-tiny"),
 }
@@ -150,6 +151,9 @@ def main() -> None:
     )
     parser.add_argument("--steps", type=int, default=300, help="overhead: steps per run (default 300)")
     parser.add_argument("--nproc", type=int, default=2, help="overhead: ranks (default 2)")
+    parser.add_argument(
+        "--shapes", default="exec,drop-in,trainer,gpt-demo", help="job-costs: which shapes (default all four)"
+    )
     args = parser.parse_args()
     print(f"mgpu-tui bench on {os.cpu_count()} CPU(s), Python {sys.version.split()[0]}\n", flush=True)
     for entry in args.entries or ENTRIES:
