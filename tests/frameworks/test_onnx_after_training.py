@@ -3,13 +3,13 @@ to ONNX as it is bare, to the byte (tests/scripts/watch_invisible.py's after_tra
 other ways of making something of the model tests/integration/test_watch_invisible.py compares
 everywhere)."""
 
-import onnx  # noqa: F401  (installed for make test-frameworks: the test is about its exporter)
-
 from conftest import summary_from
 from watched_steps import bare_and_watched
 
 
 def test_a_model_trained_under_the_watch_exports_to_onnx_as_it_does_bare(tmp_path):
+    import onnx  # noqa: F401  (make test-frameworks installs it; imported here, make test collects this)
+
     bare, watched, done, _ = bare_and_watched(tmp_path, "after_training")
     assert watched == bare
     exported = [line for line in bare["out.txt"].decode().splitlines() if " onnx: " in line]

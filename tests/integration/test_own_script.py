@@ -141,7 +141,8 @@ def test_two_nodes_on_this_machine_form_one_job(tmp_path):
     run_dir = runs / "job7-ddp"  # one shared folder: each node's files carry its node rank
     summaries = {p.name for p in run_dir.glob("summary-node*.json")}
     assert summaries == {"summary-node0.json", "summary-node1.json"}
-    assert {p.name for p in run_dir.glob("events/*")} == {"rank0.jsonl", "rank1.jsonl"}
+    # A rank's events, and beside them its folder (its digests: docs/long-runs.md), one each.
+    assert {p.name for p in run_dir.glob("events/*")} == {"rank0.jsonl", "rank1.jsonl", "rank0", "rank1"}
 
 
 @pytest.mark.parametrize(
