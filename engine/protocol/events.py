@@ -16,7 +16,11 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
   step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/; without
   activation recomputation, which is recomputed_flops) and observed (true: the step ran under the
-  FLOP count, which slowed it; its time is left out of the step figures).
+  FLOP count, which slowed it; its time is left out of the step figures), memory_parts (the bytes of
+  each of MEMORY_PARTS it holds as the step ends, each storage counted once:
+  engine/rank/watch/memory/accounting.py) and activations_bytes (an observed step's tensors saved
+  for backward, the parameters' left out), kept_graphs and kept_by (earlier steps' losses still
+  alive with their graphs, and what keeps them: a leak, engine/rank/watch/memory/creep.py).
 - ``done``: steps, and any summary fields the rank wants to add.
 - ``error``: message, traceback; optionally type (the exception's qualified name) and
   whole_message (every line of it, where ``message`` is its first).
@@ -88,6 +92,7 @@ class Hello:
 
 # The parts a step's time is taken apart into (engine/rank/watch/step_clock.py says how each is measured).
 STEP_PARTS = ("data", "forward", "backward", "comm", "optimizer", "host")
+MEMORY_PARTS = ("parameters", "buffers", "gradients", "optimizer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +117,10 @@ class Step:
     flops: int | None = None  # the step's floating-point operations on this rank, where counted
     recomputed_flops: int | None = None  # what it ran again to recompute activations (not in flops)
     observed: bool = False  # it ran under the FLOP count, which slowed it: not a step of the figures
+    memory_parts: tuple[int, ...] | None = None  # bytes of each of MEMORY_PARTS as the step ended
+    activations_bytes: int | None = None  # an observed step's tensors saved for backward
+    kept_graphs: int | None = None  # earlier steps' losses still alive with their graphs (a leak)
+    kept_by: str | None = None  # what keeps them, where the rank found it
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,7 +282,26 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         flops=_get(r, "flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
         recomputed_flops=_get(r, "recomputed_flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
         observed=r.get("observed") is True,
+        **(_memory_fields(r) if "memory_parts" in r or "kept_graphs" in r else {}),  # (a backlog: cheap)
     )
+
+
+def _memory_fields(r: dict) -> dict[str, Any]:
+    return {
+        "memory_parts": memory_parts(r.get("memory_parts")),
+        "activations_bytes": _get(r, "activations_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
+        "kept_graphs": _get(r, "kept_graphs", _INT, optional=True, minimum=0, maximum=MAX_COUNT),
+        "kept_by": _str(r, "kept_by", optional=True, limit=MAX_TEXT),
+    }
+
+
+def memory_parts(value: object) -> tuple[int, ...] | None:
+    """An object with a number of bytes for each of MEMORY_PARTS (others ignored)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise MalformedEvent("field 'memory_parts' must be an object")
+    return tuple(int(_get(value, name, _INT, minimum=0, maximum=MAX_BYTES)) for name in MEMORY_PARTS)
 
 
 def _parts(value: object) -> tuple[float, ...] | None:

@@ -229,6 +229,8 @@ class Reporter:
         recomputed_flops: int | None = None,
         observed: bool = False,
         aside_s: float = 0.0,
+        memory_parts: dict[str, int] | None = None,
+        activations_bytes: int | None = None,
     ) -> None:
         """Record the end of a training step.
 
@@ -241,7 +243,8 @@ class Reporter:
         step's floating-point operations on this rank, where counted (rank/watch/flops/), without the
         activations it recomputed, which are ``recomputed_flops``; ``observed``: its FLOPs were counted
         as it ran, which slowed it (the figures leave its time out); ``aside_s``: seconds of
-        mgpu-tui's own work inside the step, left out of its time.
+        mgpu-tui's own work inside the step, left out of its time; ``memory_parts``: the bytes of
+        each of MEMORY_PARTS it holds, ``activations_bytes``: those saved for backward (events.py).
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
@@ -267,6 +270,8 @@ class Reporter:
                 **({"flops": int(flops)} if flops is not None else {}),
                 **({"recomputed_flops": int(recomputed_flops)} if recomputed_flops else {}),
                 **({"observed": True} if observed else {}),
+                **({"memory_parts": memory_parts} if memory_parts is not None else {}),
+                **({"activations_bytes": activations_bytes} if activations_bytes is not None else {}),
             },
             now,
         )

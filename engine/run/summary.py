@@ -21,6 +21,7 @@ from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
+from mgpu_tui.engine.run.figures.memory_parts import MemoryParts
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
@@ -174,6 +175,12 @@ class RunSummary:
     # peak_tflops, and note (why the MFU, or both, is null); also per rank in ranks; absent
     # otherwise (run/figures/mfu.py).
     compute: Compute | None = None
+    # Where each rank's memory goes, where its watch took it apart (run/figures/memory_parts.py):
+    # rank, step (whose end the accounting read), parameters, buffers, gradients, optimizer (bytes,
+    # each storage counted once), activations (saved for backward on an observed step; null: none
+    # observed), peak_bytes, rest (the peak less all those: temporaries, the allocator's reserve, on
+    # the CPU the runtime), and creep: kept_graphs, growth_per_step, kept_by; absent otherwise.
+    memory_parts: tuple[MemoryParts, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -258,6 +265,7 @@ class RunSummary:
             anatomy=stats.anatomy,
             verdicts=stats.verdicts,
             compute=stats.compute,
+            memory_parts=tuple(r.memory_parts for r in stats.ranks if r.memory_parts is not None),
         )
 
     def to_json(self) -> dict:
@@ -283,7 +291,11 @@ class RunSummary:
             del document["processes"]
         if self.compute is None:  # a job whose ranks counted FLOPs alone: every other reads as before
             del document["compute"]
-        for taken_apart in ("anatomy", "verdicts"):  # where the ranks took their steps apart, alone
+        for taken_apart in (
+            "anatomy",
+            "verdicts",
+            "memory_parts",
+        ):  # where the ranks took their steps apart, alone
             if not document[taken_apart]:
                 del document[taken_apart]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null

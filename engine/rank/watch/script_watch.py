@@ -11,9 +11,8 @@ and how it is taken (docs/your-script.md says the same to users):
   GradScaler skips (inf or NaN gradients, so the optimizer does not step) still is one. Should
   another optimizer step twice while the lead does not, it leads from then on.
 - **samples and tokens**: the batch entering the root DistributedDataParallel or FSDP module while
-  it trains (a forward pre-hook on that module alone, kept out of torch.compile's graphs; with
-  several models, the first one wrapped): its first tensor's first dimension, and for a 2-D integer
-  batch (token ids) all its elements as tokens.
+  it trains (model_root.py): its first tensor's first dimension, and for a 2-D integer batch (token
+  ids) all its elements as tokens.
 - **data_s**: from the end of the previous step to the first such forward, the time the rank spent
   on its batch (a straggler's evidence, aggregate.py).
 - **parts**: the step taken apart, from the second step on: data, forward, backward, the
@@ -23,9 +22,9 @@ and how it is taken (docs/your-script.md says the same to users):
   it), summed over the step's micro-batches (scripts divide each by the accumulation count). On a
   GPU it is read without draining the stream: a non-blocking copy into pinned memory, read once its
   CUDA event has completed (a step's event is written when its loss is known, in order).
-- **memory**: on CUDA, once the script has initialised it (the watch never does: it would open a
-  context on GPU 0 in every rank), the allocator's current and peak bytes on the loss's device;
-  otherwise the process's RSS and its peak.
+- **memory**: the allocator's current and peak bytes on CUDA (once the script initialised it), else
+  the process's RSS and its peak; and where it goes (memory/: parameters, buffers, gradients,
+  optimizer state at every step, activations on an observed one, a leak, an out-of-memory).
 - **about**: the backend of the default process group, the device the loss is on, and the batch.
 - **beats**: when the main thread moved and nothing was written for BEAT_S (stack_signature.py).
 
@@ -47,6 +46,7 @@ from typing import Any
 from mgpu_tui.engine.rank.reporter import ScriptReporter
 from mgpu_tui.engine.rank.threads import stop_before_exit
 from mgpu_tui.engine.rank.watch import flops, stack_signature, step_clock, step_figures, torch_hooks
+from mgpu_tui.engine.rank.watch.memory.watch import MemoryWatch
 from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE, HookedRoot, batch_source, find_root
 from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, batch_size, first_tensor
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
@@ -112,12 +112,12 @@ class ScriptWatch:
         self._backend: str | None = None  # the default process group's, once seen
         self._last_event_at = time.monotonic()
         self._stopped = threading.Event()
-        self._lead: int | None = None  # id() of the optimizer whose steps are the steps
-        self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
+        self._leads = step_figures.Lead().leads  # whether an optimizer's step is the iteration's
         self._beats: threading.Thread | None = None
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
+        self.memory = MemoryWatch()  # where the memory goes (memory/)
 
     # ---- installing --------------------------------------------------------------------
 
@@ -245,22 +245,9 @@ class ScriptWatch:
             if self._device is None:
                 self._device = loss.device
 
-    def _leads(self, optimizer: Any) -> bool:
-        """Whether ``optimizer``'s step is the iteration's (the lead's; the first to step leads)."""
-        key = id(optimizer)
-        if self._lead is None or key == self._lead:
-            self._lead = key
-            self._others.clear()
-            return True
-        self._others[key] = self._others.get(key, 0) + 1
-        if self._others[key] >= 2:  # the lead stopped stepping: this one leads now
-            self._lead = key
-            self._others.clear()
-            return True
-        return False
-
     @_quiet
     def after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.memory.optimizer_stepped(optimizer)
         if self._leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
             if not self._root and not self._root_searched:
                 self._find_model(optimizer)
@@ -307,6 +294,7 @@ class ScriptWatch:
         memory = step_figures.memory(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
+        step.accounted = self.memory.at_step(self.torch, self._root.module())
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now

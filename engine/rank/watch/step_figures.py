@@ -27,6 +27,8 @@ class Step:
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
     parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
     counted: Counted  # its floating-point operations, counted as it ran (flops/)
+    accounted: dict[str, int] | None = None  # the bytes of what the rank holds (memory/accounting.py)
+    activations: int | None = None  # an observed step's bytes saved for backward (memory/saved.py)
 
 
 def first_tensor(values: tuple, depth: int = 0) -> Any:
@@ -87,6 +89,28 @@ def memory(torch: Any, device: Any) -> tuple[int | None, int | None]:
     return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+class Lead:
+    """Which optimizer's step is the iteration's: the lead's, the first to step. Should another step
+    twice while the lead does not, it leads from then on."""
+
+    def __init__(self) -> None:
+        self._lead: int | None = None  # id() of the optimizer whose steps are the steps
+        self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
+
+    def leads(self, optimizer: Any) -> bool:
+        key = id(optimizer)
+        if self._lead is None or key == self._lead:
+            self._lead = key
+            self._others.clear()
+            return True
+        self._others[key] = self._others.get(key, 0) + 1
+        if self._others[key] >= 2:  # the lead stopped stepping: this one leads now
+            self._lead = key
+            self._others.clear()
+            return True
+        return False
+
+
 class PendingSteps:
     """Steps counted and not written yet: each waits for its loss from the GPU, and they are
     written in order (a step's event is recorded when its loss is known)."""
@@ -136,6 +160,8 @@ class PendingSteps:
                 flops=step.counted.flops,
                 recomputed_flops=step.counted.recomputed or None,
                 observed=step.counted.observed,
+                memory_parts=step.accounted,
+                activations_bytes=step.activations,
             )
             wrote = True
         return wrote

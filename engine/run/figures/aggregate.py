@@ -109,6 +109,7 @@ class Aggregator:
                 track.loss[event.step] = (event.loss, event.samples)
             elif event.loss_nonfinite and track.diverged_at is None:
                 track.diverged_at = event.step
+            track.memory.add(event)
             if event.mem_bytes is not None:
                 track.mem_bytes = event.mem_bytes
             if event.mem_peak_bytes is not None:

@@ -12,6 +12,7 @@ from mgpu_tui.engine.protocol.events import (
     Error,
     Hello,
 )
+from mgpu_tui.engine.run.figures.memory_parts import MemoryParts, MemoryTrack
 from mgpu_tui.engine.run.figures.mfu import Compute
 
 
@@ -39,6 +40,7 @@ class RankTrack:
     about: About | None = None  # what a script really used (the bootstrap says it after its first step)
     where: str | None = None  # its main thread's place at its latest beat
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite
+    memory: MemoryTrack = field(default_factory=MemoryTrack)  # where its memory goes (memory_parts.py)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class RankStats:
     collectives: int | None = None  # the collectives it entered, as its flight records say (ingest.py)
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
     compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (mfu.py)
+    memory_parts: MemoryParts | None = None  # where its memory goes, where it said (memory_parts.py)
 
 
 def rank_stats_of(
@@ -122,6 +125,7 @@ def rank_stats_of(
         tokens_per_s=tokens_rate,
         diverged_at=t.diverged_at,
         compute=compute,
+        memory_parts=t.memory.figures(rank, t.mem_peak_bytes),
     )
 
 

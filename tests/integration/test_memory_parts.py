@@ -1,0 +1,63 @@
+"""Issue 60: where each rank's memory goes, for a job that knows nothing of mgpu-tui
+(tests/scripts/memory_train.py: a tiny language model, its head tied to its embedding). Its
+parameters, buffers, gradients and optimizer state as the watch read them at the last step's end
+equal, to the byte, what the script counts over its own objects (numel x element size), one process
+under ``exec`` and two DDP ranks under the drop-in; summary.json and the console's table say them."""
+
+import json
+import sys
+
+import pytest
+
+from conftest import CLI, REPO, results_of, run_exec, run_in, summary_from
+
+SCRIPT = str(REPO / "tests" / "scripts" / "memory_train.py")
+PARTS = ("parameters", "buffers", "gradients", "optimizer")
+
+
+def held(summary, results) -> None:
+    assert {m.rank for m in summary.memory_parts} == set(results)
+    for m in summary.memory_parts:
+        assert {p: getattr(m, p) for p in PARTS} == {p: results[m.rank][p] for p in PARTS}, m
+        assert m.step == summary.steps and m.peak_bytes and m.kept_graphs is None
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_one_process_under_exec_holds_what_it_counts_to_the_byte(tmp_path, optimizer):
+    done, run_dir = run_exec(tmp_path, sys.executable, SCRIPT, "--tie", "--optimizer", optimizer)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = summary_from(done.stdout)
+    held(summary, results_of(done.stdout + done.stderr))
+    document = json.loads((run_dir / "summary.json").read_text())
+    assert [m["parameters"] for m in document["memory_parts"]] == [summary.memory_parts[0].parameters]
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "sgd-momentum"])
+def test_two_ddp_ranks_under_the_drop_in_hold_what_they_count_to_the_byte(tmp_path, optimizer):
+    argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json",
+            "--nproc-per-node", "2", SCRIPT, "--optimizer", optimizer]  # fmt: skip
+    done, _ = run_in(tmp_path, argv)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = summary_from(done.stdout)
+    results = results_of(done.stdout + done.stderr)
+    assert set(results) == {0, 1}
+    held(summary, results)
+
+
+def test_the_console_says_where_the_memory_goes(tmp_path):
+    runs = tmp_path / "runs"
+    done = run_in(tmp_path, [*CLI, "exec", "--run-dir", str(runs), "--", sys.executable, SCRIPT])[0]
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("where the memory goes"))
+    assert lines[head + 1].split() == [
+        "parameters",
+        "buffers",
+        "gradients",
+        "optimizer",
+        "activations",
+        "rest",
+        "peak",
+    ]
+    assert lines[head + 3].startswith("rank 0")
+    assert "memory creeps" not in done.stdout
