@@ -16,14 +16,13 @@ and ``t`` (Unix time in seconds), plus the fields of its kind:
   the step's time went: seconds in each of STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the
   step's floating-point operations on this rank, counted by torch: engine/rank/watch/flops/; without
   activation recomputation, which is recomputed_flops) and observed (true: the step ran under the
-  FLOP count, which slowed it; its time is left out of the step figures), memory_parts (the bytes of
-  each of MEMORY_PARTS it holds as the step ends, each storage counted once:
-  engine/rank/watch/memory/accounting.py) and activations_bytes (an observed step's tensors saved
-  for backward, the parameters' left out), kept_graphs and kept_by (earlier steps' losses still
-  alive with their graphs, and what keeps them: a leak, engine/rank/watch/memory/creep.py).
+  FLOP count, which slowed it; its time is left out of the step figures), memory_parts (bytes of
+  each of MEMORY_PARTS held as it ends), activations_bytes (saved for backward on an observed step),
+  kept_graphs and kept_by (earlier losses alive with their graphs: a leak) (rank/watch/memory/).
 - ``done``: steps, and any summary fields the rank wants to add.
-- ``error``: message, traceback; optionally type (the exception's qualified name) and
-  whole_message (every line of it, where ``message`` is its first).
+- ``error``: message, traceback; optionally type (the exception's qualified name),
+  whole_message (every line of it, where ``message`` is its first) and out_of_memory (an object,
+  read by engine/run/causes/out_of_memory.py).
 - ``about``: what a script really used, learnt once it ran (engine/rank/watch/script_watch.py): device
   (``cpu``, ``cuda:1``), device_uuid, backend (null: no process group), and optionally batch and
   batch_source (the samples a step and where they were counted) and loader_workers (its training
@@ -139,6 +138,7 @@ class Error:
     traceback: str
     type: str | None = None  # the exception's qualified name, when the rank's own bootstrap caught it
     whole_message: str | None = None  # all of its message, where ``message`` is the first line
+    out_of_memory: dict | None = None  # an out-of-memory's figures, as the rank said them (unchecked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +287,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
 
 
 def _memory_fields(r: dict) -> dict[str, Any]:
-    return {
+    return {  # memory_parts: an object with bytes for each of MEMORY_PARTS
         "memory_parts": memory_parts(r.get("memory_parts")),
         "activations_bytes": _get(r, "activations_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         "kept_graphs": _get(r, "kept_graphs", _INT, optional=True, minimum=0, maximum=MAX_COUNT),
@@ -296,7 +296,6 @@ def _memory_fields(r: dict) -> dict[str, Any]:
 
 
 def memory_parts(value: object) -> tuple[int, ...] | None:
-    """An object with a number of bytes for each of MEMORY_PARTS (others ignored)."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -329,6 +328,7 @@ def _parse_error(r: dict, rank: int, t: float) -> Error:
         traceback=_str(r, "traceback", optional=True, limit=MAX_TEXT) or "",
         type=_str(r, "type", optional=True),
         whole_message=_str(r, "whole_message", optional=True, limit=MAX_TEXT),
+        out_of_memory=r["out_of_memory"] if isinstance(r.get("out_of_memory"), dict) else None,
     )
 
 

@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 (every way a script can end is told, then passed on)
         if watch is not None and reporter is not None:
             watch.finish()
-            reporter.error(**describe(exc))
+            reporter.error(**describe(exc), **watch.failure_fields(exc))
             reporter.close()
         # As Python prints it (through torch's excepthook, which prefixes the rank, if the script
         # made a process group), from the script's first frame; then exit 1, as Python would.

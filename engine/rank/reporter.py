@@ -306,9 +306,9 @@ class Reporter:
         """Record that this rank finished all its steps."""
         self._write("done", {"steps": steps, **summary})
 
-    def error(self, message: str, traceback: str = "", **exception: str | None) -> None:
+    def error(self, message: str, traceback: str = "", **exception: Any) -> None:
         """Record why this rank is about to fail (``exception``: the bootstrap's type and
-        whole_message, events.py)."""
+        whole_message, and an out-of-memory's figures, events.py)."""
         self._write("error", {"message": message, "traceback": traceback, **exception})
 
     def abandon(self) -> None:

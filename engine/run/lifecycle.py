@@ -6,8 +6,7 @@
 - ``ingest.py``: the ranks' event and log files, followed as they grow;
 - ``watchdog.py``: what ends a run early: a stall (and the stacks of the ranks that stopped
   reporting), a full disk, the peers of a failed rank that outlive torchrun's patience;
-- ``rootcause.py``: which rank failed first, and why;
-- ``verify.py``: the comparison with the single-device baseline (``--verify``);
+- ``rootcause.py``: which rank failed first, and why; ``verify.py``: --verify's comparison;
 - ``summary.py``: the :class:`RunSummary`, built once when the run ends.
 
 States: created -> running -> (verifying ->) ok | failed | interrupted. Stopping:
@@ -37,6 +36,7 @@ from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.protocol.rundir_make import RunDirError
 from mgpu_tui.engine.run import ending, starting
+from mgpu_tui.engine.run.causes.out_of_memory import oom_kills
 from mgpu_tui.engine.run.causes.rootcause import (
     RootCause,
 )
@@ -111,8 +111,8 @@ class Run(IngestReadings):
         # Held while this process follows the run: `mgpu-tui open` and `runs` tell a live run by it.
         self._monitor = MonitorLock(run_dir.monitor_lock_path)
         self._exit_code: int | None = None
-        self._fr_read_at = 0.0
-        self._started_at = 0.0
+        self._fr_read_at = self._started_at = 0.0
+        self.oom_kills_before = oom_kills()  # its cgroup's OOM kills so far (ending.py: a rank's SIGKILL)
         self._stop_requested = False
         self.stopped_rank: int | None = None  # the rank the user stopped on its own (the app's x)
         self._stopped_by: str | None = None  # Slurm's word for who stopped it (stop())

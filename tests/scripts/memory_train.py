@@ -3,12 +3,17 @@ knows nothing of mgpu-tui. A tiny language model (its head tied to its embedding
 process, or DDP when torchrun started it (RANK set). It prints its own account of what it holds at
 its last step's end, each figure counted as numel x element size over its own objects:
     RESULT {"rank": 0, "parameters": ..., "buffers": ..., "gradients": ..., "optimizer": ...}
---leak keeps each step's loss, its graph with it, in a list (the classic leak).
+--leak keeps each step's loss, its graph with it, in a list (the classic leak). --limit-mb M sets
+RLIMIT_AS to its address space before training and M MiB more (--limit-bytes: that limit itself),
+and says it (LIMIT n, on stderr); --accum k accumulates k micro-batches a step; --bf16 trains
+under CPU autocast in bfloat16.
 """
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import sys
 
 import torch
@@ -54,6 +59,18 @@ def account(model: nn.Module, optimizer) -> dict:
     }
 
 
+def limit(args) -> None:
+    """RLIMIT_AS: the address space now and --limit-mb more, or --limit-bytes."""
+    if args.limit_mb is None and args.limit_bytes is None:
+        return
+    with open("/proc/self/status") as f:
+        size = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmSize:"))
+    bytes_ = args.limit_bytes if args.limit_bytes is not None else size + (args.limit_mb << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (bytes_, resource.RLIM_INFINITY))
+    sys.stderr.write(f"LIMIT {bytes_}\n")
+    sys.stderr.flush()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=6)
@@ -64,6 +81,10 @@ def main() -> None:
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     parser.add_argument("--tie", action="store_true")
     parser.add_argument("--leak", action="store_true")
+    parser.add_argument("--limit-mb", type=int)
+    parser.add_argument("--limit-bytes", type=int)
+    parser.add_argument("--accum", type=int, default=1)
+    parser.add_argument("--bf16", action="store_true")
     args = parser.parse_args()
     ddp = "RANK" in os.environ
     if ddp:
@@ -75,12 +96,16 @@ def main() -> None:
     optimizer = OPTIMIZERS[args.optimizer](trained.parameters())
     g = torch.Generator().manual_seed(rank)
     kept = []
+    limit(args)
     for _ in range(args.steps):
-        ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
-        logits = trained(ids[:, :-1])
-        loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), ids[:, 1:].reshape(-1))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        for _ in range(args.accum):
+            ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
+            autocast = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
+            with autocast:
+                logits = trained(ids[:, :-1])
+                loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), ids[:, 1:].reshape(-1))
+            (loss / args.accum).backward()
         optimizer.step()
         if args.leak:
             kept.append(loss)  # the leak: each step's loss, and with it its graph

@@ -116,7 +116,7 @@ def _tell_error(exc: BaseException) -> None:
     _told = True
     try:
         watch.finish()
-        watch.reporter.error(**describe(exc))
+        watch.reporter.error(**describe(exc), **watch.failure_fields(exc))
     except Exception:  # noqa: BLE001 (the end is the script's, told or not)
         pass
     finally:
@@ -134,9 +134,11 @@ def _at_exit() -> None:
     """The end of a rank: the exception that ended its main thread, else done."""
     global _told
     watch = _watch
+    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if watch is not None and exc is not None and not _told:
+        watch.rank_at_failure(exc)  # a job of one process that ran out of memory at its first step
     if watch is None or watch.reporter is None or _told:
         return
-    exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
     if exc is not None and not isinstance(exc, (KeyboardInterrupt, SystemExit)):
         _tell_error(exc)
         return

@@ -5,11 +5,9 @@ imports no torch: its hooks go in when the script imports torch (torch_hooks.aft
 and how it is taken (docs/your-script.md says the same to users):
 
 - **a step** is a step of the lead optimizer (the first to step; torch's global optimizer
-  post-hook) after at least one ``backward()`` since the last step. Several optimizers (a GAN's two,
-  each after its own backward), or a ZeroRedundancyOptimizer and the optimizer inside it, count
-  once an iteration; the micro-batches of gradient accumulation are not steps; a step that
-  GradScaler skips (inf or NaN gradients, so the optimizer does not step) still is one. Should
-  another optimizer step twice while the lead does not, it leads from then on.
+  post-hook; step_figures.Lead) after at least one ``backward()`` since the last step: a GAN's two
+  optimizers, or a ZeroRedundancyOptimizer and the one inside it, count once an iteration; the
+  micro-batches of gradient accumulation are not steps; a step GradScaler skips still is one.
 - **samples and tokens**: the batch entering the root DistributedDataParallel or FSDP module while
   it trains (model_root.py): its first tensor's first dimension, and for a 2-D integer batch (token
   ids) all its elements as tokens.
@@ -19,9 +17,8 @@ and how it is taken (docs/your-script.md says the same to users):
   communication backward did not hide, the optimizer and the host's time between (step_clock.py
   says how each is measured); with the training DataLoader's worker count, in ``about``.
 - **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
-  it), summed over the step's micro-batches (scripts divide each by the accumulation count). On a
-  GPU it is read without draining the stream: a non-blocking copy into pinned memory, read once its
-  CUDA event has completed (a step's event is written when its loss is known, in order).
+  it), summed over the step's micro-batches; on a GPU read without draining the stream
+  (step_figures.loss_of: a pinned copy, read once its CUDA event has completed).
 - **memory**: the allocator's current and peak bytes on CUDA (once the script initialised it), else
   the process's RSS and its peak; and where it goes (memory/: parameters, buffers, gradients,
   optimizer state at every step, activations on an observed one, a leak, an out-of-memory).
@@ -331,11 +328,9 @@ class ScriptWatch:
         if self.reporter is not None:
             self.reporter.about(**fields)
 
-    # ---- the end ---------------------------------------------------------------------------
-
     def finish(self) -> dict[str, Any]:
-        """Write what is still pending; the facts of the end for the ``done`` event. The beat thread is
-        joined first: nothing of mgpu-tui may still call into torch while the interpreter shuts down."""
+        """Write what is still pending; the facts of the end for the ``done`` event (the beat thread
+        joined first: nothing of mgpu-tui calls into torch while the interpreter shuts down)."""
         self._stop_beats()
         if self.torch is None:
             return {"process_group": "none"}
@@ -352,6 +347,23 @@ class ScriptWatch:
         _, peak = step_figures.memory(self.torch, self._device)
         group = "alive" if alive else ("destroyed" if self._backend else "none")
         return {"process_group": group, "mem_peak_bytes": peak}
+
+    def failure_fields(self, exc: BaseException) -> dict[str, Any]:
+        """The error event's fields beyond the exception's: an out-of-memory's (memory/failure.py)."""
+        try:
+            oom = self.memory.at_failure(
+                self.torch, exc, self._root.module(), self.clock, self.steps + 1, self._device
+            )
+        except Exception as inner:  # noqa: BLE001 (the error is told all the same)
+            self._failed("reading the memory at the error", inner)
+            return {}
+        return {"out_of_memory": oom} if oom is not None else {}
+
+    def rank_at_failure(self, exc: BaseException) -> None:
+        """A process that trained with no process group and ran out of memory at step 1: a rank."""
+        trained = self._first_forward_at is not None or self._backwards
+        if self.reporter is None and trained and self.memory.is_out_of_memory(exc) and not self.see_group():
+            self._become_rank(0, 1)
 
     def see_group(self) -> bool:
         """Whether the default process group is there now; its backend kept once seen."""

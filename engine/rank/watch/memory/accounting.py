@@ -56,7 +56,11 @@ class Accounting:
         self._optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
 
     def optimizer_stepped(self, optimizer: Any) -> None:
+        """An optimizer made (Optimizer.__init__) or stepped: what it holds is the rank's."""
         self._optimizers.add(optimizer)
+
+    def optimizers(self) -> list[Any]:
+        return list(self._optimizers)
 
     def read(self, torch: Any, root: Any) -> dict[str, int] | None:
         """The bytes of each of PARTS; None where there is nothing to read (no root, no optimizer)."""
