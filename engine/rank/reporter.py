@@ -231,6 +231,8 @@ class Reporter:
         aside_s: float = 0.0,
         memory_parts: dict[str, int] | None = None,
         activations_bytes: int | None = None,
+        kept_graphs: int | None = None,
+        kept_by: str | None = None,
     ) -> None:
         """Record the end of a training step.
 
@@ -244,7 +246,8 @@ class Reporter:
         activations it recomputed, which are ``recomputed_flops``; ``observed``: its FLOPs were counted
         as it ran, which slowed it (the figures leave its time out); ``aside_s``: seconds of
         mgpu-tui's own work inside the step, left out of its time; ``memory_parts``: the bytes of
-        each of MEMORY_PARTS it holds, ``activations_bytes``: those saved for backward (events.py).
+        each of MEMORY_PARTS it holds, ``activations_bytes``: those saved for backward, ``kept_graphs``
+        and ``kept_by``: earlier steps' losses still alive with their graphs (a leak; events.py).
         """
         if not self._said_hello and self._file is not None:
             self._quiet_hello()
@@ -272,6 +275,7 @@ class Reporter:
                 **({"observed": True} if observed else {}),
                 **({"memory_parts": memory_parts} if memory_parts is not None else {}),
                 **({"activations_bytes": activations_bytes} if activations_bytes is not None else {}),
+                **({"kept_graphs": kept_graphs, "kept_by": kept_by} if kept_graphs else {}),
             },
             now,
         )

@@ -61,3 +61,24 @@ def test_the_console_says_where_the_memory_goes(tmp_path):
     ]
     assert lines[head + 3].startswith("rank 0")
     assert "memory creeps" not in done.stdout
+
+
+def test_a_loss_kept_every_step_is_named_as_creep_with_its_growth_and_the_line_that_keeps_it(tmp_path):
+    done, run_dir = run_exec(tmp_path, sys.executable, SCRIPT, "--leak", "--steps", "24")
+    assert done.returncode == 0, done.stderr[-3000:]
+    (m,) = summary_from(done.stdout).memory_parts
+    assert m.leaks and m.kept_graphs == 24 - 3 - 2  # from warm-up on, the last two steps' left out
+    assert m.growth_per_step is not None  # the slope of its memory since it began keeping them
+    assert m.kept_by is not None and m.kept_by.startswith("`kept` in main() (memory_train.py:")
+    assert m.kept_by.endswith(": kept.append(loss)  # the leak: each step's loss, and with it its graph)")
+    events = [json.loads(line) for line in (run_dir / "events" / "rank0.jsonl").read_text().splitlines()]
+    named = next(e["step"] for e in events if e["kind"] == "step" and e.get("kept_graphs", 0) >= 8)
+    assert named <= 3 + 20  # within 20 steps of warm-up
+
+
+def test_a_clean_job_over_200_steps_is_not_called_a_leak(tmp_path):
+    done, _ = run_exec(tmp_path, sys.executable, SCRIPT, "--steps", "200", "--batch", "2", "--seq", "4")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = summary_from(done.stdout)
+    (m,) = summary.memory_parts
+    assert summary.steps == 200 and not m.leaks and m.kept_graphs is None and m.kept_by is None

@@ -105,7 +105,7 @@ def main() -> None:
             with autocast:
                 logits = trained(ids[:, :-1])
                 loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), ids[:, 1:].reshape(-1))
-            (loss / args.accum).backward()
+            (loss / args.accum if args.accum > 1 else loss).backward()
         optimizer.step()
         if args.leak:
             kept.append(loss)  # the leak: each step's loss, and with it its graph

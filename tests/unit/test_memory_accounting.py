@@ -156,3 +156,26 @@ def test_a_malformed_memory_figure_is_no_event():
         _step(1, memory_parts={"parameters": -1, "buffers": 0, "gradients": 0, "optimizer": 0})
     with pytest.raises(MalformedEvent):
         _step(1, memory_parts=[1, 2, 3, 4])
+
+
+def test_creep_counts_the_earlier_losses_kept_with_their_graphs_and_finds_what_keeps_them():
+    import sys
+
+    from mgpu_tui.engine.rank.watch.memory.creep import Creep
+
+    model, leaky, clean = nn.Linear(2, 1), Creep(), Creep()
+    kept, counts = [], []
+    for step in range(1, 16):
+        loss = model(torch.ones(1, 2)).sum()
+        loss.backward()
+        leaky.loss(loss)
+        kept.append(loss)
+        counts.append(leaky.at_step(step, sys._getframe()))
+        clean_loss = model(torch.ones(1, 2)).sum()
+        clean_loss.backward()
+        clean.loss(clean_loss)
+        assert clean.at_step(step, sys._getframe()) is None  # its loss lives until the next step only
+    assert counts == [None] * 5 + list(range(1, 11))  # watched after 3 steps, the last two left out
+    assert leaky.kept_by is not None and leaky.kept_by.startswith("`kept` in test_creep_counts")
+    assert leaky.kept_by.endswith(": kept.append(loss))")
+    assert clean.kept_by is None

@@ -239,6 +239,7 @@ class ScriptWatch:
             scaled = self._scaled.pop(id(tensors), None)
             loss = scaled[1] if scaled is not None and scaled[0] is tensors else tensors.detach()
             self._losses.append(loss)
+            self.memory.creep.loss(tensors)
             if self._device is None:
                 self._device = loss.device
 
@@ -291,7 +292,7 @@ class ScriptWatch:
         memory = step_figures.memory(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
-        step.accounted = self.memory.at_step(self.torch, self._root.module())
+        self.memory.at_step(self.torch, self._root.module(), step)
         self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
         self._first_forward_at = None
         self._last_step_at = now
@@ -303,8 +304,6 @@ class ScriptWatch:
             or (self._flops and self._flops.news)
         ):
             self._say_about(step.samples, source)
-
-    # ---- figures ------------------------------------------------------------------------
 
     def _write_ready(self, wait: bool = False) -> None:
         if self._pending.write_ready(self.reporter, wait):

@@ -29,6 +29,8 @@ class Step:
     counted: Counted  # its floating-point operations, counted as it ran (flops/)
     accounted: dict[str, int] | None = None  # the bytes of what the rank holds (memory/accounting.py)
     activations: int | None = None  # an observed step's bytes saved for backward (memory/saved.py)
+    kept_graphs: int | None = None  # earlier steps' losses still alive with their graphs (memory/creep.py)
+    kept_by: str | None = None
 
 
 def first_tensor(values: tuple, depth: int = 0) -> Any:
@@ -162,6 +164,8 @@ class PendingSteps:
                 observed=step.counted.observed,
                 memory_parts=step.accounted,
                 activations_bytes=step.activations,
+                kept_graphs=step.kept_graphs,
+                kept_by=step.kept_by,
             )
             wrote = True
         return wrote

@@ -3,10 +3,12 @@ step ended, an optimizer was made, an exception left the script."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from mgpu_tui.engine.rank.watch.memory import failure
 from mgpu_tui.engine.rank.watch.memory.accounting import Accounting
+from mgpu_tui.engine.rank.watch.memory.creep import Creep
 from mgpu_tui.engine.rank.watch.model_root import find_root
 
 
@@ -16,6 +18,7 @@ class MemoryWatch:
     def __init__(self) -> None:
         self.accounting = Accounting()
         self.last: dict[str, int] | None = None  # the last step's accounting
+        self.creep = Creep()  # each step's loss, kept alive with its graph: a leak (creep.py)
         self.before_training: int | None = None  # the address space as its first optimizer was made
 
     def optimizer_stepped(self, optimizer: Any) -> None:
@@ -25,10 +28,12 @@ class MemoryWatch:
             self.before_training = failure.address_space()
         self.accounting.optimizer_stepped(optimizer)
 
-    def at_step(self, torch: Any, root: Any) -> dict[str, int] | None:
-        """The accounting as the step ends (after its optimizer step: its gradients still held)."""
-        self.last = self.accounting.read(torch, root)
-        return self.last
+    def at_step(self, torch: Any, root: Any, step: Any) -> None:
+        """The accounting as ``step`` ends (after its optimizer step: its gradients still held), and
+        the earlier steps' losses it still keeps (the main thread's frames: where they are kept)."""
+        step.accounted = self.last = self.accounting.read(torch, root)
+        step.kept_graphs = self.creep.at_step(step.step, sys._getframe(1))
+        step.kept_by = self.creep.kept_by if step.kept_graphs else None
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return failure.kind_of(exc) is not None
