@@ -26,6 +26,8 @@ Entries:
 - ``flops``: what counting a step's FLOPs costs a rank (bench/flop_cost.py says how). Goals: a
   steady step <= 1% slower; the observed step (a new input shape's) once per shape, left out of
   the figures; < 20 us at each forward.
+- ``memory-parts``: what taking a rank's memory apart costs (bench/flop_cost.py says how). Goal:
+  a steady step <= 1% slower; the saved-tensor hooks on the observed steps alone.
 - ``large-job``: the login node's view (the app, opened on the shared folder) of a synthetic job of
   64, 256 and 1,024 ranks, 8 a node, one rank hung and one slow (bench/large_job.py says how).
   Goals at 1,024: under one core and 200 MB, a new step shown at least every 2 s, the hung rank
@@ -75,7 +77,7 @@ from app_screen import bench_app
 from commands import bench_check, bench_compare, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
-from flop_cost import bench_flops
+from flop_cost import bench_flops, bench_memory_parts
 from large_job import bench_large_job
 from overhead import bench_overhead
 from start_costs import bench_exec_first_step, bench_exec_start, bench_first_step
@@ -98,6 +100,7 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
         bench_anatomy(a.pairs or 7, 300, {**clean_env(), "OMP_NUM_THREADS": "1"}), "", "us"
     ),
     "flops": lambda a: _titled(bench_flops(), "", "measured"),
+    "memory-parts": lambda a: _titled(bench_memory_parts(), "", "measured"),
     "large-job": lambda a: _titled(bench_large_job(), "", "measured"),
     "first-step": lambda a: bench_first_step(a.pairs or 8),
     "exec-start": lambda a: _titled(bench_exec_start(a.pairs or 60), "", "pairs", "median (ms)"),

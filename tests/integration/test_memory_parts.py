@@ -2,7 +2,9 @@
 (tests/scripts/memory_train.py: a tiny language model, its head tied to its embedding). Its
 parameters, buffers, gradients and optimizer state as the watch read them at the last step's end
 equal, to the byte, what the script counts over its own objects (numel x element size), one process
-under ``exec`` and two DDP ranks under the drop-in; summary.json and the console's table say them."""
+under ``exec`` and two DDP ranks under the drop-in; the activations its model's forward saved for
+backward on the observed step are within 5% of the script's own count (its output's graph
+walked); summary.json and the console's table say them; a planted leak is named, a clean job not."""
 
 import json
 import sys
@@ -15,19 +17,29 @@ SCRIPT = str(REPO / "tests" / "scripts" / "memory_train.py")
 PARTS = ("parameters", "buffers", "gradients", "optimizer")
 
 
-def held(summary, results) -> None:
+def held(summary, results, saved: dict[int, int] | None = None) -> None:
     assert {m.rank for m in summary.memory_parts} == set(results)
     for m in summary.memory_parts:
         assert {p: getattr(m, p) for p in PARTS} == {p: results[m.rank][p] for p in PARTS}, m
-        assert m.step == summary.steps and m.peak_bytes and m.kept_graphs is None
+        assert 1 <= m.step <= summary.steps and m.peak_bytes and m.kept_graphs is None
+        if saved is not None:  # the observed step's activations, against the script's own count
+            assert m.activations is not None and abs(m.activations - saved[m.rank]) <= 0.05 * saved[m.rank]
+            assert m.rest == m.peak_bytes - m.held - m.activations
+
+
+def saved_of(text: str) -> dict[int, int]:
+    """The bytes the script counted saved for backward, by rank (each step's are the same here)."""
+    counts = [json.loads(line.split("SAVED ", 1)[1]) for line in text.splitlines() if "SAVED {" in line]
+    assert counts
+    return {rank: counts[0]["bytes"] for rank in (0, 1)}
 
 
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_one_process_under_exec_holds_what_it_counts_to_the_byte(tmp_path, optimizer):
-    done, run_dir = run_exec(tmp_path, sys.executable, SCRIPT, "--tie", "--optimizer", optimizer)
+    done, run_dir = run_exec(tmp_path, sys.executable, SCRIPT, "--tie", "--optimizer", optimizer, "--saved")
     assert done.returncode == 0, done.stderr[-3000:]
     summary = summary_from(done.stdout)
-    held(summary, results_of(done.stdout + done.stderr))
+    held(summary, results_of(done.stdout + done.stderr), saved_of(done.stdout + done.stderr))
     document = json.loads((run_dir / "summary.json").read_text())
     assert [m["parameters"] for m in document["memory_parts"]] == [summary.memory_parts[0].parameters]
 
@@ -35,13 +47,13 @@ def test_one_process_under_exec_holds_what_it_counts_to_the_byte(tmp_path, optim
 @pytest.mark.parametrize("optimizer", ["adamw", "sgd-momentum"])
 def test_two_ddp_ranks_under_the_drop_in_hold_what_they_count_to_the_byte(tmp_path, optimizer):
     argv = [*CLI, "torchrun", "--run-dir", str(tmp_path / "runs"), "--json",
-            "--nproc-per-node", "2", SCRIPT, "--optimizer", optimizer]  # fmt: skip
+            "--nproc-per-node", "2", SCRIPT, "--optimizer", optimizer, "--saved"]  # fmt: skip
     done, _ = run_in(tmp_path, argv)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = summary_from(done.stdout)
     results = results_of(done.stdout + done.stderr)
     assert set(results) == {0, 1}
-    held(summary, results)
+    held(summary, results, saved_of(done.stdout + done.stderr))
 
 
 def test_the_console_says_where_the_memory_goes(tmp_path):

@@ -6,7 +6,9 @@ its last step's end, each figure counted as numel x element size over its own ob
 --leak keeps each step's loss, its graph with it, in a list (the classic leak). --limit-mb M sets
 RLIMIT_AS to its address space before training and M MiB more (--limit-bytes: that limit itself),
 and says it (LIMIT n, on stderr); --accum k accumulates k micro-batches a step; --bf16 trains
-under CPU autocast in bfloat16.
+under CPU autocast in bfloat16. --saved counts, each step, the bytes of the tensors its model's
+forward saved for backward, walking its output's graph (each storage once, the parameters' left
+out), and says them (SAVED {"step": n, "bytes": b}, on stderr).
 """
 
 import argparse
@@ -59,6 +61,30 @@ def account(model: nn.Module, optimizer) -> dict:
     }
 
 
+def saved_bytes(output, model: nn.Module) -> int:
+    """The bytes autograd saved for backward in the graph that made ``output``: every node's
+    ``_saved_*`` tensors, each storage once, the model's parameters and buffers left out."""
+    params = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    seen, total, nodes, stack = set(), 0, set(), [output.grad_fn]
+    while stack:
+        node = stack.pop()
+        if node is None or node in nodes:
+            continue
+        nodes.add(node)
+        for name in dir(node):
+            if not name.startswith("_saved_"):
+                continue
+            values = getattr(node, name)
+            for value in values if isinstance(values, tuple) else (values,):
+                if torch.is_tensor(value):
+                    key = value.untyped_storage().data_ptr()
+                    if key not in params and key not in seen:
+                        seen.add(key)
+                        total += value.untyped_storage().nbytes()
+        stack.extend(next_node for next_node, _ in node.next_functions)
+    return total
+
+
 def limit(args) -> None:
     """RLIMIT_AS: the address space now and --limit-mb more, or --limit-bytes."""
     if args.limit_mb is None and args.limit_bytes is None:
@@ -85,6 +111,7 @@ def main() -> None:
     parser.add_argument("--limit-bytes", type=int)
     parser.add_argument("--accum", type=int, default=1)
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--saved", action="store_true")
     args = parser.parse_args()
     ddp = "RANK" in os.environ
     if ddp:
@@ -97,13 +124,16 @@ def main() -> None:
     g = torch.Generator().manual_seed(rank)
     kept = []
     limit(args)
-    for _ in range(args.steps):
+    for step in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
         for _ in range(args.accum):
             ids = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g)
             autocast = torch.autocast("cpu", dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
             with autocast:
                 logits = trained(ids[:, :-1])
+                if args.saved:
+                    counted = {"step": step + 1, "bytes": saved_bytes(logits, model)}
+                    sys.stderr.write(f"SAVED {json.dumps(counted)}\n")
                 loss = nn.functional.cross_entropy(logits.reshape(-1, args.vocab), ids[:, 1:].reshape(-1))
             (loss / args.accum if args.accum > 1 else loss).backward()
         optimizer.step()

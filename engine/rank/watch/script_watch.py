@@ -216,6 +216,7 @@ class ScriptWatch:
     def flops_window(self, edge: str, *args: Any) -> None:  # flops/step_flops.py: StepFlops's edges
         if self._flops is not None:
             getattr(self._flops, edge)(*args)
+        self.memory.window(self.torch, edge, self._flops, args)
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:

@@ -17,35 +17,32 @@ from typing import Any
 PARTS = ("parameters", "buffers", "gradients", "optimizer")  # the protocol's MEMORY_PARTS, in order
 
 
-def _local(tensor: Any) -> Any:
-    """A DTensor's local shard (what this rank holds); any other tensor itself."""
-    local = getattr(tensor, "_local_tensor", None)
-    return local if local is not None else tensor
-
-
 class Seen:
-    """The storages counted so far: each one once, whatever views of it come later."""
+    """The storages counted so far: each one once, whatever views of it come later. A storage is
+    known by its address (CUDA's unified addressing keeps devices' apart)."""
 
     def __init__(self, torch: Any) -> None:
-        self._torch = torch
-        self._keys: set[tuple[Any, int]] = set()
+        self._plain = (torch.Tensor, torch.nn.Parameter)  # a tensor of these types is its own shard
+        self._tensor = torch.Tensor
+        self._addresses: set[int] = set()
 
     def add(self, tensor: Any) -> int:
         """The bytes of ``tensor``'s storage, if not counted yet (0 for one counted, or no tensor)."""
-        if not isinstance(tensor, self._torch.Tensor):
-            return 0
-        local = _local(tensor)
+        if type(tensor) not in self._plain:
+            if not isinstance(tensor, self._tensor):
+                return 0
+            tensor = getattr(tensor, "_local_tensor", tensor)  # a DTensor: its local shard
         try:
-            storage = local.untyped_storage()
-            key = (local.device, storage.data_ptr())
-            size = int(storage.nbytes())
+            storage = tensor.untyped_storage()
+            address = storage.data_ptr()
+            size = storage.nbytes()
         except Exception:  # noqa: BLE001 (a tensor with no storage: a fake, a sparse one, a functional one)
             return 0
-        if key[1] == 0:  # an empty storage has no address: each is its own (and holds nothing)
+        if address == 0:  # an empty storage has no address: each is its own (and holds nothing)
             return size
-        if key in self._keys:
+        if address in self._addresses:
             return 0
-        self._keys.add(key)
+        self._addresses.add(address)
         return size
 
 
@@ -68,9 +65,10 @@ class Accounting:
         if root is None and not optimizers:
             return None
         seen = Seen(torch)
-        params = list(root.parameters()) if root is not None else []
+        held = {id(p): p for p in root.parameters()} if root is not None else {}
         for optimizer in optimizers:
-            params += [p for group in optimizer.param_groups for p in group["params"]]
+            held.update((id(p), p) for group in optimizer.param_groups for p in group["params"])
+        params = list(held.values())
         figures = dict.fromkeys(PARTS, 0)
         figures["parameters"] = _sum(seen, params)
         figures["buffers"] = _sum(seen, root.buffers() if root is not None else ())

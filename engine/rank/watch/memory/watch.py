@@ -3,13 +3,18 @@ step ended, an optimizer was made, an exception left the script."""
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 from typing import Any
 
 from mgpu_tui.engine.rank.watch.memory import failure
 from mgpu_tui.engine.rank.watch.memory.accounting import Accounting
 from mgpu_tui.engine.rank.watch.memory.creep import Creep
+from mgpu_tui.engine.rank.watch.memory.saved import SavedTensors
 from mgpu_tui.engine.rank.watch.model_root import find_root
+
+BUDGET = 0.005  # of a step's time the accounting may take: a larger model's is read every few steps
 
 
 class MemoryWatch:
@@ -18,7 +23,9 @@ class MemoryWatch:
     def __init__(self) -> None:
         self.accounting = Accounting()
         self.last: dict[str, int] | None = None  # the last step's accounting
+        self.saved = SavedTensors()  # an observed step's activations (saved.py)
         self.creep = Creep()  # each step's loss, kept alive with its graph: a leak (creep.py)
+        self._due, self._step_at = 0, time.perf_counter()  # the next step read, the last one's end
         self.before_training: int | None = None  # the address space as its first optimizer was made
 
     def optimizer_stepped(self, optimizer: Any) -> None:
@@ -31,9 +38,22 @@ class MemoryWatch:
     def at_step(self, torch: Any, root: Any, step: Any) -> None:
         """The accounting as ``step`` ends (after its optimizer step: its gradients still held), and
         the earlier steps' losses it still keeps (the main thread's frames: where they are kept)."""
-        step.accounted = self.last = self.accounting.read(torch, root)
+        now = time.perf_counter()
+        if step.step >= self._due:  # within its budget (BUDGET): a slow read comes every few steps
+            step.accounted = self.last = self.accounting.read(torch, root)
+            took, since = time.perf_counter() - now, now - self._step_at
+            self._due = step.step + max(1, math.ceil(took / (BUDGET * since))) if since > 0 else step.step + 1
+        self._step_at = now
+        step.activations = self.saved.take() if step.counted.observed else None
         step.kept_graphs = self.creep.at_step(step.step, sys._getframe(1))
         step.kept_by = self.creep.kept_by if step.kept_graphs else None
+
+    def window(self, torch: Any, edge: str, flops: Any, args: tuple) -> None:
+        """The FLOP count's edges (flops/step_flops.py): a forward it observes is observed here too."""
+        if edge == "forward_begins" and flops is not None and flops.observing_forward:
+            self.saved.open(torch, args[0])
+        elif edge == "forward_ends" and (flops is None or not flops.observing_forward):
+            self.saved.close()
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return failure.kind_of(exc) is not None
