@@ -206,5 +206,145 @@ def bench_large_job(sizes: tuple[int, ...] = (64, 256, 1024)) -> tuple[str, list
     return title, rows
 
 
+# ---- the same job's metrics (--metrics-port): its exposition, and the monitor's cost when scraped ----
+
+QUIET_S, SCRAPED_S = 20.0, 20.0  # the monitor alone, then scraped every second
+PROMETHEUS_ACCEPT = (  # what Prometheus 2.42 asks for
+    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,"
+    "text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+)
+
+
+def _scrape(url: str, start_at: float, stop_at: float, results) -> None:  # noqa: ANN001
+    """A scraper in a process of its own, once a second as Prometheus would (gzip, OpenMetrics);
+    then once bare (text format, not compressed): (seconds each, gzipped bytes, raw bytes)."""
+    import urllib.request
+
+    time.sleep(max(0.0, start_at - time.time()))
+    took, gzipped = [], 0
+    while time.time() < stop_at:
+        began = time.perf_counter()
+        headers = {"Accept": PROMETHEUS_ACCEPT, "Accept-Encoding": "gzip"}
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=30) as answer:
+            gzipped = len(answer.read())
+        took.append(time.perf_counter() - began)
+        time.sleep(max(0.0, 1.0 - (time.perf_counter() - began)))
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        raw = answer.read()
+    results.put((took, gzipped, len(raw), raw.count(b"\n")))
+
+
+def measure_metrics(world: int) -> dict:
+    """The monitor of `mgpu-tui open --metrics-port` without the app: the job followed from its
+    folder (records/follow.py, polled every 0.25 s as the app's run thread does) and its snapshot
+    published after each poll; QUIET_S seconds alone, then SCRAPED_S scraped every second."""
+    import statistics
+
+    from prometheus_client import generate_latest
+    from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+    from mgpu_tui.engine.metrics.server import MetricsServer
+    from mgpu_tui.engine.records.follow import FollowedRun
+
+    nodes = world // PER_NODE
+    hung, slow = world * 3 // 10 + 5, world * 7 // 10 + 2
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = _job_folder(Path(tmp) / "runs", nodes)
+        total = 5 + QUIET_S + SCRAPED_S
+        until = time.monotonic() + total + 5
+        jobs = [
+            multiprocessing.Process(target=_write, args=(str(folder), w, world, hung, slow, until))
+            for w in range(WRITERS)
+        ]
+        jobs.append(multiprocessing.Process(target=_follow, args=(str(folder), until)))
+        server = MetricsServer(0, linger_s=0)
+        server.start()
+        results: multiprocessing.Queue = multiprocessing.Queue()
+        began = time.time()
+        scraped_from, scraped_to = began + 5 + QUIET_S, began + total
+        jobs.append(
+            multiprocessing.Process(target=_scrape, args=(server.url, scraped_from, scraped_to, results))
+        )
+        for job in jobs:
+            job.start()
+        run = FollowedRun(folder)
+        cpu: dict[str, float] = {}
+        publish: dict[str, list[float]] = {"quiet": [], "scraped": []}
+        while time.time() < scraped_to:
+            phase = "quiet" if time.time() < scraped_from else "scraped"
+            if time.time() >= began + 5 and "quiet" not in cpu:
+                cpu["quiet"] = time.process_time()
+            if phase == "scraped" and "scraped" not in cpu:
+                cpu["scraped"] = time.process_time()
+            run.poll()
+            t0 = time.perf_counter()
+            server.publish(run)
+            publish[phase].append(time.perf_counter() - t0)
+            time.sleep(0.25)
+        cpu["end"] = time.process_time()
+        took, gzipped, raw, lines = results.get(timeout=60)
+        render = {}  # the CPU one scrape's answer costs, alone (the last snapshot, in this process)
+        for name, encode in (("text", generate_latest), ("openmetrics", generate_openmetrics)):
+            began_cpu = time.process_time()
+            encode(server.registry)
+            render[name] = time.process_time() - began_cpu
+        server.close()
+        run.close()
+        for job in jobs:
+            job.join(timeout=30)
+    return {
+        "ranks": world,
+        "nodes": nodes,
+        "raw_bytes": raw,
+        "lines": lines,
+        "gzipped_bytes": gzipped,
+        "scrape_s_median": statistics.median(took),
+        "scrape_s_max": max(took),
+        "scrapes": len(took),
+        "cpu_quiet": (cpu["scraped"] - cpu["quiet"]) / QUIET_S,
+        "cpu_scraped": (cpu["end"] - cpu["scraped"]) / SCRAPED_S,
+        "render_s_text": render["text"],
+        "render_s_openmetrics": render["openmetrics"],
+        "publish_ms_max_quiet": max(publish["quiet"]) * 1000,
+        "publish_ms_max_scraped": max(publish["scraped"]) * 1000,
+    }
+
+
+def bench_metrics(sizes: tuple[int, ...] = (64, 1024)) -> tuple[str, list[tuple[str, str]]]:
+    rows = []
+    for world in sizes:
+        done = subprocess.run(
+            [sys.executable, __file__, "metrics", str(world)],
+            capture_output=True,
+            text=True,
+            timeout=(QUIET_S + SCRAPED_S) * 4,
+        )
+        if done.returncode != 0:
+            rows.append((f"{world} ranks", f"failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"))
+            continue
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        name = f"{world} ranks"
+        raw, gzipped = f"{got['raw_bytes'] / 1024:.0f} KiB", f"{got['gzipped_bytes'] / 1024:.0f} KiB"
+        scrape = f"{got['scrape_s_median'] * 1000:.0f} ms ({got['scrape_s_max'] * 1000:.0f} ms)"
+        publish = f"{got['publish_ms_max_quiet']:.0f} ms / {got['publish_ms_max_scraped']:.0f} ms"
+        render = f"{got['render_s_text'] * 1000:.0f} ms / {got['render_s_openmetrics'] * 1000:.0f} ms"
+        rows += [
+            (f"{name}: the exposition, raw (text format)", f"{raw}, {got['lines']:,} lines"),
+            (f"{name}: the exposition, gzipped (as Prometheus asks)", gzipped),
+            (f"{name}: a scrape, median (max) of {got['scrapes']}", scrape),
+            (f"{name}: one answer's CPU alone, text / OpenMetrics", render),
+            (f"{name}: the monitor's CPU, not scraped (cores)", f"{got['cpu_quiet']:.2f}"),
+            (f"{name}: the monitor's CPU, scraped every second (cores)", f"{got['cpu_scraped']:.2f}"),
+            (f"{name}: a snapshot taken, longest (not scraped / scraped)", publish),
+        ]  # fmt: skip
+    title = (
+        "metrics: the large job's exposition and its monitor scraped every second (goal at 1,024: <= 1 core)"
+    )
+    return title, rows
+
+
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]))))
+    if sys.argv[1] == "metrics":
+        print(json.dumps(measure_metrics(int(sys.argv[2]))))
+    else:
+        print(json.dumps(measure(int(sys.argv[1]))))

@@ -32,11 +32,21 @@ Entries:
   64, 256 and 1,024 ranks, 8 a node, one rank hung and one slow (bench/large_job.py says how).
   Goals at 1,024: under one core and 200 MB, a new step shown at least every 2 s, the hung rank
   called stalled within the stall timeout + 5 s with its node first, the slow rank named.
+- ``metrics``: the same synthetic job's Prometheus metrics (``open --metrics-port``'s monitor,
+  without the app: the folder followed and its snapshot published after each poll), for 64 and
+  1,024 ranks: the exposition's size raw and gzipped, a scrape's time, and the monitor's CPU alone
+  and then scraped every second by a process of its own (bench/large_job.py says how). Goal at
+  1,024: <= 1 core.
 - ``first-step``: an unchanged script's first step, from launch, under ``mgpu-tui run --script``
   with the bootstrap and with ``--no-instrument``, pairs alternated; the script itself prints when
   its first step ended. Goal: the bootstrap adds <= 0.3 s.
 - ``exec-start`` and ``exec-first-step``: what ``mgpu-tui exec`` costs a command's processes
   (bench/start_costs.py says how). Goals: <= 5 ms at start, <= 0.3 s to the first step.
+- ``job-costs``: what watching costs a whole job, from outside: users' script shapes (one process
+  under ``exec``, 2 DDP ranks under the drop-in, a Hugging Face Trainer step, the GPT demo) bare and
+  watched at two lengths, alternated; a step's cost and the fixed cost apart, with the bare runs'
+  noise beside them (bench/job_costs.py says how). Goals: a steady step <= 1% of bare's; the fixed
+  cost <= 0.5 s for the 2-rank drop-in job.
 - ``help``: how long ``mgpu-tui --help`` takes. Goal: < 0.2 s.
 - ``telemetry``: the CPU one full sample costs, of 8 GPUs (the NVML stand-in of
   the tests, an HGX H100 box), the host and 16 real processes; and the share of
@@ -78,8 +88,8 @@ from commands import bench_check, bench_compare, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
 from flop_cost import bench_flops, bench_memory_parts
-from large_job import bench_large_job
-from overhead import bench_overhead
+from job_costs import bench_job_costs, bench_overhead
+from large_job import bench_large_job, bench_metrics
 from start_costs import bench_exec_first_step, bench_exec_start, bench_first_step
 from step_costs import bench_anatomy, bench_bootstrap, bench_reporter
 
@@ -102,6 +112,7 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     "flops": lambda a: _titled(bench_flops(), "", "measured"),
     "memory-parts": lambda a: _titled(bench_memory_parts(), "", "measured"),
     "large-job": lambda a: _titled(bench_large_job(), "", "measured"),
+    "metrics": lambda a: _titled(bench_metrics(), "", "measured"),
     "first-step": lambda a: bench_first_step(a.pairs or 8),
     "exec-start": lambda a: _titled(bench_exec_start(a.pairs or 60), "", "pairs", "median (ms)"),
     "exec-first-step": lambda a: _titled(bench_exec_first_step(a.pairs or 30), "", "pairs", "median (s)"),
@@ -112,6 +123,9 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
     "nccl": lambda a: bench_nccl(100),
     "memory": lambda a: bench_memory(),
     "overhead": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc),
+    "job-costs": lambda a: _titled(
+        bench_job_costs(a.pairs or 5), "shape", "bare step", "watched: a step", "fixed (start, end)", "rounds"
+    ),
     "transformer": lambda a: bench_overhead(a.pairs or 3, a.steps, a.nproc, model="gpt-tiny"),
 }
 

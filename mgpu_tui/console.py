@@ -76,9 +76,9 @@ def plain_output() -> Iterator[None]:
 
 
 def status_word(status: str) -> str:
-    """A run's status as every screen says it: a run the user stopped is "stopped" (the JSON and the
-    summary file keep "interrupted", their documented value), the rest as they are."""
-    return "stopped" if status == "interrupted" else status
+    """A run's status as every screen says it: the word summary.json holds ("interrupted" for a run
+    stopped on request; "stopped" is a rank's state, frozen by SIGSTOP or a debugger)."""
+    return str(status)
 
 
 def fmt_bytes(n: float | None) -> str:

@@ -23,6 +23,8 @@ from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.planning.defaults import DEFAULTS as D
 from mgpu_tui.engine.planning.defaults import LR_RULES
 
+METRICS_OPTIONS = ("metrics_port", "metrics_address", "metrics_linger")
+
 
 def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExclusiveGroup:
     """The options of how mgpu-tui follows a run (`run` and `torchrun` alike); the group of the
@@ -35,6 +37,7 @@ def add_watch_options(command: argparse.ArgumentParser) -> argparse._MutuallyExc
         "--tui", action="store_true", help="open the app on the Run view with this run started"
     )
     options.add(command, "stall_timeout", "on_stall", "sample_interval", "nice", "join_timeout")
+    options.add(command, *METRICS_OPTIONS)
     return output
 
 
@@ -57,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="See and compare every PyTorch multi-GPU strategy on this machine. "
         "Without a command, opens the terminal app.",
         epilog="Exit codes: 0 ok, 1 a run or check failed, 2 usage error, 3 environment unusable, "
-        "130 interrupted.",
+        "130 interrupted; exec and torchrun: the job's own.",
     )
     parser.add_argument("--version", action="version", version=f"mgpu-tui {__version__}")
     parser.add_argument(

@@ -62,11 +62,19 @@ def add_open(commands: Any) -> None:
     opening.add_argument(
         "run",
         metavar="RUN",
-        help="a run folder, `latest` (the newest under --run-dir), or a Slurm job id (its newest step's run)",
+        help="a run folder, its name under --run-dir (as `runs` lists it), `latest` (the newest under "
+        "--run-dir), or a Slurm job id (its newest step's run)",
     )
     options.add(
         opening, "run_dir", help="the folder of runs, for `latest` and the Runs view (default ./runs)"
     )
+    options.add(
+        opening,
+        "metrics_port",
+        help="serve the opened run's figures for Prometheus at http://ADDRESS:PORT/metrics while the "
+        "app shows it (default: none; $MGPU_METRICS_PORT)",
+    )
+    options.add(opening, "metrics_address")
 
 
 def add_nccl(commands: Any) -> None:

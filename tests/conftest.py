@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -303,3 +304,45 @@ def pinned_summary(run_dir: Path, **changes) -> RunSummary:
     fields.update(changes)
     fields["status"] = RunStatus(fields["status"])
     return RunSummary(**fields)
+
+
+# What a rank can write: quotes and braces that would end a Prometheus label, newlines that would
+# start a sample of their own, backslashes, a terminal's escapes, and length (10,000 characters).
+HOSTILE = 'x"} 1\nmgpu_rank_state{rank="0",mgpu_rank_state="done"} 1\n\\"\x1b[2J\\n'
+LONG = ("evil " + HOSTILE) * (10_000 // len("evil " + HOSTILE) + 1)
+
+
+def _event(kind: str, rank: int, **fields) -> str:
+    return json.dumps({"v": 1, "kind": kind, "rank": rank, "t": time.time(), **fields}) + "\n"
+
+
+def hostile_finished_run(root: Path) -> Path:
+    """A finished 2-rank ddp run (10 steps, rank 1 failed first) whose ranks, who can write every
+    file of it, wrote hostile text into everything they could: events, their summary's root cause
+    (its kind too), the spec's host."""
+    from mgpu_tui.engine.protocol.causes import RootCause
+
+    path = root / "20260101T000000Z-ddp"
+    (path / "events").mkdir(parents=True)
+    spec = {"mode": "ddp", "world_size": 2, "nproc": 2, "steps": 10, "batch_size": 64, "amp": False}
+    machine = {"hostname": HOSTILE, "cpu_count": 2, "gpu_count": 0}
+    document = {"spec": {**spec, "device": "cpu", "model": "mlp"}, "created_at": 1.0, "machine": machine}
+    (path / "spec.json").write_text(json.dumps(document))
+    hello = dict(local_rank=0, world_size=2, pid=4242, host=HOSTILE, device=LONG[:1000])
+    hello |= dict(device_uuid="GPU-" + HOSTILE, mode=HOSTILE, config={"x": LONG})
+    step = dict(
+        samples=8, tokens=0, loss=1.0, step_s=0.1, mem_bytes=1 << 20, mem_peak_bytes=1 << 21, data_s=0.01
+    )
+    for rank in (0, 1):
+        lines = [
+            _event("hello", rank, **hello),
+            _event("about", rank, device=HOSTILE, device_uuid=HOSTILE, backend=HOSTILE, device_name=HOSTILE),
+            *(_event("step", rank, step=s, **step) for s in range(1, 11)),
+            _event("beat", rank, where=LONG[:1000]),
+            _event("error", rank, message=LONG, traceback=LONG, type=HOSTILE, whole_message=LONG),
+        ]
+        (path / "events" / f"rank{rank}.jsonl").write_text("".join(lines))
+    cause = RootCause(1, 1, None, LONG, LONG, hint=LONG, host=HOSTILE, kind=HOSTILE)
+    summary = pinned_summary(path, status="failed", exit_code=1, root_cause=cause)
+    (path / "summary.json").write_text(json.dumps(summary.to_json()))
+    return path

@@ -75,9 +75,13 @@ def observed(folder: Path, done: subprocess.CompletedProcess) -> dict:
     return {"code": done.returncode, **files}
 
 
-def bare_and_watched(tmp_path: Path, shape: str) -> tuple[dict, dict, subprocess.CompletedProcess, Path]:
-    """The job run both ways at once (each is seconds of starting torch), each in a folder of its own."""
-    job = f"{shlex.quote(sys.executable)} {shlex.quote(str(SCRIPT))} --shape {shape} > out.txt 2> err.txt"
+def bare_and_watched(
+    tmp_path: Path, shape: str | None, script: Path = SCRIPT
+) -> tuple[dict, dict, subprocess.CompletedProcess, Path]:
+    """The job (``script``, with ``--shape shape`` where given) run both ways at once (each is
+    seconds of starting torch), each in a folder of its own."""
+    line = [sys.executable, str(script), *(["--shape", shape] if shape else [])]
+    job = f"{shlex.join(line)} > out.txt 2> err.txt"
     runs = tmp_path / "runs"
     lines = {
         "bare": ["sh", "-c", job],

@@ -153,13 +153,16 @@ def build_command(
     cpu_count: int,
     base_env: Mapping[str, str],
     local_addr: str | None = None,
+    buffered_as_bare: bool = False,
 ) -> Launch:
     """The argv and environment that start ``resolved`` with its output in ``run_dir``.
 
-    ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint."""
+    ``local_addr``: several nodes, this node's address on the route to the rendezvous endpoint.
+    ``buffered_as_bare``: a command in the foreground (exec, headless), whose output is a terminal
+    or a pipe as bare: no PYTHONUNBUFFERED (its prints are buffered as they would be)."""
     mode, spec = resolved.mode, resolved.spec
     if mode.launcher == "command":
-        return _command_launch(resolved, run_dir, run_id, base_env, python)
+        return _command_launch(resolved, run_dir, run_id, base_env, python, unbuffered=not buffered_as_bare)
     if mode.multi_process:
         argv = [
             python,
@@ -197,15 +200,16 @@ def build_command(
     _of_the_run(changes, run_dir, run_id)
     if mode.multi_process:
         _collectives_recorded(changes, resolved, base_env)
-    if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env:
+    if mode.multi_process and "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" not in base_env and spec.stop_grace is None:
         # When a rank fails, torchrun sends the others SIGTERM and waits this long before
         # SIGKILL (30 s by default): a rank stuck in a collective would hold the run that long.
+        # Not under the drop-in (a stop grace of its own): torchrun's own, as bare.
         changes["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(SHUTDOWN_TIMEOUT_S)
     if "OMP_NUM_THREADS" not in base_env:
         # Share the cores out, so ranks do not fight over them.
         changes["OMP_NUM_THREADS"] = str(max(1, cpu_count // resolved.ranks))
     if resolved.backend == "nccl" and "NCCL_DEBUG" not in base_env:
-        # NCCL's own account of how the ranks talk, kept with the run (engine/run/figures/nccl_record.py
+        # NCCL's own account of how the ranks talk, kept with the run (engine/run/nccl/nccl_record.py
         # reads it back): into files of the run directory, not the ranks' logs.
         changes["NCCL_DEBUG"] = "INFO"
         if "NCCL_DEBUG_SUBSYS" not in base_env:
@@ -220,12 +224,16 @@ def build_command(
     return _launch(argv, base_env, changes, python)
 
 
-def _of_the_run(changes: dict[str, str | None], run_dir: RunDir, run_id: str) -> None:
-    """Where the run's events go, its id on every process of it, and its output unbuffered (it goes
-    to files, and reaches them as it is printed)."""
-    changes[RUN_DIR_ENV] = str(run_dir.path)
+def _of_the_run(
+    changes: dict[str, str | None], run_dir: RunDir, run_id: str, *, unbuffered: bool = True
+) -> None:
+    """Where the run's events go (an absolute path: a rank may change directory first), its id on
+    every process of it, and (``unbuffered``) its output unbuffered: a mode's and a script's go to
+    files, and reach them as they are printed."""
+    changes[RUN_DIR_ENV] = str(run_dir.path.absolute())
     changes[RUN_ID_ENV] = run_id
-    changes["PYTHONUNBUFFERED"] = "1"
+    if unbuffered:
+        changes["PYTHONUNBUFFERED"] = "1"
 
 
 def _collectives_recorded(
@@ -234,7 +242,7 @@ def _collectives_recorded(
     """PyTorch's flight recorder keeps each rank's recent collectives (gloo and NCCL): when a run
     stalls, they say which rank never entered which collective (watchdog.py's verdict). On NCCL,
     each collective's GPU duration too: the CPU runs ahead of the GPU, so these, not the enqueue
-    times, say who arrives late (run/figures/flight_records.py). The user's own settings win."""
+    times, say who arrives late (run/nccl/flight_records.py). The user's own settings win."""
     if not any(name in base_env for name in FR_BUFFER_ENV):
         for name in FR_BUFFER_ENV:
             changes[name] = str(FR_BUFFER_ENTRIES)
@@ -251,7 +259,13 @@ def _launch(
 
 
 def _command_launch(
-    resolved: ResolvedSpec, run_dir: RunDir, run_id: str, base_env: Mapping[str, str], python: str
+    resolved: ResolvedSpec,
+    run_dir: RunDir,
+    run_id: str,
+    base_env: Mapping[str, str],
+    python: str,
+    *,
+    unbuffered: bool,
 ) -> Launch:
     """mgpu-tui exec: the command as given, never inside a torchrun worker. Its environment is the
     user's, with none of a torchrun worker's (should mgpu-tui itself run in one) and, unless
@@ -261,7 +275,7 @@ def _command_launch(
     for name in base_env:
         if name.startswith(("TORCHELASTIC_", "PET_")) or (inside_a_worker and name in TORCHRUN_WORKER_ENV):
             changes[name] = None
-    _of_the_run(changes, run_dir, run_id)
+    _of_the_run(changes, run_dir, run_id, unbuffered=unbuffered)
     if resolved.spec.instrument:
         path = base_env.get("PYTHONPATH")
         changes["PYTHONPATH"] = SITEWATCH_DIR + (os.pathsep + path if path else "")

@@ -1,6 +1,6 @@
 """The run's keeper: the first process of every run, between mgpu-tui and the launcher.
 
-    python -m mgpu_tui.engine.launch.keeper --grace 5 -- python -m torch.distributed.run ...
+    python -m mgpu_tui.engine.launch.keeper --grace 5 --control FD -- python -m torch.distributed.run ...
 
 Why it exists: a rank is anyone's code, and may start processes of its own that leave
 its session, drop the run's environment, or outlive it. The keeper makes itself the
@@ -10,10 +10,23 @@ keeper always knows the whole tree. It ends that tree in three cases, whatever t
 launcher does on its own:
 
 - the launcher exits: whatever is left of the run is killed;
-- the keeper is told to stop (SIGTERM, SIGINT, SIGHUP, from mgpu-tui): SIGTERM to the
-  launcher, ``--grace`` seconds, then SIGKILL to everything left;
-- mgpu-tui dies, even by SIGKILL: the engine set a parent-death signal (SIGTERM) on the
-  keeper, so the same stop follows with no one to ask for it.
+- mgpu-tui asks, on its control pipe (``signal N GRACE``: signal N to the job's process group,
+  SIGKILL to everything left GRACE seconds later; ``kill``: SIGKILL now);
+- mgpu-tui dies, even by SIGKILL: the control pipe's end (and a parent-death signal) starts the
+  same stop, SIGTERM then ``--grace``, with no one to ask for it.
+
+The job's process group: every process of the tree in the keeper's own group (and the
+launcher), each signalled once, as ``kill -SIG -PGID`` would, never the processes that made
+groups or sessions of their own (torchrun's workers: torchrun passes the signal on itself).
+
+``--foreground``: the keeper and the job share mgpu-tui's process group, the terminal's
+foreground group, as a shell runs a command (``mgpu-tui exec``): Ctrl-C, a hangup or a
+``kill`` of the whole group reach the job from the kernel, once. The keeper then never passes
+on a signal that reached it from outside, and a request for a signal it has just received
+itself is not sent again (the group had it). Without it (a mode's run, the app) the keeper
+leads a session of its own, and a stop signal from outside (SIGTERM, SIGINT, SIGHUP) is a stop.
+``--ignored``: the signals ignored when mgpu-tui started (``nohup``): the launcher starts with
+them ignored, and every other signal the keeper catches at its default, as bare.
 
 Then the keeper exits the way the launcher did (its exit code, or the same signal), so
 to mgpu-tui it looks like the launcher itself. Standard library only, Linux only: it
@@ -35,6 +48,11 @@ import time
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Caught, and never acted on alone under --foreground: Ctrl-\ reaches the whole group, as Ctrl-C does.
+CAUGHT = (*STOP_SIGNALS, signal.SIGQUIT)
+# A request for a signal the keeper itself received this recently is the same signal, sent to the
+# whole group (a Ctrl-C, Slurm's or timeout's signal to every process): the job has had it.
+SAME_SIGNAL_S = 5.0
 
 
 def _processes() -> dict[int, tuple[int, bool]]:
@@ -126,88 +144,221 @@ def _prctl(libc: ctypes.CDLL, option: int, value: int) -> bool:
     return libc.prctl(ctypes.c_int(option), *args) == 0
 
 
-def _stop_signals() -> int:
-    """Make each stop signal write a byte to a pipe, and return its read end.
+def term_when_parent_dies() -> None:
+    """In the keeper, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
+
+    The keeper then stops the whole run, so a killed mgpu-tui leaves nothing behind. Linux ties
+    this to the thread that started the child: runs are started from a thread that outlives them
+    (the main thread, or the comparison thread, which waits for its runs).
+    """
+    try:
+        _prctl(ctypes.CDLL(None, use_errno=True), _PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the other safeguards remain
+        pass
+
+
+def _catch_signals() -> int:
+    """Make each caught signal write its number to a pipe, and return the pipe's read end.
 
     A handler that raised would do so at whatever line the keeper was on, even between a loop's
     end and the statement that ends the run, and the keeper would die with the run half ended
     (a clean-clone CI run saw a grandchild outlive its run that way). Here a signal only wakes
-    the loop, which reads the pipe where it chooses to.
+    the loop, which reads the pipe where it chooses to (the number is written at delivery, so a
+    signal that arrived before a request on the control pipe is read before it).
     """
     read, write = os.pipe()
     os.set_blocking(read, False)
     os.set_blocking(write, False)
-    for sig in STOP_SIGNALS:
+    for sig in CAUGHT:
         signal.signal(sig, lambda signum, frame: None)
     signal.set_wakeup_fd(write, warn_on_full_buffer=False)
     return read
 
 
-def _stop_asked(wake: int) -> bool:
-    """Whether a stop signal arrived since the last call (the pipe drained)."""
-    asked = False
+class Keeper:
+    """The watch over one launcher: its stop signals, mgpu-tui's requests, the grace, the end."""
+
+    def __init__(
+        self, launcher: subprocess.Popen, wake: int, control: int | None, *, grace: float, foreground: bool
+    ) -> None:
+        self.launcher, self.wake, self.control = launcher, wake, control
+        self.grace, self.foreground = grace, foreground
+        self.me = os.getpid()
+        self.parent: int | None = os.getppid()  # mgpu-tui; None once it is gone
+        self.deadline: float | None = None  # set by a stop: when the grace runs out
+        self.seen: dict[int, float] = {}  # a signal from outside -> when (--foreground)
+        self._pending = b""  # the control pipe's unfinished line
+
+    def watch(self) -> None:
+        """Until the launcher exits: requests and signals, and SIGKILL to the tree at the deadline."""
+        pidfd = os.pidfd_open(self.launcher.pid)
+        while self.launcher.poll() is None:
+            timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+            ears = [pidfd, self.wake] + ([self.control] if self.control is not None else [])
+            select.select(ears, [], [], timeout)
+            self._signals()  # first: a signal that reached the keeper came before any request about it
+            self._requests()
+            if self.parent is not None and os.getppid() != self.parent:
+                self.parent = None  # mgpu-tui is gone (its parent-death signal woke us)
+                self.orphaned()
+            if self.deadline is not None and time.monotonic() >= self.deadline:
+                kill_tree(self.me, self.launcher.pid, within=1.0)  # the loop then finds the launcher gone
+
+    def _signals(self) -> None:
+        for sig in _drain(self.wake):
+            if self.foreground:
+                self.seen[sig] = time.monotonic()  # the whole group had it: the job's own to handle
+            elif sig in STOP_SIGNALS and self.deadline is None:
+                self.stop(signal.SIGTERM, self.grace)
+
+    def _requests(self) -> None:
+        if self.control is None:
+            return
+        data, ended = _drain_bytes(self.control)
+        self._pending += data
+        *lines, self._pending = self._pending.split(b"\n")
+        for line in lines:
+            words = line.decode("ascii", "replace").split()
+            if words[:1] == ["kill"]:
+                self.deadline = time.monotonic()
+            elif words[:1] == ["signal"] and len(words) == 3:
+                try:
+                    self.stop(signal.Signals(int(words[1])), float(words[2]))
+                except ValueError:
+                    continue
+        if ended:  # mgpu-tui is gone, even by SIGKILL: nobody will ask for the end
+            os.close(self.control)
+            self.control = None
+            self.orphaned()
+
+    def orphaned(self) -> None:
+        """mgpu-tui is gone (its pipe closed, or its parent-death signal): the stop it can no longer
+        ask for, once (a stop under way keeps its own deadline)."""
+        if self.deadline is None:
+            self.stop(signal.SIGTERM, self.grace, heard=False)
+
+    def stop(self, sig: signal.Signals, grace: float, *, heard: bool = True) -> None:
+        """``sig`` to the job's group, SIGKILL ``grace`` s later. ``heard``: a signal mgpu-tui heard,
+        not sent again where the group has just had it (mgpu-tui's end is the keeper's own news:
+        its parent-death SIGTERM is no signal of the group's)."""
+        now = time.monotonic()
+        if not heard or now - self.seen.pop(sig, -SAME_SIGNAL_S) >= SAME_SIGNAL_S:
+            signal_group(self.me, self.launcher.pid, sig)
+        self.deadline = min(self.deadline or now + grace, now + grace)
+
+
+def signal_group(me: int, launcher: int, sig: signal.Signals) -> None:
+    """``sig`` to each process of the tree below ``me`` in the keeper's own process group, and to
+    the launcher: once each, as ``kill -SIG -PGID`` reaches the job, never a process that left it."""
+    group = os.getpgrp()
+    for pid in descendants(me):
+        try:
+            if pid == launcher or os.getpgid(pid) == group:
+                os.kill(pid, sig)
+        except OSError:
+            continue  # gone meanwhile
+
+
+def _drain(fd: int) -> list[int]:
+    """The signal numbers written to the wakeup pipe since the last call."""
+    return list(_drain_bytes(fd)[0])
+
+
+def _drain_bytes(fd: int) -> tuple[bytes, bool]:
+    """Whatever a non-blocking pipe holds now, and whether its writer has closed it."""
+    got = b""
     try:
-        while os.read(wake, 64):
-            asked = True
+        while True:
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                return got, True
+            got += chunk
     except BlockingIOError:
-        pass
-    return asked
+        return got, False
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grace", type=float, default=5.0, help="seconds between SIGTERM and SIGKILL")
+    parser.add_argument("--control", type=int, help="the read end of mgpu-tui's requests")
+    parser.add_argument("--foreground", action="store_true", help="the job shares mgpu-tui's process group")
+    parser.add_argument("--ignored", default="", help="signals ignored when mgpu-tui started: 1,2")
+    parser.add_argument("--open-files", type=int, help="the launcher's soft limit of open files")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- the launcher's argv")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("give the launcher's command after --")
+    ignored = {int(n) for n in args.ignored.split(",") if n.strip().isdigit()}
     libc = ctypes.CDLL(None, use_errno=True)
     if not _prctl(libc, _PR_SET_CHILD_SUBREAPER, 1):
         print(
             "mgpu-tui keeper: cannot become the run's subreaper: detached processes may escape it",
             file=sys.stderr,
         )
-    me = os.getpid()
-    wake = _stop_signals()
+    if args.control is not None:
+        os.set_blocking(args.control, False)
+    wake = _catch_signals()
 
-    def term_when_keeper_dies() -> None:  # in the launcher, before it runs
+    def before_the_launcher_runs() -> None:  # in the launcher, before it runs
         _prctl(libc, _PR_SET_PDEATHSIG, signal.SIGTERM)
+        for sig in CAUGHT:  # as mgpu-tui got them: ignored (nohup's SIGHUP) or at their default
+            signal.signal(sig, signal.SIG_IGN if sig in ignored else signal.SIG_DFL)
+        if args.open_files is not None:  # as mgpu-tui found it, before it raised its own
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (args.open_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1])
+            )
 
     try:
-        # Same stdin, stdout, stderr, session and environment as the keeper's.
-        launcher = subprocess.Popen(command, preexec_fn=term_when_keeper_dies)
+        # Same stdin, stdout, stderr, process group, session and environment as the keeper's.
+        launcher = subprocess.Popen(command, preexec_fn=before_the_launcher_runs)
     except OSError as exc:
         print(f"mgpu-tui keeper: cannot start {command[0]}: {exc}", file=sys.stderr)
         sys.exit(127)
+    keeper = Keeper(launcher, wake, args.control, grace=args.grace, foreground=args.foreground)
     try:
-        _watch(launcher, wake, args.grace, me)
+        keeper.watch()
     finally:
         # Whatever ended the watch (the launcher's exit, or anything unforeseen), the run ends here.
-        for sig in STOP_SIGNALS:
+        for sig in CAUGHT:
             signal.signal(sig, signal.SIG_IGN)
-        kill_tree(me, launcher.pid)  # whatever the launcher left behind: orphans, grandchildren
+        kill_tree(keeper.me, launcher.pid)  # whatever the launcher left behind: orphans, grandchildren
         launcher.wait()
-        reap(me, launcher.pid)
+        reap(keeper.me, launcher.pid)
     _exit_like(launcher.returncode)
 
 
-def _watch(launcher: subprocess.Popen, wake: int, grace: float, me: int) -> None:
-    """Until the launcher exits: a stop passes SIGTERM to it, and ``grace`` seconds later every
-    process of the run is killed (the launcher and the ranks that ignored SIGTERM)."""
-    pidfd = os.pidfd_open(launcher.pid)
-    deadline = None  # set by a stop: when the grace runs out
-    while launcher.poll() is None:
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-        select.select([pidfd, wake], [], [], timeout)
-        if _stop_asked(wake) and deadline is None:
-            deadline = time.monotonic() + grace
-            try:
-                launcher.send_signal(signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        if deadline is not None and time.monotonic() >= deadline:
-            kill_tree(me, launcher.pid, within=1.0)  # the loop's poll then finds the launcher gone
+class KeeperControl:
+    """mgpu-tui's end of a keeper's control pipe: its requests; closed (mgpu-tui gone), a stop."""
+
+    def __init__(self) -> None:
+        self.read, self.write = os.pipe()  # neither inherited by anything but the keeper (pass_fds)
+
+    def argv(self) -> list[str]:
+        return ["--control", str(self.read)]
+
+    def started(self) -> None:
+        """The keeper holds its end now; mgpu-tui keeps only its own."""
+        os.close(self.read)
+
+    def signal(self, sig: int, grace: float) -> None:
+        """``sig`` to the job's group (unless the group has just had it), SIGKILL ``grace`` s later."""
+        self._send(f"signal {int(sig)} {max(0.0, grace):.3f}\n")
+
+    def kill(self) -> None:
+        """SIGKILL to every process of the run, now."""
+        self._send("kill\n")
+
+    def close(self) -> None:
+        if self.write >= 0:
+            os.close(self.write)
+            self.write = -1
+
+    def _send(self, line: str) -> None:
+        try:
+            os.write(self.write, line.encode("ascii"))
+        except OSError:  # the keeper has ended, and the run with it
+            pass
 
 
 if __name__ == "__main__":

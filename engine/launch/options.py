@@ -87,6 +87,13 @@ def seconds_or_off(text: str) -> float:
     return value
 
 
+def address(text: str) -> str:
+    """A host name or an IP address to listen on (whether it is one here, binding says)."""
+    if not text or len(text) > 255 or any(c.isspace() or not c.isprintable() for c in text):
+        raise argparse.ArgumentTypeError(f"must be a host name or an IP address, got {text[:80]!r}")
+    return text
+
+
 def run_name(text: str) -> str:
     """A job's id (--rdzv-id): a name, since it names the nodes' shared run folder, never a path."""
     from mgpu_tui.engine.protocol.rundir_make import NAME
@@ -131,6 +138,7 @@ class Option:
     aliases: tuple[str, ...] = ()  # torchrun's names for it
     negatable: bool = False  # --name and --no-name (None when neither is given)
     mode: str | None = None  # the one mode whose demo takes it: `run` passes it on to that demo alone
+    env: str | None = None  # the environment variable that gives it when the flag is not (a pod's)
 
     @property
     def flags(self) -> tuple[str, ...]:
@@ -281,6 +289,39 @@ OPTIONS = {
             whole_number(0),
             metavar="N",
         ),
+        # Prometheus metrics, served by the monitor (engine/metrics/; docs/metrics.md).
+        Option(
+            "metrics_port",
+            "serve the run's figures for Prometheus at http://ADDRESS:PORT/metrics while it goes "
+            "(default: none; $MGPU_METRICS_PORT)",
+            whole_number(1, 65535),
+            metavar="PORT",
+            env="MGPU_METRICS_PORT",
+        ),
+        Option(
+            "metrics_address",
+            "the address --metrics-port listens on (default 127.0.0.1: this machine only; 0.0.0.0 for a "
+            "Prometheus on another host; $MGPU_METRICS_ADDRESS)",
+            address,
+            metavar="ADDR",
+            env="MGPU_METRICS_ADDRESS",
+        ),
+        Option(
+            "metrics_linger",
+            "seconds the final metrics stay served after the run ends (default 35: two scrapes 15 s "
+            "apart; $MGPU_METRICS_LINGER)",
+            seconds_or_off,
+            metavar="S",
+            env="MGPU_METRICS_LINGER",
+        ),
+        Option(
+            "stop_grace",
+            "seconds between the signal that stops the job (Ctrl-C, SIGTERM, a stall stopped) and "
+            f"SIGKILL to what is left of it (default {D.stop_grace:.0f}; 0: at once)",
+            seconds_or_off,
+            D.stop_grace,
+            metavar="S",
+        ),
         Option(
             "join_timeout",
             f"several nodes: seconds they wait for each other to join (default {D.join_timeout:.0f})",
@@ -315,6 +356,16 @@ def mode_flags(args: argparse.Namespace) -> list[str]:
         else:
             flags += [option.flags[0], str(value)]
     return flags
+
+
+def from_environment(args: argparse.Namespace, names: tuple[str, ...], environ: Any) -> None:
+    """Each option of ``names`` not given on the command line, from its environment variable (a
+    pod's settings), through the flag's own type: ValueError("NAME must be ...") for a bad value."""
+    for name in names:
+        option = OPTIONS[name]
+        text = environ.get(option.env) if option.env else None
+        if getattr(args, name, None) is None and text is not None and text.strip():
+            setattr(args, name, option.check(text.strip(), flag=option.env))
 
 
 def spec_values(args: argparse.Namespace, *names: str) -> dict[str, Any]:

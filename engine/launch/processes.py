@@ -1,10 +1,12 @@
 """The run's process tree: start the launcher, know every process it begets, end them all.
 
 The tree: mgpu-tui -> the keeper (launch/keeper.py) -> the launcher (torchrun, or python for a
-one-process mode) -> the ranks -> whatever the ranks start. The keeper starts in its own
-session, so a Ctrl-C at the terminal reaches mgpu-tui alone, which then stops the run in
-order; it is the run's subreaper, so no process of the run can slip out of the tree,
-and it ends the tree when mgpu-tui dies, even by SIGKILL.
+one-process mode, or a command as given) -> the ranks -> whatever the ranks start. For a mode's
+run and the app, the keeper starts in its own session: a Ctrl-C reaches mgpu-tui alone, which
+stops the run in order. A launch line the user wrote (``exec``, the torchrun drop-in, headless)
+runs in the foreground, as a shell runs it: in mgpu-tui's process group, with its stdin, so a
+Ctrl-C reaches the job itself. The keeper is the run's subreaper either way: no process of the
+run slips out of the tree, and it ends the tree when mgpu-tui dies, even by SIGKILL.
 
 Every descendant seen while the run lived is recorded with its start time (so a reused
 pid is never hit), and the child environment carries ``MGPU_RUN_ID`` so a final sweep
@@ -14,7 +16,6 @@ signalled: a pid that a rank writes in its events is believed only when it is on
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import select
@@ -28,10 +29,10 @@ import psutil
 
 from mgpu_tui.engine.launch import priority
 from mgpu_tui.engine.launch.command import Launch
+from mgpu_tui.engine.launch.keeper import KeeperControl, term_when_parent_dies
 from mgpu_tui.engine.protocol.environment import RUN_ID_ENV
 from mgpu_tui.engine.protocol.text import short_line
 
-_PR_SET_PDEATHSIG = 1
 MAX_PROCESSES_KEPT = 256  # a command's processes told in its summary (the busiest first)
 COMMAND_CHARS = 200  # of a process's command line, kept
 KEEPER_MODULE = "mgpu_tui.engine.launch.keeper"
@@ -40,10 +41,9 @@ STOP_GRACE_S = 5.0  # SIGTERM, then this long, then SIGKILL: torchrun's own 30 s
 
 @dataclass(frozen=True)
 class ProcessSeen:
-    """A process of a command's tree (mgpu-tui exec), as the kernel told it: its command line (its
-    first COMMAND_CHARS), its CPU seconds and its peak resident memory when last seen, the rank it
-    was (its hello, for a process of this tree), or the rank it belongs to (a rank's data-loader
-    or compile worker: the nearest rank above it); None for both: the launcher's own."""
+    """A process of a command's tree (exec) as the kernel told it: its command line (its first
+    COMMAND_CHARS), CPU seconds and peak resident memory when last seen, the rank it was (its hello),
+    or the rank it belongs to (a data-loader or compile worker: the nearest rank above it)."""
 
     pid: int
     command: str
@@ -79,25 +79,38 @@ class ProcessTree:
         self._known: dict[int, float] = {}  # pid -> create time, every descendant seen
         self._sessions: dict[int, int | None] = {}  # pid -> its session when last scanned
         self._pidfd: int | None = None
+        self._control: KeeperControl | None = None  # the keeper's requests (launch/keeper.py)
         self.scanned_at = 0.0
         # pid -> (parent pid, command line, CPU seconds, peak RSS) as last scanned: what a command ran.
         self._seen: dict[int, tuple[int | None, str, float | None, int | None]] = {}
 
     # ---- start -----------------------------------------------------------------------
 
-    def start(self, stdout, stderr) -> None:
-        self.proc = subprocess.Popen(
-            [self.launch.python, "-m", KEEPER_MODULE, "--grace", str(STOP_GRACE_S), "--", *self.launch.argv],
-            env=self.launch.env,
-            stdin=subprocess.DEVNULL,
-            stdout=stdout,
-            stderr=stderr,
-            start_new_session=True,
-            cwd=os.getcwd(),
-            preexec_fn=self._before_launcher_runs,
-        )
+    def start(
+        self, stdout, stderr, *, grace: float = STOP_GRACE_S, foreground: list[str] | None = None
+    ) -> None:
+        """Start the keeper and, below it, the launcher. ``grace``: the keeper's own, should mgpu-tui
+        die; ``foreground``: as a shell runs a command, the keeper's arguments that say how
+        (job_output.Foreground.keeper_args; None: in a session of its own, with no stdin)."""
+        self._control = KeeperControl()
+        keeper = [self.launch.python, "-m", KEEPER_MODULE, "--grace", str(grace), *self._control.argv()]
+        keeper += foreground or []
+        try:
+            self.proc = subprocess.Popen(
+                [*keeper, "--", *self.launch.argv],
+                env=self.launch.env,
+                stdin=None if foreground is not None else subprocess.DEVNULL,  # None: mgpu-tui's own
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=foreground is None,
+                pass_fds=(self._control.read,),
+                cwd=os.getcwd(),
+                preexec_fn=self._before_launcher_runs,
+            )
+        finally:
+            self._control.started()
         self._known[self.proc.pid] = create_time(self.proc.pid) or 0.0
-        priority.lower_group(self.proc.pid, self.nice)
+        self._lower(self.proc.pid, _session(self.proc.pid))
 
     @property
     def started(self) -> subprocess.Popen:
@@ -128,14 +141,19 @@ class ProcessTree:
                 if ctime is not None:
                     self._known[child.pid] = ctime
                     self._sessions[child.pid] = session
-                    priority.lower_group(child.pid, self.nice)  # a rank's own session
+                    self._lower(child.pid, session)  # a rank's own session
                     if self.launcher is None and _parent(child) == self.started.pid:
                         self.launcher = child.pid
             elif session != self._sessions.get(child.pid):
                 # Seen between its fork and its setsid (torchrun starts each rank in a session of
                 # its own): the group lowered then was its parent's, and its own is lowered now.
                 self._sessions[child.pid] = session
-                priority.lower_group(child.pid, self.nice)
+                self._lower(child.pid, session)
+
+    def _lower(self, pid: int, session: int | None) -> None:
+        """A process's session's scheduling group at the run's nice: never mgpu-tui's own (the shell's)."""
+        if session is not None and session != os.getsid(0):
+            priority.lower_group(pid, self.nice)
 
     def _note(self, proc: psutil.Process) -> None:
         """What a process is and has used so far (one /proc read or three), for processes_seen."""
@@ -287,13 +305,10 @@ class ProcessTree:
     # ---- the end ---------------------------------------------------------------------
 
     def terminate(self, grace: float) -> None:
-        """SIGTERM to the keeper, which passes it to the launcher (torchrun to the ranks) and
-        SIGKILLs what is left after its own grace; past ``grace`` and a second, SIGKILL to all."""
+        """SIGTERM to the job's process group, through the keeper (torchrun passes it to the ranks),
+        which SIGKILLs what is left after ``grace``; past ``grace`` and a second, SIGKILL to all."""
         self.record_descendants()
-        try:
-            self.started.send_signal(signal.SIGTERM)
-        except ProcessLookupError:
-            pass
+        self.pass_signal(signal.SIGTERM, grace)
         deadline = time.monotonic() + grace + 1.0
         while self.started.poll() is None and time.monotonic() < deadline:
             self.record_descendants()
@@ -301,6 +316,17 @@ class ProcessTree:
         if self.started.poll() is None:
             self.kill_all()
         self.started.wait()
+
+    def pass_signal(self, sig: int, grace: float) -> None:
+        """``sig`` to the job's process group (not again where it has just had it: a Ctrl-C), by
+        the keeper, and SIGKILL to all that is left ``grace`` seconds later."""
+        if self._control is not None:
+            self._control.signal(sig, grace)
+
+    def kill_now(self) -> None:
+        """SIGKILL to every process of the run, by the keeper, now (a second Ctrl-C)."""
+        if self._control is not None:
+            self._control.kill()
 
     def kill_all(self) -> None:
         """SIGKILL every recorded descendant still alive, and any process that carries the run's id."""
@@ -315,6 +341,8 @@ class ProcessTree:
         psutil.wait_procs(list(victims.values()), timeout=3)
 
     def close(self) -> None:
+        if self._control is not None:
+            self._control.close()
         if self._pidfd is not None and self._pidfd >= 0:
             os.close(self._pidfd)
             self._pidfd = -1
@@ -345,20 +373,6 @@ class ProcessTree:
             except psutil.Error:
                 continue
         return found
-
-
-def term_when_parent_dies() -> None:
-    """In the keeper, before it runs: get SIGTERM when mgpu-tui dies, even by SIGKILL.
-
-    The keeper then stops the whole run, so a killed mgpu-tui leaves nothing behind. Linux ties
-    this to the thread that started the child: runs are started from a thread that outlives them
-    (the main thread, or the comparison thread, which waits for its runs).
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the other safeguards remain
-        pass
 
 
 def _parent(proc: psutil.Process) -> int | None:

@@ -80,6 +80,9 @@ class LaunchSpec:
     # The comparison (compare or scale) this run is one row of: its id, kept in spec.json, so that the
     # listings name it and the app can show that comparison again from its runs.
     comparison: str | None = None
+    # Seconds between the signal that stops the job and SIGKILL (None: mgpu-tui's own 5 s, for its
+    # modes; exec's --stop-grace, 30 s by default; the drop-in's torchrun's own --shutdown-timeout).
+    stop_grace: float | None = None
     # A rank silent this long is stalled (None: max(30 s, 10 x the median step time)).
     stall_timeout: float | None = None
     # What a stall does: "stop" the run or "report" it and go on. None: stop a mode's demo; report

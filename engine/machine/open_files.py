@@ -5,6 +5,13 @@ only: the CLI calls it before anything else, and --help must stay quick."""
 from __future__ import annotations
 
 MAX_OPEN_FILES = 65536
+_FOUND: list[int] = []  # the soft limit this process started with, before it was raised
+
+
+def found_open_files_limit() -> int | None:
+    """The soft limit of open files this process started with (a job run as bare gets it back:
+    launch/keeper.py), once raise_open_files_limit ran; None before, or where it was unlimited."""
+    return _FOUND[0] if _FOUND else None
 
 
 def raise_open_files_limit() -> int | None:
@@ -15,6 +22,8 @@ def raise_open_files_limit() -> int | None:
         import resource
 
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if not _FOUND and soft != resource.RLIM_INFINITY:
+            _FOUND.append(soft)
         want = MAX_OPEN_FILES if hard == resource.RLIM_INFINITY else min(hard, MAX_OPEN_FILES)
         if soft != resource.RLIM_INFINITY and soft < want:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))

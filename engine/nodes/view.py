@@ -129,5 +129,12 @@ def node_verdict(message: str, hint: str | None = None, own: RootCause | None = 
     """The job's failure as another node (or the rendezvous) caused it, with this node's own beside."""
     here = f"on this node: {own.describe()}" if own else ""
     return RootCause(
-        rank=None, exit_code=None, signal=None, message=message, traceback=here, hint=hint, verdict=True
+        rank=None,
+        exit_code=None,
+        signal=None,
+        message=message,
+        traceback=here,
+        hint=hint,
+        verdict=True,
+        kind="node",
     )

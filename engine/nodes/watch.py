@@ -28,7 +28,7 @@ import subprocess
 import threading
 import time
 
-from mgpu_tui.engine.launch.processes import term_when_parent_dies
+from mgpu_tui.engine.launch.keeper import term_when_parent_dies
 from mgpu_tui.engine.launch.spec import ResolvedSpec
 from mgpu_tui.engine.nodes.endpoint import hosts_here, resolve_endpoint, route_address
 from mgpu_tui.engine.nodes.view import LOST_HINT, NodeView, Peer, node_verdict
@@ -311,6 +311,7 @@ class NodeWatch:
             traceback=here,
             hint=f.hint,
             verdict=True,
+            kind="node",
         )
 
     # ---- the end ----------------------------------------------------------------------

@@ -21,6 +21,9 @@ class Defaults:
     cpu_ranks: int = 2  # ranks of a multi-process mode on the CPU (on CUDA: one per GPU)
     join_timeout: float = 600.0  # several nodes: seconds to wait for all to join (torchrun's default)
     cpu_ranks_per_core: int = 4  # more CPU ranks than this per core only fight over them (--force)
+    # exec: seconds between the signal that stops a job (Ctrl-C, SIGTERM) and SIGKILL, as torchrun's
+    # --shutdown-timeout, Slurm's KillWait and Kubernetes' grace period give a job by default
+    stop_grace: float = 30.0
 
 
 DEFAULTS = Defaults()

@@ -20,6 +20,11 @@ from mgpu_tui.engine.protocol.text import nearest
 
 # torchrun starts the ranks; python is the one rank; a command (mgpu-tui exec) starts them its own way.
 Launcher = Literal["torchrun", "python", "command"]
+# What a job's ranks communicate, for the advice on why it is slow (engine/run/figures/advice.py):
+# DDP's gradient all-reduce, FSDP's gathers and reduce-scatters, a pipeline's sends between stages,
+# TP's all-reduces inside every layer, a script's own (its collectives, or a wrapper the watch does
+# not know), or none between ranks (one process).
+Job = Literal["DDP", "FSDP", "pipeline", "TP", "script's own", "one process"]
 # How a mode holds the model's memory: engine/planning/memory.py has one planner a shape.
 MemoryShape = Literal[
     "one_device",  # the whole model and its batch on one device
@@ -65,6 +70,7 @@ class Mode:
     splits_heads: bool = False  # each rank computes whole attention heads: --nproc divides the heads
     rpc_agent: bool = False  # it starts torch's RPC agent beside the group: --check runs it last
     check_scaling: bool = False  # --check --level 3 measures its scaling over the ranks
+    job: Job = "one process"  # what its ranks communicate (the advice on why it is slow)
 
     @property
     def devices_per_rank(self) -> int:
@@ -141,6 +147,7 @@ MODES: dict[str, Mode] = {
             splits_batch=True,
             memory="replicated",
             check_scaling=True,
+            job="DDP",
         ),
         _mode(
             "zero1",
@@ -155,6 +162,7 @@ MODES: dict[str, Mode] = {
             "the gradients as DDP does, then broadcasts each rank's updated parameters.",
             splits_batch=True,
             memory="optimizer_sharded",
+            job="DDP",
         ),
         _mode(
             "mp",
@@ -183,6 +191,7 @@ MODES: dict[str, Mode] = {
             splits_batch=True,
             cpu_note="each rank's two stages share the CPU, so only the DDP part is real here.",
             memory="stage_pairs",
+            job="DDP",
         ),
         _mode(
             "pipeline",
@@ -197,6 +206,7 @@ MODES: dict[str, Mode] = {
             stages_from="ranks",
             microbatched=True,
             memory="pipelined",
+            job="pipeline",
         ),
         _mode(
             "fsdp",
@@ -210,6 +220,7 @@ MODES: dict[str, Mode] = {
             "and reduce-scatters the gradients: about 1.5 times DDP's traffic.",
             splits_batch=True,
             memory="sharded",
+            job="FSDP",
         ),
         Mode(
             "fsdp_grad_op",
@@ -228,6 +239,7 @@ MODES: dict[str, Mode] = {
             splits_batch=True,
             demo_flags=("--no-reshard-after-forward",),
             memory="sharded_kept",
+            job="FSDP",
         ),
         _mode(
             "rpc",
@@ -246,6 +258,7 @@ MODES: dict[str, Mode] = {
             no_warmup="rpc's DistributedOptimizer keeps the learning rate on the workers, out of the "
             "demo's reach",
             rpc_agent=True,
+            job="pipeline",
         ),
         _mode(
             "tp",
@@ -258,6 +271,7 @@ MODES: dict[str, Mode] = {
             "forward and their gradients backward, so traffic comes every layer, not once a step.",
             memory="tensor_split",
             splits_heads=True,
+            job="TP",
         ),
         _mode(
             "hybrid",
@@ -288,6 +302,7 @@ SCRIPT = Mode(
     costs="Whatever your script does.",
     layout="one_gpu",  # a script picks its own devices: it needs a GPU on CUDA, no more is known
     own_program=True,
+    job="script's own",  # until its ranks say they train under DDP or FSDP (advice.py)
 )
 
 # Any command line, run as given (mgpu-tui exec): its launcher, whatever it is, starts the ranks, and
@@ -304,6 +319,7 @@ EXEC = Mode(
     costs="Whatever your command does.",
     layout="one_gpu",
     own_program=True,
+    job="script's own",
 )
 
 
@@ -326,12 +342,18 @@ def availability(mode: Mode, host: Host) -> Availability:
                 None,
                 f"needs at least {needed} GPUs, {host.gpu_count} visible (--share-gpus runs it on fewer)",
             )
-        backend = " with NCCL" if mode.multi_process else ""
-        return Availability(True, "cuda", f"on {host.gpu_count} GPU(s){backend}")
+        return Availability(True, "cuda", f"on {host.gpu_count} GPU(s){_talks(mode, 'NCCL')}")
     if mode.cpu_path == "degenerate":
         return Availability(True, "cpu", f"runs, degenerate: {mode.cpu_note}")
-    backend = " with gloo" if mode.multi_process else ""
-    return Availability(True, "cpu", f"on the CPU{backend}")
+    return Availability(True, "cpu", f"on the CPU{_talks(mode, 'gloo')}")
+
+
+def _talks(mode: Mode, group: str) -> str:
+    """How its ranks talk, in a few words: RPC's TensorPipe agent (rpc makes no process group),
+    the process group's backend, or nothing for one process."""
+    if mode.rpc_agent:
+        return " with TensorPipe (RPC)"
+    return f" with {group}" if mode.multi_process else ""
 
 
 def variant(mode: Mode, demo_args: tuple[str, ...] | list[str]) -> Mode:

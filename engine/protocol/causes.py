@@ -44,6 +44,10 @@ class RootCause:
     host: str | None = None  # the rank's host, in a job over several nodes
     # The message is the whole verdict (a lost host, a rendezvous that never completed): no "who" before it.
     verdict: bool = False
+    # What kind of failure, where its maker knows (one of CAUSE_KINDS); :func:`cause_kind` tells the rest.
+    kind: str | None = None
+    # A trainer's failure (a process of a command that trained with no process group): its number.
+    trainer: int | None = None
     out_of_memory: OutOfMemory | None = None  # where it ran out of memory: what filled it, what would fit
 
     def headline(self) -> str:
@@ -51,17 +55,55 @@ class RootCause:
         if self.verdict:
             return self.message
         who = "the launcher" if self.rank is None else f"rank {self.rank}"
+        who = f"trainer {self.trainer}" if self.trainer is not None else who
         who += f" on {self.host}" if self.host else ""
         how = self.signal or (f"exit code {self.exit_code}" if self.exit_code is not None else None)
         return f"{who} failed first ({how}): {self.message}" if how else f"{who}: {self.message}"
 
     def describe(self) -> str:
-        """The headline, the hint, and below them the traceback (or the stacks, for a stall)."""
+        """The headline, the hint, and below them the traceback (or the stacks, for a stall), its
+        user's frames only (users_frames: none of the launchers' or of mgpu-tui's watch)."""
         text = self.headline() + (f"\nhint: {self.hint}" if self.hint else "")
-        return text + (f"\n{self.traceback.rstrip()}" if self.traceback.strip() else "")
+        frames = users_frames(self.traceback)
+        return text + (f"\n{frames.rstrip()}" if frames.strip() else "")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        document = asdict(self)
+        if self.kind is None:  # (a cause whose kind is told by its shape: written as before kinds)
+            del document["kind"]
+        if self.trainer is None:  # a trainer's failure alone: every other reads as before
+            del document["trainer"]
+        return document
+
+
+# The kinds of failure, a fixed set (the metrics' root cause, docs/metrics.md): a stall, a full disk,
+# another node (or the rendezvous), a rank that finished its work and died at exit, out of memory, a
+# signal, a rank's error or exit code, the launcher's own failure.
+CAUSE_KINDS = (
+    "stall",
+    "disk_full",
+    "node",
+    "finished_then_died",
+    "out_of_memory",
+    "signal",
+    "error",
+    "launcher",
+)
+_OUT_OF_MEMORY = re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b")
+
+
+def cause_kind(cause: RootCause) -> str:
+    """The failure's kind, one of CAUSE_KINDS: its maker's word where it said one (a kind read back
+    from a file that is none of them is not believed), else from its shape."""
+    if cause.kind in CAUSE_KINDS:
+        return cause.kind
+    if _OUT_OF_MEMORY.search(f"{cause.message}\n{cause.traceback[-20_000:]}"):
+        return "out_of_memory"
+    if "Traceback (most recent call last)" in cause.traceback[:20_000]:
+        return "error"  # the rank raised: its exception is the story, however its process ended after
+    if cause.signal:
+        return "signal"
+    return "launcher" if cause.rank is None else "error"
 
 
 # What a rank says when it is the casualty of another rank's failure, not its cause: its peer went

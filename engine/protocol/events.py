@@ -1,12 +1,15 @@
 """The rank event protocol: the one module that owns its format.
 
 Every rank appends one JSON object per line to ``events/rank<N>.jsonl`` in the
-run directory. Each object carries ``v`` (the schema version), ``kind``, ``rank``
-and ``t`` (Unix time in seconds), plus the fields of its kind:
+run directory (a trainer, a process of a command that trains with no process group, to
+``events/trainer<PID>.jsonl``, as rank 0 of a world of one, each hello there beginning a training
+of its own: engine/run/figures/trainers.py). Each object carries ``v`` (the schema version),
+``kind``, ``rank`` and ``t`` (Unix time in seconds), plus the fields of its kind:
 
 - ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only,
-  else null), mode, config (an object of the rank's settings), stacks (true when the rank
-  answers a stack request, requests/stacks; absent is false).
+  else null), mode, config (an object of the rank's settings; a trainer's names its process:
+  ``process``), stacks (true when the rank answers a stack request, requests/stacks; absent is
+  false).
 - ``step``: step, samples (new to the job: tensor-parallel peers and later
   pipeline stages report 0, so throughput is never counted twice), tokens,
   loss (null when this rank has none), step_s (wall seconds since the previous

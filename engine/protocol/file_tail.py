@@ -23,9 +23,11 @@ LAST_EVENT_BYTES = 256 << 10  # of a file's end, read for its latest step
 class FileTail:
     """Incremental reader of one append-only file."""
 
-    def __init__(self, path: str | os.PathLike, *, max_line: int = 1 << 20) -> None:
+    def __init__(self, path: str | os.PathLike, *, max_line: int = 1 << 20, cut: bytes | None = None) -> None:
+        """``cut``: a line that stands where a line over ``max_line`` was left out (None: nothing)."""
         self.path = Path(path)
         self.max_line = max_line
+        self.cut = cut
         self.offset = 0
         self.dropped_long_lines = 0
         self._partial = b""
@@ -105,6 +107,7 @@ class FileTail:
             self._partial = b""
             if len(line) > self.max_line:
                 self.dropped_long_lines += 1
+                lines += [self.cut] if self.cut is not None else []
             else:
                 lines.append(line)
         tail = pieces[-1]
@@ -113,6 +116,7 @@ class FileTail:
         self._partial += tail
         if len(self._partial) > self.max_line:
             self.dropped_long_lines += 1
+            lines += [self.cut] if self.cut is not None else []
             self._partial = b""
             self._skipping = True
         return lines

@@ -11,7 +11,9 @@ Layout::
         logs/command/stdout.log, stderr.log
                               mgpu-tui exec: the command's own output, every process's lines
                               merged as its launcher printed them (the "rank" JOB_OUTPUT)
-        events/rank<N>.jsonl  the rank event stream (see events.py)
+        events/rank<N>.jsonl  the rank event stream (see events.py); events/trainer<PID>.jsonl: a
+                              process that trains with no process group (mgpu-tui exec), its
+                              trainings one after another (a pool worker's tasks)
         params/rank<N>.pt     trained parameters, with --verify; verify.log beside them
         telemetry.jsonl       the machine during the run (run/figures/telemetry_log.py)
         monitor.lock          locked while a process follows the run (run/monitor.py)
@@ -22,7 +24,7 @@ Layout::
         requests/fr, requests/stacks
                               the engine's requests to every rank (its flight records, its Python
                               stacks): files that each rank's reporter thread polls, never a signal
-        stacks/rank<N>.txt    a rank's answer: every thread's Python stack
+        stacks/rank<N>.txt    a rank's answer: every thread's Python stack (a trainer's: trainer<PID>.txt)
         fr/rank<N>.json       a rank's flight record, the engine's reading of it; torch's own dump
                               under fr/torch/rank<N>, and fr/torch-readable/rank<N> (gloo's groups
                               named, for fr_trace)
@@ -47,6 +49,7 @@ from mgpu_tui.engine.protocol.rundir_make import folder_name as folder_name
 from mgpu_tui.engine.protocol.rundir_make import make_run_dir
 
 _RANK_FILE = re.compile(r"rank([0-9]{1,7})\.jsonl$")
+_TRAINER_FILE = re.compile(r"trainer([0-9]{1,7})\.jsonl$")
 _NODE_SPEC = re.compile(r"spec-node([0-9]{1,5})\.json")
 _PARAMS_FILE = re.compile(r"rank([0-9]{1,7})\.pt")
 _NCCL_LOG = re.compile(r"nccl-.*\.log")
@@ -101,8 +104,11 @@ class RunDir:
 
         Two runs started in the same second get ``-2``, ``-3``... so they never share one.
         ``shared`` names a folder that the nodes of one job share (``<root>/<shared>-<mode>``).
+        Its path is absolute: the ranks are handed it, and a rank may change directory first.
         """
-        return make_run_dir(cls, root, mode, now, node=node, shared=shared)
+        run = make_run_dir(cls, root, mode, now, node=node, shared=shared)
+        run.path = run.path.absolute()
+        return run
 
     # ---- well-known paths --------------------------------------------------
 
@@ -156,9 +162,10 @@ class RunDir:
         """--verify's own output (run/verify.py)."""
         return self.path / "verify.log"
 
-    def events_path(self, rank: int) -> Path:
-        """A rank's event stream, named by global rank (events.py)."""
-        return self.events_dir / f"rank{rank}.jsonl"
+    def events_path(self, rank: int, trainer: bool = False) -> Path:
+        """A rank's event stream, named by global rank (events.py); a trainer's (``trainer``: ``rank``
+        is its pid), named by its process."""
+        return self.events_dir / f"{'trainer' if trainer else 'rank'}{rank}.jsonl"
 
     def request_path(self, name: str) -> Path:
         """The engine's request ``name`` (FR_REQUEST, STACKS_REQUEST) to every rank."""
@@ -168,9 +175,9 @@ class RunDir:
     def stacks_dir(self) -> Path:
         return self.path / "stacks"
 
-    def stacks_path(self, rank: int) -> Path:
-        """A rank's answer to STACKS_REQUEST: every thread's Python stack."""
-        return stacks_file(self.stacks_dir, rank)
+    def stacks_path(self, rank: int, trainer: bool = False) -> Path:
+        """A rank's answer to STACKS_REQUEST: every thread's Python stack (a trainer's: by pid)."""
+        return stacks_file(self.stacks_dir, rank, trainer)
 
     def flight_record_path(self, rank: int) -> Path:
         """A rank's answer to FR_REQUEST: its flight record, as the engine reads it."""
@@ -236,12 +243,14 @@ class RunDir:
 
     # ---- discovery (files appear while the run goes) -------------------------
 
-    def event_files(self) -> dict[int, Path]:
-        """Global rank -> its event file, for the files that exist now."""
+    def event_files(self, trainers: bool = False) -> dict[int, Path]:
+        """Global rank -> its event file, for the files that exist now (``trainers``: pid -> a
+        trainer's file)."""
         found = {}
+        pattern = _TRAINER_FILE if trainers else _RANK_FILE
         for entry in entries(self.events_dir):
             name = entry.name
-            match = _RANK_FILE.fullmatch(name)
+            match = pattern.fullmatch(name)
             if match:
                 found[int(match.group(1))] = self.events_dir / name
         return found
@@ -352,9 +361,9 @@ def is_spec_file(name: str) -> bool:
     return _SPEC_FILE.fullmatch(name) is not None
 
 
-def stacks_file(stacks_dir: Path | str, rank: int) -> Path:
-    """A rank's stacks in a run's ``stacks_dir`` (a stall keeps the folder's path)."""
-    return Path(stacks_dir) / f"rank{rank}.txt"
+def stacks_file(stacks_dir: Path | str, rank: int, trainer: bool = False) -> Path:
+    """A rank's stacks in a run's ``stacks_dir`` (a stall keeps the folder's path); a trainer's by pid."""
+    return Path(stacks_dir) / f"{'trainer' if trainer else 'rank'}{rank}.txt"
 
 
 def params_path(folder: Path | str, rank: int) -> Path:

@@ -31,6 +31,7 @@ import types
 from types import TracebackType
 
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
+from mgpu_tui.engine.rank.watch.memory.watch import failure_fields
 from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 
 USAGE = "usage: python -m mgpu_tui.engine.rank.bootstrap (SCRIPT | -m MODULE) [ARG...]"
@@ -44,9 +45,10 @@ def _not_ours(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
-def describe(exc: BaseException) -> dict[str, str]:
+def describe(exc: BaseException, tb: TracebackType | None = None) -> dict[str, str]:
     """The error event's fields for an exception: its qualified type, its first line (the
-    headline), every line of its message, and its traceback (chained exceptions included)."""
+    headline), every line of its message, and its traceback (chained exceptions included; from
+    ``tb`` on where given, the exception itself unchanged)."""
     kind = type(exc)
     name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
     try:
@@ -54,7 +56,7 @@ def describe(exc: BaseException) -> dict[str, str]:
     except Exception as inner:  # noqa: BLE001 (an exception whose __str__ raises: it is still told)
         text = f"<its message could not be read: {type(inner).__name__}>"
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-    lines = traceback.format_exception(kind, exc, _not_ours(exc.__traceback__))
+    lines = traceback.format_exception(kind, exc, tb if tb is not None else _not_ours(exc.__traceback__))
     return {
         "message": f"{kind.__name__}: {first}" if first else kind.__name__,
         "traceback": "".join(lines),
@@ -97,6 +99,7 @@ def main(argv: list[str] | None = None) -> None:
         reporter = ScriptReporter(print_every=10**9)
         reporter.hello(mode="script", device="unknown", config={"program": program, "args": args[:64]})
         watch = ScriptWatch(reporter, program)
+        reporter.follow_thread(lambda: watch.training_thread)  # its stacks: the training thread first
         watch.start()
         os.register_at_fork(after_in_child=watch.after_fork_in_child)  # a data-loader worker is no rank
     try:
@@ -119,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 (every way a script can end is told, then passed on)
         if watch is not None and reporter is not None:
             watch.finish()
-            reporter.error(**describe(exc), **watch.failure_fields(exc))
+            reporter.error(**describe(exc), **failure_fields(watch, exc))
             reporter.close()
         # As Python prints it (through torch's excepthook, which prefixes the rank, if the script
         # made a process group), from the script's first frame; then exit 1, as Python would.

@@ -9,6 +9,7 @@ import json
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,15 +46,20 @@ class FlightRecorderDump:
     signal handler runs; so a thread of its own looks, every FR_POLL_S, for the engine's request
     file (``requests/fr``) and writes ``fr/rank<N>.json`` from torch's own recorder. Nothing is
     imported: if the rank's program has not imported torch, there is nothing to dump.
+
+    A trainer (``trainer``: its pid; a process that trains with no process group) has no flight
+    records: it answers the stack request alone, into its own file. ``thread()`` names the thread
+    that trains, put first in the stacks (the main thread where it gives none).
     """
 
-    def __init__(self, run_dir: Path, rank: int) -> None:
+    def __init__(self, run_dir: Path, rank: int, *, trainer: int | None = None) -> None:
         folder = RunDir(run_dir)
         self.request = folder.request_path(FR_REQUEST)
         self.stacks_request = folder.request_path(STACKS_REQUEST)
-        self.stacks_out = folder.stacks_path(rank)
+        self.stacks_out = folder.stacks_path(rank) if trainer is None else folder.stacks_path(trainer, True)
+        self.thread: Callable[[], int | None] = lambda: None
         self._stacks_answered: float | None = None
-        self.out = folder.flight_record_path(rank)
+        self.out = folder.flight_record_path(rank) if trainer is None else None
         self.torch_out = folder.torch_dump_path(rank)
         self.readable_out = folder.torch_dump_path(rank, readable=True)
         self._answered: float | None = None
@@ -79,7 +85,7 @@ class FlightRecorderDump:
             except OSError:
                 asked = None
             requested = asked is not None and asked != self._answered
-            if requested or time.monotonic() - last >= FR_PERIOD_S:
+            if self.out is not None and (requested or time.monotonic() - last >= FR_PERIOD_S):
                 self._answered = asked
                 last = time.monotonic()
                 with self._dumping:
@@ -103,8 +109,13 @@ class FlightRecorderDump:
         try:
             self.stacks_out.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.stacks_out.with_name(self.stacks_out.name + ".tmp")
-            with open(tmp, "w") as f:
-                f.write(f"main thread 0x{threading.main_thread().ident or 0:016x}\n")
+            main = threading.main_thread().ident or 0
+            training = self.thread()
+            if training is None or training == main or training not in sys._current_frames():
+                training = None
+            first = f"training thread 0x{training:016x}" if training else f"main thread 0x{main:016x}"
+            with open(tmp, "w") as f:  # the thread to read first: the one that trains
+                f.write(first + "\n")
                 f.flush()
                 faulthandler.dump_traceback(file=f, all_threads=True)
             tmp.replace(self.stacks_out)
@@ -112,12 +123,15 @@ class FlightRecorderDump:
             return
 
     def dump_now(self) -> None:
+        if self.out is None:
+            return
         with self._dumping:
             self._dump(keep_older=True)
 
     def _dump(self, keep_older: bool = False) -> None:
         """``keep_older``: an unasked dump with no entries (the process group already gone, at the
         end) does not replace the last one that had some."""
+        assert self.out is not None
         c10d = getattr(getattr(sys.modules.get("torch"), "_C", None), "_distributed_c10d", None)
         dump = getattr(c10d, "_dump_fr_trace_json", None)
         if dump is None:

@@ -57,6 +57,8 @@ _bootstrap: Reporter | None = None
 class Reporter:
     """Writes one rank's events. Safe to use without a run directory."""
 
+    _trainer: int | None = None  # a trainer's pid (ScriptReporter): its files are named by it
+
     def __init__(
         self,
         *,
@@ -85,10 +87,12 @@ class Reporter:
             self._said_hello = True  # the bootstrap said it, with this process's pid
             self._host.adopt(self)
         elif self.run_dir is not None:
-            self._events_path = RunDir(self.run_dir).events_path(self.rank)
+            trainer, folder = self._trainer, RunDir(self.run_dir)
+            named = self.rank if trainer is None else trainer
+            self._events_path = folder.events_path(named, trainer is not None)
             self._events_path.parent.mkdir(parents=True, exist_ok=True)
             self._open_events()
-            self._flight_recorder = FlightRecorderDump(self.run_dir, self.rank)
+            self._flight_recorder = FlightRecorderDump(self.run_dir, self.rank, trainer=trainer)
         self._last = time.time()
         self._samples_since_print = 0
         self._time_at_print = self._last
@@ -328,6 +332,9 @@ class Reporter:
             _bootstrap = None
 
     def close(self) -> None:
+        global _bootstrap
+        if _bootstrap is self:  # a Reporter the script makes later speaks for itself
+            _bootstrap = None
         if self._flight_recorder is not None:
             self._flight_recorder.stop()
             self._flight_recorder = None
@@ -360,9 +367,13 @@ class Reporter:
 class ScriptReporter(Reporter):
     """The reporter of a script that does not know mgpu-tui: it prints nothing (the script's own
     output stays its own) and says what the script used (``about``) and that it moves (``beat``).
-    Made, it is the rank's one reporter: a Reporter the script makes speaks through it."""
+    Made, it is the rank's one reporter: a Reporter the script makes speaks through it. A trainer's
+    (``trainer``: a process that trains with no process group, mgpu-tui exec) writes its own file,
+    named by its pid, as rank 0 of a job of its own."""
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, trainer: bool = False, **kwargs: Any) -> None:
+        if trainer:
+            self._trainer = os.getpid()
         super().__init__(**kwargs)
         global _bootstrap
         _bootstrap = self
@@ -375,6 +386,11 @@ class ScriptReporter(Reporter):
 
     def beat(self, where: str | None) -> None:
         self._write("beat", {"where": where})
+
+    def follow_thread(self, thread: Any) -> None:
+        """``thread()``: the thread that trains, whose stack is put first when the engine asks."""
+        if self._flight_recorder is not None:
+            self._flight_recorder.thread = thread
 
     def adopt(self, reporter: Reporter) -> None:
         self.script_reports_steps = True

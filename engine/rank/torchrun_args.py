@@ -101,6 +101,19 @@ def _passthrough(parser: argparse.ArgumentParser, args: argparse.Namespace) -> l
     return out
 
 
+def _shutdown_timeout(args: argparse.Namespace) -> float:
+    """torchrun's wait from its signal to its ranks to their SIGKILL, as torchrun reads it (its
+    flag, else TORCH_ELASTIC_SHUTDOWN_TIMEOUT, else 30 s: torch.distributed.launcher.api)."""
+    given = getattr(args, "shutdown_timeout", None)
+    try:
+        value = float(given if given is not None else os.environ.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "30"))
+    except ValueError:
+        raise _Refused(f"--shutdown-timeout must be a number of seconds, got {given!r}.") from None
+    if not 0 <= value <= 1e6:
+        raise _Refused(f"--shutdown-timeout must be from 0 to 1000000 seconds, got {value:g}.")
+    return value
+
+
 def read(argv: list[str], ours: list[tuple[str, int, str]]) -> dict[str, Any]:
     parser = _parser(ours)
     if not argv or argv[0] in ("-h", "--help"):
@@ -144,6 +157,7 @@ def read(argv: list[str], ours: list[tuple[str, int, str]]) -> dict[str, Any]:
             "master_addr": args.master_addr,
             "master_port": int(args.master_port) if given_port else None,
             "local_ranks_filter": args.local_ranks_filter or None,
+            "shutdown_timeout": _shutdown_timeout(args),
         },
         "ours": chosen,
         "passthrough": _passthrough(parser, args),

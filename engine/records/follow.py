@@ -23,7 +23,7 @@ from mgpu_tui.engine.launch.slurm import expand_hostlist
 from mgpu_tui.engine.launch.spec import LaunchSpec, as_device
 from mgpu_tui.engine.machine.slurm import cancel_job, job_state
 from mgpu_tui.engine.nodes.view import NodeView
-from mgpu_tui.engine.planning.modes import MODES
+from mgpu_tui.engine.planning.modes import EXEC, MODES, Job
 from mgpu_tui.engine.protocol.file_tail import FileTail
 from mgpu_tui.engine.protocol.folder import loads, read_json
 from mgpu_tui.engine.protocol.heartbeat import MAX_HOST, NodeState, plain
@@ -31,13 +31,14 @@ from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.records.history import (
     MAX_SPEC_BYTES,
     MAX_SUMMARY_BYTES,
+    RecordedSpec,
     RecordError,
     RecordStatus,
     read_run,
     read_spec,
 )
 from mgpu_tui.engine.records.telemetry_read import MAX_TELEMETRY_LINE, NodeMachine, TelemetrySeries
-from mgpu_tui.engine.run.causes.watchdog import stall_timeout
+from mgpu_tui.engine.run.causes.watchdog import Stall, stall_timeout
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
 from mgpu_tui.engine.run.monitor import Monitor, MonitorRecord, is_followed, monitor_of
 from mgpu_tui.engine.run.summary import RunSummary
@@ -49,6 +50,15 @@ READS_PER_POLL = 64  # a finished run's files are read in chunks; this many a po
 FollowState = RunState  # its first name, kept: a followed run's states are any run's (run/watched.py)
 
 
+def job_of_spec(spec: RecordedSpec) -> Job | None:
+    """What the recorded run's ranks communicate: its mode's (a script's is learned from its ranks);
+    None for a mode this catalogue does not know."""
+    if spec.program is not None:
+        return EXEC.job
+    mode = MODES.get(spec.mode or "")
+    return mode.job if mode is not None else None
+
+
 class FollowedRun(IngestReadings):
     """One run directory, read as it is and as it grows (stats, series, log lines: IngestReadings)."""
 
@@ -56,19 +66,21 @@ class FollowedRun(IngestReadings):
         record = read_run(path)
         if record.status is RecordStatus.BROKEN:
             raise RecordError(f"{path} cannot be opened: {record.reason}.")
-        spec, _, node = read_spec(path)
+        spec, machine, node = read_spec(path)
         # A script says no total: its steps are counted, not requested.
         self.steps_requested: int | None = None if spec.program else (spec.steps or 0)
         self.requested_stall_timeout = spec.stall_timeout
         restarts = spec.max_restarts > 0
         self.path = path
         self.recorded_spec = spec
+        self.machine = machine  # the host it ran on, as its spec.json says (the ranks' to write)
         self.run_dir = RunDir(path, node=node)
         self.what = record.what
         world = spec.world_size if spec.world_size is not None else record.world_size
         ranks = "its own ranks" if world is None else f"{world} rank{'s' if world != 1 else ''}"
         self.label = f"{record.label} on {ranks}"
         self.summary: RunSummary | None = None
+        self.stopped_rank: int | None = None  # (only the run's own monitor stops a rank of it)
         self.state = RunState.RUNNING
         self.telemetry = TelemetrySeries()
         self.nnodes = spec.nnodes
@@ -78,6 +90,7 @@ class FollowedRun(IngestReadings):
             restarts=restarts,
             log_dirs=self._log_dirs,
             command_output=bool(spec.command),
+            job=job_of_spec(spec),
         )
         self._telemetry_tail = FileTail(self.run_dir.telemetry_path, max_line=MAX_TELEMETRY_LINE)
         self._hosts: dict[int, str] = {}  # several nodes sharing the folder: each node's host, once read
@@ -226,6 +239,11 @@ class FollowedRun(IngestReadings):
 
     def stall_timeout(self) -> float:
         return stall_timeout(self.requested_stall_timeout, self._ingest.recent_step_time())
+
+    @property
+    def stall(self) -> Stall | None:
+        """The stall its summary holds, once it has one (the verdict of a hang that was stopped)."""
+        return self.summary.stall if self.summary is not None else None
 
     def nodes(self) -> tuple[NodeView, ...]:
         """Several nodes: each node of the job, from the summary once there is one, else from the

@@ -158,6 +158,17 @@ class RunRecord:
         what = f"{self.what} · {self.model}" if self.model and self.model != "mlp" else self.what
         return f"{self.name}: {what}" if self.name else what
 
+    @property
+    def why(self) -> str | None:
+        """Why it ended as it did, as the listings say it: a broken folder's reason, a failure's root
+        cause, or the hang it was stopped in (a stall reported, then stopped: no failure's cause)."""
+        s = self.summary
+        if self.reason or s is None:
+            return self.reason
+        if s.root_cause is not None:
+            return s.root_cause.headline()
+        return f"hung: {s.stall.headline()}" if s.stall is not None else None
+
     def to_json(self) -> dict:
         s = self.summary
         return {
@@ -177,6 +188,8 @@ class RunRecord:
             "samples_per_s": s.samples_per_s if s else None,
             "final_loss": s.final_loss if s else None,
             "root_cause": s.root_cause.headline() if s and s.root_cause else None,
+            "stall": s.stall.headline() if s and s.stall else None,
+            "why": self.why,
         }
 
 

@@ -20,13 +20,17 @@ from mgpu_tui.engine.run.causes.rootcause import (
     find_root_cause,
     hint_for,
 )
-from mgpu_tui.engine.run.figures.nccl_record import nccl_figures
+from mgpu_tui.engine.run.nccl.nccl_record import nccl_figures
 from mgpu_tui.engine.run.summary import RunStatus, RunSummary
 from mgpu_tui.engine.run.verify import Verification, Verify
 from mgpu_tui.engine.run.watched import RunState, final_state
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.run.lifecycle import Run
+
+# Once a command's processes are gone, how long its last output may take to reach its log and the
+# console (a terminal that does not read holds only the console, never the summary, past this).
+OUTPUT_END_S = 10.0
 
 
 def ran_to_its_end(run: Run, rank: int | None) -> tuple[int, str | None] | None:
@@ -58,10 +62,13 @@ def how_it_ended(run: Run, returncode: int | None) -> tuple[RunState, RootCause 
     if run._node_cause is not None:  # another node, or the rendezvous, ended it
         ended_by_watchdog, root_cause = True, run._node_cause
     state = final_state(returncode, stalled=ended_by_watchdog, stop_requested=run._stop_requested)
+    errors, trainer_errors = run._ingest.errors(), run._ingest.trainer_errors()
+    if state is RunState.OK and run._command and (errors or trainer_errors):
+        state = RunState.FAILED  # a rank or trainer that raised failed, whatever its parent's exit code
     if state is not RunState.FAILED:
         root_cause = None
     elif root_cause is None and run._command:
-        root_cause = command_root_cause(run.run_dir, returncode, run._ingest.errors())
+        root_cause = command_root_cause(run.run_dir, returncode, errors, trainer_errors)
         finished = ran_to_its_end(run, root_cause.rank)
         if finished is not None:
             root_cause = after_finishing(root_cause, *finished)
@@ -105,6 +112,7 @@ def finish(run: Run, verify: Verify | None) -> None:
     if run.resolved.spec.nnodes == 1:  # the ranks' last flight-recorder dumps: who arrived late
         run._ingest.read_flight_records(run.ranks_here())
     telemetry = run._telemetry.stop() if run._telemetry is not None else None
+    processes = run._tree.processes_seen(run._local_pids()) if run._command else ()
     run.summary = RunSummary.build(
         run.resolved,
         str(run.run_dir.path),
@@ -122,8 +130,8 @@ def finish(run: Run, verify: Verify | None) -> None:
         nccl=nccl_figures(run.run_dir) if run.resolved.backend == "nccl" else None,
         nodes=nodes,
         stopped_by=run._stopped_by,
-        world_size=run.world_size,
-        processes=run._tree.processes_seen(run._local_pids()) if run._command else (),
+        world_size=believed_world(run, processes),
+        processes=processes,
     )
     try:
         run.run_dir.write_json(run.run_dir.summary_path, run.summary.to_json())
@@ -143,6 +151,26 @@ def finish(run: Run, verify: Verify | None) -> None:
     run._monitor.release()  # after the summary: whoever sees the lock go finds the result
 
 
+def believed_world(run: Run, processes: tuple) -> int | None:
+    """A command's world size as its ranks said it, within what could be true: its ranks are
+    processes of this machine's tree (exec runs on one node), so a hello that claims more than the
+    processes seen (and the ranks heard from) is not believed past them."""
+    world = run.world_size
+    if not run._command or not world:
+        return world
+    heard = run._ingest.rank_processes()
+    bound = max(len(processes), max(heard, default=-1) + 1)
+    if world > bound:
+        run.log.warning(
+            "a rank said the world size is %d, but %d process(es) ran: the job's is taken as %d",
+            world,
+            len(processes),
+            bound,
+        )
+        return bound
+    return world
+
+
 def launcher_ended(run: Run, returncode: int) -> None:
     """The launcher exited: nothing of the run may outlive it; the ranks' last events read; then
     the verification (asked for, and the run went well), or the end."""
@@ -151,6 +179,8 @@ def launcher_ended(run: Run, returncode: int) -> None:
     # torchrun has ended its ranks when it exits normally; anything still alive
     # (after a hard kill, say) must not outlive the run.
     run._tree.kill_all()
+    if run.output is not None and not run.output.finish(timeout=OUTPUT_END_S):
+        run.log.warning("the command's output was still being copied %.0f s after its end", OUTPUT_END_S)
     if skipped := run._ingest.catch_up():  # what the ranks wrote last, however much it was
         run.log.warning(
             "%d rank(s) wrote events faster than they could be read: their figures stop where "

@@ -2,15 +2,13 @@
 
 :class:`Run` ties the parts together; each part is its own module:
 
-- ``processes.py``: the launcher and every process it begets, and how they end;
-- ``ingest.py``: the ranks' event and log files, followed as they grow;
-- ``watchdog.py``: what ends a run early: a stall (and the stacks of the ranks that stopped
-  reporting), a full disk, the peers of a failed rank that outlive torchrun's patience;
-- ``rootcause.py``: which rank failed first, and why; ``verify.py``: --verify's comparison;
-- ``summary.py``: the :class:`RunSummary`, built once when the run ends.
+``processes.py`` (the launcher and every process it begets, and how they end), ``ingest.py`` (the
+ranks' files, followed as they grow), ``watchdog.py`` (what ends a run early: a stall, a full disk,
+a failed rank's peers that outlive torchrun's patience), ``rootcause.py`` (which rank failed first,
+and why), ``verify.py`` (``--verify``), ``summary.py`` (the :class:`RunSummary`, built once at the end).
 
-States: created -> running -> (verifying ->) ok | failed | interrupted. Stopping:
-SIGTERM to the launcher (torchrun passes it on), a grace period, then SIGKILL to every
+States: created -> running -> (verifying ->) ok | failed | interrupted. Stopping: SIGTERM
+to the job's process group (torchrun passes it on), the stop grace, then SIGKILL to every
 process of the run. Only one thread may call :meth:`Run.poll`, :meth:`Run.stop` and
 :meth:`Run.close`; the reading methods (stats, series, log lines, rank processes) are
 safe from any thread.
@@ -27,19 +25,18 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mgpu_tui.engine.launch.command import Launch, build_command
-from mgpu_tui.engine.launch.processes import ProcessTree
+from mgpu_tui.engine.launch.job_output import Foreground, JobOutput
+from mgpu_tui.engine.launch.processes import STOP_GRACE_S, ProcessTree
 from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
 from mgpu_tui.engine.machine import host as host_module
+from mgpu_tui.engine.machine.telemetry import Snapshot as MachineSample
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.nodes.watch import NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir
-from mgpu_tui.engine.protocol.rundir_make import RunDirError
 from mgpu_tui.engine.run import ending, starting
 from mgpu_tui.engine.run.causes.out_of_memory import oom_kills
-from mgpu_tui.engine.run.causes.rootcause import (
-    RootCause,
-)
+from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall, StalledRank, Watchdog
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
 from mgpu_tui.engine.run.ingest import Ingest, IngestReadings
@@ -68,16 +65,18 @@ class Run(IngestReadings):
         python: str = sys.executable,
         environ: Mapping[str, str] | None = None,
         cpu_count: int | None = None,
+        foreground: Foreground | None = None,
     ) -> None:
+        """``foreground``: a launch line the user wrote, run as a shell runs it (starting.py)."""
         self.resolved = resolved
         self.run_dir = run_dir
         self.run_id = uuid.uuid4().hex
         self.python = python
         self.log = RunLog(self.run_id, run_dir.run_log)
         # Several nodes: this node's watch over the others, through the rendezvous store.
-        self._nodes = None
-        if resolved.spec.nnodes > 1:
-            self._nodes = NodeWatch(resolved, run_dir, python=python, log=self.log)
+        multi_node = resolved.spec.nnodes > 1
+        self._nodes = NodeWatch(resolved, run_dir, python=python, log=self.log) if multi_node else None
+        self.foreground = foreground
         self.launch: Launch = build_command(
             resolved,
             run_dir,
@@ -86,7 +85,10 @@ class Run(IngestReadings):
             cpu_count=cpu_count or host_module.cpu_count(),
             base_env=os.environ if environ is None else environ,
             local_addr=self._nodes.local_addr if self._nodes is not None else None,
+            buffered_as_bare=foreground is not None,
         )
+        self.stop_grace = resolved.spec.stop_grace if resolved.spec.stop_grace is not None else STOP_GRACE_S
+        self.output: JobOutput | None = None  # a command's own stdout and stderr (starting.py)
         self.state = RunState.CREATED
         self.summary: RunSummary | None = None  # once the run has finished
         self._command = resolved.mode.launcher == "command"  # mgpu-tui exec: its ranks are learned
@@ -100,11 +102,15 @@ class Run(IngestReadings):
             note_processes=self._command,
             log=self.log,
         )
+        # A command's ranks are processes of its tree: no claim of a world size is shown past them.
+        seen = (lambda: len(self._tree.known())) if self._command else None
         self._ingest = Ingest(
             run_dir,
             resolved.world_size,
             restarts=resolved.spec.max_restarts > 0,
             command_output=self._command,
+            job=resolved.mode.job,
+            seen=seen,
         )
         self._verification: Verification | None = None
         self._telemetry: TelemetryLog | None = None
@@ -154,44 +160,9 @@ class Run(IngestReadings):
                 self.log.close()
                 raise
         else:
-            self._start_launcher()
-        interval = self.resolved.spec.sample_interval
-        if interval:  # the machine during the run, kept with it (engine/run/figures/telemetry_log.py)
-            self._telemetry = TelemetryLog(  # the run's own processes are not "other" for BUSY MACHINE
-                self.run_dir.telemetry_path,
-                interval=interval,
-                ranks=self.rank_processes,
-                run_processes=self._tree.known,
-            )
-            self._telemetry.start()
+            starting.start_launcher(self)
+        self._telemetry = starting.start_telemetry(self, self._tree.known)
         self.state = RunState.RUNNING
-
-    def _start_launcher(self) -> None:
-        try:
-            out, err = self.run_dir.open_launcher_output(
-                one_process=not self.resolved.mode.multi_process, command=self._command
-            )
-        except RunDirError:
-            self._let_go()
-            self.log.close()
-            raise
-        try:
-            self._tree.start(out, err)
-        except BaseException:
-            self._let_go()
-            raise
-        finally:
-            out.close()
-            err.close()
-        self.log.info(
-            "started %s, %s rank(s) on %s (%s): pid %d, %s",
-            self.resolved.mode.name,
-            self.resolved.world_size or "its own",
-            self.resolved.device,
-            self.resolved.process_group or "no process group",
-            self._tree.started.pid,
-            " ".join(self.launch.argv),
-        )
 
     def _let_go(self) -> None:
         """The launcher could not start: nothing of the run may stay (the node link), nor its lock."""
@@ -257,9 +228,10 @@ class Run(IngestReadings):
             on_poll(self)
         return self.state
 
-    def stop(self, grace: float = 5.0, *, stopped_by: str | None = None) -> RunState:
-        """Stop every process of the run: SIGTERM, ``grace`` seconds, then SIGKILL. ``stopped_by``:
-        who asked, where it was not the user (Slurm's "cancelled" or "time limit"): the summary says it."""
+    def stop(self, grace: float | None = None, *, stopped_by: str | None = None) -> RunState:
+        """SIGTERM to the job's group, ``grace`` s (the run's stop grace), SIGKILL. ``stopped_by``: who
+        asked, where not the user (Slurm's "cancelled" or "time limit"): the summary says it."""
+        grace = self.stop_grace if grace is None else grace
         self._stopped_by = self._stopped_by or stopped_by
         if self.state is RunState.VERIFYING and self._verification is not None:
             self._stop_requested = True
@@ -275,12 +247,31 @@ class Run(IngestReadings):
         self._tree.terminate(grace)
         return self.poll()
 
+    def pass_signal(self, sig: signal.Signals, *, stopped_by: str | None = None) -> None:
+        """A signal mgpu-tui received, passed to the job's process group (not again where the group
+        has just had it: a Ctrl-C), SIGKILL after the stop grace; the run ends interrupted."""
+        if self.state is not RunState.RUNNING or not self.launched:
+            self.stop(stopped_by=stopped_by)
+            return
+        self._stopped_by = self._stopped_by or stopped_by
+        self._stop_requested = True
+        self.log.info("passed %s to the job (SIGKILL after %.0f s)", sig.name, self.stop_grace)
+        self._tree.pass_signal(sig, self.stop_grace)
+
+    def kill_now(self) -> None:
+        """SIGKILL to every process of the run now (a second Ctrl-C)."""
+        self._stop_requested = True
+        self.log.info("killing every process of the run, as asked")
+        self._tree.kill_now()
+
     def close(self) -> None:
         """Make sure nothing of this run is alive, whatever state it is in."""
         if self.state in (RunState.RUNNING, RunState.VERIFYING):
             self.stop(grace=0)
         elif self.state is RunState.CREATED:  # never started: nothing runs, only the log to close
             self.log.close()
+        if self.output is not None:
+            self.output.close()
 
     def __enter__(self) -> Run:
         return self
@@ -364,6 +355,10 @@ class Run(IngestReadings):
         shared folder by whoever follows the job (records/follow.py: NodeMachine)."""
         return {}
 
+    def machine_now(self) -> MachineSample | None:
+        """The run's latest telemetry sample (its GPUs, the host, its ranks); None without one."""
+        return self._telemetry.latest() if self._telemetry is not None else None
+
     def node_role(self) -> str | None:
         """Several nodes: this node's part in the rendezvous, in words; None for one node."""
         return self._nodes.role() if self._nodes is not None else None
@@ -385,7 +380,7 @@ class Run(IngestReadings):
                 self.log.error("%s", self._node_cause.message)
                 ending.finish(self, None)
             elif nodes.ready:
-                self._start_launcher()
+                starting.start_launcher(self)
             return False
         if nodes.publish_due():  # the steps are read only when due: stats() sums every step so far
             nodes.publish(NodeState.RUNNING, self._steps_here())

@@ -21,12 +21,13 @@ from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
-from mgpu_tui.engine.run.figures.memory_parts import MemoryParts
 from mgpu_tui.engine.run.figures.mfu import Compute
-from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
+from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
+from mgpu_tui.engine.run.memory.memory_parts import MemoryParts
+from mgpu_tui.engine.run.nccl.nccl_record import NcclFigures
 from mgpu_tui.engine.run.summary_facts import (
     RankMemory,
     memory_of,
@@ -84,6 +85,42 @@ class RankSummary:
 
 
 @dataclass(frozen=True)
+class TrainerSummary:
+    """A process of a command that trained with no process group (figures/trainers.py), its own."""
+
+    trainer: int  # its number: 1, 2, ... in the order the trainings began
+    pid: int | None  # its process, where the run's process tree recorded it
+    process: str | None  # the process's name as multiprocessing gives it ("Process-1", "ForkPoolWorker-2")
+    phase: int  # the phase of the command it trained in (phases)
+    last_step: int
+    samples_per_s: float | None
+    tokens_per_s: float | None
+    loss: float | None
+    peak_mem_bytes: int | None
+    device: str | None
+    done: bool  # it said its training ended on its own
+    error: str | None  # the first line of the exception that ended it
+
+    @classmethod
+    def of(cls, t: TrainerStats, pid_ok: Callable[[int, int], bool]) -> TrainerSummary:
+        r = t.figures
+        return cls(
+            trainer=t.trainer,
+            pid=t.pid if pid_ok(0, t.pid) else None,
+            process=t.process,
+            phase=t.phase,
+            last_step=r.last_step,
+            samples_per_s=r.samples_per_s,
+            tokens_per_s=r.tokens_per_s,
+            loss=r.loss,
+            peak_mem_bytes=r.mem_peak_bytes,
+            device=r.device,
+            done=r.done,
+            error=r.error,
+        )
+
+
+@dataclass(frozen=True)
 class RunSummary:
     """One run's result, as ``summary.json`` and ``--json`` write it (to_json: a stable contract;
     new keys may be added, each with its default, so older summaries still read). Each field says
@@ -119,7 +156,9 @@ class RunSummary:
     malformed_events: int  # event lines skipped as malformed (a rank can write anything)
     run_dir: str
     # A failure's: rank, exit_code, signal, message, traceback, hint (what it means and what to try,
-    # for the known signatures; null otherwise) (causes/rootcause.py).
+    # for the known signatures; null otherwise), verdict, host, kind (one of CAUSE_KINDS where its
+    # maker knew it, else null: protocol/causes.py's cause_kind tells the rest) and trainer (a
+    # trainer's failure: its number; absent otherwise) (causes/rootcause.py).
     root_cause: RootCause | None
     # One sentence on what the figures do not show (a degenerate CPU path, ranks sharing GPUs).
     note: str | None
@@ -127,8 +166,9 @@ class RunSummary:
     # unexpected (or ok false and an error) (run/verify.py).
     verify: Verify | None
     # The stall watch's: timeout_s, ranks (rank, last_step, silent_s, process: stopped, running or
-    # gone; answers_stacks), stacks_dir, verdict (from the flight recorder and the stacks; null
-    # when they cannot tell), culprit and found_at (causes/watchdog.py).
+    # gone; answers_stacks; trainer_pid, a job of one process's, whose stacks file it names),
+    # stacks_dir, verdict (from the flight recorder and the stacks, or a stopped process; null when
+    # they cannot tell), culprit and found_at (causes/watchdog.py).
     stall: Stall | None
     telemetry: TelemetryFigures | None = None  # the machine during the run (run/figures/telemetry_log.py)
     # The ranks the others waited for: rank, late_s (how much later than the earliest, on
@@ -136,7 +176,7 @@ class RunSummary:
     # on its batch, and the others' median) (figures/stragglers.py).
     stragglers: tuple[Straggler, ...] = ()
     # What NCCL's own log of a CUDA run says: summary (one line), versions, transports,
-    # ring_channels, warnings, errors, files (run/figures/nccl_record.py).
+    # ring_channels, warnings, errors, files (run/nccl/nccl_record.py).
     nccl: NcclFigures | None = None
     # Several nodes: every node of the job as this one last heard it: node, host, ranks, state (ok,
     # failed, interrupted, lost, missing, ...), step, silent_s, here (nodes/view.py); () for one.
@@ -168,14 +208,24 @@ class RunSummary:
     anatomy: tuple[RankAnatomy, ...] = ()
     # Why the job was slow, where that was clear: kind ("input-bound", "straggler",
     # "communication-bound", "compute-bound", "host-bound"), ranks, text (with its number) and hint
-    # (the change to try); absent when none (anatomy.py).
+    # (the change to try for this kind of job on its device; null where none applies: advice.py);
+    # absent when none (anatomy.py).
     verdicts: tuple[Verdict, ...] = ()
     # Where the ranks counted their steps' FLOPs (a script's watch: rank/watch/flops/):
     # tflops (TFLOP/s over the steady steps), mfu (of the GPUs' dense peak for the precision, 0..1),
     # peak_tflops, and note (why the MFU, or both, is null); also per rank in ranks; absent
     # otherwise (run/figures/mfu.py).
     compute: Compute | None = None
-    # Where each rank's memory goes, where its watch took it apart (run/figures/memory_parts.py):
+    # A command's processes that trained with no process group (Hogwild's, a pool's tasks, a
+    # learning-rate finder before the job), each its own: trainer, pid, process, phase, last_step,
+    # samples_per_s, tokens_per_s, loss, peak_mem_bytes, device, done, error; absent where none, or
+    # where one process trained alone (it is then the job: rank 0 of 1) (run/figures/trainers.py).
+    trainers: tuple[TrainerSummary, ...] = ()
+    # A command's phases, where it had several (a finder, then the job): phase, kind ("ranks" or
+    # "trainers"), world_size (the group's; 0 for trainers), trainers (their numbers), began_at and
+    # ended_at (Unix times); absent for one phase (run/figures/trainers.py).
+    phases: tuple[Phase, ...] = ()
+    # Where each rank's memory goes, where its watch took it apart (run/memory/memory_parts.py):
     # rank, step (whose end the accounting read), parameters, buffers, gradients, optimizer (bytes,
     # each storage counted once), activations (saved for backward on an observed step; null: none
     # observed), peak_bytes, rest (the peak less all those: temporaries, the allocator's reserve, on
@@ -265,6 +315,8 @@ class RunSummary:
             anatomy=stats.anatomy,
             verdicts=stats.verdicts,
             compute=stats.compute,
+            trainers=tuple(TrainerSummary.of(t, pid_ok) for t in stats.trainers),
+            phases=stats.phases,
             memory_parts=tuple(r.memory_parts for r in stats.ranks if r.memory_parts is not None),
         )
 
@@ -291,13 +343,15 @@ class RunSummary:
             del document["processes"]
         if self.compute is None:  # a job whose ranks counted FLOPs alone: every other reads as before
             del document["compute"]
-        for taken_apart in (
+        for apart in (
             "anatomy",
             "verdicts",
+            "trainers",
+            "phases",
             "memory_parts",
-        ):  # where the ranks took their steps apart, alone
-            if not document[taken_apart]:
-                del document[taken_apart]
+        ):  # where there are some, alone
+            if not document[apart]:
+                del document[apart]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null
 
     @classmethod

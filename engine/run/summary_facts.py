@@ -24,7 +24,7 @@ def summary_note(
 ) -> str | None:
     """The summary's note: a command none of whose processes became a rank says what ran; else
     what the run's figures do not show (a script's ranks sharing a device too)."""
-    if resolved.world_size is None and not world:
+    if resolved.world_size is None and not world and not stats.trainers:
         return no_rank_note(processes, duration_s)
     return run_note(resolved) or (shared_device_note(stats) if resolved.spec.program else None)
 
@@ -41,7 +41,8 @@ def run_note(resolved: ResolvedSpec) -> str | None:
 def script_facts(resolved: ResolvedSpec, stats: RunStats, world: int, here: range) -> dict:
     """What a script's ranks said they used (its bootstrap's ``about``), for the summary's fields:
     the device and backend (null until a rank said), the global batch and where it was counted."""
-    devices = {r.device.split(":")[0] for r in stats.ranks if r.device and r.device != "unknown"}
+    trained = [*stats.ranks, *(t.figures for t in stats.trainers)]
+    devices = {r.device.split(":")[0] for r in trained if r.device and r.device != "unknown"}
     backends = {r.backend for r in stats.ranks if r.backend}
     batches = [r.batch for r in stats.ranks]
     counted = bool(batches) and len(batches) == world and None not in batches
@@ -51,7 +52,10 @@ def script_facts(resolved: ResolvedSpec, stats: RunStats, world: int, here: rang
         "steps_requested": None,
         "batch_size": sum(batches) if counted else None,
         "batch_size_source": next(r.batch_source for r in stats.ranks) if counted else None,
-        "finished_training": bool(stats.ranks) and all(r.done for r in stats.ranks if r.rank in here),
+        # Every rank and every trainer said its training ended on its own.
+        "finished_training": bool(stats.ranks or stats.trainers)
+        and all(r.done for r in stats.ranks if r.rank in here)
+        and all(t.figures.done for t in stats.trainers),
     }
 
 

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run.causes.watchdog import Stall
 from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.summary import RunSummary
 
@@ -20,6 +21,12 @@ Series = tuple[list[int], list[float], list[float | None]]  # steps, global samp
 class WatchedRun(Protocol):
     run_dir: RunDir
     summary: RunSummary | None  # once it has ended (a followed run cut off never has one)
+    stopped_rank: int | None  # the rank the user stopped on its own (the app's x), once its signal went
+
+    @property
+    def stall(self) -> Stall | None:
+        """The stall found, with its verdict: as the stall watch found it, or as its summary says."""
+        ...
 
     def poll(self) -> RunState:
         """Read what is new; the state it is in now."""

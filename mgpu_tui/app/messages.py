@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the engine modules behind a run load when a run starts, not
     from mgpu_tui.engine.records.follow import FollowedRun
     from mgpu_tui.engine.records.history import RunRecord
     from mgpu_tui.engine.records.telemetry_read import NodeMachine, TelemetrySeries
+    from mgpu_tui.engine.run.causes.watchdog import Stall
     from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
 
@@ -93,8 +94,12 @@ class RunUpdated(LatestOnly):
         nodes: tuple[NodeView, ...] = (),
         stalled: frozenset[int] | None = None,
         machines: Mapping[int, NodeMachine] | None = None,
+        stall: Stall | None = None,
+        stopped_rank: int | None = None,
     ) -> None:
         super().__init__()
+        self.stall = stall  # the stall found, with its verdict (a hang: who never entered what, where)
+        self.stopped_rank = stopped_rank  # the rank the user stopped (x), from the moment its signal went
         self.drain = drain  # the log lines so far, taken when shown (a newer update replaces this one)
         self.stats = stats
         self.machines = machines or {}  # several nodes, followed: each node's host (records/follow.py)

@@ -24,6 +24,7 @@ from mgpu_tui.engine.launch.spec import LaunchSpec
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from mgpu_tui.engine.metrics.server import MetricsServer
     from mgpu_tui.engine.records.follow import FollowedRun
     from mgpu_tui.engine.run.watched import WatchedRun
 
@@ -60,6 +61,7 @@ class RunController:
     def __init__(self, app: App) -> None:
         self.app = app
         self._watch: _Watch | None = None
+        self.metrics: MetricsServer | None = None  # --metrics-port: the current run's figures, served
 
     @property
     def run(self) -> WatchedRun | None:
@@ -174,10 +176,13 @@ class RunController:
     def _current(self, watch: _Watch) -> bool:
         return self._watch is watch
 
-    def _post_update(self, watch: _Watch) -> None:
+    def _post_update(self, watch: _Watch, *, final: bool = False) -> None:
         if not self._current(watch):
             return  # replaced by another run's watch: its view is not this run's any more
         run, owned = watch.run, watch.owned
+        stats = run.stats()
+        if self.metrics is not None:  # (on the run's own thread, which alone touches it)
+            self.metrics.publish(run, force=final, stats=stats)  # type: ignore[arg-type]
         # A followed run's telemetry is read from its file and shown whole: a copy each time,
         # since a newer message replaces a waiting one (a few lists; the poll thread owns the original).
         recorded = getattr(run, "telemetry", None)  # a FollowedRun's, read from its file
@@ -185,7 +190,7 @@ class RunController:
         self.app.post_message(
             RunUpdated(
                 run.drain_log_lines,
-                run.stats(),
+                stats,
                 run.series(),
                 run.stall_timeout(),
                 telemetry,
@@ -193,6 +198,8 @@ class RunController:
                 nodes=run.nodes(),
                 stalled=run.stalled_ranks(),
                 machines=run.node_machines(),
+                stall=run.stall,
+                stopped_rank=run.stopped_rank,
             )
         )
 
@@ -207,7 +214,7 @@ class RunController:
                 log.exception("closing the run in %s failed", run.run_dir.path)
         if not owned and watch.closed.is_set():
             return  # let go of: nothing more to say about it
-        self._post_update(watch)
+        self._post_update(watch, final=True)
         if not watch.closed.is_set() and self._current(watch) and (run.summary is not None or not owned):
             # summary None: a followed run that was cut off
             self.app.post_message(RunEnded(run.summary, run.stats(), run.drain_log_lines))

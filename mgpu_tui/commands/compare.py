@@ -156,6 +156,10 @@ def _compare_records(args: argparse.Namespace, suffix: str | None) -> int:
 
     if len(set(args.runs)) != len(args.runs):
         raise UsageError("a run folder is named twice; name each once.")
+    for given in map(Path, args.runs):  # a path that is no folder at all: said as such, not "no spec.json"
+        if not given.is_dir():
+            what = "is not a folder" if given.exists() else "does not exist"
+            raise UsageError(f"{given} {what}: give the folders of finished runs (mgpu-tui runs lists them).")
     try:
         comparison = comparison_from_runs([Path(p) for p in args.runs])
     except RecordError as exc:

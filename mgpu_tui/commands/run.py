@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
 import signal
 import sys
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
+from mgpu_tui.commands.launchers.foreground import SignalsPassed, exit_status, foreground
 from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm, why_slurm_stopped
 from mgpu_tui.commands.workload import model_fields
 from mgpu_tui.console import fmt_loss, fmt_rank_loss, fmt_rate, plain, redraw
@@ -20,9 +25,13 @@ from mgpu_tui.engine.run.figures.aggregate import RunStats
 from mgpu_tui.engine.run.lifecycle import Run
 from mgpu_tui.engine.run.watched import RunState
 from mgpu_tui.errors import ExitCode, UsageError, interrupt_on_term_and_hup, terminated
+from mgpu_tui.parser import METRICS_OPTIONS
 from mgpu_tui.reports.rank_output import RankOutput, last_lines, parse_ranks_filter
 from mgpu_tui.reports.run_news import RunNews
 from mgpu_tui.reports.run_summary import slowest_and_fastest, summary_text
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.metrics.server import MetricsServer
 
 _EXIT = {
     RunState.OK: ExitCode.OK,
@@ -53,10 +62,11 @@ def _outliers(stats: RunStats, silent: dict[int, float]) -> str:
 class Progress:
     """One live line on stderr: rewritten in place on a terminal, every 10% of steps in a log."""
 
-    def __init__(self, steps: int | None, stream=None) -> None:
+    def __init__(self, steps: int | None, stream=None, *, drawn: bool = True) -> None:
         self.steps = steps  # None: a script, which says none; its progress line shows no total
         self.stream = stream or sys.stderr  # the one of now, not of when this module loaded
         self.live = self.stream.isatty()
+        self.drawn = drawn  # False: nothing between a command's own output, which is shown as written
         self._every = max(1, steps // 10) if steps else 10
         self._next_milestone = self._every
         self._last_draw = 0.0
@@ -79,6 +89,8 @@ class Progress:
         )
 
     def update(self, run: Run) -> None:
+        if not self.drawn:
+            return
         now = time.monotonic()
         if self.live:
             if now - self._last_draw >= 0.2 or run.state.finished:
@@ -94,13 +106,13 @@ class Progress:
                 self._next_milestone += self._every
 
     def end(self) -> None:
-        if self.live:
+        if self.live and self.drawn:
             self.stream.write("\n")
             self.stream.flush()
 
     def clear(self) -> None:
         """Take the live line away (it is drawn again at the next update): lines print above it."""
-        if self.live:
+        if self.live and self.drawn:
             redraw(self.stream)
             self._last_draw = 0.0
 
@@ -210,28 +222,139 @@ def _say_start(run: Run, spec: LaunchSpec, said: tuple[str, ...]) -> None:
             print(f"mgpu-tui: {warning}", file=sys.stderr)
 
 
-def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = ()) -> int:
+def start_metrics(args: argparse.Namespace, linger: bool = True) -> MetricsServer | None:
+    """--metrics-port (or $MGPU_METRICS_PORT): the endpoint, bound before anything starts (a port
+    in use: one sentence, exit 3); None when not asked for. ``linger``: the command keeps serving
+    after the run ends (--metrics-linger); the app serves for as long as it is open."""
+    names = METRICS_OPTIONS if linger else METRICS_OPTIONS[:2]
+    try:
+        options.from_environment(args, names, os.environ)
+    except ValueError as exc:
+        raise UsageError(f"{exc}.") from None
+    if args.metrics_port is None:
+        return None
+    from mgpu_tui.engine.metrics.server import DEFAULT_LINGER_S, MetricsServer
+
+    lingering = getattr(args, "metrics_linger", None)
+    server = MetricsServer(
+        args.metrics_port,
+        args.metrics_address or "127.0.0.1",
+        DEFAULT_LINGER_S if lingering is None else lingering,
+    )
+    server.start()
+    print(plain(f"mgpu-tui: metrics for Prometheus at {server.url}"), file=sys.stderr)
+    return server
+
+
+def serve_final(metrics: MetricsServer) -> None:
+    """Keep the run's final metrics served for --metrics-linger seconds (Ctrl-C ends it), then stop."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # (a stop asked once ignores it)
+    interrupt_on_term_and_hup()
+    try:
+        if metrics.linger_s > 0:
+            print(
+                plain(f"mgpu-tui: the final metrics stay at {metrics.url} for {metrics.linger_s:g} s"),
+                file=sys.stderr,
+            )
+            metrics.linger()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        metrics.close()
+
+
+def follow(
+    spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (), *, as_bare: bool = False
+) -> int:
     """Run ``spec`` as `run` does (and `torchrun`): the console's progress, the ranks' output, the
     summary, the exit code. ``args``: the watch options (parser.add_watch_options); ``said``: lines
-    to print once the run has its folder (what came from where)."""
+    to print once the run has its folder (what came from where). ``as_bare``: a launch line the user
+    wrote (exec, the torchrun drop-in), run in the foreground as a shell runs it, and ended with its
+    own exit status (commands/launchers/foreground.py)."""
     if args.tui:
         from mgpu_tui.commands.tui import tui_command
 
         if args.json:
             raise UsageError("--json and --tui do not go together.")
-        return tui_command(spec)
+        return tui_command(spec, metrics=start_metrics(args, linger=False))
     ranks = _ranks_filter(args)
-    run = Run.prepare(spec)  # bad input raises: cli.main turns it into its sentence and exit code
+    metrics = start_metrics(args)
+    try:
+        code = _follow_to_end(spec, args, said, ranks, metrics, as_bare)
+    except BaseException:
+        if metrics is not None:
+            metrics.close()
+        raise
+    if metrics is not None:
+        serve_final(metrics)
+    return code
 
-    interrupt_on_term_and_hup()
-    progress = Progress(None if spec.program else spec.steps)
-    output = _rank_output(args, spec, ranks, progress)
+
+def _follow_to_end(
+    spec: LaunchSpec,
+    args: argparse.Namespace,
+    said: tuple[str, ...],
+    ranks: frozenset[int] | None,
+    metrics: MetricsServer | None,
+    as_bare: bool,
+) -> int:
+    bare = foreground(args, command=bool(spec.command)) if as_bare else None
+    # Bad input raises: cli.main turns it into its sentence and exit code.
+    run = Run.prepare(spec, foreground=bare)
+
+    # A command's own output goes to the console as it wrote it: no line of mgpu-tui's drawn over it.
+    shown_raw = bare is not None and bare.stderr is not None
+    progress = Progress(None if spec.program else spec.steps, drawn=not shown_raw)
+    output = None if bare is not None and spec.command else _rank_output(args, spec, ranks, progress)
     _say_start(run, spec, said)
     news = RunNews(progress, output)
+
+    def on_poll(run: Run) -> None:
+        news.on_poll(run)
+        if metrics is not None:
+            metrics.publish(run)
+
+    if bare is not None:
+        _follow_in_foreground(run, spec, news, on_poll)
+    else:
+        _follow(run, spec, progress, on_poll)
+    summary = run.result()
+    if metrics is not None:
+        metrics.publish(run, force=True)  # the end as it is, however it came (a stop, Ctrl-C)
+    cause = summary.root_cause
+    launcher = cause is not None and cause.rank is None and cause.trainer is None and not cause.verdict
+    if shown_raw and cause is not None and launcher and summary.exit_code is not None:
+        # The command's own words are on the console already (its output went there as it wrote it):
+        # its failure said once, not quoted again under the summary (`exec -- bash nope.sh`).
+        words = f"the command exited with code {summary.exit_code} (its own output is above)"
+        cause = dataclasses.replace(cause, message=words, traceback="", hint=None)
+    shown = summary if cause is summary.root_cause else dataclasses.replace(summary, root_cause=cause)
+    print(strict_json(summary.to_json()) if args.json else summary_text(shown))
+    # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
+    # those last lines are the rest of the story (the others' "Connection closed by peer" after it).
+    if cause is not None and cause is summary.root_cause:
+        print(plain(cause.describe()), file=sys.stderr)
+    verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
+    stepped = summary.steps or any(t.last_step for t in summary.trainers)
+    if not stepped and not args.json and not verdict and not shown_raw:  # (shown: said already)
+        print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
+        last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
+        print("\n".join(last), file=sys.stderr)
+    if bare is not None and (status := exit_status(summary.exit_code)) is not None:
+        return status  # the job's own, as a prefix returns it
+    if summary.verify and not summary.verify.ok:
+        print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
+        return ExitCode.FAILED
+    return _EXIT[run.state]
+
+
+def _follow(run: Run, spec: LaunchSpec, progress: Progress, on_poll: Callable[[Run], None]) -> None:
+    """A run in a session of its own: a Ctrl-C, SIGTERM or SIGHUP stops it in order."""
+    interrupt_on_term_and_hup()
     with run:
         try:
             run.start()
-            run.wait(on_poll=news.on_poll)
+            run.wait(on_poll=on_poll)
         except KeyboardInterrupt:
             # A second Ctrl-C (or Slurm's SIGTERM to every process) must not abandon the ranks half-stopped.
             signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -245,18 +368,14 @@ def follow(spec: LaunchSpec, args: argparse.Namespace, said: tuple[str, ...] = (
             if not progress.said_verifying:
                 progress.end()
 
-    summary = run.result()
-    print(strict_json(summary.to_json()) if args.json else summary_text(summary))
-    # The cause first (a rank's words: text only), then what the ranks printed last: with no step,
-    # those last lines are the rest of the story (the others' "Connection closed by peer" after it).
-    if summary.root_cause:
-        print(plain(summary.root_cause.describe()), file=sys.stderr)
-    verdict = summary.root_cause is not None and summary.root_cause.verdict  # it says why on its own
-    if summary.steps == 0 and not args.json and not verdict:
-        print("mgpu-tui: no rank reported a step; what each printed last:", file=sys.stderr)
-        last = last_lines(run.run_dir, spec.node_rank * (spec.nproc or 1), command=bool(spec.command))
-        print("\n".join(last), file=sys.stderr)
-    if summary.verify and not summary.verify.ok:
-        print(plain(f"mgpu-tui: verification failed: {summary.verify.describe()}"), file=sys.stderr)
-        return ExitCode.FAILED
-    return _EXIT[run.state]
+
+def _follow_in_foreground(run: Run, spec: LaunchSpec, news: RunNews, on_poll: Callable[[Run], None]) -> None:
+    """A launch line in the foreground: its signals as a shell's job gets them, until it ends."""
+    sys.stdout.flush()
+    sys.stderr.flush()  # mgpu-tui's lines before the job's own, which go to the same terminal
+    with run, SignalsPassed(run, spec.slurm) as signals:
+        run.start()
+        signals.started()
+        run.wait(on_poll=on_poll)
+    if not news.progress.said_verifying:
+        news.progress.end()

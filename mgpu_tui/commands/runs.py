@@ -45,15 +45,22 @@ def open_command(args: argparse.Namespace) -> int:
         path = Path(steps[0].path)  # the newest step
     else:
         path = Path(args.run)
+        named = root / args.run  # the name `runs` prints in its folder column
+        if not path.exists() and os.sep not in args.run and named.is_dir():
+            path = named
         if not path.is_dir():
             what = "is not a folder" if path.exists() else "does not exist"
-            raise UsageError(f"{path} {what}: give a run folder, or `latest`.")
+            raise UsageError(
+                f"{path} {what}: give a run folder, its name in {root} (as `mgpu-tui runs` lists it), "
+                "or `latest`."
+            )
         record = read_run(path)
         if record.status is RecordStatus.BROKEN:
             raise UsageError(f"{path} cannot be opened: {record.reason}.")
+    from mgpu_tui.commands.run import start_metrics
     from mgpu_tui.commands.tui import tui_command
 
-    return tui_command(None, open_run=path, run_root=root)
+    return tui_command(None, open_run=path, run_root=root, metrics=start_metrics(args, linger=False))
 
 
 # What deleting may remove: runs that ended, however they ended. Never one that goes (running), nor
@@ -162,7 +169,7 @@ def runs_command(args: argparse.Namespace) -> int:
         when = dt.datetime.fromtimestamp(r.created_at).strftime("%Y-%m-%d %H:%M:%S") if r.created_at else "?"
         nodes = f" on {r.nnodes}" if (r.nnodes or 1) > 1 else ""
         ranks = "?" if r.world_size is None else f"{r.world_size}{nodes}"
-        detail = r.reason or (s.root_cause.headline() if s and s.root_cause else "")
+        detail = r.why or ""
         if r.slurm_job:  # the job as the scheduler has it now, where it still answers
             state = queue.get(r.slurm_job) or (s.stopped_by if s else None)  # squeue's, else how it ended
             job = f"Slurm job {r.slurm_job}" + (f" {state}" if state else "")

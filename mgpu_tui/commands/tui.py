@@ -6,8 +6,10 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mgpu_tui.engine.launch.options import RUN_ROOT
 from mgpu_tui.engine.launch.spec import LaunchSpec, resolve
@@ -15,8 +17,29 @@ from mgpu_tui.engine.machine import host as host_module
 from mgpu_tui.errors import ExitCode
 from mgpu_tui.logs import start_app_log
 
+if TYPE_CHECKING:
+    from mgpu_tui.engine.metrics.server import MetricsServer
 
-def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_root: Path = RUN_ROOT) -> int:
+
+def tui_command(
+    spec: LaunchSpec | None,
+    *,
+    open_run: Path | None = None,
+    run_root: Path = RUN_ROOT,
+    metrics: MetricsServer | None = None,
+) -> int:
+    """The app; ``metrics`` (--metrics-port, bound already): the figures of the run it shows, served
+    for as long as it is open."""
+    try:
+        return _tui(spec, open_run, run_root, metrics)
+    finally:
+        if metrics is not None:
+            metrics.close()
+
+
+def _tui(
+    spec: LaunchSpec | None, open_run: Path | None, run_root: Path, metrics: MetricsServer | None
+) -> int:
     host = None  # bare `mgpu-tui`: the app probes the machine once its first frame is up
     if spec is not None:
         # Refuse bad input here, with one sentence and exit 2, before any screen opens.
@@ -32,6 +55,7 @@ def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_ro
     app = create_app(
         start=spec, host=host, open_run=open_run, run_root=spec.run_root if spec is not None else run_root
     )
+    app.jobs.runs.metrics = metrics
 
     def stop_and_exit(signum, frame) -> None:
         # The terminal closed (SIGHUP) or we were told to stop (SIGTERM). This runs on the
@@ -51,6 +75,8 @@ def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_ro
         app.run()
     finally:
         app.jobs.close()  # no rank outlives the app, however it ended
+    if spec is not None:  # `run --tui`: the summary the headless command prints, once the screen is gone
+        say_the_end(app.jobs.runs)
     if app.return_code == ExitCode.INTERRUPTED:
         return ExitCode.INTERRUPTED
     if app.return_code:
@@ -58,6 +84,23 @@ def tui_command(spec: LaunchSpec | None, *, open_run: Path | None = None, run_ro
     if spec is not None:  # `run --tui`: the command's outcome is the run's, as headless
         return run_exit_code(app.jobs.runs.run)
     return ExitCode.OK
+
+
+def say_the_end(runs) -> None:
+    """The app's last run of its own, ended: its summary on stdout and its root cause on stderr, as
+    `mgpu-tui run` prints them (a run the app followed, or one never started, says nothing)."""
+    summary = getattr(runs.run, "summary", None) if runs.owned else None
+    if summary is None:
+        return
+    from mgpu_tui.console import plain
+    from mgpu_tui.reports.run_summary import summary_text
+
+    try:
+        print(summary_text(summary))
+        if summary.root_cause:
+            print(plain(summary.root_cause.describe()), file=sys.stderr)
+    except OSError:  # the terminal is gone (SIGHUP): the run's folder keeps its summary
+        pass
 
 
 def run_exit_code(run) -> ExitCode:

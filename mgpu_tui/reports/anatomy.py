@@ -54,10 +54,10 @@ def _range(values: list[float], unit: str) -> str:
 
 
 def verdict_lines(verdicts: Sequence[Verdict]) -> list[str]:
-    """Each verdict, then the change to try."""
+    """Each verdict, then the change to try where one applies to the job."""
     lines = []
     for verdict in verdicts:
-        lines += [f"why it is slow: {verdict.text}", f"  try: {verdict.hint}"]
+        lines += [f"why it is slow: {verdict.text}", *([f"  try: {verdict.hint}"] if verdict.hint else [])]
     return [plain(line) for line in lines]
 
 

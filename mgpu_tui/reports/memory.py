@@ -4,7 +4,7 @@ the Run view's result panel shows (docs/run-view.md#peak-memory-against-the-plan
 from __future__ import annotations
 
 from mgpu_tui.console import fmt_bytes, plain, table
-from mgpu_tui.engine.run.figures.memory_parts import MemoryParts
+from mgpu_tui.engine.run.memory.memory_parts import MemoryParts
 from mgpu_tui.engine.run.summary import RunSummary
 from mgpu_tui.reports.anatomy import EACH_RANK_AT_MOST
 
@@ -41,7 +41,7 @@ def _cells(m: MemoryParts) -> list[str]:
 
 
 def memory_parts_lines(summary: RunSummary) -> list[str]:
-    """Where each rank's memory goes (engine/run/figures/memory_parts.py), as a table like the step's
+    """Where each rank's memory goes (engine/run/memory/memory_parts.py), as a table like the step's
     parts (none where no rank took it apart), then a leak, where a rank keeps its losses' graphs."""
     parts = summary.memory_parts
     if not parts:

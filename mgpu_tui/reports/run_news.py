@@ -42,7 +42,7 @@ class RunNews:
         for verdict in stats.verdicts:
             if (verdict.kind, verdict.ranks) not in self.found:
                 self.found.add((verdict.kind, verdict.ranks))
-                self._say(f"{verdict.text} (try: {verdict.hint})")
+                self._say(verdict.text + (f" (try: {verdict.hint})" if verdict.hint else ""))
         quiet = {r.rank for r in run.silent}
         if quiet - self.said_silent and not run.stall:
             who = ", ".join(f"rank {r.rank} ({r.silent_s:.0f} s)" for r in run.silent)

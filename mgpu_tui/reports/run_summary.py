@@ -29,10 +29,12 @@ def machine_lines(summary: RunSummary) -> list[str]:
     t = summary.telemetry
     if t is None or not t.samples:
         return []
-    lines = [
-        f"host: CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples), memory "
-        f"{fmt_bytes(t.host_peak_mem_bytes)} (peak)"
-    ]
+    cpu = (
+        f"CPU {_pct(t.host_mean_cpu_percent)} (mean of {t.samples} samples)"
+        if t.host_mean_cpu_percent is not None
+        else "CPU n/a (the run was too short: a CPU share needs two samples a moment apart)"
+    )
+    lines = [f"host: {cpu}, memory {fmt_bytes(t.host_peak_mem_bytes)} (peak)"]
     for i, g in enumerate(t.gpus):
         energy = "n/a" if g.energy_j is None else f"{g.energy_j / 1000:.2f} kJ"
         lines.append(
@@ -49,9 +51,10 @@ def machine_lines(summary: RunSummary) -> list[str]:
 
 
 def other_processes_line(summary: RunSummary) -> str | None:
-    """A command's processes that were no rank (its launcher, the ranks' data-loader and compile
-    workers), each group under whom it ran, with the CPU it used and its largest memory."""
-    others = [p for p in summary.processes if p.rank is None]
+    """A command's processes that were no rank nor trainer (its launcher, the ranks' data-loader and
+    compile workers), each group under whom it ran, with the CPU it used and its largest memory."""
+    trainers = {t.pid for t in summary.trainers}  # listed as trainers, with their own figures
+    others = [p for p in summary.processes if p.rank is None and p.pid not in trainers]
     if not others:
         return None
     groups: dict[int | None, list] = {}
@@ -181,17 +184,61 @@ def _figures_table(summary: RunSummary) -> str:
     return body
 
 
+def trainers_table(summary: RunSummary) -> str:
+    """A command's processes that trained with no process group, a row each: its steps, rate, loss,
+    peak memory and how it ended."""
+    tokens = any(t.tokens_per_s for t in summary.trainers)
+    rows = [
+        [
+            f"trainer {t.trainer}",
+            f"{t.pid or 'n/a'}{f' {t.process}' if t.process else ''}",
+            *([str(t.phase)] if summary.phases else []),
+            str(t.last_step),
+            fmt_rate(t.samples_per_s),
+            *([fmt_rate(t.tokens_per_s)] if tokens else []),
+            fmt_loss(t.loss),
+            fmt_bytes(t.peak_mem_bytes),
+            "done" if t.done else f"failed: {t.error}" if t.error else "no end told",
+        ]
+        for t in summary.trainers
+    ]
+    headers = ["", "process", *(["phase"] if summary.phases else []), "steps", "samples/s"]
+    headers += [*(["tokens/s"] if tokens else []), "loss", "peak mem", "end"]
+    return table(headers, rows, right=tuple(range(2, len(headers) - 1)))
+
+
+def phases_line(summary: RunSummary) -> str | None:
+    """A command's phases one after another (a learning-rate finder, then the job)."""
+    if not summary.phases:
+        return None
+    start = min(p.began_at for p in summary.phases)
+    said = []
+    for p in summary.phases:
+        who = f"ranks (world size {p.world_size})" if p.kind == "ranks" else ""
+        if p.trainers:
+            numbers = ", ".join(map(str, p.trainers))
+            who += f"{' and ' if who else ''}trainer{'s' if len(p.trainers) > 1 else ''} {numbers}"
+        said.append(f"{p.phase}. {who} {p.began_at - start:.1f}-{p.ended_at - start:.1f} s")
+    return "phases: " + "; ".join(said)
+
+
 def summary_text(summary: RunSummary) -> str:
     backend = summary.backend or "no process group"
+    world = f"world size {summary.world_size}"
+    if summary.world_size == 0 and summary.trainers:
+        world = f"trainers {len(summary.trainers)} (no process group)"
     head = (
-        f"mode {summary.mode}  status {status_word(summary.status)}  world size {summary.world_size}  "
+        f"mode {summary.mode}  status {status_word(summary.status)}  {world}  "
         f"device {summary.device} ({backend})  steps {summary.steps}"
     )
     if summary.world_size == 0:  # a command in which no process became a rank: what was seen instead
         cause = f"\ncause: {summary.root_cause.headline()}" if summary.root_cause else ""
+        cause += hung_line(summary)
         others = other_processes_line(summary)
-        notes = [f"note: {summary.note}", *machine_lines(summary), *([others] if others else [])]
-        notes.append(f"run directory {summary.run_dir}")
+        notes = [*([f"note: {summary.note}"] if summary.note else []), *machine_lines(summary)]
+        notes += [*([others] if others else []), f"run directory {summary.run_dir}"]
+        if summary.trainers:
+            notes[:0] = [trainers_table(summary), script_line(summary)]
         return plain("\n".join([head + cause, *notes]))
     body = _figures_table(summary)
     spread = summary.step_time_s_p10_p90
@@ -234,6 +281,10 @@ def summary_text(summary: RunSummary) -> str:
         notes.insert(0, "nodes: " + "; ".join(each))
     if summary.root_cause:  # the summary says why it failed, not only that it did
         head += f"\ncause: {node_prefix(summary, summary.root_cause.rank)}{summary.root_cause.headline()}"
+    head += hung_line(summary)
+    if summary.trainers:
+        body += "\n" + trainers_table(summary)
+    notes[:0] = list(filter(None, [phases_line(summary)]))
     compute = compute_line(summary.compute, sum(1 for r in summary.ranks if r.compute is not None))
     taken_apart = [
         *([compute] if compute else []),
@@ -257,6 +308,15 @@ def _diverged(summary: RunSummary) -> bool:
     return summary.final_loss is None and any(r.diverged_at is not None for r in summary.ranks)
 
 
+def hung_line(summary: RunSummary) -> str:
+    """The stall the watch found, as summary.json has it, where the root cause does not say it (a
+    run that went on, was interrupted or failed otherwise after it): the hang it was in."""
+    stall, cause = summary.stall, summary.root_cause
+    if stall is None or (cause is not None and cause.message.startswith("stall")):
+        return ""
+    return f"\nhung: {stall.headline()}"
+
+
 def script_line(summary: RunSummary) -> str:
     """A script's batch as counted (or why it is not known) and whether its training finished."""
     if summary.batch_size is not None:
@@ -266,6 +326,9 @@ def script_line(summary: RunSummary) -> str:
     if summary.steps == 0 and any(r.collectives for r in summary.ranks):
         counts = ", ".join(f"rank {r.rank} {r.collectives or 0:,}" for r in summary.ranks)
         batch = f"no optimizer step; collectives entered: {counts}"
+    if summary.world_size == 0 and summary.trainers:
+        batch = "no process group: each trainer's figures are its own"
     if summary.finished_training:
-        return f"{batch}; the script ran to its end on every rank"
+        every = "rank" if not summary.trainers else "trainer" if not summary.ranks else "rank and trainer"
+        return f"{batch}; the script ran to its end on every {every}"
     return batch

@@ -101,7 +101,7 @@ async def test_start_ddp_from_the_ui_see_both_ranks_then_stop(tmp_path, monkeypa
         assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=30)
         assert await wait_for(pilot, lambda: "Stop" not in footer(app), timeout=5)  # nothing left to stop
         await pilot.pause(0.3)
-        assert "stopped" in str(status.render()) or "finished ok" in str(status.render())
+        assert "interrupted" in str(status.render()) or "finished ok" in str(status.render())
         await pilot.pause(0.3)
         assert not app.screen.query("Toast")  # "Stopping every rank…" leaves with the run (issue #31)
     assert live_processes_of(run_dir) == []
@@ -195,6 +195,14 @@ def test_rank_states_read_as_a_user_expects():
     gone = "RuntimeError: [gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:4021"
     assert rank_state(rank(5, error=gone), 200, 30, 1, finished=True) == "no peer"
     assert rank_state(rank(5, error=gone), 200, 30, None, finished=True) == "failed"  # no culprit known
+    # Issue 56: a rank of the stall found stays stalled once the run ended, whatever it said as it
+    # was stopped (mp.spawn's children said done); one that moved past its stalled step did not hang.
+    hung = {0: 5}
+    assert rank_state(rank(5, done=True), 200, 30, None, finished=True, hung=hung) == "stalled"
+    assert rank_state(rank(5), 200, 30, None, finished=True, hung=hung) == "stalled"
+    assert rank_state(rank(6, done=True), 200, 30, None, finished=True, hung=hung) == "done"
+    assert rank_state(rank(5), 200, 30, 0, finished=True, hung=hung) == "failed"  # the stall's culprit
+    assert rank_state(None, 200, 30, None, finished=True, number=0, hung={0: 0}) == "stalled"
 
 
 async def test_compare_two_modes_from_the_ui_table_and_charts(tmp_path, monkeypatch):
@@ -920,7 +928,9 @@ async def test_the_runs_view_says_the_highlighted_runs_cause_whole_at_80_columns
 async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it(tmp_path, monkeypatch):
     """Issue #43: stopping one rank, not the whole run (as nvitop and k9s can). l chooses the rank,
     x asks, then that rank's process gets SIGTERM: torchrun sees it die and ends the others, and
-    the root cause is that rank."""
+    the root cause is that rank. Issue 56: named so from the first frame after the yes; on 8177ed0
+    the table read "rank 0 failed / rank 1 running" for about 5 s (rank 0's error, its peer gone,
+    came before the run's end named rank 1)."""
     from mgpu_tui.app.views.run.view import RunView
 
     monkeypatch.chdir(tmp_path)
@@ -942,10 +952,19 @@ async def test_x_stops_the_rank_the_logs_show_as_if_it_died_and_the_run_names_it
         assert isinstance(app.screen, Confirm)
         assert f"Stop rank 1 (pid {pid})?" in str(app.screen.query_one("Static").render())
         await pilot.press("y")
-        assert await wait_for(pilot, lambda: not app.jobs.runs.active, timeout=60)
+        frames: list[dict[str, str]] = []  # the table's states, each time it is looked at
+
+        def ended() -> bool:
+            frames.append({row[0]: row[1] for row in view.rank_table.rank_rows})
+            return not app.jobs.runs.active
+
+        assert await wait_for(pilot, ended, timeout=60, every=0.05)
         await pilot.pause(0.5)
+        ended()
         assert view.failed_rank == 1, str(app.query_one("#root-cause", Static).render())
         assert "FAILED" in str(app.query_one("#run-status", StatusLine).render())
+        assert all(frame["rank 1"] == "failed" for frame in frames), frames
+        assert not any(frame["rank 0"] == "failed" for frame in frames), frames  # its peer gone: no peer
     assert live_processes_of(run_dir) == []
 
 

@@ -76,7 +76,8 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left_and_exits_130
     from conftest import live_processes_of, only_run_dir
 
     runs = tmp_path / "runs"
-    session, marker = start(f"run ddp --nproc 2 --steps 100000 --device cpu --tui --run-dir {runs}", tmp_path)
+    command = f"run ddp --nproc 2 --steps 100000 --device cpu --tui --run-dir {runs}"
+    session, marker = terminal(command, tmp_path, 160, 50)  # it stays: what was printed is read
     try:
         # A row: rank, state, step, samples/s (a figure, not n/a), loss, peak memory.
         # Both rows, each when its rank has reported (on a busy machine one rank can start a step later).
@@ -91,6 +92,10 @@ def test_run_tui_shows_both_ranks_then_q_y_quits_with_no_rank_left_and_exits_130
         assert wait_screen(session, "Quit and stop every rank"), screen(session)
         subprocess.run(["tmux", "send-keys", "-t", session, "y"], check=True)
         assert wait_exit(marker, 20) == "130"  # `run --tui` ends as its run did: stopped
+        # Issue 56: then the summary the headless command prints (on 8177ed0, nothing).
+        printed = screen(session)
+        assert re.search(r"mode ddp  status interrupted  world size 2  device cpu \(gloo\)", printed), printed
+        assert re.search(r"run directory .*/runs/\S+-ddp", printed), printed
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
     assert live_processes_of(only_run_dir(runs)) == []
@@ -210,7 +215,7 @@ def test_open_replays_a_finished_run_and_follows_a_live_one_that_outlives_the_ap
             asked = r"This run was started elsewhere \(its monitor is pid \d+"
             assert wait_screen(session, asked), screen(session)
             keys(session, "y")
-            assert wait_screen(session, r"ddp stopped: [\d,]+ steps", timeout=30), screen(session)
+            assert wait_screen(session, r"ddp interrupted: [\d,]+ steps", timeout=30), screen(session)
             keys(session, "q")
             assert wait_exit(marker, 10) == "0"
         finally:
@@ -305,5 +310,137 @@ def test_the_cli_tables_fit_an_80_column_terminal(tmp_path):
         tables = [line for line in joined.splitlines() if "  " in line.strip()]  # a table's rows
         assert "hybrid" in joined and "fits" in joined, joined
         assert max(len(line.rstrip()) for line in tables) <= 80, joined
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+def test_open_serves_the_runs_metrics_while_the_app_shows_it_and_stops_on_q(tmp_path):
+    """`open RUN --metrics-port P`: the app's run (here a finished one whose ranks wrote hostile
+    text everywhere) served for as long as the app is open, in the ranks' states the view shows."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from conftest import hostile_finished_run
+    from prometheus_server import free_port
+
+    folder = hostile_finished_run(tmp_path / "runs")
+    port = free_port()
+
+    def states() -> dict[str, str] | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+                text = answer.read().decode()
+        except OSError:
+            return None
+        found = {
+            s.labels.get("rank", "run"): s.labels.get("mgpu_rank_state") or s.labels["mgpu_run_state"]
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name in ("mgpu_rank_state", "mgpu_run_state") and s.value == 1
+        }
+        return found if found.get("run") == "failed" else None
+
+    session, marker = start(f"open {folder} --metrics-port {port}", tmp_path)
+    try:
+        assert wait_screen(session, r"rank 1 +failed"), screen(session)
+        assert wait_until(states, 20, every=0.2) == {"run": "failed", "0": "failed", "1": "failed"}
+        keys(session, "q")
+        assert wait_exit(marker, 10) == "0"
+        assert states() is None  # nothing served once the app is gone
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+
+
+SPAWN_HANG = """
+import time
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def work(rank, world):
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model = torch.nn.Linear(8, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(1, 10_000):
+        model(torch.randn(4, 8)).pow(2).mean().backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+        optimizer.step()
+        optimizer.zero_grad()
+        if step == 8 and rank == 1:
+            time.sleep(3600)  # line 20: rank 1 stops here, in plain Python
+
+
+if __name__ == "__main__":
+    mp.spawn(work, args=(2,), nprocs=2)
+"""
+
+
+def terminal(command: str, tmp_path, width: int, height: int) -> tuple[str, object]:
+    """``command`` (mgpu-tui's arguments) in a new tmux session of this size, which stays after it
+    exits (what it printed last is read there); its exit status lands in the returned file."""
+    session = f"mgpu-test-{time.monotonic_ns()}"
+    marker = tmp_path / f"exit-{session}"
+    line = (
+        f"cd {tmp_path} && env -u COLUMNS -u LINES XDG_STATE_HOME={tmp_path}/state {CLI[0]} {command} ; "
+        f"echo $? > {marker}; sleep 120"
+    )
+    size = ["-x", str(width), "-y", str(height)]
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, *size, line], check=True)
+    return session, marker
+
+
+@pytest.mark.timeout(600)
+def test_a_commands_hang_at_160x45_after_s_in_the_cli_summary_and_replayed_by_its_name_at_80x24(tmp_path):
+    """Issue 56, for `exec` of an mp.spawn job (its ranks are the command's own): the hang's verdict
+    live, kept after s with the rank that hung `stalled` (on 8177ed0 it said `done`: mp.spawn's
+    children get SIGINT as their parent goes, and rank 1 said done as it left), the panel given the
+    rows the logs do not need at 160x45 (3 lines of it over a 25-row log box holding 4 on 8177ed0),
+    the CLI's summary printed once the app is gone (nothing on 8177ed0), then `open` by the folder
+    name `runs` prints (refused on 8177ed0), at 80x24, the hang first in its panel."""
+    import socket
+    import sys
+
+    from conftest import live_processes_of, only_run_dir, read_summary
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    (tmp_path / "spawn_hang.py").write_text(SPAWN_HANG.format(port=port))
+    verdict = r"stalled for 15 s: rank 1 never entered all_reduce\(float32\[1, 8\]\) #\d+ \(default group\)"
+    runs = tmp_path / "runs"
+    command = f"exec --stall-timeout 15 --tui --run-dir {runs} -- {sys.executable} spawn_hang.py"
+    session, marker = terminal(command, tmp_path, 160, 45)
+    try:
+        assert wait_screen(session, rf"Hang: {verdict}", timeout=420), screen(session)
+        keys(session, "s")
+        assert wait_screen(session, r"exec interrupted after a hang: \d+ steps", timeout=60), screen(session)
+        # (each looked for until drawn: a screen read mid-frame has the status line before the panel)
+        assert wait_screen(session, rf"Hung: {verdict}"), screen(session)
+        for rank in (0, 1):  # the hung ranks are never done
+            assert wait_screen(session, rf"rank {rank} +stalled +8 "), screen(session)
+        # The panel's last line: it was given the rows it needs.
+        assert wait_screen(session, r"Run directory: "), screen(session)
+        keys(session, "q")
+        assert wait_exit(marker, 30) == "130"  # stopped, as the headless command says it
+        printed = screen(session)
+        assert re.search(r"mode exec  status interrupted  world size 2", printed), printed
+        assert re.search(rf"hung: {verdict}", printed.replace("\n", "")), printed
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+    run_dir = only_run_dir(runs)
+    assert live_processes_of(run_dir) == []
+    summary = read_summary(run_dir / "summary.json")  # the rank's own word: it did not finish
+    assert [r.done for r in summary.ranks] == [False, False] and not summary.finished_training
+
+    session, marker = terminal(f"open {run_dir.name} --run-dir {runs}", tmp_path, 80, 24)
+    try:
+        assert wait_screen(session, r"exec interrupted", timeout=30), screen(session)
+        assert wait_screen(session, r"Hung: stalled for 15 s: rank 1 never entered"), screen(session)  # first
+        assert wait_screen(session, r"rank 1 +stalled +8 "), screen(session)
+        keys(session, "q")
+        assert wait_exit(marker, 10) == "0"
     finally:
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)

@@ -269,3 +269,61 @@ def test_the_run_view_during_and_after_a_run_at_both_sizes(snap_compare, size, p
         await pilot.pause(0.3)
 
     assert snap_compare(app, terminal_size=SIZES[size], run_before=run)
+
+
+HANG_SIZES = {"80x24": (80, 24), "160x45": (160, 45)}
+
+
+@pytest.mark.parametrize("phase", ["live", "stopped", "failed"])
+@pytest.mark.parametrize("size", list(HANG_SIZES))
+def test_a_hang_on_screen_live_after_s_and_stopped_by_the_stall_watch(snap_compare, size, phase):
+    """Issue 56: a hang's verdict where the slow ranks' remark was (live); first in the result after
+    s, the hung ranks `stalled`; and the stall's root cause with the ranks' stacks when --on-stall
+    stop ended the run. At 160x45 (a short view: 41 rows) the panel had 3 lines over a 25-row log
+    box holding 4: it has 40% of the view now; at 80x24 it keeps 5 rows, the hang its first line,
+    the logs their 5."""
+    from mgpu_tui.app.views.run.view import RunView
+    from mgpu_tui.engine.run.causes.watchdog import Stall, StalledRank
+
+    verdict = (
+        "rank 1 never entered all_reduce(float32[1, 8]) #42 (default group); rank 0 has waited in it "
+        "for 16 s; rank 1 is in train at ddp.py:47"
+    )
+    stall = Stall(15.0, (StalledRank(0, 240, 16.0), StalledRank(1, 240, 16.0)), "/nowhere", verdict, 1)
+    snapshots, topology, host = recorded(0)
+    app = create_app(telemetry=snapshots, topology=topology, host=host, run_root=Path("no-runs-here"))
+
+    async def run(pilot):
+        await pilot.press("r")
+        view = app.query_one(RunView)
+        pinned_run(view, finished=False)
+        stats = view.rank_table.shown
+        view.stall_after = 0.0  # the ranks are silent past the stall timeout: stalled, as the watch said
+        view.show(stats, ([], [], []), 0.0, stalled=frozenset({0, 1}), stall=stall)
+        if phase != "live":
+            cause = stall.root_cause() if phase == "failed" else None
+            if cause is not None:  # its stacks, as the ranks' reporters wrote them
+                stacks = "\n".join(
+                    f'--- rank {r} ---\nThread 0x1 (most recent call first):\n  File "ddp.py", '
+                    f'line {47 if r else 52} in train\n  File "ddp.py", line 70 in main'
+                    for r in (1, 0)
+                )
+                cause = dataclasses.replace(cause, traceback=stacks)
+            view.ended(
+                pinned_summary(
+                    Path("runs/20261125T120000Z-ddp"),
+                    status="failed" if cause else "interrupted",
+                    steps=240,
+                    steps_requested=400,
+                    stall=stall,
+                    root_cause=cause,
+                    ranks=tuple(
+                        dataclasses.replace(r, last_step=240, done=not cause)  # what a stopped rank may say
+                        for r in pinned_summary(Path("x")).ranks
+                    ),
+                ),
+                stats,
+            )
+        await pilot.pause(0.3)
+
+    assert snap_compare(app, terminal_size=HANG_SIZES[size], run_before=run)

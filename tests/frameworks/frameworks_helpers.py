@@ -2,9 +2,12 @@
 lines are the truth."""
 
 import functools
+import os
 import socket
 import sys
 from pathlib import Path
+
+import pytest
 
 import conftest
 
@@ -13,7 +16,7 @@ BIN = Path(sys.executable).parent  # accelerate, deepspeed: the launchers of thi
 
 
 # The frameworks' jobs take longer to start (their imports, DeepSpeed's op build).
-run_exec = functools.partial(conftest.run_exec, timeout=240)
+run_exec = functools.partial(conftest.run_exec, timeout=600)  # a hang guard; the tests set their own
 
 
 def free_port() -> str:
@@ -22,3 +25,12 @@ def free_port() -> str:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return str(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def deepspeed_cpu(tmp_path_factory) -> dict[str, str]:
+    """DeepSpeed on the CPU, its communication op built once for the whole session (ninja, a few
+    minutes on 2 cores): every DeepSpeed job of every worker shares one extensions folder, and
+    torch's build lock makes a second builder wait for the first."""
+    folder = conftest.once_per_session(tmp_path_factory, "deepspeed-extensions", lambda folder: folder)
+    return {**os.environ, "DS_ACCELERATOR": "cpu", "TORCH_EXTENSIONS_DIR": str(folder)}

@@ -13,6 +13,8 @@ import pytest
 import torch
 
 from conftest import results_of, run_cli, summary_from
+from frameworks_helpers import BIN, deepspeed_cpu, free_port, run_exec
+from frameworks_helpers import SCRIPTS as FRAMEWORK_SCRIPTS
 from mgpu_tui.reports.run_summary import summary_text
 from watched_steps import Watched, torchs_count
 
@@ -126,6 +128,27 @@ def test_each_tensor_parallel_rank_counts_its_shards_compute(tmp_path):
     for rank in (0, 1):  # the first step's model is found as it steps (no DDP): counted from the second
         assert [e.get("flops") for e in steps[rank]] == [None] + [whole // 2] * 7
     assert summary.compute.tflops > 0
+
+
+@pytest.mark.timeout(900)  # a hang guard: DeepSpeed's op build takes minutes on a loaded machine
+def test_a_zero3_deepspeed_job_counts_each_ranks_whole_compute_from_its_first_step(tmp_path, deepspeed_cpu):
+    """ZeRO-3 partitions the parameters and gathers each layer's for its forward and backward: each
+    rank computes the whole model on its own batch, and its count is that, exactly; DeepSpeed's
+    engine is the root from its construction, so the first step is counted too."""
+    launch = [str(BIN / "deepspeed"), "--num_gpus", "2", "--master_port", free_port(),
+              str(FRAMEWORK_SCRIPTS / "deepspeed_train.py"), "--zero-stage", "3"]  # fmt: skip
+    done, run_dir = run_exec(tmp_path, *launch, env=deepspeed_cpu, timeout=900)
+    summary = summary_from(done.stdout)
+    assert summary.status == "ok" and summary.steps == 8, done.stderr[-4000:]
+    forward = 2 * 4 * (16 * 32 + 32 * 1)  # a batch of 4 through Linear(16, 32) and Linear(32, 1)
+    whole = 3 * forward - 2 * 4 * 16 * 32  # backward twice the forward, but no input gradient at layer 1
+    for rank in (0, 1):
+        lines = (run_dir / "events" / f"rank{rank}.jsonl").read_text().splitlines()
+        assert [e.get("flops") for e in map(json.loads, lines) if e["kind"] == "step"] == [whole] * 8
+    assert summary.compute.tflops > 0
+
+
+__all__ = ["deepspeed_cpu"]  # a fixture, used by name
 
 
 def hugging_face_models():

@@ -149,9 +149,9 @@ def test_a_rank_stuck_in_its_data_loading_is_named_in_time_and_the_run_goes_on(t
         said += proc.stderr.readline()
     time.sleep(1)  # it goes on: not stopped by its stall
     assert proc.poll() is None, said
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signal.SIGINT)  # passed to torchrun, which passes it to its ranks
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
+    assert proc.returncode == 1, err  # torchrun's own exit after a Ctrl-C (its SignalException), as bare
     run_dir = only_run_dir(runs)
     stall = summary_from(out).stall
     assert stall is not None and stall.culprit == 1, said

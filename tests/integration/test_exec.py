@@ -121,3 +121,17 @@ def test_no_thread_of_the_watch_is_left_when_the_scripts_own_exit_handlers_run(t
     (rank,) = summary.ranks
     assert rank.last_step == 6 and abs(rank.loss - truth["loss"]) < 1e-6
     assert "Warning" not in done.stderr, done.stderr
+
+
+def test_a_command_that_fails_to_start_says_so_once_and_exits_with_its_own_status(tmp_path):
+    """Issue 56: `exec -- bash nope.sh` printed bash's words three times (its own, the summary's cause,
+    the cause's detail) and exited 1. The command's own message once, and its own status (127)."""
+    done = subprocess.run(
+        [*CLI, "exec", "--run-dir", str(tmp_path / "runs"), "--", "bash", "nope.sh"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 127, done.stderr
+    said = done.stdout + done.stderr
+    assert said.count("No such file or directory") == 1, said
+    assert "the command exited with code 127" in said
+    assert live_processes_of(only_run_dir(tmp_path / "runs")) == []

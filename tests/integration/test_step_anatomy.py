@@ -49,6 +49,7 @@ def test_a_rank_whose_dataset_is_slow_is_named_input_bound_and_the_other_waits_f
     (verdict,) = slow.verdicts
     assert verdict.kind == "input-bound" and verdict.ranks == (1,)
     assert "rank 1 waits for its data" in verdict.text and "num_workers=0" in verdict.hint
+    assert "pin_memory" not in verdict.hint  # issue 56: a CPU job has no pinned memory to copy from
     assert "input-bound: rank 1 waits for its data" in said  # said while it ran, too
     assert not [v for v in bare.verdicts if v.kind == "input-bound"]
 
@@ -60,6 +61,9 @@ def test_a_wide_model_on_a_small_batch_is_communication_bound_and_a_heavy_one_co
         assert rank.comm_s == max(rank.seconds(p) for p in STEP_PARTS), rank
     # (On a busy machine one rank may also be named slower at its compute: both are then true.)
     assert {v.kind for v in wide.verdicts} - {"straggler"} == {"communication-bound"}, wide.anatomy
+    # Issue 56: the script trains under DDP (its ranks said so): DDP's words and advice.
+    (comm,) = [v for v in wide.verdicts if v.kind == "communication-bound"]
+    assert "the gradients' all-reduce is not hidden behind backward" in comm.text and "no_sync()" in comm.hint
     # The middle layer (512 wide) run 80 times a forward: much compute, 0.3M parameters.
     heavy, _ = run_script(tmp_path / "heavy", ANATOMY, "--steps", "14", "--width", "512", "--compute", "80")
     assert {v.kind for v in heavy.verdicts} - {"straggler"} == {"compute-bound"}, heavy.anatomy

@@ -22,6 +22,7 @@ SHAPES = [
 ]
 
 
+@pytest.mark.timeout(300)  # a hang guard: two jobs at once, on a loaded machine up to 90 s
 @pytest.mark.parametrize("shape", SHAPES)
 def test_the_job_observes_nothing_of_the_watch_and_the_watch_counted_its_steps(tmp_path, shape):
     bare, watched, done, run_dir = bare_and_watched(tmp_path, shape)

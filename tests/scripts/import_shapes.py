@@ -1,7 +1,8 @@
 """A training loop that comes to torch in one of the shapes libraries use, before anything else
 (``--shape``): ``find_spec`` (an availability check first, as transformers, accelerate, datasets
 and evaluate make at their import), ``import_module`` (``importlib.import_module("torch")``),
-``lazy`` (``importlib.util.LazyLoader``, as lazy-import helpers do), or ``plain``. Under torchrun
+``lazy`` (``importlib.util.LazyLoader``, as lazy-import helpers do), ``transformers``
+(``import transformers`` first, as Hugging Face scripts begin), or ``plain``. Under torchrun
 with more than one process it trains with DDP over gloo; otherwise alone. It knows nothing of
 mgpu-tui, and prints its own account at the end:
     RESULT {"rank": 0, "world_size": 2, "steps": 5, "loss": 0.41}
@@ -28,6 +29,12 @@ elif SHAPE == "lazy":
     torch = importlib.util.module_from_spec(spec)
     sys.modules["torch"] = torch
     loader.exec_module(torch)  # torch's own code runs at the first attribute read below
+elif SHAPE == "transformers":
+    # isort: off
+    import transformers  # noqa: F401 (it asks for torch's spec at its import)
+    import torch
+
+    # isort: on
 else:
     import torch
 

@@ -7,6 +7,9 @@ It knows nothing of mgpu-tui. Each rank prints its own account at the end:
 --port N fixes MASTER_PORT (the tutorial's "12355"); without it, a free one is chosen before
 spawning. --hang-rank R stops rank R in its data loading at --hang-at; --fail-rank R raises there.
 --start-method fork uses torch.multiprocessing.start_processes(start_method="fork") instead.
+--lr-finder N first runs a learning-rate finder of N steps in the parent process (no process group:
+a helper before the job), and prints its own account:
+    FINDER {"steps": 5, "lr": 0.01}
 """
 
 import argparse
@@ -79,6 +82,26 @@ def demo_basic(rank, world_size, args):
     dist.destroy_process_group()
 
 
+def find_lr(args):
+    """A learning-rate range test: one step at each of a rising series of rates, the loss after each."""
+    torch.manual_seed(0)
+    model, loss_fn = ToyModel(), nn.MSELoss()
+    optimizer = optim.SGD(model.parameters(), lr=1e-4)
+    losses = {}
+    for step in range(args.lr_finder):
+        lr = 1e-4 * 10 ** (4 * step / max(1, args.lr_finder - 1))
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(step, 0, args)
+        optimizer.zero_grad()
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        optimizer.step()
+        losses[lr] = loss.item()
+    sys.stdout.write(f"FINDER {json.dumps({'steps': args.lr_finder, 'lr': min(losses, key=losses.get)})}\n")
+    sys.stdout.flush()
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -97,8 +120,11 @@ if __name__ == "__main__":
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-at", type=int, default=-1)
     parser.add_argument("--start-method", default="spawn")
+    parser.add_argument("--lr-finder", type=int, default=0)
     args = parser.parse_args()
     args.port = args.port or free_port()
+    if args.lr_finder:
+        find_lr(args)
     if args.start_method == "spawn":
         mp.spawn(demo_basic, args=(args.world_size, args), nprocs=args.world_size, join=True)
     else:

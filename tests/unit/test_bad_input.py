@@ -130,8 +130,15 @@ CASES = [
     (["run", "--script", "{dir}/train.py", "--ranks-filter", "1", "--quiet"], "not allowed with"),
     (["nccl", "{dir}/a-fifo"], "a-fifo is not a regular file; give the saved NCCL_DEBUG=INFO output."),
     (["nccl", "{dir}/train.py", "--topo", "{dir}/not-topology.txt"], "not-topology.txt:"),
-    (["open", "{dir}/no-such-run"], "no-such-run does not exist: give a run folder, or `latest`."),
-    (["open", "{dir}/a-file"], "a-file is not a folder: give a run folder, or `latest`."),
+    (["open", "{dir}/no-such-run"], "no-such-run does not exist: give a run folder, its name in runs"),
+    (["open", "{dir}/a-file"], "a-file is not a folder: give a run folder, its name in runs (as"),
+    (["open", "no-such-run"], "no-such-run does not exist: give a run folder, its name in runs"),
+    # Issue 56: a path that does not exist is said as such, not as a folder without its spec.json.
+    (["compare", "--runs", "runs/nope"], "runs/nope does not exist: give the folders of finished runs"),
+    (["compare", "--runs", "{dir}/a-file"], "a-file is not a folder: give the folders of finished runs"),
+    # Issue 56: a missing script, before anything starts (no run folder), as python would say it after.
+    (["exec", "--", "python", "nope.py"], "nope.py: no such file, so python cannot run it."),
+    (["exec", "--", "python3", "-u", "-W", "ignore", "nope.py", "--x"], "nope.py: no such file, so python3"),
     (["open", "{dir}/a-folder"], "a-folder cannot be opened: no spec.json: not a run directory."),
     (["open", "latest", "--run-dir", "{dir}/a-folder"], "there is no run under"),
     (["open", "latest", "--run-dir", "{dir}/a-file"], "a-file is a file, not a folder of runs."),

@@ -4,7 +4,6 @@ their function's end; torch's DDPOptimizer ends its compile state in a guard's _
 torch.compile of a DDP model failed under mgpu-tui ("Cannot access data pointer of Tensor") and
 not bare (docs/gpu-validation.md)."""
 
-import threading
 import time
 import weakref
 
@@ -35,12 +34,10 @@ def compile_a_submodule(seconds: float) -> weakref.ref:
 def test_a_local_ends_with_its_function_not_at_the_watchers_next_beat(monkeypatch):
     monkeypatch.setattr(stack_signature, "BEAT_S", 0.25)
     watch = ScriptWatch(Beats(), "train.py")  # torch is not hooked: only the beat thread runs
-    beats = threading.Thread(target=watch._watch_stack, daemon=True)
-    beats.start()
+    watch._beats.start()
     try:
         for _ in range(3):
             guard = compile_a_submodule(0.6)
             assert guard() is None  # gone as its function returned
     finally:
-        watch._stopped.set()
-        beats.join(timeout=5)
+        watch._beats.stop()

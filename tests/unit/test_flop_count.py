@@ -278,3 +278,34 @@ def test_a_loop_run_inside_an_except_block_is_counted_as_any_other():
     except KeyError:
         assert watched.step(x).flops == torchs_count(watched.model, x)
     assert no_mode_open()
+
+
+def test_lightnings_training_step_is_counted_whole_as_the_forward_once_per_batch_shape():
+    """Lightning on one device (engine/rank/watch/frameworks.py): its training_step is the step's
+    forward, the count's window opened around it and keyed by its batch alone (the batch index
+    changes every step); the model's own forward inside it neither opens nor closes the window, so
+    what training_step computes after it (a head outside forward) is counted too."""
+    from mgpu_tui.engine.rank.watch.script_watch import ScriptWatch
+
+    model, head = torch.nn.Linear(8, 16), torch.randn(16, 4)
+    watch = ScriptWatch(None, "train.py")
+    watch.torch = watch._root.torch = torch
+    watch._flops = flops.StepFlops(torch)
+    watch.hook_root(model, "the model")
+    x = torch.randn(4, 8)
+
+    def training_step(batch, batch_idx):
+        with watch.whole_forward((batch, batch_idx), {}, model):
+            loss = (model(batch) @ head).square().mean()
+        watch.flops_window("backward_begins", False)
+        try:
+            loss.backward()
+        finally:
+            watch.flops_window("backward_ends")
+        return watch._flops.total()
+
+    whole = torchs_count(model, x, loss_of=lambda out: (out @ head).square().mean())
+    counted = [training_step(x, i) for i in range(3)]
+    assert counted == [flops.Counted(whole, 0, True), *[flops.Counted(whole, 0, False)] * 2]
+    assert whole > torchs_count(model, x)  # the head's matmul is in it
+    assert no_mode_open()

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from mgpu_tui.engine.run.figures.flight_records import call, hang_verdict, parse_entry, read_trace, where
+from mgpu_tui.engine.run.nccl.flight_records import call, hang_verdict, parse_entry, read_trace, where
 
 NOW = 100 * 10**9
 
@@ -80,7 +80,7 @@ def test_where_reads_the_latest_dump_and_prefers_the_programs_own_frame():
 
 
 def test_the_rank_that_enters_each_collective_last_is_a_straggler_and_p2p_is_left_out():
-    from mgpu_tui.engine.run.figures.flight_records import late_arrivals
+    from mgpu_tui.engine.run.nccl.flight_records import late_arrivals
 
     traces = {0: [], 1: []}
     for seq in range(1, 21):

@@ -30,8 +30,8 @@ from mgpu_tui.engine.protocol.typed import Invalid
 from mgpu_tui.engine.records.history import list_runs, read_run
 from mgpu_tui.engine.run.causes.launcher_report import read_error_file
 from mgpu_tui.engine.run.causes.rank_requests import request_flight_records
-from mgpu_tui.engine.run.figures.flight_records import hang_verdict, late_arrivals, read_trace
 from mgpu_tui.engine.run.figures.stragglers import Straggler
+from mgpu_tui.engine.run.nccl.flight_records import hang_verdict, late_arrivals, read_trace
 from mgpu_tui.engine.run.summary import RunSummary
 
 ESC_OR_C1 = [chr(c) for c in (0x1B, *range(0x80, 0xA0))]
@@ -370,7 +370,7 @@ def test_a_spec_claiming_thousands_of_nodes_is_read_in_one_listing(tmp_path):
 
 def test_a_summarys_nodes_and_nccl_are_typed_and_their_json_is_as_before(tmp_path):
     from mgpu_tui.engine.nodes.view import NodeView
-    from mgpu_tui.engine.run.figures.nccl_record import NcclFigures
+    from mgpu_tui.engine.run.nccl.nccl_record import NcclFigures
 
     node = NodeView(1, "b", 2, 3, "lost", 7, 12.34, False, ((2, 7), (3, 6)))
     nccl = NcclFigures("4 ranks on 2 hosts", ("2.21.5",), ("NET/Socket",), 2, (), ("ncclInternalError",), 4)

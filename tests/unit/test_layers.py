@@ -20,6 +20,7 @@ LAYERS = [
     ["nodes"],
     ["run"],
     ["records"],
+    ["metrics"],
     ["checks", "compare"],
 ]
 PUBLIC_RANK = {"mgpu_tui/__init__.py", "engine/reporter.py"}  # the public Reporter and its old path

@@ -1,7 +1,7 @@
 """Issue 60: a rank's memory read directly from its objects (engine/rank/watch/memory/accounting.py),
 held to numel x element size counted here over the same objects: Adam's and AdamW's two moments and
 step counters, SGD's momentum buffer (and none without momentum), a tied weight and views counted
-once; and the engine's figures from the step events (engine/run/figures/memory_parts.py)."""
+once; and the engine's figures from the step events (engine/run/memory/memory_parts.py)."""
 
 import pytest
 import torch
@@ -9,7 +9,7 @@ import torch.nn as nn
 
 from mgpu_tui.engine.protocol.events import Step, parse_line
 from mgpu_tui.engine.rank.watch.memory.accounting import Accounting
-from mgpu_tui.engine.run.figures.memory_parts import MemoryTrack
+from mgpu_tui.engine.run.memory.memory_parts import MemoryTrack
 
 
 def nbytes(t) -> int:

@@ -205,7 +205,7 @@ def test_a_pair_on_nvlink_that_nccl_joined_through_shared_memory_is_called_out()
 
 def test_a_runs_nccl_files_become_its_summarys_reading(tmp_path):
     from mgpu_tui.engine.protocol.rundir import RunDir
-    from mgpu_tui.engine.run.figures.nccl_record import nccl_figures
+    from mgpu_tui.engine.run.nccl.nccl_record import nccl_figures
 
     assert nccl_figures(RunDir(tmp_path)) is None  # NCCL wrote nothing: nothing said
     log = (FIXTURES / "nccl" / "05-socket-2node-4gpu-pcie-tesla.log").read_text()

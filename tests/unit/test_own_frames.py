@@ -37,6 +37,29 @@ def test_a_traceback_through_the_watchs_wrapper_shows_the_users_frames_only():
     assert shown.endswith("RuntimeError: boom\n")
 
 
+def test_the_traceback_the_cli_and_the_app_show_has_no_frame_of_the_watch_however_long():
+    """Issue 56: a crash through the watch's backward showed its torch_hooks.py frame: the CLI's
+    cause printed the rank's traceback whole (the app kept the user's frames only). Both now go
+    through causes.py's users_frames, over the whole traceback, the app's cut after it."""
+    from mgpu_tui.app.views.run.outcome import TRACEBACK_SHOWN, shown_traceback
+    from mgpu_tui.engine.protocol.causes import RootCause
+
+    watched = around(users_step, before=lambda args, kwargs: None)
+    try:
+        watched()
+    except RuntimeError:
+        text = traceback.format_exc()
+    inner = text.index("  File", text.index("wrapping.py"))  # the frame the watch called
+    deep = '  File "/home/u/model.py", line 7, in layer\n    x = layer(x)\n' * 100  # torch's, the user's
+    long = text[:inner] + deep + text[inner:]
+    cause = RootCause(1, 1, None, "RuntimeError: boom", long)
+    for shown in (cause.describe(), shown_traceback(long), shown_traceback(text)):
+        assert "engine/rank" not in shown and "in users_step" in shown, shown
+        assert shown.rstrip().endswith("RuntimeError: boom")
+    assert "in test_the_traceback_the_cli" in cause.describe()  # the user's frame above the watch's
+    assert len(shown_traceback(long)) <= TRACEBACK_SHOWN and shown_traceback(long).startswith("  File")
+
+
 class NoReporter:
     def beat(self, where: str | None) -> None:
         return
@@ -45,7 +68,7 @@ class NoReporter:
 def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, monkeypatch):
     monkeypatch.setattr(stack_signature, "BEAT_S", 0.05)
     watch = ScriptWatch(NoReporter(), "train.py")
-    watch._start_beats()
+    watch._beats.start()
     dumper = FlightRecorderDump(tmp_path, rank=0)
     folder = RunDir(tmp_path)
     request = folder.request_path(STACKS_REQUEST)
@@ -56,7 +79,7 @@ def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, m
         raw = folder.stacks_path(0).read_text()
     finally:
         dumper.stop()
-        watch._stop_beats()
+        watch._beats.stop()
     assert "_watch_stack" in raw and "_loop" in raw  # both threads were in the dump
     shown = readable_stacks(raw)
     assert "engine/rank" not in shown

@@ -37,6 +37,7 @@ class StandInRun:
         self.held = threading.Event()  # its thread waits in a held poll now
         self.closed_by: list[str] = []
         self.summary = None
+        self.stall = self.stopped_rank = None
         self.run_dir = type("RunDir", (), {"path": Path(name)})()
         self.telemetry = type("Telemetry", (), {"copy": lambda _: None})()
 

@@ -26,7 +26,7 @@ def job(
 def test_a_rank_starved_of_data_is_input_bound_and_the_others_wait_for_it():
     parts = job({0: {"forward": 0.002, "comm": 0.120}, 1: {"data": 0.120, "forward": 0.002}}, jitter=0.1)
     parts.loader_workers(1, 0)
-    (verdict,) = parts.verdicts(warm=2, world_size=2)
+    (verdict,) = parts.verdicts(warm=2, world_size=2, job="DDP", device="GPU")
     assert verdict.kind == "input-bound" and verdict.ranks == (1,)
     assert "rank 1 waits for its data 98% of each step, the others 0%" in verdict.text
     assert "98% of their step in communication" in verdict.text
@@ -36,7 +36,7 @@ def test_a_rank_starved_of_data_is_input_bound_and_the_others_wait_for_it():
 def test_every_rank_waiting_for_its_data_is_input_bound_with_its_workers_in_the_hint():
     parts = job({0: {"data": 0.05, "forward": 0.01}, 1: {"data": 0.06, "forward": 0.01}})
     parts.loader_workers(0, 2)
-    (verdict,) = parts.verdicts(warm=2)
+    (verdict,) = parts.verdicts(warm=2, job="script's own", device="CPU")
     assert verdict.kind == "input-bound" and verdict.ranks == (0, 1)
     assert "every rank waits for its data 83%-86% of each step" in verdict.text
     assert "2 worker(s) cannot keep up" in verdict.hint
@@ -111,8 +111,14 @@ def test_the_console_says_the_table_and_each_verdict_with_what_to_try():
     lines = anatomy_lines(parts.anatomy(warm=2))
     assert lines[0] == "where a step goes (each rank's mean over its last 18 steady steps)"
     assert "98% 120 ms" in lines[1] and "2% 2.0 ms" in lines[1]
-    said = verdict_lines(parts.verdicts(warm=2))
+    said = verdict_lines(parts.verdicts(warm=2, job="DDP", device="CPU"))
     assert said[0].startswith("why it is slow: input-bound: rank 1") and said[1].startswith("  try: ")
+    # A verdict with no change that applies to the job says none (advice.py): no empty "try:".
+    comm = job({r: {"forward": 0.004, "backward": 0.01, "comm": 0.04} for r in range(2)})
+    assert verdict_lines(comm.verdicts(warm=2, job="TP", device="GPU")) == [
+        "why it is slow: communication-bound: the ranks wait for each other after backward's graph: "
+        "74% of each step on every rank"
+    ]
     assert anatomy_lines(()) == []
 
 

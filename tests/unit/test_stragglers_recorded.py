@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mgpu_tui.engine.run.figures.flight_records import Collective, late_arrivals, parse_entry, read_trace
+from mgpu_tui.engine.run.nccl.flight_records import Collective, late_arrivals, parse_entry, read_trace
 
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "stragglers"
 CLEAN = sorted(RECORDED.glob("clean-*"))

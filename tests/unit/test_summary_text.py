@@ -1,6 +1,7 @@
-"""What the summary's text and the run listings say in words (issue #31): one word for a stopped run
-everywhere a person reads it ("stopped"; the JSON keeps its documented "interrupted"), and why a
-rank's samples/s is n/a."""
+"""What the summary's text and the run listings say in words: one word for a run stopped on request
+everywhere a person reads it (issue #31), the one summary.json holds, "interrupted" (issue #57: the
+console said "stopped" where the JSON said "interrupted", and "stopped" is also a rank frozen by
+SIGSTOP); and why a rank's samples/s is n/a."""
 
 import json
 
@@ -11,16 +12,16 @@ from mgpu_tui.engine.records.history import read_run
 from mgpu_tui.reports.run_summary import summary_text
 
 
-def test_a_stopped_run_reads_stopped_in_text_and_interrupted_in_json(tmp_path, capsys):
+def test_an_interrupted_run_reads_interrupted_in_text_as_in_json(tmp_path, capsys):
     root = tmp_path / "runs"
     path = good_run(root, "20260101-000000-ddp", status="interrupted", exit_code=130)
     assert main(["runs", "--run-dir", str(root)]) == 0
     row = capsys.readouterr().out.splitlines()[-1]
-    assert " stopped " in row and "interrupted" not in row
+    assert " interrupted " in row and "stopped" not in row
     assert main(["runs", "--run-dir", str(root), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["runs"][0]["status"] == "interrupted"
     head = summary_text(read_run(path).summary).splitlines()[0]
-    assert "status stopped " in head
+    assert "status interrupted " in head and "stopped" not in head
 
 
 def test_a_rank_that_counts_no_samples_by_design_says_why_beside_the_jobs_rate(tmp_path):

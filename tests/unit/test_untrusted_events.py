@@ -97,6 +97,27 @@ def test_a_second_hello_is_believed_only_when_torchrun_may_restart_the_rank(run_
     assert ingest.rank_processes()[0] == (200, None) and ingest.malformed_events == 0
 
 
+def test_a_hello_after_the_ranks_end_is_its_later_phase_counting_on_from_its_steps(run_dir):
+    """Lightning's ddp_spawn starts the ranks again for trainer.test: each says hello again once its
+    first process said done. Its steps count on, and what its about leaves out stays the fit's."""
+    about = line("about", 0, device="cpu", device_uuid=None, backend="gloo", batch=8, batch_source="DDP")
+    write(run_dir, 0, hello(0, pid=100), about, step(0, 1), step(0, 2), line("done", 0, steps=2))
+    later_about = line("about", 0, device="cpu", device_uuid=None, backend="gloo")
+    write(run_dir, 0, hello(0, pid=200), later_about, step(0, 1, loss=0.5), line("done", 0, steps=1))
+    ingest = Ingest(run_dir, WORLD)
+    ingest.read()
+    assert ingest.malformed_events == 0 and ingest.rank_processes()[0] == (200, None)
+    (rank,) = ingest.stats().ranks
+    assert rank.last_step == 3 and rank.loss == 0.5 and rank.batch == 8 and rank.done
+
+
+def test_a_second_hello_before_the_ranks_end_is_not_believed(run_dir):
+    write(run_dir, 0, hello(0, pid=100), step(0, 1), hello(0, pid=200), line("done", 0, steps=1))
+    ingest = Ingest(run_dir, WORLD)
+    ingest.read()
+    assert ingest.malformed_events == 1 and ingest.rank_processes()[0] == (100, None)
+
+
 def test_a_fifo_in_place_of_an_event_file_is_never_opened_for_reading(run_dir):
     os.mkfifo(run_dir.events_dir / "rank0.jsonl")  # no writer: a plain open() would block for ever
     write(run_dir, 1, hello(1), step(1, 1))

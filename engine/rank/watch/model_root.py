@@ -98,7 +98,12 @@ def batch_source(module: Any) -> str:
 
 
 LOADER_SOURCE = "the batches its DataLoader gave"  # where no model's forward counted them
-BATCH_SOURCE = {"ddp": "the batches entering DistributedDataParallel", "fsdp": "the batches entering FSDP"}
+TRAINING_STEP_SOURCE = "the batches entering training_step"  # Lightning on one device (frameworks.py)
+BATCH_SOURCE = {
+    "ddp": "the batches entering DistributedDataParallel",
+    "fsdp": "the batches entering FSDP",
+    "deepspeed": "the batches entering DeepSpeed's engine",
+}
 
 
 class HookedRoot:
@@ -142,6 +147,13 @@ class HookedRoot:
         handles = self._forward_hooks(module, _untraced)
         self._roots = [(weakref.ref(module), handles)]
         self.source = BATCH_SOURCE.get(kind, kind)
+
+    def let_go(self) -> None:
+        """No root from now on (a training ended: the next one finds its own model)."""
+        for _, handles in self._roots:
+            for handle in handles:
+                handle.remove()
+        self._roots, self.source = [], None
 
     def _forward_hooks(self, module: Any, wrap: Any) -> list[Any]:
         """The root's hooks: before its forward (the batch, and the forward's start) and after it,

@@ -13,43 +13,57 @@ and how it is taken (docs/your-script.md says the same to users):
   ids) all its elements as tokens.
 - **data_s**: from the end of the previous step to the first such forward, the time the rank spent
   on its batch (a straggler's evidence, aggregate.py).
-- **parts**: the step taken apart, from the second step on: data, forward, backward, the
-  communication backward did not hide, the optimizer and the host's time between (step_clock.py
-  says how each is measured); with the training DataLoader's worker count, in ``about``.
+- **parts**: the step taken apart, from the second step on (step_clock.py): data, forward,
+  backward, the communication backward did not hide, the optimizer and the host's time between.
 - **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
-  it), summed over the step's micro-batches; on a GPU read without draining the stream
-  (step_figures.loss_of: a pinned copy, read once its CUDA event has completed).
-- **memory**: the allocator's current and peak bytes on CUDA (once the script initialised it), else
-  the process's RSS and its peak; and where it goes (memory/: parameters, buffers, gradients,
-  optimizer state at every step, activations on an observed one, a leak, an out-of-memory).
+  it), summed over the step's micro-batches (scripts divide each by the accumulation count); on a
+  GPU read without draining the stream (step_figures.py). A loop that calls backward and never
+  steps (saliency maps) keeps MAX_LOSSES at most: past them, they go, and that step has no loss.
+- **memory**: on CUDA (once the script initialised it), the allocator's current and peak bytes on
+  the loss's device; otherwise the process's RSS and its peak; where it goes is memory/'s.
 - **about**: the backend of the default process group, the device the loss is on, and the batch.
-- **beats**: when the main thread moved and nothing was written for BEAT_S (stack_signature.py).
+- **beats**: when the training thread (the latest backward's; the main thread before any)
+  moved and nothing was written for BEAT_S (stack_signature.py).
 
-Where the hooks go into torch is torch_hooks.py; the figures are read in step_figures.py; the
-model whose forward counts the batch is hooked in model_root.py.
+Where the hooks go into torch is torch_hooks.py; the figures are read in step_figures.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from threading import get_ident
 from types import ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank.reporter import ScriptReporter
-from mgpu_tui.engine.rank.threads import stop_before_exit
-from mgpu_tui.engine.rank.watch import flops, stack_signature, step_clock, step_figures, torch_hooks
+from mgpu_tui.engine.rank.watch import (
+    flops,
+    frameworks,
+    stack_signature,
+    step_clock,
+    step_figures,
+    torch_hooks,
+)
 from mgpu_tui.engine.rank.watch.memory.watch import MemoryWatch
-from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE, HookedRoot, batch_source, find_root
-from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, batch_size, first_tensor
+from mgpu_tui.engine.rank.watch.model_root import (
+    TRAINING_STEP_SOURCE,
+    HookedRoot,
+    batch_source,
+    find_root,
+)
+from mgpu_tui.engine.rank.watch.stack_signature import BEAT_S
+from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, StepBatch
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
 from mgpu_tui.engine.rank.watch.wrapping import guarded
 
 __all__ = ["ScriptReporter", "ScriptWatch"]
+
+MAX_LOSSES = 1024  # the losses of one step kept (its micro-batches'); past them the step has none
 
 
 def _quiet(hook: Any) -> Any:
@@ -73,19 +87,19 @@ class ScriptWatch:
         reporter: ScriptReporter | None,
         program: str,
         *,
-        become_rank: Callable[[int, int], ScriptReporter] | None = None,
+        become: Callable[[int | None, int], ScriptReporter] | None = None,
     ) -> None:
-        """``reporter``: the rank's, where the launcher said which rank this is (torchrun's RANK);
-        None under ``mgpu-tui exec``, where ``become_rank(rank, world_size)`` makes it the moment
-        the process becomes a rank (it joins the default process group, or steps an optimizer
-        after a backward with none): until then it writes nothing and runs no thread."""
-        self.reporter = reporter
-        self._become = become_rank
+        """``reporter``: the rank's (torchrun's RANK); None under ``mgpu-tui exec``, where
+        ``become(rank, world_size)`` makes it once the process joins the default group, or steps an
+        optimizer after a backward with none (a trainer: ``rank`` None); until then nothing runs."""
+        self.reporter, self._become = reporter, become
+        self.trainer = False  # this process trains without a process group (a trainer of its own)
+        self.ended: Callable[[BaseException | None], None] | None = None  # tells a training's end
         self.program = os.path.abspath(program) if os.path.exists(program) else program
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._failures: set[str] = set()  # hooks that failed once, and said so
         self.clock = step_clock.StepClock()  # where each step's time goes (step_clock.py)
-        ends = functools.partial(self.flops_window, "forward_ends")  # (the FLOP count's window)
+        ends = functools.partial(self.flops_window, "forward_ends", of_root=True)  # the FLOP count's
         self._root = HookedRoot(self._before_forward, self.clock, ends)  # whose forward counts the batch
         self._start_counting()
 
@@ -96,11 +110,11 @@ class ScriptWatch:
         self._backwards = 0  # backward() calls since the last step: its micro-batches
         self.in_backward = False  # a backward inside a backward (reentrant checkpointing) is not one
         self._losses: list[Any] = []
+        self._losses_let_go = False  # more than MAX_LOSSES since the last step: its loss is unknown
+        self.training_thread: int | None = None  # the thread of the latest backward (the beats follow it)
         self._scaled: dict[int, tuple[Any, Any]] = {}  # id(scaled loss) -> (it, the loss unscaled)
-        self._samples = self._tokens = 0
-        self._loader_samples = self._loader_tokens = 0  # the training batches its DataLoaders gave
-        self._first_forward_at: float | None = None
-        self._last_step_at = time.time()
+        self._batch = StepBatch(TRAINING_STEP_SOURCE)  # what the step under way trained on
+        self._whole = False  # inside a framework's training step that is the forward (frameworks.py)
         self._pending = PendingSteps()
         self._device: Any = None  # where the loss is: the rank's device
         self._about_said = False
@@ -108,9 +122,8 @@ class ScriptWatch:
         self._root_searched = False  # a job with no DDP or FSDP: its model looked for once (model_root.py)
         self._backend: str | None = None  # the default process group's, once seen
         self._last_event_at = time.monotonic()
-        self._stopped = threading.Event()
-        self._leads = step_figures.Lead().leads  # whether an optimizer's step is the iteration's
-        self._beats: threading.Thread | None = None
+        self._lead = step_figures.Lead()  # the optimizer whose steps are the steps
+        self._beats = stack_signature.Beats(self.program, self._tick, lambda: self.training_thread)
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
@@ -120,41 +133,35 @@ class ScriptWatch:
 
     def start(self) -> None:
         """The hooks, once the script imports torch (now, if it has); the beats, where the rank is
-        known (else from the moment the process becomes one)."""
+        known (else once the process becomes one)."""
         after_import("torch", guarded(self._install))
         after_import("torch.distributed.fsdp", guarded(self._install_fsdp))
         after_import("torch._dynamo", guarded(self._after_dynamo))
+        frameworks.install(self)
         if self.reporter is not None:
-            self._start_beats()
+            self._beats.start()
 
-    def _start_beats(self) -> None:
-        self._beats = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
-        self._beats.start()
-        stop_before_exit(self._stop_beats)
-
-    def _stop_beats(self) -> None:
-        """No beat after this: the thread is joined (it reads the main thread's frames and the
-        process group, which the script's exit handlers may be tearing down)."""
-        self._stopped.set()
-        beats = self._beats
-        if beats is not None and beats is not threading.current_thread():
-            beats.join(timeout=5)
-
-    def _become_rank(self, rank: int, world_size: int) -> None:
-        """This process is a rank from now on: its reporter (its files, its stack handler, its
-        flight-recorder thread) and its beats start here, never before."""
+    def _become_rank(self, rank: int | None, world_size: int) -> None:
+        """This process is a rank (``rank`` None: a trainer) from now on: its reporter (its files,
+        stack handler, flight-recorder thread) and its beats start here, never before."""
         if self.reporter is not None or self._become is None:
             return
         self.reporter = self._become(rank, world_size)
+        self.trainer = rank is None
         self._last_event_at = time.monotonic()
-        self._start_beats()
+        self._beats.start()
+
+    def no_one(self) -> None:
+        """Its training ended and was told (process_watch.py): no one again, until it trains anew."""
+        self.reporter, self.trainer = None, False
+        self._root.let_go()
+        self._start_counting()
 
     def after_fork_in_child(self) -> None:
         """A forked child (a data-loader worker, a rank of ``start_processes(start_method="fork")``)
-        starts as no rank, with nothing of its parent's: not its events file, its stack handler, its
-        threads (which a fork does not copy) or its counts. It becomes a rank of its own if it joins
-        a process group."""
-        reporter, self.reporter = self.reporter, None
+        starts as no one, with nothing of its parent's: not its events file, its stack handler, its
+        threads (which a fork does not copy) or its counts."""
+        reporter, self.reporter, self.trainer = self.reporter, None, False
         if reporter is not None:
             reporter.abandon()
         self._start_counting()
@@ -168,10 +175,18 @@ class ScriptWatch:
         torch_hooks.install_fsdp(fsdp, self)
 
     @_quiet
+    def joined_group(self) -> None:
+        """init_process_group returned: a process that trained alone until now (a helper before the
+        job: a learning-rate finder) ends that training; it is the group's rank now."""
+        if self.trainer and self.ended is not None:
+            self.ended(None)
+        self.see_group()
+
+    @_quiet
     def before_destroy(self) -> None:
         self.see_group()  # a group made some other way is named before it goes
-        if self.reporter is not None:
-            self.reporter.dump_flight_records()  # its last collectives, while they are there
+        if self.reporter is not None:  # its last collectives, while they are there
+            self.reporter.dump_flight_records()
 
     @_quiet
     def hook_root(self, module: Any, kind: str) -> None:
@@ -197,48 +212,57 @@ class ScriptWatch:
 
     @_quiet
     def _before_forward(self, module: Any, args: tuple, kwargs: dict) -> None:
-        torch = self.torch
-        if not module.training or not torch.is_grad_enabled():
-            return  # an evaluation: its samples are not trained on
+        if self._whole or not module.training or not self.torch.is_grad_enabled():
+            return  # an evaluation (its samples are not trained on), or counted by the whole step
         self.flops_window("forward_begins", module, args, kwargs)
-        batch = first_tensor(args)
-        if batch is None:
-            batch = first_tensor(tuple(kwargs.values()))
-        size = batch_size(batch)
-        if size is None:
-            return
-        self._samples += size[0]
-        self._tokens += size[1]
-        if self._first_forward_at is None:
-            self._first_forward_at = time.time()
+        self._batch.count(args, kwargs)
+
+    @contextlib.contextmanager
+    def whole_forward(self, args: tuple, kwargs: dict, module: Any) -> Iterator[None]:
+        """A framework's training step that is the step's forward (frameworks.py): its batch, time
+        and FLOPs (keyed by its batch, args[0]) the forward's; a module's forward in it adds nothing."""
+        outer = not self._whole  # a training step inside a training step: the outer one counts
+        if outer:
+            with contextlib.suppress(Exception):
+                self._batch.count(args, kwargs, whole=True)
+            self.flops_window("forward_begins", module, args[:1], {})
+            self._whole = True
+            self.clock.enter("forward")
+        try:
+            yield
+        finally:
+            if outer:
+                self.clock.leave("forward")
+                self._whole = False
+                self.flops_window("forward_ends")
 
     @_quiet
-    def flops_window(self, edge: str, *args: Any) -> None:  # flops/step_flops.py: StepFlops's edges
-        if self._flops is not None:
+    def flops_window(self, edge: str, *args: Any, of_root: bool = False) -> None:  # step_flops.py's
+        if self._flops is not None and not (of_root and self._whole):  # (a whole step's are its own)
             getattr(self._flops, edge)(*args)
         self.memory.window(self.torch, edge, self._flops, args)
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
         """A batch a DataLoader gave while gradients are on (_watched_next: an evaluation's is not
-        handed here): counted, and
-        used for the step where no model's forward counted one (a model whose forward is not what
-        the script calls: Lightning on one device calls training_step)."""
+        handed here): counted, and used for the step where no model's forward counted one (a model
+        whose forward is not what the script calls: Lightning on one device calls training_step)."""
         workers = getattr(loader, "_num_workers", None)
         if isinstance(workers, int):
             self._loader_workers = workers
-        size = batch_size(first_tensor((batch,)))
-        if size is not None:
-            self._loader_samples += size[0]
-            self._loader_tokens += size[1]
+        self._batch.loader(batch)
 
     @_quiet
     def on_backward(self, tensors: Any) -> None:
         self._backwards += 1
+        self.training_thread = get_ident()
         torch = self.torch
         if isinstance(tensors, torch.Tensor) and tensors.numel() == 1 and not tensors.is_complex():
             scaled = self._scaled.pop(id(tensors), None)
             loss = scaled[1] if scaled is not None and scaled[0] is tensors else tensors.detach()
+            if len(self._losses) >= MAX_LOSSES:  # no step for that long: none of them is a step's loss
+                self._losses.clear()
+                self._losses_let_go = True
             self._losses.append(loss)
             self.memory.creep.loss(tensors)
             if self._device is None:
@@ -247,7 +271,7 @@ class ScriptWatch:
     @_quiet
     def after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         self.memory.optimizer_stepped(optimizer)
-        if self._leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
+        if self._lead.leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
             if not self._root and not self._root_searched:
                 self._find_model(optimizer)
             self._count_step()
@@ -264,29 +288,28 @@ class ScriptWatch:
     def remember_scaled(self, outputs: Any, result: Any) -> None:
         torch = self.torch
         if isinstance(outputs, torch.Tensor) and isinstance(result, torch.Tensor) and outputs.numel() == 1:
+            if len(self._scaled) >= MAX_LOSSES:  # scaled and never backward: let go
+                self._scaled.clear()
             self._scaled[id(result)] = (result, outputs.detach())
 
     @_quiet
     def after_scaler_step(self, optimizer: Any) -> None:
         # The optimizer did not step (inf or NaN gradients), so its hook did not count: still a step.
-        if self._backwards and self._leads(optimizer):
+        if self._backwards and self._lead.leads(optimizer):
             self._count_step()
 
     def _count_step(self) -> None:
         if self.reporter is None and not self.see_group():
-            self._become_rank(0, 1)  # a step with no process group: a job of one process
+            self._become_rank(None, 1)  # a step with no process group: a trainer of its own
         counted = self._flops.total() if self._flops is not None else flops.Counted(None, None, False)
         now = time.time()
         self.steps += 1
         self._backwards = 0
         self._scaled.clear()
         losses, self._losses = self._losses, []
-        data_s = (
-            None if self._first_forward_at is None else max(0.0, self._first_forward_at - self._last_step_at)
-        )
-        samples, tokens, source = self._samples, self._tokens, self._root.source
-        if not samples and self._loader_samples:  # no model's forward counted them: the loader's
-            samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
+        if self._losses_let_go:
+            losses, self._losses_let_go = [], False
+        samples, tokens, source, data_s = self._batch.take(now, self._root.source)
         parts: dict[str, float] | None = self.clock.cut()
         if self.steps == 1 or counted.observed:
             parts = None  # the first's holds all since the watch started; an observed one, the count
@@ -294,9 +317,6 @@ class ScriptWatch:
         loss = step_figures.loss_of(self.torch, losses)
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
         self.memory.at_step(self.torch, self._root.module(), step)
-        self._samples = self._tokens = self._loader_samples = self._loader_tokens = 0
-        self._first_forward_at = None
-        self._last_step_at = now
         self._pending.add(step)
         self._write_ready(wait=len(self._pending) > step_figures.MAX_PENDING)
         if (
@@ -305,6 +325,8 @@ class ScriptWatch:
             or (self._flops and self._flops.news)
         ):
             self._say_about(step.samples, source)
+
+    # ---- figures ------------------------------------------------------------------------
 
     def _write_ready(self, wait: bool = False) -> None:
         if self._pending.write_ready(self.reporter, wait):
@@ -328,10 +350,12 @@ class ScriptWatch:
         if self.reporter is not None:
             self.reporter.about(**fields)
 
+    # ---- the end ---------------------------------------------------------------------------
+
     def finish(self) -> dict[str, Any]:
-        """Write what is still pending; the facts of the end for the ``done`` event (the beat thread
-        joined first: nothing of mgpu-tui calls into torch while the interpreter shuts down)."""
-        self._stop_beats()
+        """Write what is still pending; the facts of the end for the ``done`` event. The beat thread is
+        joined first: nothing of mgpu-tui may still call into torch while the interpreter shuts down."""
+        self._beats.stop()
         if self.torch is None:
             return {"process_group": "none"}
         try:
@@ -345,25 +369,8 @@ class ScriptWatch:
         if not self._about_said:
             self._say_about(0)
         _, peak = step_figures.memory(self.torch, self._device)
-        group = "alive" if alive else ("destroyed" if self._backend else "none")
+        group = "none" if self.trainer else "alive" if alive else ("destroyed" if self._backend else "none")
         return {"process_group": group, "mem_peak_bytes": peak}
-
-    def failure_fields(self, exc: BaseException) -> dict[str, Any]:
-        """The error event's fields beyond the exception's: an out-of-memory's (memory/failure.py)."""
-        try:
-            oom = self.memory.at_failure(
-                self.torch, exc, self._root.module(), self.clock, self.steps + 1, self._device
-            )
-        except Exception as inner:  # noqa: BLE001 (the error is told all the same)
-            self._failed("reading the memory at the error", inner)
-            return {}
-        return {"out_of_memory": oom} if oom is not None else {}
-
-    def rank_at_failure(self, exc: BaseException) -> None:
-        """A process that trained with no process group and ran out of memory at step 1: a rank."""
-        trained = self._first_forward_at is not None or self._backwards
-        if self.reporter is None and trained and self.memory.is_out_of_memory(exc) and not self.see_group():
-            self._become_rank(0, 1)
 
     def see_group(self) -> bool:
         """Whether the default process group is there now; its backend kept once seen."""
@@ -385,15 +392,8 @@ class ScriptWatch:
 
     # ---- beats ------------------------------------------------------------------------------
 
-    def _watch_stack(self) -> None:
-        stack_signature.look_at_main_thread(self._stopped, self.program, self._tick)
-
     def _tick(self, where: str | None, moved: bool) -> None:
-        if (
-            moved
-            and time.monotonic() - self._last_event_at >= stack_signature.BEAT_S
-            and self.reporter is not None
-        ):
+        if moved and self.reporter is not None and time.monotonic() - self._last_event_at >= BEAT_S:
             self.reporter.beat(where)
             self._last_event_at = time.monotonic()
         if self._backend is None and self.torch is not None:

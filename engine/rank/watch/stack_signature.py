@@ -1,10 +1,12 @@
-"""Where a rank's main thread is, read by the watch's beat thread: a stack's signature (has it
-moved?) and the script's own innermost frame, in words. Every BEAT_S the thread tells the watch
-where the main thread is and whether it moved (another call, another line of an outer frame); the
-watch writes a ``beat`` when it moved and nothing else was written meanwhile (script_watch.py). A
-rank that neither steps nor beats has not moved: the stall watch's evidence (watchdog.py). Frames
-are read and let go at once: a frame kept alive keeps its locals alive (docs/architecture.md, the
-threads).
+"""Where a rank's training thread is, read by the watch's beat thread: a stack's signature (has it
+moved?) and the script's own innermost frame, in words. The training thread is the one that ran the
+latest backward (script_watch.py): the main thread until then, or again once that thread has ended
+(a script that trains in a worker thread while its main thread waits in ``join`` moves where it
+trains). Every BEAT_S the thread tells the watch where that thread is and whether it moved (another
+call, another line of an outer frame); the watch writes a ``beat`` when it moved and nothing else
+was written meanwhile (script_watch.py). A rank that neither steps nor beats has not moved: the
+stall watch's evidence (watchdog.py). Frames are read and let go at once: a frame kept alive keeps
+its locals alive (docs/architecture.md, the threads).
 """
 
 from __future__ import annotations
@@ -15,14 +17,20 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from mgpu_tui.engine.rank.threads import stop_before_exit
+
 SIGNATURE_FRAMES = 64  # the innermost frames of a stack: its signature
 MAX_FRAMES = 512  # looked through for the script's own innermost frame (an import can be deep)
 
 _HERE = os.path.dirname(os.path.abspath(__file__))  # mgpu-tui's own rank code
 
 
-def main_frame(main: int | None) -> FrameType | None:
-    """The main thread's innermost frame now: for the caller to read and drop at once."""
+def main_frame(main: int | None, training: int | None = None) -> FrameType | None:
+    """The training thread's innermost frame now (the main thread's, where there is none, or it has
+    ended): for the caller to read and drop at once."""
+    # Never the frames' dict in a local: it holds this very frame, a cycle only the collector ends.
+    if training is not None and (frame := sys._current_frames().get(training)) is not None:
+        return frame
     return sys._current_frames().get(main) if main is not None else None
 
 
@@ -52,10 +60,14 @@ BEAT_S = 1.0
 
 
 def look_at_main_thread(
-    stopped: threading.Event, program: str, tick: Callable[[str | None, bool], None]
+    stopped: threading.Event,
+    program: str,
+    tick: Callable[[str | None, bool], None],
+    training: Callable[[], int | None] = lambda: None,
 ) -> None:
-    """Until ``stopped``: every BEAT_S, ``tick(where, moved)``, where the main thread is in
-    ``program`` (stack_signature.py) and whether it moved since the last look."""
+    """Until ``stopped``: every BEAT_S, ``tick(where, moved)``, where the training thread (the
+    ident ``training()`` gives; else the main thread) is in ``program`` and whether it moved since
+    the last look."""
     main = threading.main_thread().ident
     last = None
     while not stopped.wait(BEAT_S):
@@ -64,6 +76,37 @@ def look_at_main_thread(
         # sees it end at a random moment, on this thread. torch's DDPOptimizer does: a guard's
         # __del__ turns off its compile state, so torch.compile of a DDP model failed on a GPU
         # ("Cannot access data pointer of Tensor") when a beat had held an earlier frame.
-        now, where = signature(main_frame(main), program)
+        now, where = signature(main_frame(main, training()), program)
         tick(where, last is not None and now != last)
         last = now
+
+
+class Beats:
+    """The beat thread (``mgpu-beat``) of a rank: started once the process is one, and joined
+    before the program's exit handlers run (threads.py): it reads the training thread's frames and
+    the process group, which the script's exit handlers may be tearing down."""
+
+    def __init__(
+        self,
+        program: str,
+        tick: Callable[[str | None, bool], None],
+        training: Callable[[], int | None] = lambda: None,
+    ) -> None:
+        self._program, self._tick, self._training = program, tick, training
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._watch_stack, name="mgpu-beat", daemon=True)
+        self._thread.start()
+        stop_before_exit(self.stop)
+
+    def _watch_stack(self) -> None:
+        look_at_main_thread(self._stopped, self._program, self._tick, self._training)
+
+    def stop(self) -> None:
+        """No beat after this."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)

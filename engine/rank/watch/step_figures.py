@@ -7,10 +7,12 @@ from __future__ import annotations
 import collections
 import os
 import resource
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from mgpu_tui.engine.rank.watch.flops import Counted, StepFlops
+from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE
 from mgpu_tui.engine.rank.watch.wrapping import backend_for
 
 MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once
@@ -89,28 +91,6 @@ def memory(torch: Any, device: Any) -> tuple[int | None, int | None]:
     except (OSError, ValueError, IndexError):
         rss = None
     return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-
-
-class Lead:
-    """Which optimizer's step is the iteration's: the lead's, the first to step. Should another step
-    twice while the lead does not, it leads from then on."""
-
-    def __init__(self) -> None:
-        self._lead: int | None = None  # id() of the optimizer whose steps are the steps
-        self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
-
-    def leads(self, optimizer: Any) -> bool:
-        key = id(optimizer)
-        if self._lead is None or key == self._lead:
-            self._lead = key
-            self._others.clear()
-            return True
-        self._others[key] = self._others.get(key, 0) + 1
-        if self._others[key] >= 2:  # the lead stopped stepping: this one leads now
-            self._lead = key
-            self._others.clear()
-            return True
-        return False
 
 
 class PendingSteps:
@@ -208,3 +188,77 @@ def about_fields(
         if counted.note is not None:
             fields["flops_note"] = counted.note
     return fields
+
+
+class Lead:
+    """Which optimizer's step is the iteration's: the first to step leads. Several optimizers (a
+    GAN's two), or a ZeroRedundancyOptimizer and the one inside it, count once an iteration; should
+    another step twice while the lead does not, it leads from then on."""
+
+    def __init__(self) -> None:
+        self._lead: int | None = None  # id() of the leading optimizer
+        self._others: dict[int, int] = {}  # id() of another optimizer -> its steps since the lead's
+
+    def leads(self, optimizer: Any) -> bool:
+        """Whether ``optimizer``'s step (now) is the iteration's."""
+        key = id(optimizer)
+        if self._lead is None or key == self._lead:
+            self._lead = key
+            self._others.clear()
+            return True
+        self._others[key] = self._others.get(key, 0) + 1
+        if self._others[key] >= 2:  # the lead stopped stepping: this one leads now
+            self._lead = key
+            self._others.clear()
+            return True
+        return False
+
+
+class StepBatch:
+    """What the step under way trained on: the batches its root's forward (or a framework's
+    training step: frameworks.py) counted, else those its training DataLoaders gave; and when the
+    first one entered the model (the step's data time runs from the last step to then)."""
+
+    def __init__(self, source: str) -> None:
+        self._whole_source = source  # where a framework's training step counted the batch
+        self._since = time.time()
+        self._clear()
+
+    def _clear(self) -> None:
+        self.samples = self.tokens = 0
+        self._loader_samples = self._loader_tokens = 0
+        self._first_at: float | None = None
+        self._whole = False  # this step's batch was counted at a framework's training step
+
+    def count(self, args: tuple, kwargs: dict, *, whole: bool = False) -> None:
+        """A training forward's batch: its first tensor's first dimension, and for token ids all
+        its elements as tokens."""
+        batch = first_tensor(args)
+        if batch is None:
+            batch = first_tensor(tuple(kwargs.values()))
+        size = batch_size(batch)
+        if size is None:
+            return
+        self.samples += size[0]
+        self.tokens += size[1]
+        self._whole = self._whole or whole
+        if self._first_at is None:
+            self._first_at = time.time()
+
+    def loader(self, batch: Any) -> None:
+        """A batch a DataLoader gave while gradients are on."""
+        size = batch_size(first_tensor((batch,)))
+        if size is not None:
+            self._loader_samples += size[0]
+            self._loader_tokens += size[1]
+
+    def take(self, now: float, root_source: str | None) -> tuple[int, int, str | None, float | None]:
+        """The step's (samples, tokens, where they were counted, data_s), and a new step from now."""
+        samples, tokens = self.samples, self.tokens
+        source = self._whole_source if self._whole else root_source
+        if not samples and self._loader_samples:  # no model's forward counted them: the loader's
+            samples, tokens, source = self._loader_samples, self._loader_tokens, LOADER_SOURCE
+        data_s = None if self._first_at is None else max(0.0, self._first_at - self._since)
+        self._since = now
+        self._clear()
+        return samples, tokens, source, data_s

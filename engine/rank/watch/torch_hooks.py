@@ -130,7 +130,7 @@ def install(torch: ModuleType, watch: ScriptWatch) -> None:
         # device_mesh, which init_device_mesh calls it through) gets the watched one.
         rebind(
             dist.init_process_group,
-            around(dist.init_process_group, after=lambda a, k, out: watch.see_group()),
+            around(dist.init_process_group, after=lambda a, k, out: watch.joined_group()),
         )
         rebind(
             dist.destroy_process_group,

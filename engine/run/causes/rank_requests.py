@@ -15,22 +15,21 @@ from mgpu_tui.engine.protocol.rundir import FR_REQUEST, STACKS_REQUEST, RunDir
 STACKS_WAIT_S = 3.0  # how long ranks get to write their stacks after the request
 
 
-def request_stacks(stalled: Iterable[int], run_dir: Path) -> None:
+def request_stacks(answers: Iterable[Path], run_dir: Path) -> None:
     """Ask every rank for its stacks (a file each rank's reporter thread polls: no signal, so the
     script's own SIGUSR2 handler, or its reset of SIGUSR2, is never touched), then wait (a few
-    seconds at most) for the stalled ranks' answers."""
-    folder = RunDir(run_dir)
+    seconds at most) for the stalled ranks' ``answers`` (their stacks files)."""
     asked = _request(run_dir, STACKS_REQUEST)
     deadline = time.monotonic() + STACKS_WAIT_S
 
-    def answered(rank: int) -> bool:
+    def answered(path: Path) -> bool:
         try:
-            return asked is not None and folder.stacks_path(rank).stat().st_mtime >= asked
+            return asked is not None and path.stat().st_mtime >= asked
         except OSError:
             return False
 
-    ranks = tuple(stalled)
-    while time.monotonic() < deadline and not all(answered(rank) for rank in ranks):
+    paths = tuple(answers)
+    while time.monotonic() < deadline and not all(answered(path) for path in paths):
         time.sleep(0.1)
 
 

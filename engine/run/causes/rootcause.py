@@ -194,7 +194,7 @@ def after_finishing(cause: RootCause, steps: int, process_group: str | None) -> 
     )
     after = " (after torch's teardown of its process group)" if process_group == "destroyed" else ""
     hint = FINISHED_THEN_DIED.format(after=after, fix=fix).strip()
-    return dataclasses.replace(cause, message=message, hint=hint, verdict=True)
+    return dataclasses.replace(cause, message=message, hint=hint, verdict=True, kind="finished_then_died")
 
 
 def from_error_event(cause: RootCause, error: Error, *, program: bool = False) -> RootCause:
@@ -358,14 +358,25 @@ def find_root_cause(
     return dataclasses.replace(cause, hint=hint_for(cause, program=program))
 
 
-def command_root_cause(run_dir: RunDir, exit_code: int | None, errors: Mapping[int, Error]) -> RootCause:
+def command_root_cause(
+    run_dir: RunDir,
+    exit_code: int | None,
+    errors: Mapping[int, Error],
+    trainer_errors: Mapping[int, Error] | None = None,
+) -> RootCause:
     """The first failure of a command run by mgpu-tui exec, whose launcher is the user's own (no
-    torchrun report to read): the rank whose exception came first, told by the rank itself, whole
-    (an mp.spawn child's too, which catches its own); else the command's exit, with the end of
-    what it wrote to stderr."""
-    if errors:
-        first = min(errors.values(), key=lambda e: (e.t, e.rank))
-        cause = RootCause(first.rank, None, None, first.message, first.traceback)
+    torchrun report to read): the rank (or the trainer: ``trainer_errors``, by trainer number) whose
+    exception came first, told by itself, whole (an mp.spawn child's too, which catches its own,
+    and a multiprocessing child's, whose parent may exit 0); else the command's exit, with the end
+    of what it wrote to stderr."""
+    told: list[tuple[float, int, int, Error, int | None]] = [
+        (e.t, 0, e.rank, e, None) for e in errors.values()
+    ]
+    told += [(e.t, 1, number, e, number) for number, e in (trainer_errors or {}).items()]
+    if told:
+        _, _, _, first, trainer = min(told, key=lambda found: found[:3])
+        rank = None if trainer is not None else first.rank
+        cause = RootCause(rank, None, None, first.message, first.traceback, trainer=trainer)
         return from_error_event(cause, first, program=True)
     tail = _stderr_tail(run_dir.command_output().stderr)
     name = signal_name(exit_code)

@@ -18,7 +18,8 @@
   that ignores SIGTERM 30 s (torch 2.13 applies its own 30 s on that path, whatever
   TORCH_ELASTIC_SHUTDOWN_TIMEOUT says). STOP_GRACE_S after torchrun said it began (its
   "closing signal" line), the engine kills the ranks still alive itself. Not with restarts:
-  torchrun then stops ranks only to start them again.
+  torchrun then stops ranks only to start them again; and under the drop-in only after its stop
+  grace (torchrun's own --shutdown-timeout and a margin), so that torchrun's own end comes first.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from mgpu_tui.engine.protocol.rundir import RunDir, stacks_file
 from mgpu_tui.engine.protocol.typed import build
 from mgpu_tui.engine.run.causes.rank_requests import STACKS_WAIT_S, request_flight_records, request_stacks
 from mgpu_tui.engine.run.causes.rootcause import RootCause
-from mgpu_tui.engine.run.figures.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 from mgpu_tui.engine.run.ingest import Ingest
+from mgpu_tui.engine.run.nccl.flight_records import MAIN_THREAD_LINE, hang_verdict, read_trace
 
 DEFAULT_MIN_S = 30.0
 STEPS_OF_SILENCE = 10  # the default timeout: this many recent median step times, at least DEFAULT_MIN_S
@@ -66,6 +67,14 @@ class StalledRank:
     # debugger: it cannot run at all), "running", "gone", or None when its process is unknown.
     process: str | None = None
     answers_stacks: bool = False  # its reporter said it answers a stack request
+    # A job of one process that trained with no group (rank 0 of 1): its process, whose stacks file
+    # is named by it (stacks/trainer<PID>.txt).
+    trainer_pid: int | None = None
+
+    def stacks_in(self, stacks_dir: Path | str) -> Path:
+        """Where its answer to a stack request is."""
+        pid = self.trainer_pid
+        return stacks_file(stacks_dir, self.rank) if pid is None else stacks_file(stacks_dir, pid, True)
 
 
 @dataclass(frozen=True)
@@ -73,14 +82,15 @@ class Stall:
     timeout_s: float
     ranks: tuple[StalledRank, ...]
     stacks_dir: str
-    verdict: str | None = None  # why, from the flight recorder and stacks (run/figures/flight_records.py)
+    verdict: str | None = None  # why, from the flight recorder and stacks (run/nccl/flight_records.py)
     culprit: int | None = None  # the rank the verdict blames
     found_at: float | None = None  # when the stall watch declared it (Unix time)
 
     def to_json(self) -> dict:
         return {
             "timeout_s": self.timeout_s,
-            "ranks": [asdict(r) for r in self.ranks],
+            # A rank's trainer_pid only where it has one: every other stall reads as before.
+            "ranks": [{k: v for k, v in asdict(r).items() if k != "trainer_pid" or v} for r in self.ranks],
             "stacks_dir": self.stacks_dir,
             "verdict": self.verdict,
             "culprit": self.culprit,
@@ -96,29 +106,45 @@ class Stall:
 
         A stopped process is the likeliest culprit (the others wait for it in a collective),
         so it comes first; then the rank furthest behind."""
-        stuck = sorted(
-            self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit, r.last_step, r.rank)
-        )
-        where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
+        stuck = self._stuck()
         parts = []
         for r in stuck:
             try:
-                text = readable_stacks(read_capped(stacks_file(self.stacks_dir, r.rank), MAX_STACKS_BYTES))
+                text = readable_stacks(read_capped(r.stacks_in(self.stacks_dir), MAX_STACKS_BYTES))
             except OSError:
                 text = ""
             parts.append(f"--- rank {r.rank} ---\n{text or _why_no_stacks(r)}")
+        return RootCause(stuck[0].rank, None, None, self.headline(), "\n".join(parts), kind="stall")
+
+    def _stuck(self) -> list[StalledRank]:
+        return sorted(
+            self.ranks, key=lambda r: (r.process != "stopped", r.rank != self.culprit, r.last_step, r.rank)
+        )
+
+    def headline(self) -> str:
+        """The stall in one line, as its root cause says it (no file read: the app draws it live)."""
+        stuck = self._stuck()
+        where = ", ".join(f"rank {r.rank} at step {r.last_step}" for r in stuck)
         message = f"stalled: no progress for {self.timeout_s:.0f} s ({where})"
         if self.verdict:
             message = f"stalled for {self.timeout_s:.0f} s: {self.verdict}"
-        stopped = [r.rank for r in stuck if r.process == "stopped"]
-        if stopped:
-            ranks = ", ".join(map(str, stopped))
-            verb = "is" if len(stopped) == 1 else "are"
-            message += (
-                f"; rank {ranks} {verb} stopped (SIGSTOP, Ctrl-Z or a "
-                "debugger) and cannot run until continued (SIGCONT)"
-            )
-        return RootCause(stuck[0].rank, None, None, message, "\n".join(parts))
+        stopped = stopped_ranks(stuck)
+        if stopped and stopped not in message:
+            message += f"; {stopped}"
+        return message
+
+
+def stopped_ranks(ranks: tuple[StalledRank, ...] | list[StalledRank]) -> str:
+    """The stalled ranks whose process is stopped, in words ("" for none): the likeliest culprits,
+    who cannot even answer for their stacks or flight records."""
+    stopped = [r.rank for r in ranks if r.process == "stopped"]
+    if not stopped:
+        return ""
+    verb = "is" if len(stopped) == 1 else "are"
+    return (
+        f"rank {', '.join(map(str, stopped))} {verb} stopped (SIGSTOP, Ctrl-Z or a debugger) and "
+        "cannot run until continued (SIGCONT)"
+    )
 
 
 # Frames of mgpu-tui's own code in a rank: its two threads (the flight-record dumper's _loop, the
@@ -220,7 +246,7 @@ class Watchdog:
             why = self.disk_full or (
                 "the disk that holds the run directory is full: the ranks could not write their logs"
             )
-            return True, RootCause(None, returncode, None, why, "")
+            return True, RootCause(None, returncode, None, why, "", kind="disk_full")
         if self.stall is not None:
             return self.resolved.on_stall == "stop", self.stall.root_cause()
         return False, None
@@ -265,19 +291,23 @@ class Watchdog:
         # to have no reporter that answers, in the stall's account.
         local = self.local_ranks()
         answering = {rank for rank, pid in self.ingest.stack_answering().items() if local.get(rank) == pid}
+        lone = self.ingest.lone_trainer_pid()  # a job of one process: its stacks are named by its pid
         stalled = tuple(
             dataclasses.replace(
                 r,
                 process=self.tree.process_state(local[r.rank]) if r.rank in local else None,
                 answers_stacks=r.rank in answering,
+                trainer_pid=lone if r.rank == 0 else None,
             )
             for r in stalled
         )
         who = ", ".join(f"rank {r.rank} (step {r.last_step})" for r in stalled)
         self.log.warning("stalled: %s silent for over %.0f s; asking for stacks", who, timeout)
         asked = request_flight_records(self.run_dir.path)  # answered by a thread of each rank
-        request_stacks((r.rank for r in stalled), self.run_dir.path)
+        request_stacks((r.stacks_in(stacks_dir) for r in stalled), self.run_dir.path)
         verdict, culprit = self._verdict(stalled, stacks_dir, asked) or (None, None)
+        if verdict is None and (stopped := stopped_ranks(stalled)):  # what the console says, kept
+            verdict, culprit = stopped, next(r.rank for r in stalled if r.process == "stopped")
         if verdict:
             self.log.warning("hang verdict: %s", verdict)
         self.stall = Stall(timeout, stalled, str(stacks_dir), verdict, culprit, found_at=time.time())
@@ -289,8 +319,8 @@ class Watchdog:
         moved for the whole window), or (asked at most once a window) the flight records show a
         silent rank that never entered a collective the others wait in."""
         quiet = {r.rank for r in silent}
-        watched = {rank for rank, t, _, done in liveness if not done and t is not None}
-        watched &= set(self.ranks_here())
+        here = self.ranks_here()
+        watched = {rank for rank, t, _, done in liveness if not done and t is not None and rank in here}
         if watched and watched <= quiet:
             return True
         if time.monotonic() - self._probed_at < timeout:
@@ -311,7 +341,8 @@ class Watchdog:
     ) -> tuple[str, int] | None:
         """The flight-recorder verdict over this node's ranks, once their dumps are in (or a few
         seconds have passed)."""
-        ranks = self.ranks_here()  # from the spec: a script's ranks need not have said hello
+        here = self.ranks_here()  # the ranks heard from: one that never said hello keeps no record
+        ranks = sorted(rank for rank in self.ingest.rank_processes() if rank in here)
         records = self.run_dir.flight_record_path
         deadline = time.monotonic() + STACKS_WAIT_S
 
@@ -330,7 +361,7 @@ class Watchdog:
         for r in stalled:
             try:
                 stacks[r.rank] = read_capped(
-                    stacks_file(stacks_dir, r.rank), MAX_STACKS_BYTES, root=self.run_dir.path
+                    r.stacks_in(stacks_dir), MAX_STACKS_BYTES, root=self.run_dir.path
                 )
             except OSError:
                 continue
@@ -353,13 +384,13 @@ class Watchdog:
             if any(b"closing signal" in line for line in self._launcher_tail.read_lines()):
                 self._failed_at = time.monotonic()
                 self.log.warning("torchrun is stopping the ranks after a failure")
-        elif time.monotonic() - self._failed_at > STOP_GRACE_S:
+        elif time.monotonic() - self._failed_at > (grace := self.resolved.spec.stop_grace or STOP_GRACE_S):
             self._ranks_killed = True
             killed = self.tree.kill_ranks()
             if killed:
                 self.log.warning(
                     "%.0f s after a rank failed, %d process(es) still ran: killed %s",
-                    STOP_GRACE_S,
+                    grace,
                     len(killed),
                     killed,
                 )

@@ -12,7 +12,8 @@ Definitions, so that every number on screen can be checked by hand:
 - Global samples/s: the sum over ranks. Ranks only count samples new to the job,
   so nothing is counted twice.
 - Step time of the job at step s: the slowest rank's ``step_s`` (a synchronous
-  job moves at the pace of its slowest rank); the median over steady steps.
+  job moves at the pace of its slowest rank); the median over steady steps. A rank's own step
+  time: the mean of its steady steps' ``step_s`` (its seconds over its steps).
 - Final loss: at the last step every rank reached, the mean of the ranks' losses
   weighted by their samples, which is the loss of the full global batch when
   each rank's loss is the mean over its own samples.
@@ -24,11 +25,14 @@ Definitions, so that every number on screen can be checked by hand:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from mgpu_tui.engine.planning.modes import Job
 from mgpu_tui.engine.protocol.events import (
     MAX_BYTES,
     MAX_LINE_BYTES,
@@ -45,10 +49,14 @@ from mgpu_tui.engine.protocol.events import (
 from mgpu_tui.engine.protocol.folder import open_regular
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run.figures import mfu
+from mgpu_tui.engine.run.figures.advice import device_of, job_of
 from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, StepParts, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
 from mgpu_tui.engine.run.figures.rank_stats import RankStats, RankTrack, Steady, rank_stats_of
 from mgpu_tui.engine.run.figures.stragglers import STRAGGLER_WINDOW, Straggler, stragglers_among
+
+if TYPE_CHECKING:
+    from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
 
 
 def warmup_steps(n: int) -> int:
@@ -71,22 +79,41 @@ class RunStats:
     anatomy: tuple[RankAnatomy, ...] = ()  # where each rank's step goes, where it took it apart (anatomy.py)
     verdicts: tuple[Verdict, ...] = ()  # why the job is slow, where that is clear (anatomy.py)
     compute: Compute | None = None  # the job's TF/s and MFU, where its ranks counted FLOPs (mfu.py)
+    # A command's processes that trained with no process group, each its own (trainers.py), and its
+    # phases, where it had several (a learning-rate finder, then the job).
+    trainers: tuple[TrainerStats, ...] = ()
+    phases: tuple[Phase, ...] = ()
 
     def peak_mem_bytes(self) -> dict[int, int | None]:
         return {r.rank: r.mem_peak_bytes for r in self.ranks}
 
 
-class Aggregator:
-    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time."""
+def _merged(earlier: About | None, later: About) -> About:
+    """A rank's about: what a later one says, over what an earlier one (of an earlier phase: a fit
+    before a test) said and it does not (its batch, where the test trains on none)."""
+    if earlier is None:
+        return later
+    said = {f.name: getattr(later, f.name) for f in dataclasses.fields(later)}
+    return dataclasses.replace(earlier, **{k: v for k, v in said.items() if v is not None})
 
-    def __init__(self) -> None:
+
+class Aggregator:
+    """Feed it events in any order of ranks; ask it for a :class:`RunStats` at any time. ``job``:
+    what the job's ranks communicate (its mode's, engine/planning/modes.py), for the words and the
+    advice of its verdicts; a user's script's is learned from its ranks (advice.job_of); None: not
+    known, and no advice is given."""
+
+    def __init__(self, job: Job | None = None) -> None:
         self._ranks: dict[int, RankTrack] = {}
         self._parts = StepParts()
+        self.job = job
 
     def add(self, event: Event) -> None:
         track = self._ranks.setdefault(event.rank, RankTrack())
         track.last_t = event.t
         if isinstance(event, Step):
+            if track.step_offset:  # a later phase of the rank counts on from its earlier ones
+                event = dataclasses.replace(event, step=event.step + track.step_offset)
             if track.first_step_t is None:
                 track.first_step_t = event.t
             track.steps.append(event.step)
@@ -117,9 +144,12 @@ class Aggregator:
         elif isinstance(event, Beat):
             track.where = event.where
         elif isinstance(event, Hello):
+            if track.hello is not None and track.done is not None:  # a later phase (ingest.py)
+                track.step_offset = track.steps[-1] if track.steps else 0
+                track.done = None
             track.hello = event
         elif isinstance(event, About):
-            track.about = event
+            track.about = _merged(track.about, event)
             self._parts.loader_workers(event.rank, event.loader_workers)
         elif isinstance(event, Done):
             track.done = event
@@ -135,6 +165,12 @@ class Aggregator:
             (rank, t.last_t, t.steps[-1] if t.steps else 0, t.done is not None)
             for rank, t in sorted(self._ranks.items())
         ]
+
+    def span(self) -> tuple[float, float] | None:
+        """(the first hello, the latest event) of the ranks heard from: when they trained."""
+        hellos = [t.hello.t for t in self._ranks.values() if t.hello]
+        latest = [t.last_t for t in self._ranks.values() if t.last_t is not None]
+        return (min(hellos), max(latest)) if hellos and latest else None
 
     def recent_step_time(self, last: int = 50) -> float | None:
         """The median step time over the last steps of every rank: what "slow" means for this job."""
@@ -240,11 +276,12 @@ class Aggregator:
         computes: list[Compute] = []
         for rank in sorted(tracks):
             t = tracks[rank]
-            rate = tokens_rate = None
+            rate = tokens_rate = step_s = None
             compute = None
             if t.steps:
                 steady = Steady.of(t, warm if len(t.steps) > warm else 0)
                 seconds = sum(steady.step_s)
+                step_s = seconds / len(steady.step_s) if steady.step_s else None
                 # A rank that counts no samples by design (tp peers, later pipeline stages: a sample
                 # is counted once, where it enters) has no rate of its own: n/a, not 0.
                 if seconds > 0 and any(steady.samples):
@@ -259,7 +296,7 @@ class Aggregator:
                 for step, secs in zip(steady.steps, steady.step_s):
                     if step <= common:
                         per_step_max[step] = max(per_step_max.get(step, 0.0), secs)
-            rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute))
+            rank_stats.append(rank_stats_of(rank, t, rate, tokens_rate, compute, step_s))
 
         times = sorted(per_step_max.values())
         median = statistics.median(times) if times else None
@@ -269,7 +306,7 @@ class Aggregator:
             spread = (q[0], q[-1])
 
         world = next((t.hello.world_size for t in tracks.values() if t.hello), None)
-        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh)
+        anatomy, verdicts = self._parts.figures(warm, world, fresh=fresh, **self._job_here())
         return RunStats(
             compute=mfu.of_job(computes) if computes else None,
             anatomy=anatomy,
@@ -288,6 +325,15 @@ class Aggregator:
             ),
         )
 
+    def _job_here(self) -> dict:
+        """The job and its device, as its verdicts' advice reads them (advice.py)."""
+        abouts = [t.about for t in self._ranks.values() if t.about is not None]
+        job = self.job
+        if job == "script's own":  # what its ranks said they train under
+            job = job_of(a.batch_source for a in abouts)
+        said = [a.device for a in abouts] + [t.hello.device for t in self._ranks.values() if t.hello]
+        return {"job": job, "device": device_of(said)}
+
     def _loss_at(self, step: int) -> float | None:
         weighted, weight, plain = 0.0, 0, []
         for t in self._ranks.values():
@@ -305,12 +351,12 @@ class Aggregator:
 MAX_EVENT_FILE_BYTES = 256 << 20  # of one rank's events read back after a run: ~2,000,000 steps
 
 
-def read_events(run_dir: Path, world_size: int | None = None) -> Aggregator:
+def read_events(run_dir: Path, world_size: int | None = None, job: Job | None = None) -> Aggregator:
     """Every event a finished run wrote (its ``events/rank<N>.jsonl``), reduced; bad lines skipped.
     Read as untrusted (the ranks wrote them): the ranks of the job only (when ``world_size`` is
     known), each a regular file below the run folder (never a FIFO, a device or a link), its first
     MAX_EVENT_FILE_BYTES at most."""
-    aggregator = Aggregator()
+    aggregator = Aggregator(job)
     for rank, path in sorted(RunDir(run_dir).event_files().items()):
         if world_size is not None and rank >= world_size:
             continue

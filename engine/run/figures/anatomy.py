@@ -25,7 +25,8 @@ flips between its parts from one step to the next, while what holds over a few s
 - **compute-bound**: on every rank, compute is at least SHARE_COMPUTE of the step.
 - **host-bound**: on every rank, host time is at least SHARE_HOST of the step.
 
-Each verdict says its number and one change to try. Input-bound ranks are the whole story (the
+Each verdict says its number and, where one applies to the job and its device, one change to try
+(advice.py: a table of a row a verdict and a kind of job). Input-bound ranks are the whole story (the
 others wait for them); a straggler may come with what the whole job is bound by (every rank
 compute-bound, one slower at it). Nothing is named where nothing is clear.
 """
@@ -38,7 +39,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from mgpu_tui.engine.planning.modes import Job
 from mgpu_tui.engine.protocol.events import STEP_PARTS
+from mgpu_tui.engine.run.figures.advice import Device, advice, loader_words, says
 
 WINDOW = 200  # the latest steps of a rank looked at: why it is slow now
 LARGE = 64  # ranks past which a live job's figures are worked out again at most every AGAIN_S
@@ -53,6 +56,10 @@ SHARE_HOST = 0.5
 STRAGGLER_MIN_S = 0.010
 STRAGGLER_STEP_SHARE = 0.2  # (twice the collectives' rule, aggregate.py: a busy machine's noise)
 COMPUTE = ("forward", "backward", "optimizer")
+# Every verdict's kind, a fixed set (the metrics' verdicts: engine/run/metrics/).
+KINDS = ("input-bound", "straggler", "communication-bound", "compute-bound", "host-bound")
+COMM_SAYS = "communication after backward's graph"  # a job nobody named: what the clock measured
+HOST_SAYS = "spent outside the DataLoader, the model and the optimizer"
 
 
 @dataclass(frozen=True)
@@ -88,10 +95,10 @@ class RankAnatomy:
 class Verdict:
     """Why the job is slow, with its number, and the change to try."""
 
-    kind: str  # "input-bound", "straggler", "communication-bound", "compute-bound", "host-bound"
+    kind: str  # one of KINDS
     ranks: tuple[int, ...]  # the ranks it names (every rank, for a job-wide one)
     text: str
-    hint: str
+    hint: str | None  # None: no change to try applies to this job and device (advice.py)
 
 
 class StepParts:
@@ -116,24 +123,31 @@ class StepParts:
         ]
 
     def figures(
-        self, warm: int, world_size: int | None = None, *, fresh: bool = True
+        self,
+        warm: int,
+        world_size: int | None = None,
+        *,
+        fresh: bool = True,
+        job: Job | None = None,
+        device: Device | None = None,
     ) -> tuple[tuple[RankAnatomy, ...], tuple[Verdict, ...]]:
         """Each rank's anatomy, over its steady steps (after step ``warm``) in the window, and the
         verdicts (module docstring), once every rank of the job (``world_size``, where known) has
-        MIN_STEPS steady steps. Not ``fresh`` (a live view's): for a job of over LARGE ranks, the
-        figures of at most AGAIN_S ago (at 1,024 ranks they take a fifth of a second)."""
-        asked = (warm, world_size)
+        MIN_STEPS steady steps, their words and advice those of its ``job`` on its ``device``
+        (advice.py). Not ``fresh`` (a live view's): for a job of over LARGE ranks, the figures of at
+        most AGAIN_S ago (at 1,024 ranks they take a fifth of a second)."""
+        asked = (warm, world_size, job, device)
         kept = self._kept
         now = time.monotonic()
         if not fresh and kept is not None and kept[1] == asked and now - kept[0] < AGAIN_S:
             return kept[2]
-        found = self._figures(warm, world_size)
+        found = self._figures(warm, world_size, job, device)
         if len(self._ranks) > LARGE:
             self._kept = (now, asked, found)
         return found
 
     def _figures(
-        self, warm: int, world_size: int | None
+        self, warm: int, world_size: int | None, job: Job | None, device: Device | None
     ) -> tuple[tuple[RankAnatomy, ...], tuple[Verdict, ...]]:
         steady = {rank: steps for rank in sorted(self._ranks) if (steps := self._steady(rank, warm))}
         ranks = tuple(_anatomy_of(rank, steps) for rank, steps in steady.items())
@@ -142,13 +156,15 @@ class StepParts:
         if world_size is not None and len(ranks) < world_size:
             return ranks, ()
         chunks = {rank: _chunks(steps) for rank, steps in steady.items()}
-        return ranks, _verdicts(ranks, chunks, self._workers)
+        return ranks, _verdicts(ranks, chunks, self._workers, job, device)
 
     def anatomy(self, warm: int) -> tuple[RankAnatomy, ...]:
         return self.figures(warm)[0]
 
-    def verdicts(self, warm: int, world_size: int | None = None) -> tuple[Verdict, ...]:
-        return self.figures(warm, world_size)[1]
+    def verdicts(
+        self, warm: int, world_size: int | None = None, job: Job | None = None, device: Device | None = None
+    ) -> tuple[Verdict, ...]:
+        return self.figures(warm, world_size, job=job, device=device)[1]
 
 
 Steps = list[tuple[float, tuple[float, ...]]]  # (step_s, the seconds of each part), in order
@@ -239,19 +255,9 @@ def _ranks_text(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def _data_hint(ranks: list[int], workers: dict[int, int]) -> str:
-    known = {workers[r] for r in ranks if r in workers}
-    if known == {0}:
-        return "its DataLoader has num_workers=0: give it workers (num_workers=4, pin_memory=True)"
-    if known:
-        return (
-            f"its DataLoader's {max(known)} worker(s) cannot keep up: more workers, "
-            "or a cheaper __getitem__ (decode or transform once, ahead of training)"
-        )
-    return "load batches ahead of the step: DataLoader worker processes (num_workers), pin_memory=True"
-
-
-def _straggler(ranks: tuple[RankAnatomy, ...], chunks: dict[int, Chunks]) -> Verdict | None:
+def _straggler(
+    ranks: tuple[RankAnatomy, ...], chunks: dict[int, Chunks], job: Job | None, device: Device | None
+) -> Verdict | None:
     """The first rank slower at the same compute or host work than the others, who wait for it."""
     if len(ranks) < 2:
         return None
@@ -274,8 +280,7 @@ def _straggler(ranks: tuple[RankAnatomy, ...], chunks: dict[int, Chunks]) -> Ver
                     (r.rank,),
                     f"rank {r.rank} is slow {words}: {r.seconds(part) * 1000:.0f} ms a step, the "
                     f"others {typical * 1000:.0f} ms; they wait for it in communication",
-                    "the same work done slower: its device (clocks, heat, another process on it) "
-                    "or an uneven share of the batch",
+                    advice("straggler", job, device),
                 )
     return None
 
@@ -284,77 +289,86 @@ def _verdicts(
     ranks: tuple[RankAnatomy, ...],
     chunks: dict[int, Chunks],
     workers: dict[int, int],
+    job: Job | None = None,
+    device: Device | None = None,
 ) -> tuple[Verdict, ...]:
-    everyone = tuple(r.rank for r in ranks)
-    found: list[Verdict] = []
-    # Input-bound: the ranks that wait for their data.
+    """Input-bound ranks are the whole story (the others wait for them); else a straggler, and what
+    the whole job is bound by."""
+    starved = _input_bound(ranks, chunks, workers, job, device)
+    if starved is not None:
+        return (starved,)
+    found = [v for v in (_straggler(ranks, chunks, job, device), _bound(ranks, chunks, job, device)) if v]
+    return tuple(found)
+
+
+def _input_bound(
+    ranks: tuple[RankAnatomy, ...],
+    chunks: dict[int, Chunks],
+    workers: dict[int, int],
+    job: Job | None,
+    device: Device | None,
+) -> Verdict | None:
+    """Every rank waiting for its data, or some ranks, apart from the others who wait for them."""
+
+    def hint(names: tuple[int, ...]) -> str | None:
+        return advice("input-bound", job, device, loader_words({workers[r] for r in names if r in workers}))
+
     starved = [r for r in ranks if _often(chunks[r.rank], lambda s: s["data"] >= SHARE_INPUT)]
     fed = [r for r in ranks if r not in starved]
     if starved and not fed:
-        found.append(
-            Verdict(
-                "input-bound",
-                everyone,
-                f"input-bound: every rank waits for its data {_span([r.share('data') for r in ranks])} "
-                "of each step",
-                _data_hint(list(everyone), workers),
-            )
+        everyone = tuple(r.rank for r in ranks)
+        span = _span([r.share("data") for r in ranks])
+        return Verdict(
+            "input-bound",
+            everyone,
+            f"input-bound: every rank waits for its data {span} of each step",
+            hint(everyone),
         )
-        return tuple(found)
-    if starved:
-        own = statistics.median(r.share("data") for r in starved)
-        others = statistics.median(r.share("data") for r in fed)
-        if own - others >= SHARE_APART:
-            names = [r.rank for r in starved]
-            waiting = statistics.median(r.share("comm") for r in fed)
-            found.append(
-                Verdict(
-                    "input-bound",
-                    tuple(names),
-                    f"input-bound: {_ranks_text(names)} waits for its data {_pct(own)} of each step, "
-                    f"the others {_pct(others)}, who wait for it ({_pct(waiting)} of their step in "
-                    "communication)",
-                    _data_hint(names, workers),
-                )
-            )
-            return tuple(found)
-    # A straggler: slower at the same compute or host work, the others waiting for it.
-    straggler = _straggler(ranks, chunks)
-    if straggler is not None:
-        found.append(straggler)
-    # What the whole job is bound by, on every rank (a straggler's included: it waits less).
+    if not starved:
+        return None
+    own = statistics.median(r.share("data") for r in starved)
+    others = statistics.median(r.share("data") for r in fed)
+    if own - others < SHARE_APART:
+        return None
+    names = [r.rank for r in starved]
+    waiting = statistics.median(r.share("comm") for r in fed)
+    return Verdict(
+        "input-bound",
+        tuple(names),
+        f"input-bound: {_ranks_text(names)} waits for its data {_pct(own)} of each step, "
+        f"the others {_pct(others)}, who wait for it ({_pct(waiting)} of their step in communication)",
+        hint(tuple(names)),
+    )
+
+
+def _bound(
+    ranks: tuple[RankAnatomy, ...], chunks: dict[int, Chunks], job: Job | None, device: Device | None
+) -> Verdict | None:
+    """What the whole job is bound by, on every rank (a straggler's included: it waits less)."""
+    everyone = tuple(r.rank for r in ranks)
     largest = all(r.comm_s >= max(r.seconds(p) for p in STEP_PARTS) for r in ranks)
     if largest and all(_often(chunks[r.rank], lambda s: s["comm"] >= SHARE_COMM) for r in ranks):
-        found.append(
-            Verdict(
-                "communication-bound",
-                everyone,
-                "communication-bound: the gradients' all-reduce is not hidden behind backward: "
-                f"{_span([r.share('comm') for r in ranks])} of each step on every rank",
-                "fewer all-reduces a sample: a larger batch per rank, or gradient accumulation with "
-                "no_sync(); DDP's bucket_cap_mb (25 by default) sets how soon each bucket starts",
-            )
+        return Verdict(
+            "communication-bound",
+            everyone,
+            f"communication-bound: {says('communication-bound', job, COMM_SAYS)}: "
+            f"{_span([r.share('comm') for r in ranks])} of each step on every rank",
+            advice("communication-bound", job, device),
         )
-    elif all(_often(chunks[r.rank], lambda s: s["compute"] >= SHARE_COMPUTE) for r in ranks):
-        found.append(
-            Verdict(
-                "compute-bound",
-                everyone,
-                "compute-bound: forward, backward and the optimizer take "
-                f"{_span([r.share('compute') for r in ranks])} of each step on every rank",
-                "the device is the limit, as it should be: on a GPU, bf16 autocast and torch.compile "
-                "make each step cheaper; a larger batch uses the device better",
-            )
+    if all(_often(chunks[r.rank], lambda s: s["compute"] >= SHARE_COMPUTE) for r in ranks):
+        return Verdict(
+            "compute-bound",
+            everyone,
+            "compute-bound: forward, backward and the optimizer take "
+            f"{_span([r.share('compute') for r in ranks])} of each step on every rank",
+            advice("compute-bound", job, device),
         )
-    elif all(_often(chunks[r.rank], lambda s: s["host"] >= SHARE_HOST) for r in ranks):
-        found.append(
-            Verdict(
-                "host-bound",
-                everyone,
-                f"host-bound: {_span([r.share('host') for r in ranks])} of each step is spent outside "
-                "the DataLoader, the model and the optimizer on every rank",
-                "look at the loop between steps: .item() or printing each step, batches made by hand "
-                "in Python (a DataLoader with workers makes them ahead), the loss outside the model",
-            )
+    if all(_often(chunks[r.rank], lambda s: s["host"] >= SHARE_HOST) for r in ranks):
+        return Verdict(
+            "host-bound",
+            everyone,
+            f"host-bound: {_span([r.share('host') for r in ranks])} of each step is "
+            f"{says('host-bound', job, HOST_SAYS)} on every rank",
+            advice("host-bound", job, device),
         )
-    return tuple(found)
+    return None

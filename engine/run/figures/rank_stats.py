@@ -3,6 +3,7 @@ what is shown of it (RankStats), read from the track."""
 
 from __future__ import annotations
 
+import statistics
 from array import array
 from dataclasses import dataclass, field
 
@@ -12,8 +13,8 @@ from mgpu_tui.engine.protocol.events import (
     Error,
     Hello,
 )
-from mgpu_tui.engine.run.figures.memory_parts import MemoryParts, MemoryTrack
 from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.memory.memory_parts import MemoryParts, MemoryTrack
 
 
 @dataclass
@@ -30,6 +31,7 @@ class RankTrack:
     observed: set[int] = field(default_factory=set)  # the indexes of steps run under the FLOP count
     loss: dict[int, tuple[float, int]] = field(default_factory=dict)  # step -> (loss, samples)
     first_step_t: float | None = None
+    step_offset: int = 0  # added to its steps: those of its earlier phases (a fit before a test)
     last_t: float | None = None
     mem_bytes: int | None = None
     mem_peak_bytes: int | None = None
@@ -94,11 +96,17 @@ class RankStats:
     collectives: int | None = None  # the collectives it entered, as its flight records say (ingest.py)
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
     compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (mfu.py)
+    step_s: float | None = None  # its mean step time over its steady steps (aggregate.py)
     memory_parts: MemoryParts | None = None  # where its memory goes, where it said (memory_parts.py)
 
 
 def rank_stats_of(
-    rank: int, t: RankTrack, rate: float | None, tokens_rate: float | None, compute: Compute | None
+    rank: int,
+    t: RankTrack,
+    rate: float | None,
+    tokens_rate: float | None,
+    compute: Compute | None,
+    step_s: float | None = None,
 ) -> RankStats:
     """A rank's figures from its track, with its rates and compute over the steady steps."""
     about, hello = t.about, t.hello
@@ -117,7 +125,7 @@ def rank_stats_of(
         state_bytes=t.state_bytes,
         tensor_peak_bytes=t.tensor_peak_bytes,
         backend=about.backend if about else None,
-        batch=about.batch if about else None,
+        batch=_batch(t),
         batch_source=about.batch_source if about else None,
         where=t.where,
         device_uuid=about.device_uuid if about else hello.device_uuid if hello else None,
@@ -125,8 +133,24 @@ def rank_stats_of(
         tokens_per_s=tokens_rate,
         diverged_at=t.diverged_at,
         compute=compute,
+        step_s=step_s,
         memory_parts=t.memory.figures(rank, t.mem_peak_bytes),
     )
+
+
+BATCH_STEPS = 256  # the latest steps whose samples say a rank's batch
+
+
+def _batch(t: RankTrack) -> int | None:
+    """Samples a step, where a script's bootstrap counts them (it says so in its ``about``): the
+    median of its latest steps after the first, which may differ from the rest (a DataLoader read
+    ahead, gradient accumulation that steps after one micro-batch first, as accelerate's examples
+    do), else the first step's, as the rank said it."""
+    said = t.about.batch if t.about else None
+    if said is None:
+        return None
+    steady = t.samples[max(1, len(t.samples) - BATCH_STEPS) :]
+    return int(statistics.median_low(steady)) or said if steady else said
 
 
 def _text(value: object) -> str | None:

@@ -180,6 +180,10 @@ class TelemetryLog:
                 self._file = None
             return self._figures()
 
+    def latest(self) -> Snapshot | None:
+        """The newest sample, whole (any thread): the GPUs' readings as they are now."""
+        return self._sampler.latest()
+
     # ---- on the sampler's thread ---------------------------------------------------------
 
     def _take(self, snap: Snapshot) -> None:

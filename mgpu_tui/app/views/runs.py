@@ -150,8 +150,7 @@ class RunsView(View):
 
 
 def _cause(record) -> str:
-    s = record.summary
-    return (s.root_cause.headline() if s and s.root_cause else record.reason) or ""
+    return record.why or ""  # its root cause, the hang it was stopped in, or why it is broken
 
 
 def _detail(record) -> str:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 
 from mgpu_tui.arguments import Parser
 from mgpu_tui.commands.run import follow, launch_nice
+from mgpu_tui.engine.launch import options
 from mgpu_tui.engine.launch.spec import LaunchSpec
 from mgpu_tui.errors import UsageError
 from mgpu_tui.parser import add_watch_options
@@ -33,6 +35,7 @@ def build_exec_parser() -> Parser:
         "Example: mgpu-tui exec -- python train.py --epochs 3",
     )
     add_watch_options(parser)
+    options.add(parser, "stop_grace")
     parser.add_argument(
         "--no-instrument",
         action="store_true",
@@ -62,7 +65,29 @@ def read_exec_line(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             raise UsageError(f"{program}: no such executable file.")
     elif shutil.which(program) is None:
         raise UsageError(f"{program}: command not found.")
+    if (script := missing_script(command)) is not None:
+        raise UsageError(f"{script}: no such file, so {os.path.basename(program)} cannot run it.")
     return args, command
+
+
+_PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+_PYTHON_VALUED = ("-W", "-X", "--check-hash-based-pycs")  # python's options that take the next word
+
+
+def missing_script(command: list[str]) -> str | None:
+    """The script of a ``python [OPTIONS] SCRIPT ...`` line when there is no such file (said before
+    anything starts, as python itself would say it after); None for any other command line."""
+    if not _PYTHON.fullmatch(os.path.basename(command[0])):
+        return None
+    words = iter(command[1:])
+    for word in words:
+        if word in _PYTHON_VALUED:
+            next(words, None)
+        elif word == "-" or word.startswith(("-c", "-m")) or word == "--":
+            return None  # stdin, a command or a module: no script to look for
+        elif not word.startswith("-"):
+            return None if os.path.exists(word) else word
+    return None
 
 
 def what_it_starts(command: list[str]) -> str | None:
@@ -94,5 +119,6 @@ def exec_command(argv: list[str]) -> int:
         run_root=args.run_dir,
         instrument=not args.no_instrument,
         join_timeout=args.join_timeout,
+        stop_grace=args.stop_grace,
     )
-    return follow(spec, args, said=tuple(said))
+    return follow(spec, args, said=tuple(said), as_bare=True)

@@ -28,6 +28,7 @@ from mgpu_tui.errors import UsageError
 from mgpu_tui.reports.rank_output import parse_ranks_filter
 
 PARSE_TIMEOUT_S = 120  # torch's import, on a slow file system
+TORCHRUN_END_S = 15.0  # past its --shutdown-timeout, for torchrun to end its ranks and itself
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class TorchrunLine:
     master_port: int | None
     local_ranks_filter: str | None
     run_path: bool = False  # --run-path: the script run by runpy.run_path in each worker
+    # --shutdown-timeout (or TORCH_ELASTIC_SHUTDOWN_TIMEOUT, or its 30 s): SIGTERM to SIGKILL of its ranks
+    shutdown_timeout: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -225,5 +228,8 @@ def torchrun_command(argv: list[str]) -> int:
         instrument=instrument,
         demo_args=tuple(t.args),
         launcher_args=tuple(launcher_args),
+        # torchrun's own wait between its signal to the ranks and SIGKILL, never cut short: mgpu-tui
+        # kills what is left only once torchrun has had that long and a margin to end on its own.
+        stop_grace=t.shutdown_timeout + TORCHRUN_END_S,
     )
-    return follow(spec, args, said=tuple(said))
+    return follow(spec, args, said=tuple(said), as_bare=True)

@@ -19,6 +19,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--local_rank", type=int, default=-1)  # the launcher passes it
     parser.add_argument("--optimizer", default="SGD")
+    parser.add_argument("--zero-stage", type=int, default=None)  # ZeRO's stage, where one is asked for
     args = parser.parse_args()
     deepspeed.init_distributed(dist_backend="gloo")
     torch.manual_seed(0)
@@ -28,6 +29,9 @@ def main():
         "gradient_accumulation_steps": 1,
         "optimizer": {"type": args.optimizer, "params": {"lr": 0.05}},
     }
+    if args.zero_stage is not None:
+        config["zero_optimization"] = {"stage": args.zero_stage}
+        config["zero_allow_untested_optimizer"] = True  # torch's SGD under ZeRO
     engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
     rank = torch.distributed.get_rank()
     g = torch.Generator().manual_seed(rank)

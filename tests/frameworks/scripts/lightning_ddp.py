@@ -2,13 +2,19 @@
 Lightning's own docs (a LightningModule, a DataLoader, Trainer.fit). It knows nothing of mgpu-tui.
 
 Launched by torchrun (Lightning sees the environment and starts no process of its own) or alone
-(Lightning's own launcher starts the other ranks by running this script again). Each rank prints
-its own account at the end, the truth the tests compare mgpu-tui's figures with:
+(Lightning's own launcher starts the other ranks by running this script again, or with
+``--strategy ddp_spawn`` spawns them, and again for ``trainer.test`` with ``--test``). Each rank
+prints its own account when its training ends (a callback: under ddp_spawn the spawned processes
+train, not the script's), the truth the tests compare mgpu-tui's figures with:
     RESULT {"rank": 0, "world_size": 2, "steps": 12, "batch": 8, "loss": 0.123}
+``FAIL_RANK=N`` plants an IndexError in rank N's third training step.
+``--test`` runs trainer.test after fit (with strategy="ddp_spawn", Lightning starts the ranks' processes
+again for it).
 """
 
 import argparse
 import json
+import os
 import sys
 
 import lightning as L
@@ -25,10 +31,16 @@ class Regressor(L.LightningModule):
 
     def training_step(self, batch, batch_idx):
         x, y = batch
+        if self.global_step == 2 and os.environ.get("FAIL_RANK") == str(self.global_rank):
+            x = x[:, 10**6]  # an IndexError, as a wrong feature count gives
         loss = F.mse_loss(self.net(x), y)
         self.last_loss = float(loss.detach())
         self.log("train_loss", loss)
         return loss
+
+    def test_step(self, batch, batch_idx):
+        x, y = batch
+        self.log("test_loss", F.mse_loss(self.net(x), y), sync_dist=True)
 
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.05)
@@ -43,6 +55,7 @@ def main():
     parser.add_argument("--samples", type=int, default=96)
     parser.add_argument("--accumulate", type=int, default=1)  # accumulate_grad_batches
     parser.add_argument("--accelerator", default="cpu")  # "gpu" on a GPU box (scripts/gpu_check.py)
+    parser.add_argument("--test", action="store_true")  # trainer.test after fit, as the docs show it
     args = parser.parse_args()
     L.seed_everything(0, verbose=False)
     x = torch.randn(args.samples, 16)
@@ -58,17 +71,29 @@ def main():
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
+        callbacks=[Account(args.batch)],
     )
     trainer.fit(model, DataLoader(data, batch_size=args.batch))
-    result = {
-        "rank": trainer.global_rank,
-        "world_size": trainer.world_size,
-        "steps": trainer.global_step,
-        "batch": args.batch,
-        "loss": model.last_loss,
-    }
-    sys.stdout.write(f"RESULT {json.dumps(result)}\n")  # one write: the ranks may share a pipe
-    sys.stdout.flush()
+    if args.test:
+        trainer.test(model, DataLoader(data, batch_size=args.batch), verbose=False)
+
+
+class Account(L.Callback):
+    """Each rank's own account when its training ends, in the process that trained."""
+
+    def __init__(self, batch):
+        self.batch = batch
+
+    def on_train_end(self, trainer, module):
+        result = {
+            "rank": trainer.global_rank,
+            "world_size": trainer.world_size,
+            "steps": trainer.global_step,
+            "batch": self.batch,
+            "loss": module.last_loss,
+        }
+        sys.stdout.write(f"RESULT {json.dumps(result)}\n")  # one write: the ranks may share a pipe
+        sys.stdout.flush()
 
 
 if __name__ == "__main__":

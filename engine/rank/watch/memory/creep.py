@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 WARM_UP = 3  # steps before a loss is watched
-LEAK_AT = 8  # earlier steps' losses alive at once: a leak (engine/run/figures/memory_parts.py's too)
+LEAK_AT = 8  # earlier steps' losses alive at once: a leak (engine/run/memory/memory_parts.py's too)
 HELD = 64  # steps watched at once
 MAX_SCANNED = 100_000  # items of one container looked through for the loss
 

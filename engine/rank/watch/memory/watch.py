@@ -74,3 +74,27 @@ class MemoryWatch:
             **said, "phase": phase, "step": step, "memory_parts": parts,
             "base_bytes": self.before_training if kind == "cpu" and step == 1 else None,
         }  # fmt: skip
+
+
+def failure_fields(watch: Any, exc: BaseException) -> dict[str, Any]:
+    """The error event's fields beyond the exception's, for the ScriptWatch ``watch``: an
+    out-of-memory's (failure.py); nothing for any other exception, or where it cannot be read."""
+    try:
+        memory, root = watch.memory, watch._root.module()
+        oom = memory.at_failure(watch.torch, exc, root, watch.clock, watch.steps + 1, watch._device)
+    except Exception:  # noqa: BLE001 (the error is told all the same)
+        return {}
+    return {"out_of_memory": oom} if oom is not None else {}
+
+
+def rank_at_failure(watch: Any, exc: BaseException | None) -> None:
+    """A process that trained with no process group and ran out of memory before its first step is
+    the job's one rank (its out-of-memory is told): ``watch`` becomes rank 0 of 1."""
+    try:
+        trained = watch._first_forward_at is not None or watch._backwards
+        if exc is None or watch.reporter is not None or not trained or failure.kind_of(exc) is None:
+            return
+        if not watch.see_group():
+            watch._become_rank(0, 1)
+    except Exception:  # noqa: BLE001
+        return

@@ -103,12 +103,16 @@ class LogsAndGuide(View):
         def answered(yes: bool | None) -> None:
             if yes:
                 jobs.runs.request_rank_stop(rank)
+                self.rank_stopping(rank)
 
         question = (
             f"Stop rank {rank}{process}? It gets SIGTERM, as if it died on its own: the launcher "
             "then stops the others and the run fails with it as the cause."
         )
         self.app.push_screen(Confirm(question), answered)
+
+    def rank_stopping(self, rank: int) -> None:
+        """The user said yes to stopping ``rank``: the view names it from its next frame on."""
 
     def action_toggle_guide(self) -> None:
         """v: the chosen mode's guide and demo source, or the logs."""

@@ -3,7 +3,8 @@ or for a job of NODE_TABLE_FROM nodes or more a row a node, the worst first, wit
 node's ranks under its row.
 
 It owns its order (``sorted_by``, the o key) and its opened node (``opened_node``, n and N):
-setting either draws the table again from the figures last shown.
+setting either draws the table again from the figures last shown. Those keys are RankTableKeys',
+which the Run view is made of.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from textual.reactive import reactive
+from textual.widget import Widget
 
 from mgpu_tui.app.views.run.node_table import NODE_TABLE_FROM, NodeRow, node_rows, node_table
 from mgpu_tui.app.views.run.text import (
     NODE_RANK_STATE,
     SORTS,
-    RankState,
     node_heading,
     rank_state,
     rank_table,
@@ -30,6 +31,7 @@ from mgpu_tui.console import fmt_bytes, fmt_rank_loss, fmt_rate
 from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.run.causes.watchdog import DEFAULT_MIN_S
 from mgpu_tui.engine.run.figures.aggregate import RunStats
+from mgpu_tui.engine.run.figures.rank_state import with_stragglers
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ class RankContext:
     finished: bool = False
     ended_ok: bool = False
     stalled: frozenset[int] | None = None  # a script's run: the ranks of its stall (rank_state)
+    hung: Mapping[int, int] = field(default_factory=dict)  # the stall's ranks and their steps then
 
 
 class RankTable(TextPanel):
@@ -77,6 +80,11 @@ class RankTable(TextPanel):
     def show(self, stats: RunStats | None, context: RankContext) -> None:
         self._stats, self._run = stats, context
         self._draw()
+
+    @property
+    def shown(self) -> RunStats | None:
+        """The figures last shown."""
+        return self._stats
 
     def sort_next(self) -> str:
         """The next column's order; its name."""
@@ -137,10 +145,9 @@ class RankTable(TextPanel):
             )
         c = self._run
         state = rank_state(
-            r, now, c.stall_after, c.failed_rank, c.finished, c.ended_ok, number=rank, stalled=c.stalled
+            r, now, c.stall_after, c.failed_rank, c.finished, c.ended_ok, rank, c.stalled, c.hung
         )
-        if state is RankState.RUNNING and rank in slow:
-            state = RankState.SLOW
+        state = with_stragglers(state, rank, slow)
         if r is None:
             return (f"rank {rank}", state, "0", "n/a", "n/a", "n/a")
         return (
@@ -174,3 +181,30 @@ class RankTable(TextPanel):
         self.styles.text_wrap = "nowrap"  # a node's row is one line: its host cut where the view ends
         self.styles.text_overflow = "ellipsis"
         self.update(node_table(self.node_order, self.opened_node, opened), relayout=relayout)
+
+
+class RankTableKeys(Widget):
+    """The table's keys, on the view that shows it (the Run view): o sorts it by its next column,
+    n opens the next node (the worst first), N closes it."""
+
+    @property
+    def rank_table(self) -> RankTable:
+        return self.query_one(RankTable)
+
+    def action_sort_ranks(self) -> None:
+        """o: the rank table sorted by its next column (rank, samples/s, step, loss, peak memory)."""
+        self.app.notify(f"Ranks sorted by {self.rank_table.sort_next()}", timeout=2)
+
+    def action_open_node(self) -> None:
+        """n: the next node's ranks under its row, in the table's order (the worst node first)."""
+        row = self.rank_table.open_next()
+        if row is None:
+            self.app.notify(
+                "A job over several nodes lists its nodes here; this one has none to open.", title="n"
+            )
+            return
+        self.app.notify(f"Node {row.view.node} opened: ranks {row.view.ranks} (N closes it)", timeout=2)
+
+    def action_close_node(self) -> None:
+        """N: the opened node closes."""
+        self.rank_table.opened_node = None

@@ -11,12 +11,11 @@ from rich.text import Text
 
 from mgpu_tui.console import fmt_bytes, fmt_loss, fmt_rate, fmt_seconds, plain
 from mgpu_tui.engine.nodes.view import NodeView
-from mgpu_tui.engine.protocol.causes import PEER_LOST
 from mgpu_tui.engine.protocol.events import STEP_PARTS
 from mgpu_tui.engine.protocol.heartbeat import NodeState
-from mgpu_tui.engine.protocol.typed import Word
-from mgpu_tui.engine.run.figures.anatomy import RankAnatomy
+from mgpu_tui.engine.run.figures.anatomy import RankAnatomy, Verdict
 from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.figures.rank_state import RankState, rank_state  # noqa: F401 (the app's names for them)
 from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.summary import RunStatus
 from mgpu_tui.reports.anatomy import fmt_tflops
@@ -24,24 +23,9 @@ from mgpu_tui.reports.memory import memory_lines
 
 if TYPE_CHECKING:
     from mgpu_tui.engine.records.telemetry_read import NodeMachine
+    from mgpu_tui.engine.run.causes.watchdog import Stall
     from mgpu_tui.engine.run.figures.aggregate import RunStats
     from mgpu_tui.engine.run.summary import RunSummary
-
-
-class RankState(Word):
-    """A rank as the Run view's table says it (docs/run-view.md: "States")."""
-
-    STARTING = "starting"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    NO_PEER = "no peer"  # it failed only because another rank had: its error is its peer gone
-    STALLED = "stalled"
-    SILENT = "silent"  # a script's rank past the stall timeout, with no evidence it hangs
-    STOPPED = "stopped"
-    SLOW = "slow"  # a straggler: the others wait for it at every collective
-    LOST = "lost"
-    MISSING = "missing"
 
 
 STATE_STYLE = {
@@ -153,44 +137,6 @@ def rank_line(cells: tuple[str, ...]) -> Text:
     return text
 
 
-def rank_state(
-    rank: RankStats | None,
-    now: float,
-    stall_after: float,
-    failed_rank: int | None,
-    finished: bool,
-    ok: bool = False,
-    number: int | None = None,
-    stalled: frozenset[int] | None = None,
-) -> RankState:
-    """STARTING, RUNNING, DONE, FAILED, STALLED (no event for ``stall_after`` s), SILENT, STOPPED.
-
-    ``ok``: the run ended ok, so a rank that reported nothing (a script without the
-    reporter) is done, not stopped. ``number``: the rank's number, when it reported nothing.
-    ``stalled``: a script's run (whose silence is a stall only on evidence: watchdog.py), the ranks
-    of the stall found; its other quiet ranks are silent. None: silence is a stall (a mode's run).
-    """
-    moving = rank is not None and rank.where is not None  # a script's rank that beats: it runs
-    if rank is None or (rank.last_step == 0 and not rank.done and not moving):
-        if failed_rank is not None and (rank.rank if rank is not None else number) == failed_rank:
-            return RankState.FAILED  # a script without the reporter says nothing, but torchrun named it
-        if finished:
-            return RankState.DONE if ok else RankState.STOPPED
-        return RankState.STARTING
-    if rank.rank == failed_rank:
-        return RankState.FAILED
-    if rank.error:  # beside the culprit, a rank whose error is its peer gone only echoes it
-        peer_gone = failed_rank is not None and PEER_LOST.search(rank.error)
-        return RankState.NO_PEER if peer_gone else RankState.FAILED
-    if rank.done or (finished and ok):
-        return RankState.DONE
-    if finished:
-        return RankState.STOPPED
-    if rank.last_event_t is not None and now - rank.last_event_t > stall_after:
-        return RankState.STALLED if stalled is None or rank.rank in stalled else RankState.SILENT
-    return RankState.RUNNING
-
-
 def node_heading(node: NodeView, machine: NodeMachine | None = None) -> str:
     """The row over a node's ranks: which node, on which host, how it is as heard from here, and
     (a job followed from its folder) its host's CPU, memory and GPUs as its telemetry last said."""
@@ -251,10 +197,17 @@ def result_panel(summary: RunSummary) -> Text:
     title = {RunStatus.OK: "Finished", RunStatus.INTERRUPTED: "Stopped", RunStatus.FAILED: "Failed"}[
         summary.status
     ]
+    # The hang a stopped run was in comes first: a short terminal keeps the panel's first lines.
+    hang = ""
+    if summary.stall is not None:
+        steps = {r.rank: r.last_step for r in summary.ranks}
+        said = "Hung" if still_hung(summary.stall, steps) else "Stalled, then moved on"
+        hang = f"{said}: {summary.stall.headline()}.\n"
     slow = "".join(f"\nStraggler: {s.describe()}." for s in summary.stragglers)
-    slow += "".join(f"\n{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in summary.verdicts)
+    slow += "".join(f"\n{verdict_sentence(v)}" for v in summary.verdicts)
     job = f"\n{summary.slurm.describe(summary.stopped_by)}." if summary.slurm else ""
     return Text.assemble(  # verify's error and a straggler's words come from the run's files
+        (plain(hang), "bold yellow"),
         (f"{title}: ", "bold"),
         plain(" · ".join(figures)),
         (plain(slow), "magenta"),
@@ -296,8 +249,27 @@ def slow_ranks_remark(stats: RunStats) -> str:
     screen hold it whole."""
     named = {rank for v in stats.verdicts if len(v.ranks) < len(stats.ranks) for rank in v.ranks}
     said = [f"Straggler: {s.describe()}." for s in stats.stragglers if s.rank not in named]
-    said += [f"{v.text[0].upper()}{v.text[1:]}. Try: {v.hint}." for v in stats.verdicts]
+    said += [verdict_sentence(v) for v in stats.verdicts]
     return " ".join(said)
+
+
+def verdict_sentence(verdict: Verdict) -> str:
+    """A verdict as the view says it: its words, then the change to try where one applies."""
+    said = f"{verdict.text[0].upper()}{verdict.text[1:]}."
+    return f"{said} Try: {verdict.hint}." if verdict.hint else said
+
+
+def still_hung(stall: Stall, steps: Mapping[int, int]) -> bool:
+    """Whether every rank of the stall is still at its step then (``steps``: each rank's last step
+    now): a stall whose ranks moved on (a long checkpoint, a slow start on a busy machine) is no
+    hang now."""
+    return all(steps.get(r.rank, r.last_step) <= r.last_step for r in stall.ranks)
+
+
+def hang_note(stall: Stall) -> str:
+    """A hang found while the run goes: its verdict (who never entered which collective, where the
+    others wait, the file and line)."""
+    return f"Hang: {stall.headline()}."
 
 
 def cut_off_status(label: str, steps: int) -> str:
@@ -310,11 +282,14 @@ def cut_off_status(label: str, steps: int) -> str:
 
 def ended_status(summary: RunSummary) -> str:
     """The status line of a run that ended: how, its figures and its folder."""
-    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "stopped"}[
+    verdict = {RunStatus.OK: "finished ok", RunStatus.FAILED: "FAILED", RunStatus.INTERRUPTED: "interrupted"}[
         summary.status
     ]
     if summary.verify is not None:
         verdict += f", verify {'ok' if summary.verify.ok else 'FAILED'}"
+    steps = {r.rank: r.last_step for r in summary.ranks}
+    if summary.stall is not None and summary.root_cause is None and still_hung(summary.stall, steps):
+        verdict += " after a hang"  # (the panel says which rank never entered what)
     return plain(
         f"{summary.mode} {verdict}: {summary.steps} steps, {fmt_rate(summary.samples_per_s)} "
         f"samples/s, loss {fmt_loss(summary.final_loss)}   {summary.run_dir}"

@@ -24,14 +24,8 @@ from mgpu_tui.app.views.run.charts import RunCharts
 from mgpu_tui.app.views.run.form import NARROW, RunForm, chosen
 from mgpu_tui.app.views.run.logs_and_guide import LogsAndGuide
 from mgpu_tui.app.views.run.outcome import RunOutcome
-from mgpu_tui.app.views.run.rank_table import RankContext, RankTable
-from mgpu_tui.app.views.run.text import (
-    cut_off_status,
-    ended_status,
-    running_status,
-    slow_ranks_remark,
-    waiting,
-)
+from mgpu_tui.app.views.run.rank_table import RankContext, RankTable, RankTableKeys
+from mgpu_tui.app.views.run.text import cut_off_status, ended_status, running_status, waiting
 from mgpu_tui.app.widgets.log_view import LogView
 from mgpu_tui.app.widgets.mode_guide import ModeGuide
 from mgpu_tui.app.widgets.status_line import StatusLine
@@ -52,14 +46,16 @@ if TYPE_CHECKING:
     from mgpu_tui.engine.launch.spec import LaunchSpec, ResolvedSpec
     from mgpu_tui.engine.records.follow import FollowedRun
     from mgpu_tui.engine.records.telemetry_read import NodeMachine, TelemetrySeries
+    from mgpu_tui.engine.run.causes.watchdog import Stall
     from mgpu_tui.engine.run.summary import RunSummary
 
 
 TELEMETRY_MIN_HEIGHT = 32  # a shorter terminal shows no telemetry charts under the run's own
 SHORT = 44  # rows of the view under which it folds for its logs (80x24 gives it 20; 160x50, 46)
+TINY = 30  # rows under which the panel under the charts keeps 5 (80x24); a short one keeps 40%
 
 
-class RunView(LogsAndGuide):
+class RunView(LogsAndGuide, RankTableKeys):
     BINDINGS = [
         Binding("g", "next_gpu", "Next GPU", show=False),
         Binding("v", "toggle_guide", "Guide", show=False),
@@ -141,6 +137,9 @@ class RunView(LogsAndGuide):
        the charts give their rows to the logs and the result panel keeps its first lines (it
        scrolls): at least 5 log lines stay readable, a failing rank's traceback among them. */
     RunView.short #root-cause {
+        max-height: 40%;  /* 160x45: a root cause's 16 rows, the logs 10 or more (it had 5 over 25) */
+    }
+    RunView.tiny #root-cause {
         max-height: 5;
     }
     RunView.short.ended #charts {
@@ -158,6 +157,8 @@ class RunView(LogsAndGuide):
         self.finished = False
         self.ended_ok = False
         self.stalled: frozenset[int] | None = None  # a script's run: the ranks of its stall (rank_state)
+        self.stall: Stall | None = None  # the stall found (a hang's verdict), kept once the run ends
+        self.stopped_rank: int | None = None  # the rank stopped with x: named from its signal on
         self.nodes: tuple[NodeView, ...] = ()
         self.machines: Mapping[int, NodeMachine] = {}
         self._log_nodes: tuple[tuple[int, int, int], ...] = ()  # the nodes the logs' filter offers
@@ -185,6 +186,7 @@ class RunView(LogsAndGuide):
         short = self.size.height < SHORT
         self.set_class(short, "short")
         self.query_one(LogView).fold_controls(short)
+        self.set_class(self.size.height < TINY, "tiny")
 
     def on_mount(self) -> None:
         self.query_one(LogView).display = False
@@ -195,10 +197,6 @@ class RunView(LogsAndGuide):
         # Ready for the form: the mode first, Tab to the model and the fields, Enter starts.
         if self.form.display:
             self.form.query_one("#mode").focus()
-
-    def action_sort_ranks(self) -> None:
-        """o: the rank table sorted by its next column (rank, samples/s, step, loss, peak memory)."""
-        self.app.notify(f"Ranks sorted by {self.rank_table.sort_next()}", timeout=2)
 
     def action_next_gpu(self) -> None:
         """g: the telemetry charts' next GPU."""
@@ -217,7 +215,9 @@ class RunView(LogsAndGuide):
 
     def on_run_updated(self, message: RunUpdated) -> None:
         m = message
-        self.show(m.stats, m.series, m.stall_after, m.whole, m.nodes, m.stalled, m.machines)
+        self.show(
+            m.stats, m.series, m.stall_after, m.whole, m.nodes, m.stalled, m.machines, m.stall, m.stopped_rank
+        )
         if m.telemetry is not None:
             self.show_telemetry(m.telemetry)
         self.add_log_lines(*m.drain())
@@ -276,7 +276,7 @@ class RunView(LogsAndGuide):
     ) -> None:
         """``steps``: the run's total; None for a script, which says none."""
         self.world_size, self.steps, self.failed_rank, self.finished = world_size, steps, None, False
-        self.stalled, self.nodes, self.machines = None, (), {}
+        self.stalled, self.nodes, self.machines, self.stall, self.stopped_rank = None, (), {}, None, None
         self.ended_ok = False
         self._begun = time.monotonic()
         self.remove_class("ended")
@@ -310,11 +310,16 @@ class RunView(LogsAndGuide):
         nodes: tuple = (),
         stalled: frozenset[int] | None = None,
         machines: Mapping[int, NodeMachine] | None = None,
+        stall: Stall | None = None,
+        stopped_rank: int | None = None,
     ) -> None:
         """The run's figures now; ``series``: the latest steps, ``whole``: the whole run (thinned);
         ``stall_after``: the engine's stall timeout (watchdog.py's rule); ``nodes``: several nodes,
-        each as heard from here (its ranks are grouped under it); ``stalled``: rank_state's."""
+        each as heard from here (its ranks are grouped under it); ``stalled``: rank_state's;
+        ``stall``: the stall found, its verdict said at once; ``stopped_rank``: the rank x stopped."""
         self.stall_after, self.stalled = stall_after, stalled
+        self.stall = stall or self.stall
+        self.stopped_rank = self.stopped_rank if stopped_rank is None else stopped_rank
         self.nodes = nodes
         grown = bool(stats.world_size and stats.world_size > self.world_size)
         if grown:  # a command's, learned as it joins
@@ -332,42 +337,32 @@ class RunView(LogsAndGuide):
         self.query_one("#run-status", StatusLine).update(status, done=self._done(stats.steps))
         self.query_one(RunCharts).show(series, whole)
         self._draw_ranks(stats)
-        if (stats.stragglers or stats.verdicts) and not self.finished:
-            self.query_one(RunOutcome).remark(slow_ranks_remark(stats), failed=self.failed_rank is not None)
+        if not self.finished:  # a hang's verdict, else the slow ranks' remark
+            self.query_one(RunOutcome).during(stats, self.stall, failed=self.failed_rank is not None)
 
     def _done(self, steps: int) -> float | None:
         """The share of the run done, for the status line's bar; None (no bar) for a script."""
         return None if self.steps is None else steps / max(self.steps, 1)
 
-    def action_open_node(self) -> None:
-        """n: the next node's ranks under its row, in the table's order (the worst node first)."""
-        row = self.rank_table.open_next()
-        if row is None:
-            self.app.notify(
-                "A job over several nodes lists its nodes here; this one has none to open.", title="n"
-            )
-            return
-        self.app.notify(f"Node {row.view.node} opened: ranks {row.view.ranks} (N closes it)", timeout=2)
-
-    def action_close_node(self) -> None:
-        """N: the opened node closes."""
-        self.rank_table.opened_node = None
-
-    @property
-    def rank_table(self) -> RankTable:
-        return self.query_one(RankTable)
+    def rank_stopping(self, rank: int) -> None:
+        """x, answered yes: the rank is the one that fails first, before its peers' errors come."""
+        self.stopped_rank = rank
+        self._draw_ranks(self.rank_table.shown)
 
     def _draw_ranks(self, stats: RunStats | None) -> None:
         """The rank table, from these figures and what the view knows of the run now."""
+        failed = self.failed_rank if self.failed_rank is not None else self.stopped_rank
+        hung = {r.rank: r.last_step for r in self.stall.ranks} if self.stall is not None else {}
         context = RankContext(
             self.world_size,
             self.nodes,
             self.machines,
             self.stall_after,
-            self.failed_rank,
+            failed,
             self.finished,
             self.ended_ok,
             self.stalled,
+            hung,
         )
         self.rank_table.show(stats, context)
 
@@ -389,6 +384,7 @@ class RunView(LogsAndGuide):
             self.nodes = tuple(dataclasses.replace(v, here=v.node in here) for v in summary.nodes)
         cause = summary.root_cause
         self.failed_rank = cause.rank if cause else None
+        self.stall = summary.stall or self.stall
         self.query_one("#run-status", StatusLine).update(
             ended_status(summary), done=self._done(summary.steps)
         )

@@ -112,7 +112,8 @@ def _group(entry: Collective) -> str:
     return "default group" if entry.group in ("default_pg", "") else f"group {entry.group}"
 
 
-MAIN_THREAD_LINE = re.compile(r"main thread (0x[0-9a-f]+)\n")  # the reporter's first line of a dump
+# The reporter's first line of a dump: the thread that trains (the main one, unless another ran backward).
+MAIN_THREAD_LINE = re.compile(r"(?:main|training) thread (0x[0-9a-f]+)\n")
 
 
 def main_thread(stacks: str) -> str:
