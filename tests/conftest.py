@@ -39,6 +39,8 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 # The app's log goes under XDG_STATE_HOME: here, not in the user's home.
 os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="mgpu-tui-state-"))
+# What torchrun's parser said of a line is kept (commands/launchers/torchrun_cache.py): here too.
+os.environ.setdefault("MGPU_CACHE_DIR", tempfile.mkdtemp(prefix="mgpu-tui-cache-"))
 
 
 T = TypeVar("T")

@@ -98,7 +98,7 @@ class ScriptWatch:
         self.program = os.path.abspath(program) if os.path.exists(program) else program
         self.torch: Any = None  # the torch module, once the script imports it (its attributes are untyped)
         self._failures: set[str] = set()  # hooks that failed once, and said so
-        self.clock = step_clock.StepClock()  # where each step's time goes (step_clock.py)
+        self.clock, self._memory = step_clock.StepClock(), step_figures.Memory()  # step_clock.py, its time
         ends = functools.partial(self.flops_window, "forward_ends", of_root=True)  # the FLOP count's
         self._root = HookedRoot(self._before_forward, self.clock, ends)  # whose forward counts the batch
         self._start_counting()
@@ -164,6 +164,7 @@ class ScriptWatch:
         reporter, self.reporter, self.trainer = self.reporter, None, False
         if reporter is not None:
             reporter.abandon()
+        self._memory.close()  # its parent's /proc/self
         self._start_counting()
 
     def _install(self, torch: ModuleType) -> None:
@@ -313,7 +314,7 @@ class ScriptWatch:
         parts: dict[str, float] | None = self.clock.cut()
         if self.steps == 1 or counted.observed:
             parts = None  # the first's holds all since the watch started; an observed one, the count
-        memory = step_figures.memory(self.torch, self._device)
+        memory = self._memory.read(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
         self.memory.at_step(self.torch, self._root.module(), step)
@@ -368,7 +369,7 @@ class ScriptWatch:
             self.reporter.dump_flight_records()
         if not self._about_said:
             self._say_about(0)
-        _, peak = step_figures.memory(self.torch, self._device)
+        _, peak = self._memory.read(self.torch, self._device)
         group = "none" if self.trainer else "alive" if alive else ("destroyed" if self._backend else "none")
         return {"process_group": group, "mem_peak_bytes": peak}
 

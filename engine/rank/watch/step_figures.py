@@ -5,6 +5,7 @@ once their loss is known, and what the rank ran on (``about``)."""
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import resource
 import time
@@ -80,17 +81,50 @@ def loss_of(torch: Any, losses: list[Any]) -> Any:
         return None
 
 
-def memory(torch: Any, device: Any) -> tuple[int | None, int | None]:
+class Memory:
     """(now, peak) bytes: the CUDA allocator's on ``device`` once the script initialised CUDA (never
-    the watch: it would open a context on GPU 0 in every rank); else the process's RSS and its peak."""
-    if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
-        return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        rss = None
-    return rss, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    the watch: it would open a context on GPU 0 in every rank); else the process's RSS and its peak
+    (the kernel's high-water mark, exact whenever it is read).
+
+    The RSS is read from /proc/self/statm through a descriptor kept open: opening it each step cost
+    the step ten times the read (bench/run.py job-costs). /proc/self is the process that opened it,
+    so a forked child makes its own (``close`` in the child, ScriptWatch.after_fork_in_child); a
+    descriptor the script closed, or closed and reused for a file of its own, is let go (never
+    closed by us: the number is the script's) and opened again."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._id: tuple[int, int] | None = None  # (st_dev, st_ino) of the statm it opened
+        self._page = os.sysconf("SC_PAGE_SIZE")
+
+    def read(self, torch: Any, device: Any) -> tuple[int | None, int | None]:
+        if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
+            return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
+        return self._rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    def _rss(self) -> int | None:
+        for _ in range(2):  # a descriptor no longer ours: once more, opened anew
+            try:
+                if self._fd is None:
+                    self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+                    info = os.fstat(self._fd)
+                    self._id = (info.st_dev, info.st_ino)
+                else:
+                    info = os.fstat(self._fd)
+                    if (info.st_dev, info.st_ino) != self._id:
+                        self._fd = None  # the script's file now: let go, never read or closed
+                        continue
+                return int(os.pread(self._fd, 128, 0).split()[1]) * self._page
+            except (OSError, ValueError, IndexError):
+                self._fd = None
+        return None
+
+    def close(self) -> None:
+        """A forked child's copy of its parent's descriptor (its parent's statm) closed: it reads its own."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class PendingSteps:

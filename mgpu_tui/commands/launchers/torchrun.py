@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from mgpu_tui.commands.launchers import torchrun_cache
 from mgpu_tui.commands.launchers.slurm import bind_task_gpu, from_slurm
 from mgpu_tui.commands.run import follow, launch_nice
 from mgpu_tui.engine.launch import options
@@ -76,10 +78,25 @@ def _our_options() -> list[tuple[str, int, str]]:
 
 
 def read_torchrun_line(argv: list[str]) -> TorchrunAnswer:
-    """torchrun's arguments read by torchrun's parser (the child's JSON); UsageError for bad input."""
+    """torchrun's arguments read by torchrun's parser (the child's JSON, or its answer to the same line
+    kept: torchrun_cache.py); UsageError for bad input."""
+    ours = _our_options()
+    line_key = torchrun_cache.key(sys.executable, ours, argv, dict(os.environ))
+    answer = torchrun_cache.recall(line_key)
+    if answer is None:
+        answer = _parsed(ours, argv)
+        torchrun_cache.keep(line_key, answer)
+    try:
+        return build(TorchrunAnswer, answer)
+    except Invalid as exc:  # parsed at the boundary: the child's answer, checked field by field
+        raise EnvironmentUnusable(f"torchrun's parser gave an answer mgpu-tui cannot read ({exc}).") from None
+
+
+def _parsed(ours: list[tuple[str, int, str]], argv: list[str]) -> dict:
+    """torchrun's parser's answer, from a child that imports torch (the command line never does)."""
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "mgpu_tui.engine.rank.torchrun_args", json.dumps(_our_options()), *argv],
+            [sys.executable, "-m", "mgpu_tui.engine.rank.torchrun_args", json.dumps(ours), *argv],
             capture_output=True,
             text=True,
             timeout=PARSE_TIMEOUT_S,
@@ -101,10 +118,9 @@ def read_torchrun_line(argv: list[str]) -> TorchrunAnswer:
     if isinstance(answer, dict) and "error" in answer:
         text = str(answer["error"]).replace("unrecognized arguments:", "torchrun does not know")
         raise UsageError(f"{text} (see mgpu-tui torchrun --help)")
-    try:
-        return build(TorchrunAnswer, answer)
-    except Invalid as exc:  # parsed at the boundary: the child's answer, checked field by field
-        raise EnvironmentUnusable(f"torchrun's parser gave an answer mgpu-tui cannot read ({exc}).") from None
+    if not isinstance(answer, dict):
+        raise EnvironmentUnusable("torchrun's parser gave an answer mgpu-tui cannot read (not an object).")
+    return answer
 
 
 def _nodes_from_slurm(

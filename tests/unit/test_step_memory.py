@@ -1,0 +1,47 @@
+"""The rank's memory read each step (engine/rank/watch/step_figures.py ``Memory``): /proc/self/statm
+through a descriptor kept open (opening it each step cost ten times the read), never a descriptor
+that is no longer its own: one the script closed is opened again, one the script reused for a file
+of its own is neither read nor closed."""
+
+import os
+import resource
+
+from mgpu_tui.engine.rank.watch.step_figures import Memory
+
+
+def _statm_rss() -> int:
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_the_rss_and_its_peak_are_the_kernels_and_follow_the_process():
+    memory = Memory()
+    now, peak = memory.read(None, None)
+    assert abs(now - _statm_rss()) <= 1 << 20
+    assert peak == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    block = bytearray(64 << 20)  # touched: resident
+    grown, _ = memory.read(None, None)  # the same descriptor, read again: the process as it is now
+    assert grown - now >= 60 << 20, (now, grown)
+    del block
+    memory.close()
+
+
+def test_a_descriptor_the_script_closed_or_reused_is_let_go_and_its_file_untouched(tmp_path):
+    memory = Memory()
+    memory.read(None, None)
+    fd = memory._fd
+    os.close(fd)  # a script's os.closerange(3, ...)
+    assert abs(memory.read(None, None)[0] - _statm_rss()) <= 1 << 20
+    fd = memory._fd
+    os.close(fd)
+    theirs = tmp_path / "theirs.txt"
+    theirs.write_text("1 2 3 4 5 6 7\n")  # numbers where statm's are: read, they would be believed
+    reused = os.open(theirs, os.O_RDWR)
+    assert reused == fd  # the script's file under the watch's old number
+    now, _ = memory.read(None, None)
+    assert abs(now - _statm_rss()) <= 1 << 20  # not 2 pages: the script's file was not read
+    assert memory._fd != reused
+    os.write(reused, b"x")  # still open: the watch never closed the script's descriptor
+    os.close(reused)
+    assert theirs.read_text().startswith("x")
+    memory.close()
