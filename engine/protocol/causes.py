@@ -71,6 +71,8 @@ class RootCause:
         document = asdict(self)
         if self.kind is None:  # (a cause whose kind is told by its shape: written as before kinds)
             del document["kind"]
+        if self.out_of_memory is None:  # (only an out-of-memory's: every other reads as before)
+            del document["out_of_memory"]
         if self.trainer is None:  # a trainer's failure alone: every other reads as before
             del document["trainer"]
         return document

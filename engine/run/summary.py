@@ -260,9 +260,8 @@ class RunSummary:
         world_size: int | None = None,
         processes: tuple[ProcessSeen, ...] = (),
     ) -> RunSummary:
-        """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
-        host; others are not shown. ``world_size``: a command's, as its ranks said (mgpu-tui exec;
-        0 when no process became a rank); ``processes``: what its tree ran (processes.py)."""
+        """``pid_ok(rank, pid)``: whether a rank's pid is one of the run's processes on this host;
+        ``world_size``: a command's, as its ranks said (0: none); ``processes``: its tree's."""
         # The job's, never what a rank claims: the spec's, or a command's, learned from its groups.
         world = resolved.world_size if resolved.world_size is not None else world_size or 0
         here = resolved.ranks_here if resolved.world_size is not None else range(world)

@@ -11,8 +11,7 @@ and how it is taken (docs/your-script.md says the same to users):
 - **samples and tokens**: the batch entering the root DistributedDataParallel or FSDP module while
   it trains (model_root.py): its first tensor's first dimension, and for a 2-D integer batch (token
   ids) all its elements as tokens.
-- **data_s**: from the end of the previous step to the first such forward, the time the rank spent
-  on its batch (a straggler's evidence, aggregate.py).
+- **data_s**: from the previous step's end to the first such forward: the time on its batch.
 - **parts**: the step taken apart, from the second step on (step_clock.py): data, forward,
   backward, the communication backward did not hide, the optimizer and the host's time between.
 - **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
@@ -21,7 +20,7 @@ and how it is taken (docs/your-script.md says the same to users):
   steps (saliency maps) keeps MAX_LOSSES at most: past them, they go, and that step has no loss.
 - **memory**: on CUDA (once the script initialised it), the allocator's current and peak bytes on
   the loss's device; otherwise the process's RSS and its peak; where it goes is memory/'s.
-- **about**: the backend of the default process group, the device the loss is on, and the batch.
+- **about**: the process group's backend, the device the loss is on, and the batch.
 - **beats**: when the training thread (the latest backward's; the main thread before any)
   moved and nothing was written for BEAT_S (stack_signature.py).
 
