@@ -88,13 +88,14 @@ def failure_fields(watch: Any, exc: BaseException) -> dict[str, Any]:
 
 
 def rank_at_failure(watch: Any, exc: BaseException | None) -> None:
-    """A process that trained with no process group and ran out of memory before its first step is
-    the job's one rank (its out-of-memory is told): ``watch`` becomes rank 0 of 1."""
+    """A process that began training (an optimizer made, or a backward) with no process group and
+    ran out of memory before its first step is a trainer of its own (alone: the job's one rank),
+    so that its out-of-memory is told."""
     try:
-        trained = watch._first_forward_at is not None or watch._backwards
+        trained = watch._backwards or watch.memory.accounting.optimizers()  # a backward, an optimizer
         if exc is None or watch.reporter is not None or not trained or failure.kind_of(exc) is None:
             return
         if not watch.see_group():
-            watch._become_rank(0, 1)
+            watch._become_rank(None, 1)  # a trainer of its own: alone, the job's one rank
     except Exception:  # noqa: BLE001
         return
