@@ -127,6 +127,10 @@ class HookedRoot:
     def __bool__(self) -> bool:
         return bool(self._roots)
 
+    def module(self) -> Any:
+        """The hooked root module (None: none yet, or it is gone)."""
+        return self._roots[0][0]() if self._roots else None
+
     def hook(self, module: Any, kind: str) -> None:
         """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied
         to the layers first, then to the root); another model wrapped later is left alone."""
