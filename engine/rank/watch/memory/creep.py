@@ -5,7 +5,7 @@ still alive with a ``grad_fn``, the last two steps' left out (a loop's own varia
 latest). The count is the step event's ``kept_graphs``; the first time it reaches LEAK_AT, the
 holder is looked for once, among the main thread's frames: a list, tuple, deque or dict that holds
 the loss itself, its name, and the line of its function that adds to it (``kept_by``), the frames'
-snapshots of their locals let go after (_let_go)."""
+snapshots of their locals let go after (wrapping.forget_locals)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,11 @@ import collections
 import inspect
 import os
 import re
-import sys
 import weakref
 from types import FrameType
 from typing import Any
+
+from mgpu_tui.engine.rank.watch.wrapping import forget_locals
 
 WARM_UP = 3  # steps before a loss is watched
 LEAK_AT = 8  # earlier steps' losses alive at once: a leak (engine/run/memory/memory_parts.py's too)
@@ -64,7 +65,7 @@ def kept_by(tensor: Any, frame: FrameType | None) -> str | None:
         found = _in_scope(frame.f_locals, tensor) or (
             _in_scope(frame.f_globals, tensor) if not frame.f_back else None
         )
-        _let_go(frame)
+        forget_locals(frame)
         if found is not None:
             return _where(found, frame)
         frame = frame.f_back
@@ -73,14 +74,6 @@ def kept_by(tensor: Any, frame: FrameType | None) -> str | None:
 
 def _in_scope(scope: dict, tensor: Any) -> str | None:
     return next((str(name) for name, value in list(scope.items()) if _holds(value, tensor)), None)
-
-
-def _let_go(frame: FrameType) -> None:
-    """Before Python 3.13, reading a function's ``f_locals`` leaves a snapshot of its locals on the
-    frame, which would keep this step's tensors (its batch, its output) alive as long as the frame:
-    the snapshot is emptied (the next read fills it again; the locals themselves are untouched)."""
-    if sys.version_info < (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
-        frame.f_locals.clear()
 
 
 def _where(name: str, frame: FrameType) -> str:
