@@ -1,4 +1,5 @@
-"""What counting a step's FLOPs costs a rank (bench/run.py's ``flops``; issues 42 and 54).
+"""What counting a step's FLOPs costs a rank (bench/run.py's ``flops``; issues 42 and 54), and
+taking its memory apart (``memory-parts``, issue 60: bench_memory_parts says how).
 
 In a fresh process each, on the CPU, a model the GPT demo builds (demos/transformer.py), stepped as a
 rank steps it (forward through the watch's own root hooks, model_root.HookedRoot; backward() inside
@@ -127,4 +128,102 @@ def bench_flops() -> tuple[str, list[tuple[str, str]]]:
             (f"{name}: FLOPs of a step of 4 sequences", f"{got['flops']:.3e}"),
         ]
     title = "flops: counting a step's FLOPs as it runs (goals: a steady step <= 1%, describe < 20 us)"
+    return title, rows
+
+
+MEMORY_CHILD = """
+import json, statistics, sys, time
+import torch
+from mgpu_tui.demos.transformer import build_gpt
+from mgpu_tui.engine.planning.shapes import model_shape
+from mgpu_tui.engine.rank.watch.memory.accounting import Accounting
+from mgpu_tui.engine.rank.watch.memory.creep import Creep
+from mgpu_tui.engine.rank.watch.memory.saved import SavedTensors
+torch.set_num_threads(1)
+shape = model_shape(sys.argv[1], **({"seq_len": 64} if sys.argv[1] == "gpt-125m" else {}))
+torch.manual_seed(0)
+model = build_gpt(shape)
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+accounting, creep = Accounting(), Creep()
+accounting.optimizer_stepped(optimizer)
+x = torch.randint(0, shape.vocab, (4, shape.seq_len))
+def step():
+    t = time.thread_time()
+    model.zero_grad(set_to_none=True)
+    loss = model(x).float().square().mean()
+    loss.backward()
+    optimizer.step()
+    return time.thread_time() - t, loss
+bares = []
+for n in range(int(sys.argv[2])):
+    took, loss = step()
+    bares.append(took)
+    creep.loss(loss)
+reads = []
+for n in range(200):
+    t = time.thread_time()
+    figures = accounting.read(torch, model)
+    creep.at_step(n + 10, sys._getframe())
+    reads.append(time.thread_time() - t)
+def forward(saved):
+    t = time.thread_time()
+    if saved is not None:
+        saved.open(torch, model)
+    out = model(x)
+    if saved is not None:
+        saved.close()
+    took = time.thread_time() - t
+    del out
+    return took
+plain, observed = [], []
+for _ in range(5):
+    plain.append(forward(None))
+    saved = SavedTensors()
+    observed.append(forward(saved))
+print(json.dumps({"bare_step": statistics.median(bares), "read": statistics.median(reads),
+                  "plain": statistics.median(plain), "observed": statistics.median(observed),
+                  "held": sum(figures.values()), "activations": saved.take()}))
+"""
+
+
+def bench_memory_parts() -> tuple[str, list[tuple[str, str]]]:
+    """What taking a rank's memory apart costs (bench/run.py's ``memory-parts``; issue 60).
+
+    In a fresh process each, on the CPU, one thread, a model the GPT demo builds (demos/transformer.py)
+    with AdamW, stepped bare; every time the main thread's CPU time (``time.thread_time``: wall time
+    swings on a shared machine):
+
+    - **a steady step's added cost**: what the watch does at each step's end for the memory, alone: the
+      accounting (memory/accounting.py: parameters, buffers, gradients and the optimizer's state, each
+      storage once) and the creep's count (memory/creep.py), the median of 200, against a bare step.
+      It reads sizes and allocates nothing; where a read would take more than 0.5% of the step
+      (memory/watch.py's BUDGET), the watch reads it every few steps, so a step pays at most that.
+      Goal: <= 1% of the step.
+    - **an observed step's forward**: the forward under the saved-tensor hooks (memory/saved.py) against
+      the same forward bare, the median of 5 each, interleaved; it comes on the observed steps alone
+      (once per input shape, as the FLOP count's window)."""
+    rows = []
+    for name, steps in (("gpt-tiny", 30), ("gpt-125m", 3)):
+        done = subprocess.run(
+            [sys.executable, "-c", MEMORY_CHILD, name, str(steps)], capture_output=True, text=True
+        )
+        if done.returncode != 0:
+            rows.append((name, f"failed: {done.stderr.strip().splitlines()[-1:]}"))
+            continue
+        got = json.loads(done.stdout.strip().splitlines()[-1])
+        rows += [
+            (f"{name}: a bare step (median of {steps}, CPU time)", f"{got['bare_step'] * 1000:.1f} ms"),
+            (
+                f"{name}: the accounting and the creep's count at a step's end",
+                f"{got['read'] * 1e6:.0f} us ({got['read'] / got['bare_step'] * 100:.3f}%)",
+            ),
+            (
+                f"{name}: an observed step's forward, saved tensors counted, against bare",
+                f"{got['observed'] * 1000:.1f} ms vs {got['plain'] * 1000:.1f} ms",
+            ),
+            (f"{name}: held / activations of 4 sequences", f"{got['held']:,} B / {got['activations']:,} B"),
+        ]
+    title = (
+        "memory-parts: where the memory goes, at each step and on an observed one (goal: a steady step <= 1%)"
+    )
     return title, rows

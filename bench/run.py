@@ -26,6 +26,8 @@ Entries:
 - ``flops``: what counting a step's FLOPs costs a rank (bench/flop_cost.py says how). Goals: a
   steady step <= 1% slower; the observed step (a new input shape's) once per shape, left out of
   the figures; < 20 us at each forward.
+- ``memory-parts``: what taking a rank's memory apart costs (bench/flop_cost.py says how). Goal:
+  a steady step <= 1% slower; the saved-tensor hooks on the observed steps alone.
 - ``large-job``: the login node's view (the app, opened on the shared folder) of a synthetic job of
   64, 256 and 1,024 ranks, 8 a node, one rank hung and one slow (bench/large_job.py says how).
   Goals at 1,024: under one core and 200 MB, a new step shown at least every 2 s, the hung rank
@@ -95,7 +97,7 @@ from app_screen import bench_app
 from commands import bench_check, bench_compare, bench_failures, bench_help
 from common import clean_env, table
 from engine_figures import bench_memory, bench_nccl, bench_telemetry
-from flop_cost import bench_flops
+from flop_cost import bench_flops, bench_memory_parts
 from job_costs import bench_job_costs, bench_overhead
 from large_job import bench_large_job, bench_metrics
 from long_run import bench_long_run
@@ -119,6 +121,7 @@ ENTRIES: dict[str, Callable[[argparse.Namespace], str]] = {
         bench_anatomy(a.pairs or 7, 300, {**clean_env(), "OMP_NUM_THREADS": "1"}), "", "us"
     ),
     "flops": lambda a: _titled(bench_flops(), "", "measured"),
+    "memory-parts": lambda a: _titled(bench_memory_parts(), "", "measured"),
     "large-job": lambda a: _titled(bench_large_job(), "", "measured"),
     "metrics": lambda a: _titled(bench_metrics(), "", "measured"),
     "long-run": lambda a: _titled(bench_long_run(), "", "measured"),

@@ -11,6 +11,29 @@ from dataclasses import asdict, dataclass
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """A change that would fit, as estimated from an out-of-memory's figures (never measured)."""
+
+    change: str  # "micro-batch / 4, 4 accumulation steps", "mixed precision (bf16 autocast)", ...
+    peak_bytes: int  # the estimated peak with it
+
+
+@dataclass(frozen=True)
+class OutOfMemory:
+    """A rank's out-of-memory, as it said it (engine/run/causes/out_of_memory.py reads and checks it)."""
+
+    kind: str  # "cpu" (torch's CPU allocator), "cuda", "oom killer" (the kernel's)
+    phase: str | None  # forward, backward, optimizer, data, or between the step's parts
+    step: int | None  # the step it was in
+    memory_parts: tuple[int, ...] | None  # parameters, buffers, gradients, optimizer at that moment
+    capacity_bytes: int | None
+    capacity_of: str | None  # "its address-space limit (RLIMIT_AS)", "the GPU's memory", ...
+    request_bytes: int | None  # the allocation that failed
+    in_use_bytes: int | None  # what it held then (against its capacity)
+    would_fit: tuple[Estimate, ...] = ()  # estimates, each under the capacity
+
+
+@dataclass(frozen=True)
 class RootCause:
     rank: int | None
     exit_code: int | None  # as Python reports it: negative for a signal
@@ -25,6 +48,7 @@ class RootCause:
     kind: str | None = None
     # A trainer's failure (a process of a command that trained with no process group): its number.
     trainer: int | None = None
+    out_of_memory: OutOfMemory | None = None  # where it ran out of memory: what filled it, what would fit
 
     def headline(self) -> str:
         """One line: who failed first, how, and what it said (the CLI, the app and compare use it)."""
@@ -47,6 +71,8 @@ class RootCause:
         document = asdict(self)
         if self.kind is None:  # (a cause whose kind is told by its shape: written as before kinds)
             del document["kind"]
+        if self.out_of_memory is None:  # (only an out-of-memory's: every other reads as before)
+            del document["out_of_memory"]
         if self.trainer is None:  # a trainer's failure alone: every other reads as before
             del document["trainer"]
         return document

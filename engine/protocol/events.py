@@ -8,18 +8,15 @@ training of its own: run/figures/trainers.py). Each carries ``v`` (the schema ve
 
 - ``hello``: local_rank, world_size, pid, host, device, device_uuid (CUDA only, else null), mode, config (its
   settings; a trainer's names its process: ``process``), stacks (it answers requests/stacks).
-- ``step``: step, samples (new to the job: tensor-parallel peers and later pipeline stages report 0, so
-  throughput is never counted twice), tokens, loss (null when this rank has none), step_s (wall seconds since
-  the previous step ended), mem_bytes and mem_peak_bytes (allocator on CUDA, RSS on the CPU), and optionally
-  data_s (the seconds before its compute), state_bytes (its parameters, gradients and optimizer state,
-  measured once after the first optimizer step) and parts (where the step's time went: seconds in each of
-  STEP_PARTS, engine/rank/watch/step_clock.py) and flops (the step's floating-point operations on this rank,
-  counted by torch: engine/rank/watch/flops/; recomputation apart, as recomputed_flops) and observed (it ran
-  under the FLOP count, slowed: no figure's step).
+- ``step``: :class:`Step`'s fields: step, samples (new to the job: tensor-parallel peers and later pipeline
+  stages report 0, so throughput is never counted twice), tokens, loss (null where this rank has none), step_s
+  (wall seconds since the previous step ended), mem_bytes and mem_peak_bytes (the allocator's on CUDA, RSS on
+  the CPU), and the optional ones each said beside it (parts: rank/watch/step_clock.py; flops:
+  rank/watch/flops/; memory_parts: rank/watch/memory/).
 - ``done``: steps, and any summary fields the rank wants to add. ``digest``: ``n`` steps in one line, the
   fields of :class:`Digest` (a long run's digest file).
-- ``error``: message, traceback; optionally type and whole_message (:class:`Error`). ``about``: what a script
-  used, learnt once it ran (rank/watch/script_watch.py): :class:`About`'s fields.
+- ``error``: message, traceback; optionally type, whole_message and out_of_memory (:class:`Error`).
+  ``about``: what a script used, learnt once it ran (rank/watch/script_watch.py): :class:`About`'s fields.
 - ``beat``: the rank's main thread moved since its last event, though no step ended (an evaluation, a
   checkpoint, a compile): where (``function at file.py:12``, or null). A rank that neither steps nor beats has
   not moved; that is the stall watch's evidence (watchdog.py).
@@ -45,8 +42,7 @@ from mgpu_tui.engine.protocol.typed import Invalid, build
 SCHEMA_VERSION = 1
 
 MAX_LINE_BYTES = 1 << 20  # a longer line is not an event: the tailer drops it unread
-# What a number or a string may be: wide enough for any real job, narrow enough that nothing
-# downstream (64-bit arrays, sums, the screen) can overflow on them.
+# What a number or a string may be: enough for any real job, never an overflow downstream (arrays, sums).
 MAX_RANK = 1 << 20  # ranks, local ranks, world size
 MAX_PID = 1 << 22  # Linux's largest pid_max
 MAX_COUNT = 1 << 48  # steps, samples, tokens
@@ -79,6 +75,7 @@ class Hello:
 
 # The parts a step's time is taken apart into (engine/rank/watch/step_clock.py says how each is measured).
 STEP_PARTS = ("data", "forward", "backward", "comm", "optimizer", "host")
+MEMORY_PARTS = ("parameters", "buffers", "gradients", "optimizer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +97,10 @@ class Step:
     flops: int | None = None  # the step's floating-point operations on this rank, where counted
     recomputed_flops: int | None = None  # what it ran again to recompute activations (not in flops)
     observed: bool = False  # it ran under the FLOP count, which slowed it: not a step of the figures
+    memory_parts: tuple[int, ...] | None = None  # bytes of each of MEMORY_PARTS as the step ended
+    activations_bytes: int | None = None  # an observed step's tensors saved for backward
+    kept_graphs: int | None = None  # earlier steps' losses still alive with their graphs (a leak)
+    kept_by: str | None = None  # what keeps them, where the rank found it
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +119,7 @@ class Error:
     traceback: str
     type: str | None = None  # the exception's qualified name, where the rank's own bootstrap caught it
     whole_message: str | None = None  # all of its message, where ``message`` is the first line
+    out_of_memory: dict | None = None  # an out-of-memory's figures, as the rank said them (unchecked)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +266,7 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         raise MalformedEvent("field 'loss' has the wrong type")
     if isinstance(loss, int) and abs(loss) > MAX_COUNT:  # 10**400 is valid JSON, and no float
         raise MalformedEvent("field 'loss' is out of range")
+    parts = _each(r.get("parts"), "parts", STEP_PARTS, _NUM, MAX_SECONDS)  # seconds in each
     return Step(
         rank=rank,
         t=t,
@@ -279,20 +282,30 @@ def _parse_step(r: dict, rank: int, t: float) -> Step:
         state_bytes=_get(r, "state_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         tensor_peak_bytes=_get(r, "tensor_peak_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
         loss_nonfinite=r.get("loss_nonfinite") is True and loss is None,
-        parts=_parts(r.get("parts")),
+        parts=None if parts is None else tuple(map(float, parts)),
         flops=_get(r, "flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
         recomputed_flops=_get(r, "recomputed_flops", _INT, optional=True, minimum=0, maximum=MAX_FLOPS),
         observed=r.get("observed") is True,
+        **(_memory_fields(r) if "memory_parts" in r or "kept_graphs" in r else {}),  # (a backlog: cheap)
     )
 
 
-def _parts(value: object) -> tuple[float, ...] | None:
-    """A step's parts: an object with a number of seconds for each of STEP_PARTS (others ignored)."""
+def _memory_fields(r: dict) -> dict[str, Any]:
+    return {
+        "memory_parts": _each(r.get("memory_parts"), "memory_parts", MEMORY_PARTS, _INT, MAX_BYTES),
+        "activations_bytes": _get(r, "activations_bytes", _INT, optional=True, minimum=0, maximum=MAX_BYTES),
+        "kept_graphs": _get(r, "kept_graphs", _INT, optional=True, minimum=0, maximum=MAX_COUNT),
+        "kept_by": _str(r, "kept_by", optional=True, limit=MAX_TEXT),
+    }
+
+
+def _each(value: object, name: str, names: tuple[str, ...], types: tuple, maximum: float) -> tuple | None:
+    """An object with a number for each of ``names`` (others ignored; a step's parts, its memory's)."""
     if value is None:
         return None
     if not isinstance(value, dict):
-        raise MalformedEvent("field 'parts' must be an object")
-    return tuple(float(_get(value, name, _NUM, minimum=0, maximum=MAX_SECONDS)) for name in STEP_PARTS)
+        raise MalformedEvent(f"field {name!r} must be an object")
+    return tuple(_get(value, n, types, minimum=0, maximum=maximum) for n in names)
 
 
 _DONE_FIELDS = {"v", "kind", "rank", "t", "steps", "seg"}  # seg: the digest file's
@@ -311,6 +324,7 @@ def _parse_error(r: dict, rank: int, t: float) -> Error:
         traceback=_str(r, "traceback", optional=True, limit=MAX_TEXT) or "",
         type=_str(r, "type", optional=True),
         whole_message=_str(r, "whole_message", optional=True, limit=MAX_TEXT),
+        out_of_memory=r["out_of_memory"] if isinstance(r.get("out_of_memory"), dict) else None,
     )
 
 
@@ -330,28 +344,14 @@ def _parse_about(r: dict, rank: int, t: float) -> About:
     )
 
 
-def _parse_beat(r: dict, rank: int, t: float) -> Beat:
-    return Beat(rank=rank, t=t, where=_str(r, "where", optional=True))
-
-
 def _parse_digest(r: dict, rank: int, t: float) -> Digest:
+    from mgpu_tui.engine.protocol.long_run.digest import within  # (it imports this module's bounds)
+
     try:  # its shape from its annotations (finite numbers, at most 2**62), then each within its range
         d = build(Digest, {**r, "rank": rank, "t": t})
     except Invalid as exc:
         raise MalformedEvent(f"digest: {exc}") from None
-    steady = d.steady or (d.n, d.samples, d.tokens, d.step_s[0], *d.flops)
-    counts = (d.first, d.last, d.samples, d.tokens, d.flops[1], d.diverged_at or 0, *steady[1:3])
-    within = (
-        1 <= d.n <= MAX_COUNT
-        and 0 <= steady[5] <= steady[0] <= d.n
-        and all(0 <= c <= MAX_COUNT for c in (*counts, *(c for _, c in d.hist)))
-        and all(0 <= s <= d.n * MAX_SECONDS for s in (*d.step_s, steady[3]))
-        and all(BIN_ZERO <= b <= BIN_TOP for b, _ in d.hist)
-        and all(0 <= f <= float(MAX_FLOPS) * d.n for f in (d.flops[0], steady[4], d.recomputed))
-        and 0 <= (d.mem_peak_bytes or 0) <= MAX_BYTES
-        and (d.loss is None or 0 <= d.loss[3] <= d.n)
-    )
-    if not within:
+    if not within(d):
         raise MalformedEvent("digest: a figure outside its range")
     return d
 
@@ -362,7 +362,7 @@ _PARSERS: dict[str, Callable[[dict, int, float], Event]] = {
     "done": _parse_done,
     "error": _parse_error,
     "about": _parse_about,
-    "beat": _parse_beat,
+    "beat": lambda r, rank, t: Beat(rank=rank, t=t, where=_str(r, "where", optional=True)),
     "digest": _parse_digest,
 }
 KINDS = tuple(_PARSERS)

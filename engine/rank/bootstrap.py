@@ -31,6 +31,7 @@ import types
 from types import TracebackType
 
 from mgpu_tui.engine.protocol.environment import RUN_DIR_ENV
+from mgpu_tui.engine.rank.watch.memory.watch import failure_fields
 from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 
 USAGE = "usage: python -m mgpu_tui.engine.rank.bootstrap (SCRIPT | -m MODULE) [ARG...]"
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     except BaseException as exc:  # noqa: BLE001 (every way a script can end is told, then passed on)
         if watch is not None and reporter is not None:
             watch.finish()
-            reporter.error(**describe(exc))
+            reporter.error(**describe(exc), **failure_fields(watch, exc))
             reporter.close()
         # As Python prints it (through torch's excepthook, which prefixes the rank, if the script
         # made a process group), from the script's first frame; then exit 1, as Python would.

@@ -199,6 +199,10 @@ class Reporter:
         recomputed_flops: int | None = None,
         observed: bool = False,
         aside_s: float = 0.0,
+        memory_parts: dict[str, int] | None = None,
+        activations_bytes: int | None = None,
+        kept_graphs: int | None = None,
+        kept_by: str | None = None,
     ) -> None:
         """Record the end of a training step.
 
@@ -211,7 +215,9 @@ class Reporter:
         step's floating-point operations on this rank, where counted (rank/watch/flops/), without the
         activations it recomputed, which are ``recomputed_flops``; ``observed``: its FLOPs were counted
         as it ran, which slowed it (the figures leave its time out); ``aside_s``: seconds of
-        mgpu-tui's own work inside the step, left out of its time.
+        mgpu-tui's own work inside the step, left out of its time; ``memory_parts``: the bytes of
+        each of MEMORY_PARTS it holds, ``activations_bytes``: those saved for backward, ``kept_graphs``
+        and ``kept_by``: earlier steps' losses still alive with their graphs (a leak; events.py).
         """
         if not self._said_hello and self._files is not None:
             self._quiet_hello()
@@ -237,6 +243,9 @@ class Reporter:
                 **({"flops": int(flops)} if flops is not None else {}),
                 **({"recomputed_flops": int(recomputed_flops)} if recomputed_flops else {}),
                 **({"observed": True} if observed else {}),
+                **({"memory_parts": memory_parts} if memory_parts is not None else {}),
+                **({"activations_bytes": activations_bytes} if activations_bytes is not None else {}),
+                **({"kept_graphs": kept_graphs, "kept_by": kept_by} if kept_graphs else {}),
             },
             now,
         )
@@ -271,9 +280,9 @@ class Reporter:
         """Record that this rank finished all its steps."""
         self._write("done", {"steps": steps, **summary})
 
-    def error(self, message: str, traceback: str = "", **exception: str | None) -> None:
+    def error(self, message: str, traceback: str = "", **exception: Any) -> None:
         """Record why this rank is about to fail (``exception``: the bootstrap's type and
-        whole_message, events.py)."""
+        whole_message, and an out-of-memory's figures, events.py)."""
         self._write("error", {"message": message, "traceback": traceback, **exception})
 
     def abandon(self) -> None:

@@ -13,6 +13,7 @@ from mgpu_tui.engine.nodes.view import NodeView
 from mgpu_tui.engine.protocol.causes import RootCause
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir_make import RunDirError
+from mgpu_tui.engine.run.causes import out_of_memory
 from mgpu_tui.engine.run.causes.rootcause import (
     after_finishing,
     command_root_cause,
@@ -89,7 +90,7 @@ def how_it_ended(run: Run, returncode: int | None) -> tuple[RunState, RootCause 
             root_cause = dataclasses.replace(root_cause, hint=hint_for(root_cause, work_finished=True))
         if spec.nnodes > 1 and root_cause.rank is not None:  # which host, as every node will say it
             root_cause = dataclasses.replace(root_cause, host=socket.gethostname())
-    return state, root_cause
+    return state, out_of_memory.if_killed(root_cause, run.oom_kills_before)  # the kernel's OOM killer
 
 
 def finish(run: Run, verify: Verify | None) -> None:

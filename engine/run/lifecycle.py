@@ -35,6 +35,7 @@ from mgpu_tui.engine.nodes.watch import NodeWatch
 from mgpu_tui.engine.protocol.heartbeat import NodeState
 from mgpu_tui.engine.protocol.rundir import RunDir
 from mgpu_tui.engine.run import ending, starting
+from mgpu_tui.engine.run.causes.out_of_memory import oom_kills
 from mgpu_tui.engine.run.causes.rootcause import RootCause
 from mgpu_tui.engine.run.causes.watchdog import Stall, StalledRank, Watchdog
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryLog
@@ -116,8 +117,8 @@ class Run(IngestReadings):
         # Held while this process follows the run: `mgpu-tui open` and `runs` tell a live run by it.
         self._monitor = MonitorLock(run_dir.monitor_lock_path)
         self._exit_code: int | None = None
-        self._fr_read_at = 0.0
-        self._started_at = 0.0
+        self._fr_read_at = self._started_at = 0.0
+        self.oom_kills_before = oom_kills()  # its cgroup's OOM kills so far (ending.py: a rank's SIGKILL)
         self._stop_requested = False
         self.stopped_rank: int | None = None  # the rank the user stopped on its own (the app's x)
         self._stopped_by: str | None = None  # Slurm's word for who stopped it (stop())

@@ -26,6 +26,7 @@ from mgpu_tui.engine.run.figures.rank_stats import RankStats
 from mgpu_tui.engine.run.figures.stragglers import Straggler
 from mgpu_tui.engine.run.figures.telemetry_log import TelemetryFigures
 from mgpu_tui.engine.run.figures.trainers import Phase, TrainerStats
+from mgpu_tui.engine.run.memory.memory_parts import MemoryParts
 from mgpu_tui.engine.run.nccl.nccl_record import NcclFigures
 from mgpu_tui.engine.run.summary_facts import (
     RankMemory,
@@ -224,6 +225,12 @@ class RunSummary:
     # "trainers"), world_size (the group's; 0 for trainers), trainers (their numbers), began_at and
     # ended_at (Unix times); absent for one phase (run/figures/trainers.py).
     phases: tuple[Phase, ...] = ()
+    # Where each rank's memory goes, where its watch took it apart (run/memory/memory_parts.py):
+    # rank, step (whose end the accounting read), parameters, buffers, gradients, optimizer (bytes,
+    # each storage counted once), activations (saved for backward on an observed step; null: none
+    # observed), peak_bytes, rest (the peak less all those: temporaries, the allocator's reserve, on
+    # the CPU the runtime), and creep: kept_graphs, growth_per_step, kept_by; absent otherwise.
+    memory_parts: tuple[MemoryParts, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -253,9 +260,8 @@ class RunSummary:
         world_size: int | None = None,
         processes: tuple[ProcessSeen, ...] = (),
     ) -> RunSummary:
-        """``pid_ok(rank, pid)``: whether the pid a rank named is one of the run's processes on this
-        host; others are not shown. ``world_size``: a command's, as its ranks said (mgpu-tui exec;
-        0 when no process became a rank); ``processes``: what its tree ran (processes.py)."""
+        """``pid_ok(rank, pid)``: whether a rank's pid is one of the run's processes on this host;
+        ``world_size``: a command's, as its ranks said (0: none); ``processes``: its tree's."""
         # The job's, never what a rank claims: the spec's, or a command's, learned from its groups.
         world = resolved.world_size if resolved.world_size is not None else world_size or 0
         here = resolved.ranks_here if resolved.world_size is not None else range(world)
@@ -310,6 +316,7 @@ class RunSummary:
             compute=stats.compute,
             trainers=tuple(TrainerSummary.of(t, pid_ok) for t in stats.trainers),
             phases=stats.phases,
+            memory_parts=tuple(r.memory_parts for r in stats.ranks if r.memory_parts is not None),
         )
 
     def to_json(self) -> dict:
@@ -335,7 +342,13 @@ class RunSummary:
             del document["processes"]
         if self.compute is None:  # a job whose ranks counted FLOPs alone: every other reads as before
             del document["compute"]
-        for apart in ("anatomy", "verdicts", "trainers", "phases"):  # where there are some, alone
+        for apart in (
+            "anatomy",
+            "verdicts",
+            "trainers",
+            "phases",
+            "memory_parts",
+        ):  # where there are some, alone
             if not document[apart]:
                 del document[apart]
         return finite_only(document)  # strict JSON: a diverged (infinite or NaN) figure is null

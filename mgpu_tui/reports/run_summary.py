@@ -21,7 +21,7 @@ from mgpu_tui.console import (
 )
 from mgpu_tui.engine.run.summary import RankSummary, RunSummary
 from mgpu_tui.reports.anatomy import anatomy_lines, compute_line, verdict_lines
-from mgpu_tui.reports.memory import memory_lines
+from mgpu_tui.reports.memory import memory_lines, memory_parts_lines
 
 
 def machine_lines(summary: RunSummary) -> list[str]:
@@ -290,6 +290,7 @@ def summary_text(summary: RunSummary) -> str:
         *([compute] if compute else []),
         *anatomy_lines(summary.anatomy),
         *verdict_lines(summary.verdicts),
+        *memory_parts_lines(summary),
     ]
     return plain("\n".join([head, body, timing, *taken_apart, *notes]))  # a path, a rank's words: text only
 

@@ -21,6 +21,7 @@ forward calls; rank 0 saves its state_dict to ``model.pt``.
 
 import argparse
 import copy
+import gc
 import hashlib
 import io
 import pickle
@@ -28,6 +29,7 @@ import random
 import re
 import socket
 import sys
+import weakref
 
 import numpy as np
 import torch
@@ -101,9 +103,11 @@ def train(model: nn.Module, rank: int = 0) -> None:
     if args.shape == "grad_hook":
         for p in model.parameters():
             p.register_hook(lambda g: norms.append(g.norm()))
-    for step in range(args.steps):
+    inputs = []  # each step's input, weakly: none is alive once the loop let go of it (the watch read
+    for step in range(args.steps):  # these frames' locals at step 1: it must not keep them alive)
         batch = 8 if args.shape != "host_all_reduce" or rank == 0 or step < args.steps - 1 else 5
         x = torch.randn(batch, 16) + float(np.random.rand())
+        inputs.append(weakref.ref(x))
         y = torch.randn(batch, 4)
         if isinstance(model, Plain):
             FORWARDS[0] += 1  # its forward keeps no count of its own
@@ -119,6 +123,10 @@ def train(model: nn.Module, rank: int = 0) -> None:
             norms.clear()
         if rank == 0:
             print(line, flush=True)
+    del x, y, loss
+    gc.collect()
+    if rank == 0:
+        print(f"inputs alive {sum(ref() is not None for ref in inputs)}", flush=True)
 
 
 def outcome(what: str, make) -> None:

@@ -14,7 +14,15 @@ from collections.abc import Iterable, Sequence
 from operator import itemgetter
 from typing import Any
 
-from mgpu_tui.engine.protocol.events import BIN_TOP, BIN_ZERO
+from mgpu_tui.engine.protocol.events import (
+    BIN_TOP,
+    BIN_ZERO,
+    MAX_BYTES,
+    MAX_COUNT,
+    MAX_FLOPS,
+    MAX_SECONDS,
+    Digest,
+)
 
 G = 1.02
 _LOG_G = math.log(G)
@@ -99,3 +107,19 @@ def _sums(steady: Sequence[dict[str, Any]], times: list[float], flops: list[Any]
     """Digest.steady: the figures of its steps not observed."""
     samples, tokens = sum(map(_SAMPLES, steady)), sum(map(_TOKENS, steady))
     return [len(steady), samples, tokens, math.fsum(times), float(sum(flops)), len(flops)]
+
+
+def within(d: Digest) -> bool:
+    """Whether each figure of a digest (its shape already checked) is within its range (events.py)."""
+    steady = d.steady or (d.n, d.samples, d.tokens, d.step_s[0], *d.flops)
+    counts = (d.first, d.last, d.samples, d.tokens, d.flops[1], d.diverged_at or 0, *steady[1:3])
+    return (
+        1 <= d.n <= MAX_COUNT
+        and 0 <= steady[5] <= steady[0] <= d.n
+        and all(0 <= c <= MAX_COUNT for c in (*counts, *(c for _, c in d.hist)))
+        and all(0 <= s <= d.n * MAX_SECONDS for s in (*d.step_s, steady[3]))
+        and all(BIN_ZERO <= b <= BIN_TOP for b, _ in d.hist)
+        and all(0 <= f <= float(MAX_FLOPS) * d.n for f in (d.flops[0], steady[4], d.recomputed))
+        and 0 <= (d.mem_peak_bytes or 0) <= MAX_BYTES
+        and (d.loss is None or 0 <= d.loss[3] <= d.n)
+    )

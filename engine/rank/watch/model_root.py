@@ -17,7 +17,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from mgpu_tui.engine.rank.watch import step_clock
-from mgpu_tui.engine.rank.watch.wrapping import around, keep_out_of_copies
+from mgpu_tui.engine.rank.watch.wrapping import around, forget_locals, keep_out_of_copies
 
 MAX_FRAMES = 64  # the frames of the stack looked through, innermost first
 MAX_CANDIDATES = 4096  # modules weighed at most
@@ -51,6 +51,7 @@ def _in_frames(frame: FrameType | None, module_type: type) -> list[Any]:
             for candidate in (value, *_attributes(value)):
                 if issubclass(type(candidate), module_type):  # type(): never the object's own __class__
                     seen.setdefault(id(candidate), candidate)
+        forget_locals(frame)  # the snapshot read kept the step's tensors alive
         frame, depth = frame.f_back, depth + 1
     return list(seen.values())
 
@@ -126,6 +127,10 @@ class HookedRoot:
 
     def __bool__(self) -> bool:
         return bool(self._roots)
+
+    def module(self) -> Any:
+        """The hooked root module (None: none yet, or it is gone)."""
+        return self._roots[0][0]() if self._roots else None
 
     def hook(self, module: Any, kind: str) -> None:
         """Hook ``module`` if it is the first wrapped, or holds the one hooked so far (FSDP is applied

@@ -42,6 +42,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from mgpu_tui.engine.rank.bootstrap import describe
+from mgpu_tui.engine.rank.watch.memory.watch import failure_fields, rank_at_failure
 from mgpu_tui.engine.rank.watch.script_watch import ScriptReporter, ScriptWatch
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
 from mgpu_tui.engine.rank.watch.wrapping import around, rebind
@@ -243,7 +244,7 @@ def _end(exc: BaseException | None) -> None:
         elif exc is None or isinstance(exc, SystemExit):
             reporter.done(watch.steps, **end)
         elif not isinstance(exc, KeyboardInterrupt):
-            reporter.error(**describe(exc, _users(exc.__traceback__)))
+            reporter.error(**describe(exc, _users(exc.__traceback__)), **failure_fields(watch, exc))
     except Exception:  # noqa: BLE001 (the end is the script's, told or not)
         pass
     finally:
@@ -261,4 +262,6 @@ def _close(reporter: ScriptReporter) -> None:
 def _at_exit() -> None:
     """The end of a rank: the exception that ended its main thread (Ctrl-C: no word), else done."""
     exc = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    if _watch is not None:
+        rank_at_failure(_watch, exc)  # a job of one process out of memory before its first step
     _end(None if isinstance(exc, SystemExit) else exc)

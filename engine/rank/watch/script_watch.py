@@ -5,32 +5,26 @@ imports no torch: its hooks go in when the script imports torch (torch_hooks.aft
 and how it is taken (docs/your-script.md says the same to users):
 
 - **a step** is a step of the lead optimizer (the first to step; torch's global optimizer
-  post-hook) after at least one ``backward()`` since the last step. Several optimizers (a GAN's two,
-  each after its own backward), or a ZeroRedundancyOptimizer and the optimizer inside it, count
-  once an iteration; the micro-batches of gradient accumulation are not steps; a step that
-  GradScaler skips (inf or NaN gradients, so the optimizer does not step) still is one. Should
-  another optimizer step twice while the lead does not, it leads from then on.
+  post-hook; step_figures.Lead) after at least one ``backward()`` since the last step: a GAN's two
+  optimizers, or a ZeroRedundancyOptimizer and the one inside it, count once an iteration; the
+  micro-batches of gradient accumulation are not steps; a step GradScaler skips still is one.
 - **samples and tokens**: the batch entering the root DistributedDataParallel or FSDP module while
-  it trains (a forward pre-hook on that module alone, kept out of torch.compile's graphs; with
-  several models, the first one wrapped): its first tensor's first dimension, and for a 2-D integer
-  batch (token ids) all its elements as tokens.
-- **data_s**: from the end of the previous step to the first such forward, the time the rank spent
-  on its batch (a straggler's evidence, aggregate.py).
-- **parts**: the step taken apart, from the second step on: data, forward, backward, the
-  communication backward did not hide, the optimizer and the host's time between (step_clock.py
-  says how each is measured); with the training DataLoader's worker count, in ``about``.
+  it trains (model_root.py): its first tensor's first dimension, and for a 2-D integer batch (token
+  ids) all its elements as tokens.
+- **data_s**: from the previous step's end to the first such forward: the time on its batch.
+- **parts**: the step taken apart, from the second step on (step_clock.py): data, forward,
+  backward, the communication backward did not hide, the optimizer and the host's time between.
 - **loss**: the one-element tensor ``backward()`` is called on (unscaled when GradScaler scaled
   it), summed over the step's micro-batches (scripts divide each by the accumulation count); on a
   GPU read without draining the stream (step_figures.py). A loop that calls backward and never
   steps (saliency maps) keeps MAX_LOSSES at most: past them, they go, and that step has no loss.
 - **memory**: on CUDA (once the script initialised it), the allocator's current and peak bytes on
-  the loss's device; otherwise the process's RSS and its peak.
-- **about**: the backend of the default process group, the device the loss is on, and the batch.
+  the loss's device; otherwise the process's RSS and its peak; where it goes is memory/'s.
+- **about**: the process group's backend, the device the loss is on, and the batch.
 - **beats**: when the training thread (the latest backward's; the main thread before any)
   moved and nothing was written for BEAT_S (stack_signature.py).
 
-Where the hooks go into torch is torch_hooks.py; the figures are read in step_figures.py; the
-model whose forward counts the batch is hooked in model_root.py.
+Where the hooks go into torch is torch_hooks.py; the figures are read in step_figures.py.
 """
 
 from __future__ import annotations
@@ -54,6 +48,7 @@ from mgpu_tui.engine.rank.watch import (
     step_figures,
     torch_hooks,
 )
+from mgpu_tui.engine.rank.watch.memory.watch import MemoryWatch
 from mgpu_tui.engine.rank.watch.model_root import (
     TRAINING_STEP_SOURCE,
     HookedRoot,
@@ -131,6 +126,7 @@ class ScriptWatch:
         self.clock.restart()
         self._loader_workers: int | None = None  # its training DataLoader's, once it gave a batch
         self._flops = flops.StepFlops(self.torch) if self.torch is not None else None
+        self.memory = MemoryWatch()  # where the memory goes (memory/)
 
     # ---- installing --------------------------------------------------------------------
 
@@ -244,6 +240,7 @@ class ScriptWatch:
     def flops_window(self, edge: str, *args: Any, of_root: bool = False) -> None:  # step_flops.py's
         if self._flops is not None and not (of_root and self._whole):  # (a whole step's are its own)
             getattr(self._flops, edge)(*args)
+        self.memory.window(self.torch, edge, self._flops, args)
 
     @_quiet
     def on_loader_batch(self, batch: Any, loader: Any = None) -> None:
@@ -267,11 +264,13 @@ class ScriptWatch:
                 self._losses.clear()
                 self._losses_let_go = True
             self._losses.append(loss)
+            self.memory.creep.loss(tensors)
             if self._device is None:
                 self._device = loss.device
 
     @_quiet
     def after_optimizer_step(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        self.memory.optimizer_stepped(optimizer)
         if self._lead.leads(optimizer) and self._backwards:  # else: another optimizer of this iteration
             if not self._root and not self._root_searched:
                 self._find_model(optimizer)
@@ -317,6 +316,7 @@ class ScriptWatch:
         memory = self._memory.read(self.torch, self._device)
         loss = step_figures.loss_of(self.torch, losses)
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
+        self.memory.at_step(self.torch, self._root.module(), step)
         self._pending.add(step)
         self._write_ready(wait=len(self._pending) > step_figures.MAX_PENDING)
         if (

@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -53,6 +54,7 @@ class StepClock:
         """From nothing, on this thread (a forked child's own clock)."""
         self._thread: int | None = threading.get_ident()  # None: set aside (aside())
         self._stack: list[str] = []
+        self.raised_in: tuple[str, int] | None = None  # (the part, id() of the exception) it raised in
         self._since = self._now()
         self._parts = dict.fromkeys(PARTS, 0.0)
         self._graph_done: float | None = None
@@ -69,6 +71,9 @@ class StepClock:
         """``part`` ends (with any phase opened inside it and never left: an exception's way out)."""
         if threading.get_ident() != self._thread or part not in self._stack:
             return
+        raised = sys.exc_info()[1]  # an exception on its way out (a finally, an always-called hook)
+        if raised is not None and (self.raised_in is None or self.raised_in[1] != id(raised)):
+            self.raised_in = (self._stack[-1], id(raised))  # its innermost part (an id: nothing kept)
         now = self._now()
         done = self._graph_done
         if (

@@ -30,6 +30,10 @@ class Step:
     loss: Any  # a float, None, or (pinned tensor, CUDA event) until the GPU has delivered it
     parts: dict[str, float] | None  # where its time went (step_clock.py); None for the first
     counted: Counted  # its floating-point operations, counted as it ran (flops/)
+    accounted: dict[str, int] | None = None  # the bytes of what the rank holds (memory/accounting.py)
+    activations: int | None = None  # an observed step's bytes saved for backward (memory/saved.py)
+    kept_graphs: int | None = None  # earlier steps' losses still alive with their graphs (memory/creep.py)
+    kept_by: str | None = None
 
 
 def first_tensor(values: tuple, depth: int = 0) -> Any:
@@ -172,6 +176,10 @@ class PendingSteps:
                 flops=step.counted.flops,
                 recomputed_flops=step.counted.recomputed or None,
                 observed=step.counted.observed,
+                memory_parts=step.accounted,
+                activations_bytes=step.activations,
+                kept_graphs=step.kept_graphs,
+                kept_by=step.kept_by,
             )
             wrote = True
         return wrote

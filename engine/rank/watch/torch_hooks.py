@@ -109,6 +109,8 @@ def install(torch: ModuleType, watch: ScriptWatch) -> None:
     after_import("torch._inductor.output_code", guarded(flops.install_inductor))  # its graphs' FLOPs
     optimizers = importlib.import_module("torch.optim.optimizer")
     optimizers.register_optimizer_step_post_hook(watch.after_optimizer_step)
+    made = optimizers.Optimizer.__init__  # each optimizer made: what it holds, even before it steps
+    optimizers.Optimizer.__init__ = around(made, after=lambda a, k, out: watch.memory.optimizer_stepped(a[0]))
     torch.autograd.backward = _watched_backward(torch.autograd.backward, watch)
     step_clock.install(torch, watch.clock)
     scaler = importlib.import_module("torch.amp.grad_scaler").GradScaler

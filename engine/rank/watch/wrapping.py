@@ -12,11 +12,21 @@ from __future__ import annotations
 import collections
 import contextlib
 import functools
+import inspect
 import sys
 import weakref
 from collections.abc import Iterator
-from types import ModuleType
+from types import FrameType, ModuleType
 from typing import Any
+
+
+def forget_locals(frame: FrameType) -> None:
+    """Let go of the snapshot that reading a function frame's ``f_locals`` leaves on it before Python
+    3.13: it would keep that moment's locals (a step's batch, its outputs) alive as long as the frame,
+    memory the job would not hold bare. The locals themselves are untouched; the next read (or the
+    function's own ``locals()``) fills the snapshot again."""
+    if sys.version_info < (3, 13) and frame.f_code.co_flags & inspect.CO_OPTIMIZED:
+        frame.f_locals.clear()
 
 
 def guarded(install: Any) -> Any:

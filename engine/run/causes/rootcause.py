@@ -28,6 +28,7 @@ from mgpu_tui.engine.protocol.causes import PEER_LOST, RootCause, is_consequence
 from mgpu_tui.engine.protocol.events import Error
 from mgpu_tui.engine.protocol.folder import read_capped
 from mgpu_tui.engine.protocol.rundir import RunDir
+from mgpu_tui.engine.run.causes import out_of_memory
 from mgpu_tui.engine.run.causes.launcher_report import (
     STDERR_TAIL_LINES,
     TorchrunReport,
@@ -202,6 +203,10 @@ def from_error_event(cause: RootCause, error: Error, *, program: bool = False) -
     cause = dataclasses.replace(
         cause, message=_unprefixed(error.message), traceback=_unprefixed(error.traceback)
     )
+    oom = out_of_memory.read(error.out_of_memory) if error.out_of_memory is not None else None
+    if oom is not None:  # what filled it, and what would fit, before the usual advice
+        hint = " ".join(filter(None, (out_of_memory.describe(oom), hint_for(cause, program=program))))
+        return dataclasses.replace(cause, hint=hint, out_of_memory=oom)
     return dataclasses.replace(cause, hint=hint_for(cause, program=program))
 
 

@@ -143,6 +143,7 @@ class Aggregator:
                 self._parts.add(event.rank, event.step, event.step_s, event.parts)
             if event.loss is None and event.loss_nonfinite and track.diverged_at is None:
                 track.diverged_at = event.step
+            track.memory.add(event)
             if event.mem_bytes is not None:
                 track.mem_bytes = event.mem_bytes
             if event.mem_peak_bytes is not None:

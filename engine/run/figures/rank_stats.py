@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from mgpu_tui.engine.run.figures.long_run.whole_run import RankTrack as RankTrack  # its first home
 from mgpu_tui.engine.run.figures.mfu import Compute
+from mgpu_tui.engine.run.memory.memory_parts import MemoryParts
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class RankStats:
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite: no loss, diverged
     compute: Compute | None = None  # its TF/s and MFU, where it counted its steps' FLOPs (mfu.py)
     step_s: float | None = None  # its mean step time over its steady steps (aggregate.py)
+    memory_parts: MemoryParts | None = None  # where its memory goes, where it said (memory_parts.py)
 
 
 def rank_stats_of(
@@ -73,6 +75,7 @@ def rank_stats_of(
         diverged_at=t.diverged_at,
         compute=compute,
         step_s=step_s,
+        memory_parts=t.memory.figures(rank, t.mem_peak_bytes),
     )
 
 

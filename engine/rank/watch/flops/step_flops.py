@@ -168,6 +168,11 @@ class StepFlops:
             if group and self._forwards[-len(group) :] == list(group):
                 del self._forwards[-len(group) :]
 
+    @property
+    def observing_forward(self) -> bool:
+        """A forward's window is open (memory/saved.py counts its activations in it)."""
+        return self._open is not None and self._open[0] == "forward"
+
     def total(self) -> Counted:
         """The count of the step that ends now (an optimizer step)."""
         forwards, self._forwards = self._forwards, []

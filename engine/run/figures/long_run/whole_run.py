@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from mgpu_tui.engine.protocol.events import About, Digest, Done, Error, Hello
 from mgpu_tui.engine.run.figures.long_run.job_times import JobTimes
+from mgpu_tui.engine.run.memory.memory_parts import MemoryTrack
 
 HEAD = 5  # the first steps kept apart: the warm-up is at most this many (aggregate.warmup_steps)
 WINDOW = 16384  # steps a rank keeps whole
@@ -114,6 +115,7 @@ class RankTrack:
     about: About | None = None  # what a script really used (the bootstrap says it after its first step)
     where: str | None = None  # its main thread's place at its latest beat
     diverged_at: int | None = None  # the first step whose loss was NaN or infinite
+    memory: MemoryTrack = field(default_factory=MemoryTrack)  # where its memory goes (memory_parts.py)
 
     # ---- taking steps in -----------------------------------------------------------------
 
