@@ -15,8 +15,7 @@ Definitions, so that every number on screen can be checked by hand:
 - Final loss: at the last step every rank reached, the mean of the ranks' losses weighted by their samples,
   which is the loss of the full global batch when each rank's loss is the mean over its own samples.
 - Peak memory per rank: the largest ``mem_peak_bytes`` it reported (the CUDA allocator's peak, or peak RSS on
-  the CPU); its tensors' peak, the largest ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's on the
-  CPU).
+  the CPU); its tensors' peak, the largest ``tensor_peak_bytes`` (the allocator's on CUDA, MemTracker's, CPU).
 """
 
 from __future__ import annotations
