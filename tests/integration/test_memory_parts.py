@@ -83,7 +83,7 @@ def test_a_loss_kept_every_step_is_named_as_creep_with_its_growth_and_the_line_t
     assert m.growth_per_step is not None  # the slope of its memory since it began keeping them
     assert m.kept_by is not None and m.kept_by.startswith("`kept` in main() (memory_train.py:")
     assert m.kept_by.endswith(": kept.append(loss)  # the leak: each step's loss, and with it its graph)")
-    (path,) = (run_dir / "events").iterdir()  # its one process's (a trainer of its own: the job)
+    (path,) = (run_dir / "events").glob("*.jsonl")  # its one process's (a trainer of its own: the job)
     events = [json.loads(line) for line in path.read_text().splitlines()]
     named = next(e["step"] for e in events if e["kind"] == "step" and e.get("kept_graphs", 0) >= 8)
     assert named <= 3 + 20  # within 20 steps of warm-up
