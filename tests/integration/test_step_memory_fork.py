@@ -17,7 +17,7 @@ def _growth_in_child(memory: Memory, close: bool) -> int:
             if close:
                 memory.close()
             before = memory.read(None, None)[0]
-            block = bytearray(256 << 20)
+            block = b"\x01" * (256 << 20)  # every byte written: resident
             os.write(write, str(memory.read(None, None)[0] - before).encode())
             del block
         finally:
