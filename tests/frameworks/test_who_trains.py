@@ -93,7 +93,7 @@ def test_a_hogwild_trainer_that_raises_fails_the_run_with_its_exception(tmp_path
         [*CLI, "exec", "--run-dir", str(runs), "--", PYTHON, str(SCRIPTS / "hogwild.py"), *args],
         capture_output=True, text=True, timeout=280, cwd=tmp_path,
     )  # fmt: skip
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 0, done.stderr  # exec returns its command's own status (the parent's)
     summary = json.loads((only_run_dir(runs) / "summary.json").read_text())
     cause = summary["root_cause"]
     assert summary["status"] == "failed" and summary["finished_training"] is False
@@ -181,7 +181,9 @@ def test_a_stopped_rank_is_the_stalls_verdict_in_summary_json_as_on_the_console(
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGCONT)
-    assert proc.returncode == 130 and "rank 1 is stopped (SIGSTOP" in said, said
+    # exec returns its command's own status: mp.spawn's parent, waiting for the stopped rank after
+    # the SIGINT passed on, is killed at the end of the stop grace (SIGKILL: 137); bare, it would wait.
+    assert proc.returncode in (130, 137) and "rank 1 is stopped (SIGSTOP" in said, said
     summary = json.loads((only_run_dir(runs) / "summary.json").read_text())
     stall = summary["stall"]
     assert summary["status"] == "interrupted" and stall["culprit"] == 1

@@ -40,7 +40,9 @@ class SavedTensors:
         self._open = True
 
     def _pack(self, tensor: Any) -> Any:
-        if self._seen is not None:
+        # Not while Dynamo traces a compiled forward: a storage's address there would break its graph
+        # (the compiled graph's saved tensors are not counted: its activations are n/a, not a guess).
+        if self._seen is not None and not self._torch.compiler.is_compiling():
             self._counted += self._seen.add(tensor)
         return tensor
 

@@ -37,7 +37,12 @@ class MemoryWatch:
 
     def at_step(self, torch: Any, root: Any, step: Any) -> None:
         """The accounting as ``step`` ends (after its optimizer step: its gradients still held), and
-        the earlier steps' losses it still keeps (the main thread's frames: where they are kept)."""
+        the earlier steps' losses it still keeps (the main thread's frames: where they are kept).
+        Nothing while Dynamo traces the step (a compiled training step): storages there are not the
+        job's, and reading them would break its graph."""
+        compiler = getattr(torch, "compiler", None)
+        if compiler is not None and compiler.is_compiling():
+            return
         now = time.perf_counter()
         if step.step >= self._due:  # within its budget (BUDGET): a slow read comes every few steps
             step.accounted = self.last = self.accounting.read(torch, root)
