@@ -11,8 +11,8 @@ its output processing off, so that the bytes the job writes are the bytes the te
 One thread, the relay, reads both streams as they come and writes every byte to the run's log
 first, then hands it to the console's writer (a second thread) through a bounded queue: a terminal
 that does not keep up (scrolled back, a slow link) never blocks the job's writes. What the queue
-cannot hold is left out of the console only, and the console says how much, and that the log has
-it all. Nothing here reads the bytes: they are the job's, as bare, and the log keeps them as written.
+cannot hold is left out of the console only, until the console has caught up with half of what
+waits, and the console then says how much was left out, and that the log has it all. Nothing here reads the bytes: they are the job's, as bare, and the log keeps them as written.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 CONSOLE_QUEUE_BYTES = 4 << 20  # of the job's output waiting for a slow console; past it, left out
+# once bytes were left out, the console takes more only when its queue is down to this fraction:
+# one gap and one note, not a note between every read that happens to fit
+RESUME_FRACTION = 0.5
 READ_BYTES = 1 << 16
 
 
@@ -194,11 +197,13 @@ class JobOutput:
             stream.logging = False  # the disk is full: the watchdog stops the run and says so
 
     def _show(self, stream: _Stream, data: bytes) -> None:
-        """Queue ``data`` for the console, or count it as left out; a note first, once there is room
-        again after bytes were left out."""
+        """Queue ``data`` for the console, or count it as left out; a note first, once the console
+        has caught up after bytes were left out (a chunk that happens to fit in between is left out
+        too: the console shows one gap with one note, not a note between each read)."""
         queue = self._console
         with queue.ready:
-            if data and queue.size + len(data) > CONSOLE_QUEUE_BYTES:
+            room = CONSOLE_QUEUE_BYTES * RESUME_FRACTION if stream.dropped else CONSOLE_QUEUE_BYTES
+            if data and queue.size + len(data) > room:
                 stream.dropped += len(data)
                 return
             if stream.dropped:

@@ -96,9 +96,11 @@ def test_a_console_that_does_not_read_never_blocks_the_job_and_is_told_what_it_m
     job_out, job_err = (os.dup(fd) for fd in output.child_ends())
     output.started()
     chunk = bytes(range(256)) * 256  # 64 KiB
+    line = b"step\n"  # small writes between: one that fits after a chunk was left out is left out too
     written = 0
-    for _ in range(64):  # 4 MiB
+    for _ in range(64):  # 4 MiB and 64 lines
         written += os.write(job_out, chunk)
+        written += os.write(job_out, line)
     os.write(job_err, b"an error\n")
     os.close(job_out)  # every write returned, with no reader of the console: never blocked
     os.close(job_err)
@@ -109,7 +111,7 @@ def test_a_console_that_does_not_read_never_blocks_the_job_and_is_told_what_it_m
     os.close(console_write)
     reader.join(30)
     output.close()
-    assert (tmp_path / "stdout.log").read_bytes() == chunk * 64 and written == 64 * len(chunk)
+    assert (tmp_path / "stdout.log").read_bytes() == (chunk + line) * 64 and written == 64 * len(chunk + line)
     assert (tmp_path / "stderr.log").read_bytes() == b"an error\n"
     text = bytes(shown)
     assert text.count(b"mgpu-tui: ") == 1 and b"bytes of the job's stdout not shown here" in text
@@ -118,7 +120,7 @@ def test_a_console_that_does_not_read_never_blocks_the_job_and_is_told_what_it_m
     assert text[note_at:note_end].endswith(f"(every byte is in {tmp_path / 'stdout.log'})\n".encode())
     dropped = int(text[note_at:note_end].split(b"\xe2\x80\xa6 ")[1].split(b" bytes")[0].replace(b",", b""))
     shown_of_the_job = text[:note_at] + text[note_end:]
-    assert dropped > 0 and len(shown_of_the_job) + dropped == 64 * len(chunk)
+    assert dropped > 0 and len(shown_of_the_job) + dropped == 64 * len(chunk + line)
 
 
 def _read_all(fd: int) -> bytes:
