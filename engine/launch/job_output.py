@@ -12,7 +12,8 @@ One thread, the relay, reads both streams as they come and writes every byte to 
 first, then hands it to the console's writer (a second thread) through a bounded queue: a terminal
 that does not keep up (scrolled back, a slow link) never blocks the job's writes. What the queue
 cannot hold is left out of the console only, until the console has caught up with half of what
-waits, and the console then says how much was left out, and that the log has it all. Nothing here reads the bytes: they are the job's, as bare, and the log keeps them as written.
+waits, and the console then says how much was left out, and that the log has it all. Nothing here
+reads the bytes: they are the job's, as bare, and the log keeps them as written.
 """
 
 from __future__ import annotations

@@ -11,9 +11,14 @@ the segment it stands for (``seg``). A rank's files hold at most HEAD_BYTES + KE
 of events, and its digest about 0.4 MB a million steps.
 
 A step costs a reference kept (its fields, which the reporter made anyway) and a length added; the
-digest is made once every DIGEST_STEPS steps, from them. A process of a rank started again (torchrun's
-restart, a later phase) goes on in the latest segment there. Nothing here raises into the script but
-OSError from a write (a full disk: the reporter stops recording and says so once).
+digest is made once every DIGEST_STEPS steps, from them. A step's line waits in memory until FLUSH_S
+passed since the last write to the file (or FLUSH_BYTES wait, or any other event comes, or the beat
+thread's next beat, or the end): each write costs the step two system calls (the descriptor checked,
+the bytes written), tens of microseconds in a busy process, so a step of a few milliseconds pays them
+once in many. A reader sees a step at most that much later; a rank killed outright (SIGKILL, the
+kernel's OOM killer) leaves out at most FLUSH_S of its last steps. A process of a rank started
+again (torchrun's restart, a later phase) goes on in the latest segment there. Nothing here raises
+into the script but OSError from a write (a full disk: the reporter stops recording and says so once).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ HEAD_BYTES = 1 << 20  # about 3,000 steps of a script's events
 SEGMENT_BYTES = 1 << 20
 KEEP = 4  # segments past the head kept whole (a reader that falls further behind reads digests)
 DIGEST_STEPS = 1024
+FLUSH_S = 0.1  # at most this long a step's line waits to be written (and at most FLUSH_BYTES of them)
+FLUSH_BYTES = 1 << 16
 COPIED = frozenset({"hello", "about", "done", "error"})  # kinds copied to the digest: all but steps, beats
 
 
@@ -52,6 +59,9 @@ class EventFiles:
         self._digest: TextIO | None = None
         self._steps: list[dict[str, Any]] = []  # the fields of the steps since the last digest
         self._t = 0.0
+        self._waiting: list[str] = []  # lines not written yet (steps': FLUSH_S)
+        self._waiting_bytes = 0
+        self._written_at = 0.0  # when lines were last written (the events' clock)
 
     def _path(self, segment: int) -> Path:
         named, trainer = self._named
@@ -97,17 +107,34 @@ class EventFiles:
         return True
 
     def write(self, line: str, kind: str, fields: dict[str, Any], now: float) -> None:
-        """One event (``fields``: what the reporter encoded as ``line``, kept as is for a step's)."""
-        assert self.file is not None
-        self.file.write(line)
-        self.size += len(line)  # (ASCII: the encoder escapes the rest)
+        """One event (``fields``: what the reporter encoded as ``line``, kept as is for a step's):
+        a step's written with those before it once FLUSH_S passed, every other kind at once."""
+        self._waiting.append(line)
+        self._waiting_bytes += len(line)  # (ASCII: the encoder escapes the rest)
         if kind == "step":
             self._steps.append(fields)
             self._t = now
-            if len(self._steps) >= DIGEST_STEPS:
+        if kind != "step" or now - self._written_at >= FLUSH_S or self._waiting_bytes >= FLUSH_BYTES:
+            self.flush(now)
+        if kind == "step" and len(self._steps) >= DIGEST_STEPS:
+            self.flush(now)  # (the digest follows the steps it sums up; a segment ended wrote it)
+            if self._steps:
                 self._write_digest()
         elif kind in COPIED:
             self._to_digest(line)
+
+    def flush(self, now: float) -> None:
+        """The lines waiting, written to the events file if its descriptor is still ours (else to
+        ours opened again); let go of where no file can be had."""
+        if not self._waiting:
+            return
+        lines, size = self._waiting, self._waiting_bytes
+        self._waiting, self._waiting_bytes, self._written_at = [], 0, now
+        if not self.still_ours():
+            return
+        assert self.file is not None
+        self.file.write("".join(lines))  # line buffered: one write
+        self.size += size
         if self.size >= (HEAD_BYTES if self.segment == 0 else SEGMENT_BYTES):
             self._next_segment()
 
@@ -150,12 +177,18 @@ class EventFiles:
         self._ids.pop(id(file), None)
 
     def let_go(self) -> None:
-        """In a forked child: the files are the parent's, never closed (nor flushed) from here."""
+        """In a forked child: the files are the parent's, never closed (nor flushed) from here; the
+        lines waiting are the parent's to write."""
+        self._waiting, self._waiting_bytes = [], 0
         self._let_go += [f for f in (self.file, self._digest) if f is not None]
         self.file = self._digest = None
 
     def close(self) -> None:
-        """Its files closed, its last steps digested: the digest holds every step of the rank."""
+        """Its files closed, its last steps written and digested: the digest holds every step of the rank."""
+        try:
+            self.flush(self._t)
+        except OSError:
+            pass  # (a full disk: the reporter said so)
         if self._steps and self.file is not None:
             try:
                 self._write_digest()

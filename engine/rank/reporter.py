@@ -115,15 +115,30 @@ class Reporter:
         line = events.encode(kind, self.rank, now, fields)
         with self._lock:
             files = self._files
-            if files is None or not files.still_ours():
+            if files is None:
                 return
             try:
                 files.write(line, kind, fields, now)
-            except OSError as exc:  # a full disk: the training goes on, unrecorded, and says so once
-                self._files = None
-                print(
-                    f"mgpu-tui reporter: events no longer recorded ({exc.strerror or exc})", file=sys.stderr
-                )
+            except OSError as exc:
+                self._unrecorded(exc)
+
+    def flush(self) -> None:
+        """The step events waiting (event_files.py's FLUSH_S) written now: the beat thread's, each beat,
+        so that a rank that stops after a step has that step on record."""
+        if self._host is not None:
+            self._host.flush()
+            return
+        with self._lock:
+            if self._files is not None:
+                try:
+                    self._files.flush(time.time())
+                except OSError as exc:
+                    self._unrecorded(exc)
+
+    def _unrecorded(self, exc: OSError) -> None:
+        """A full disk: the training goes on, unrecorded, and says so once."""
+        self._files = None
+        print(f"mgpu-tui reporter: events no longer recorded ({exc.strerror or exc})", file=sys.stderr)
 
     def hello(
         self,

@@ -64,6 +64,9 @@ class NoReporter:
     def beat(self, where: str | None) -> None:
         return
 
+    def flush(self) -> None:
+        return
+
 
 def test_a_ranks_stacks_shown_hold_the_scripts_threads_not_mgpu_tuis(tmp_path, monkeypatch):
     monkeypatch.setattr(stack_signature, "BEAT_S", 0.05)

@@ -2,12 +2,14 @@
 
 import io
 import json
+import os
 
 from mgpu_tui.engine.protocol.events import parse_line
+from mgpu_tui.engine.rank import event_files
 from mgpu_tui.engine.rank.reporter import Reporter
 
 
-def test_with_a_run_directory_every_call_is_one_flushed_event(tmp_path):
+def test_with_a_run_directory_every_call_is_one_event(tmp_path):
     reporter = Reporter(rank=1, world_size=2, run_dir=tmp_path, stream=io.StringIO())
     reporter.hello(mode="ddp", device="cpu", config={"steps": 2})
     path = tmp_path / "events" / "rank1.jsonl"
@@ -70,3 +72,64 @@ def test_other_ranks_stay_quiet_without_a_run_directory(monkeypatch):
     for step in range(1, 11):
         reporter.step(step, samples=8)
     assert out.getvalue() == ""
+
+
+def _kinds(path) -> list[tuple[str, int | None]]:
+    return [(e["kind"], e.get("step")) for e in map(json.loads, path.read_text().splitlines())]
+
+
+def test_a_steps_line_waits_until_flush_s_passed_another_event_comes_or_a_beat_flushes(tmp_path, monkeypatch):
+    """Two system calls a write: a step's line waits (event_files.FLUSH_S) and goes with those after it,
+    in order, once it is due, at any other event, at the beat thread's flush, or at the end."""
+    monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
+    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter.hello(mode="ddp", device="cpu")
+    path = tmp_path / "events" / "rank0.jsonl"
+    for step in range(1, 6):
+        reporter.step(step, samples=1, loss=1.0)
+    assert _kinds(path) == [("hello", None)]  # the steps wait
+    reporter.flush()  # the beat thread's, each beat
+    assert _kinds(path) == [("hello", None)] + [("step", n) for n in range(1, 6)]
+    reporter.step(6, samples=1, loss=1.0)
+    reporter.error("boom")  # another kind: the step before it first
+    assert _kinds(path)[-2:] == [("step", 6), ("error", None)]
+    monkeypatch.setattr(event_files, "FLUSH_S", 0.0)
+    reporter.step(7, samples=1, loss=1.0)  # due: at once
+    assert _kinds(path)[-1] == ("step", 7)
+    monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
+    reporter.step(8, samples=1, loss=1.0)
+    reporter.close()  # the end writes what waits
+    assert _kinds(path)[-1] == ("step", 8)
+
+
+def test_waiting_lines_never_go_to_a_file_the_script_opened_under_the_events_descriptor(tmp_path, monkeypatch):
+    monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
+    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter.hello(mode="ddp", device="cpu")
+    reporter.step(1, samples=1, loss=1.0)
+    assert reporter._files is not None and reporter._files.file is not None
+    number = reporter._files.file.fileno()
+    os.close(number)  # the script's os.closerange(3, ...), then a file of its own
+    theirs = tmp_path / "theirs.txt"
+    assert os.open(theirs, os.O_RDWR | os.O_CREAT) == number
+    reporter.step(2, samples=1, loss=1.0)
+    reporter.flush()
+    assert theirs.read_bytes() == b""
+    assert _kinds(tmp_path / "events" / "rank0.jsonl") == [("hello", None), ("step", 1), ("step", 2)]
+    os.close(number)
+    reporter.close()
+
+
+def test_a_forked_childs_copy_of_the_waiting_lines_is_the_parents_to_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
+    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter.hello(mode="ddp", device="cpu")
+    reporter.step(1, samples=1, loss=1.0)
+    pid = os.fork()
+    if pid == 0:  # the child: lets go of the parent's rank, and writes nothing of it
+        reporter.abandon()
+        reporter.close()
+        os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+    reporter.close()
+    assert _kinds(tmp_path / "events" / "rank0.jsonl") == [("hello", None), ("step", 1)]  # once

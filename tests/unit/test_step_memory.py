@@ -1,11 +1,13 @@
 """The rank's memory read each step (engine/rank/watch/step_figures.py ``Memory``): /proc/self/statm
 through a descriptor kept open (opening it each step cost ten times the read), never a descriptor
 that is no longer its own: one the script closed is opened again, one the script reused for a file
-of its own is neither read nor closed."""
+of its own is neither read nor closed; read at most every READ_EVERY_S (three system calls, tens of
+microseconds in a busy process), and at once where the figure must be the latest (the end's peak)."""
 
 import os
 import resource
 
+from mgpu_tui.engine.rank.watch import step_figures
 from mgpu_tui.engine.rank.watch.step_figures import Memory
 
 
@@ -20,9 +22,23 @@ def test_the_rss_and_its_peak_are_the_kernels_and_follow_the_process():
     assert abs(now - _statm_rss()) <= 1 << 20
     assert peak == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     block = b"\x01" * (64 << 20)  # every byte written: resident (a zeroed bytearray may not be yet)
-    grown, _ = memory.read(None, None)  # the same descriptor, read again: the process as it is now
+    grown, _ = memory.read(None, None, fresh=True)  # the same descriptor, read again: the process now
     assert grown - now >= 60 << 20, (now, grown)
     del block
+    memory.close()
+
+
+def test_a_step_soon_after_the_last_reading_is_given_it_and_the_next_reads_again(monkeypatch):
+    monkeypatch.setattr(step_figures, "READ_EVERY_S", 3600.0)
+    memory = Memory()
+    before = memory.read(None, None)
+    block = b"\x01" * (64 << 20)
+    assert memory.read(None, None) == before  # within READ_EVERY_S: the last reading, no system call
+    now, peak = memory.read(None, None, fresh=True)  # the end's: read however recent the last
+    assert now - before[0] >= 60 << 20 and peak >= now - (1 << 20)  # (the high-water mark lags a little)
+    monkeypatch.setattr(step_figures, "READ_EVERY_S", 0.0)
+    del block
+    assert memory.read(None, None)[0] < now - (60 << 20)  # due: read again
     memory.close()
 
 
@@ -31,14 +47,14 @@ def test_a_descriptor_the_script_closed_or_reused_is_let_go_and_its_file_untouch
     memory.read(None, None)
     fd = memory._fd
     os.close(fd)  # a script's os.closerange(3, ...)
-    assert abs(memory.read(None, None)[0] - _statm_rss()) <= 1 << 20
+    assert abs(memory.read(None, None, fresh=True)[0] - _statm_rss()) <= 1 << 20
     fd = memory._fd
     os.close(fd)
     theirs = tmp_path / "theirs.txt"
     theirs.write_text("1 2 3 4 5 6 7\n")  # numbers where statm's are: read, they would be believed
     reused = os.open(theirs, os.O_RDWR)
     assert reused == fd  # the script's file under the watch's old number
-    now, _ = memory.read(None, None)
+    now, _ = memory.read(None, None, fresh=True)
     assert abs(now - _statm_rss()) <= 1 << 20  # not 2 pages: the script's file was not read
     assert memory._fd != reused
     os.write(reused, b"x")  # still open: the watch never closed the script's descriptor

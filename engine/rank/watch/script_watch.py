@@ -19,7 +19,8 @@ and how it is taken (docs/your-script.md says the same to users):
   GPU read without draining the stream (step_figures.py). A loop that calls backward and never
   steps (saliency maps) keeps MAX_LOSSES at most: past them, they go, and that step has no loss.
 - **memory**: on CUDA (once the script initialised it), the allocator's current and peak bytes on
-  the loss's device; otherwise the process's RSS and its peak; where it goes is memory/'s.
+  the loss's device; otherwise the process's RSS and its peak, read at most every READ_EVERY_S (the
+  end's at once: step_figures.Memory); where it goes is memory/'s.
 - **about**: the process group's backend, the device the loss is on, and the batch.
 - **beats**: when the training thread (the latest backward's; the main thread before any)
   moved and nothing was written for BEAT_S (stack_signature.py).
@@ -49,12 +50,7 @@ from mgpu_tui.engine.rank.watch import (
     torch_hooks,
 )
 from mgpu_tui.engine.rank.watch.memory.watch import MemoryWatch
-from mgpu_tui.engine.rank.watch.model_root import (
-    TRAINING_STEP_SOURCE,
-    HookedRoot,
-    batch_source,
-    find_root,
-)
+from mgpu_tui.engine.rank.watch.model_root import TRAINING_STEP_SOURCE, HookedRoot, batch_source, find_root
 from mgpu_tui.engine.rank.watch.stack_signature import BEAT_S
 from mgpu_tui.engine.rank.watch.step_figures import PendingSteps, Step, StepBatch
 from mgpu_tui.engine.rank.watch.torch_hooks import after_import
@@ -318,7 +314,8 @@ class ScriptWatch:
         step = Step(self.steps, now, samples, tokens, data_s, memory, loss, parts, counted)
         self.memory.at_step(self.torch, self._root.module(), step)
         self._pending.add(step)
-        self._write_ready(wait=len(self._pending) > step_figures.MAX_PENDING)
+        if self._pending.due(now):
+            self._write_ready(wait=len(self._pending) > step_figures.MAX_PENDING)
         if (
             not self._about_said
             or (step.samples and not self._batch_said)
@@ -368,7 +365,7 @@ class ScriptWatch:
             self.reporter.dump_flight_records()
         if not self._about_said:
             self._say_about(0)
-        _, peak = self._memory.read(self.torch, self._device)
+        _, peak = self._memory.read(self.torch, self._device, fresh=True)
         group = "none" if self.trainer else "alive" if alive else ("destroyed" if self._backend else "none")
         return {"process_group": group, "mem_peak_bytes": peak}
 
@@ -396,5 +393,8 @@ class ScriptWatch:
         if moved and self.reporter is not None and time.monotonic() - self._last_event_at >= BEAT_S:
             self.reporter.beat(where)
             self._last_event_at = time.monotonic()
+        elif self.reporter is not None:  # the last steps written, however the script goes on
+            self._write_ready()
+            self.reporter.flush()
         if self._backend is None and self.torch is not None:
             self.see_group()  # a script that destroys its group before it ends still named it

@@ -8,15 +8,18 @@ import collections
 import contextlib
 import os
 import resource
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from mgpu_tui.engine.rank import event_files
 from mgpu_tui.engine.rank.watch.flops import Counted, StepFlops
 from mgpu_tui.engine.rank.watch.model_root import LOADER_SOURCE
 from mgpu_tui.engine.rank.watch.wrapping import backend_for
 
 MAX_PENDING = 64  # steps whose loss the GPU has not delivered yet; beyond this, read at once
+READ_EVERY_S = 0.05  # the process's memory (the CPU's): a step reads it at most this often
 
 
 @dataclass
@@ -96,11 +99,20 @@ class Memory:
         self._fd: int | None = None
         self._id: tuple[int, int] | None = None  # (st_dev, st_ino) of the statm it opened
         self._page = os.sysconf("SC_PAGE_SIZE")
+        self._last: tuple[int | None, int | None] | None = None  # the process's, read at _read_at
+        self._read_at = 0.0
 
-    def read(self, torch: Any, device: Any) -> tuple[int | None, int | None]:
+    def read(self, torch: Any, device: Any, fresh: bool = False) -> tuple[int | None, int | None]:
+        """(now, peak); the process's read at most every READ_EVERY_S unless ``fresh`` (three system
+        calls, tens of microseconds in a busy process): its peak, the kernel's high-water mark, is
+        exact whenever it is read, so the end's (``fresh``) is the run's."""
         if device is not None and device.type == "cuda" and torch.cuda.is_initialized():
             return torch.cuda.memory_allocated(device), torch.cuda.max_memory_allocated(device)
-        return self._rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        now = time.monotonic()
+        if fresh or self._last is None or now - self._read_at >= READ_EVERY_S:
+            self._last = self._rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            self._read_at = now
+        return self._last
 
     def _rss(self) -> int | None:
         for _ in range(2):  # a descriptor no longer ours: once more, opened anew
@@ -121,7 +133,7 @@ class Memory:
 
     def close(self) -> None:
         """A forked child's copy of its parent's descriptor (its parent's statm) closed: it reads its own."""
-        fd, self._fd = self._fd, None
+        fd, self._fd, self._last = self._fd, None, None
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -129,10 +141,19 @@ class Memory:
 
 class PendingSteps:
     """Steps counted and not written yet: each waits for its loss from the GPU, and they are
-    written in order (a step's event is recorded when its loss is known)."""
+    written in order (a step's event is recorded when its loss is known), together once
+    event_files.FLUSH_S passed (:meth:`due`): a step's event made alone, between two steps of the
+    script, cost it ten times its making in a loop. The beat thread writes them too (a script that
+    stopped after a step): a lock keeps them in order."""
 
     def __init__(self) -> None:
         self._steps: collections.deque[Step] = collections.deque()
+        self._lock = threading.Lock()
+        self.written_at = 0.0  # when they were last written (time.time())
+
+    def due(self, now: float) -> bool:
+        """Whether to write now: FLUSH_S passed, or more wait than MAX_PENDING."""
+        return now - self.written_at >= event_files.FLUSH_S or len(self._steps) > MAX_PENDING
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -147,6 +168,11 @@ class PendingSteps:
         """Write the steps whose loss is known, in order (``wait``: the oldest, whatever it takes);
         whether one was written. With no reporter, or a script that reports its own steps, they
         are let go unwritten."""
+        with self._lock:
+            self.written_at = time.time()
+            return self._write_ready(reporter, wait)
+
+    def _write_ready(self, reporter: Any, wait: bool) -> bool:
         wrote = False
         while self._steps:
             step = self._steps[0]
