@@ -4,6 +4,7 @@ that is no longer its own: one the script closed is opened again, one the script
 of its own is neither read nor closed; read at most every READ_EVERY_S (three system calls, tens of
 microseconds in a busy process), and at once where the figure must be the latest (the end's peak)."""
 
+import mmap
 import os
 import resource
 
@@ -16,15 +17,24 @@ def _statm_rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _resident(size: int) -> mmap.mmap:
+    """``size`` bytes made resident, in pages of their own: a block from the heap may reuse pages
+    the process already holds (a test before, in the same worker, freed them), and add nothing."""
+    block = mmap.mmap(-1, size)
+    for at in range(0, size, mmap.PAGESIZE):
+        block[at] = 1
+    return block
+
+
 def test_the_rss_and_its_peak_are_the_kernels_and_follow_the_process():
     memory = Memory()
     now, peak = memory.read(None, None)
     assert abs(now - _statm_rss()) <= 1 << 20
     assert peak == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    block = b"\x01" * (64 << 20)  # every byte written: resident (a zeroed bytearray may not be yet)
+    block = _resident(64 << 20)
     grown, _ = memory.read(None, None, fresh=True)  # the same descriptor, read again: the process now
     assert grown - now >= 60 << 20, (now, grown)
-    del block
+    block.close()
     memory.close()
 
 
@@ -32,12 +42,12 @@ def test_a_step_soon_after_the_last_reading_is_given_it_and_the_next_reads_again
     monkeypatch.setattr(step_figures, "READ_EVERY_S", 3600.0)
     memory = Memory()
     before = memory.read(None, None)
-    block = b"\x01" * (64 << 20)
+    block = _resident(64 << 20)
     assert memory.read(None, None) == before  # within READ_EVERY_S: the last reading, no system call
     now, peak = memory.read(None, None, fresh=True)  # the end's: read however recent the last
     assert now - before[0] >= 60 << 20 and peak >= now - (1 << 20)  # (the high-water mark lags a little)
     monkeypatch.setattr(step_figures, "READ_EVERY_S", 0.0)
-    del block
+    block.close()  # its pages given back
     assert memory.read(None, None)[0] < now - (60 << 20)  # due: read again
     memory.close()
 
