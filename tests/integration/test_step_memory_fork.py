@@ -3,6 +3,7 @@ parent's: the descriptor the parent kept open on /proc/self/statm names the pare
 closes it in the child (ScriptWatch.after_fork_in_child) and the child opens its own. The child grows
 by 256 MiB: its own reading grows with it, its parent's does not."""
 
+import mmap
 import os
 
 from mgpu_tui.engine.rank.watch.step_figures import Memory
@@ -16,10 +17,12 @@ def _growth_in_child(memory: Memory, close: bool) -> int:
         try:
             if close:
                 memory.close()
-            before = memory.read(None, None)[0]
-            block = b"\x01" * (256 << 20)  # every byte written: resident
-            os.write(write, str(memory.read(None, None)[0] - before).encode())
-            del block
+            before = memory.read(None, None, fresh=True)[0]
+            block = mmap.mmap(-1, 256 << 20)  # pages of its own (a heap's block may reuse some held)
+            for at in range(0, 256 << 20, mmap.PAGESIZE):
+                block[at] = 1  # resident
+            os.write(write, str(memory.read(None, None, fresh=True)[0] - before).encode())
+            block.close()
         finally:
             os._exit(0)
     os.close(write)
@@ -31,8 +34,8 @@ def _growth_in_child(memory: Memory, close: bool) -> int:
 
 def test_a_forked_child_reads_its_own_rss_once_its_parents_descriptor_is_closed():
     memory = Memory()
-    parent, _ = memory.read(None, None)
+    parent, _ = memory.read(None, None, fresh=True)
     assert _growth_in_child(memory, close=False) < 64 << 20  # unclosed: the parent's, which did not grow
     assert _growth_in_child(memory, close=True) >= 200 << 20  # closed: its own
-    assert memory.read(None, None)[0] - parent < 64 << 20  # the parent's descriptor is still its own
+    assert memory.read(None, None, fresh=True)[0] - parent < 64 << 20  # the parent's descriptor is still its own
     memory.close()
