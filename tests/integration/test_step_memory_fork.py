@@ -37,5 +37,5 @@ def test_a_forked_child_reads_its_own_rss_once_its_parents_descriptor_is_closed(
     parent, _ = memory.read(None, None, fresh=True)
     assert _growth_in_child(memory, close=False) < 64 << 20  # unclosed: the parent's, which did not grow
     assert _growth_in_child(memory, close=True) >= 200 << 20  # closed: its own
-    assert memory.read(None, None, fresh=True)[0] - parent < 64 << 20  # the parent's descriptor is still its own
+    assert memory.read(None, None, fresh=True)[0] - parent < 64 << 20  # the parent's descriptor: its own
     memory.close()

@@ -102,7 +102,7 @@ def test_a_steps_line_waits_until_flush_s_passed_another_event_comes_or_a_beat_f
     assert _kinds(path)[-1] == ("step", 8)
 
 
-def test_waiting_lines_never_go_to_a_file_the_script_opened_under_the_events_descriptor(tmp_path, monkeypatch):
+def test_waiting_lines_never_go_to_a_file_the_script_opened_under_the_events_number(tmp_path, monkeypatch):
     monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
     reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
     reporter.hello(mode="ddp", device="cpu")
