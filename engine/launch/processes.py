@@ -362,18 +362,14 @@ class ProcessTree:
 
     def _tagged(self) -> list[psutil.Process]:
         """Processes whose environment names this run: ranks born between two scans. Only those born
-        since the keeper are read (a process of the run is younger): a busy machine's others cost a
-        read of their environment each, and the end of every run waits for this scan."""
+        since the keeper are read (the run's are younger; every run's end waits for this scan)."""
         found = []
         me = os.getpid()
         born = self._known.get(self.proc.pid, 0.0) if self.proc is not None else 0.0
         for proc in psutil.process_iter():
-            if proc.pid == me:
-                continue
             try:
-                if born and proc.create_time() < born - 0.01:  # (the kernel's ticks: 10 ms)
-                    continue
-                if proc.environ().get(RUN_ID_ENV) == self.run_id:
+                young = not born or proc.create_time() >= born - 0.01  # (the kernel's ticks: 10 ms)
+                if proc.pid != me and young and proc.environ().get(RUN_ID_ENV) == self.run_id:
                     found.append(proc)
             except psutil.Error:
                 continue

@@ -11,7 +11,7 @@ the segment it stands for (``seg``). A rank's files hold at most HEAD_BYTES + KE
 of events, and its digest about 0.4 MB a million steps.
 
 A step costs a reference kept (its fields, which the reporter made anyway) and a length added; the
-digest is made once every DIGEST_STEPS steps, from them. A step's line waits in memory until FLUSH_S
+digest is made once every DIGEST_STEPS steps, from them. The watch's step line waits in memory until FLUSH_S
 passed since the last write to the file (or FLUSH_BYTES wait, or any other event comes, or the beat
 thread's next beat, or the end): each write costs the step two system calls (the descriptor checked,
 the bytes written), tens of microseconds in a busy process, so a step of a few milliseconds pays them
@@ -43,10 +43,14 @@ COPIED = frozenset({"hello", "about", "done", "error"})  # kinds copied to the d
 class EventFiles:
     """One rank's files, open: :meth:`write` each event's line as the reporter encoded it."""
 
-    def __init__(self, run_dir: Path, rank: int, let_go: list[Any], trainer: int | None = None) -> None:
+    def __init__(
+        self, run_dir: Path, rank: int, let_go: list[Any], trainer: int | None = None, waits: bool = False
+    ) -> None:
         """``let_go``: where a file whose descriptor is no longer ours is kept, never closed; ``trainer``:
-        a trainer's pid, its files' name (events/trainer<PID>.jsonl and trainer<PID>/)."""
-        self.run_dir, self.rank, self._let_go = RunDir(run_dir), rank, let_go
+        a trainer's pid, its files' name (events/trainer<PID>.jsonl and trainer<PID>/); ``waits``: a
+        step's line waits (FLUSH_S) for a writer whose beat thread flushes (the watch's); else each
+        line is written at once (a rank that stops after a step, with nothing to flush it, still has it)."""
+        self.run_dir, self.rank, self._let_go, self._waits = RunDir(run_dir), rank, let_go, waits
         self._named = (rank, False) if trainer is None else (trainer, True)
         self.run_dir.events_dir.mkdir(parents=True, exist_ok=True)
         self.segment = max(
@@ -114,7 +118,12 @@ class EventFiles:
         if kind == "step":
             self._steps.append(fields)
             self._t = now
-        if kind != "step" or now - self._written_at >= FLUSH_S or self._waiting_bytes >= FLUSH_BYTES:
+        if (
+            not self._waits
+            or kind != "step"
+            or now - self._written_at >= FLUSH_S
+            or self._waiting_bytes >= FLUSH_BYTES
+        ):
             self.flush(now)
         if kind == "step" and len(self._steps) >= DIGEST_STEPS:
             self.flush(now)  # (the digest follows the steps it sums up; a segment ended wrote it)

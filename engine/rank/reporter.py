@@ -58,6 +58,7 @@ class Reporter:
     """Writes one rank's events. Safe to use without a run directory."""
 
     _trainer: int | None = None  # a trainer's pid (ScriptReporter): its files are named by it
+    _waits = False  # its step lines wait (event_files.FLUSH_S): the watch's, whose beats flush them
 
     def __init__(
         self,
@@ -86,7 +87,7 @@ class Reporter:
             self._host.adopt(self)
         elif self.run_dir is not None:
             trainer = self._trainer  # a trainer's files are named by its pid
-            self._files = EventFiles(self.run_dir, self.rank, _LET_GO, trainer=trainer)
+            self._files = EventFiles(self.run_dir, self.rank, _LET_GO, trainer=trainer, waits=self._waits)
             self._flight_recorder = FlightRecorderDump(self.run_dir, self.rank, trainer=trainer)
         self._last = time.time()
         self._samples_since_print = 0
@@ -342,6 +343,8 @@ class ScriptReporter(Reporter):
     Made, it is the rank's one reporter: a Reporter the script makes speaks through it. A trainer's
     (``trainer``: a process that trains with no process group, mgpu-tui exec) writes its own file,
     named by its pid, as rank 0 of a job of its own."""
+
+    _waits = True
 
     def __init__(self, *, trainer: bool = False, **kwargs: Any) -> None:
         if trainer:

@@ -6,7 +6,7 @@ import os
 
 from mgpu_tui.engine.protocol.events import parse_line
 from mgpu_tui.engine.rank import event_files
-from mgpu_tui.engine.rank.reporter import Reporter
+from mgpu_tui.engine.rank.reporter import Reporter, ScriptReporter
 
 
 def test_with_a_run_directory_every_call_is_one_event(tmp_path):
@@ -79,10 +79,10 @@ def _kinds(path) -> list[tuple[str, int | None]]:
 
 
 def test_a_steps_line_waits_until_flush_s_passed_another_event_comes_or_a_beat_flushes(tmp_path, monkeypatch):
-    """Two system calls a write: a step's line waits (event_files.FLUSH_S) and goes with those after it,
-    in order, once it is due, at any other event, at the beat thread's flush, or at the end."""
+    """Two system calls a write: the watch's step line waits (event_files.FLUSH_S) and goes with those
+    after it, in order, once it is due, at any other event, at the beat thread's flush, or at the end."""
     monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
-    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter = ScriptReporter(rank=0, run_dir=tmp_path)
     reporter.hello(mode="ddp", device="cpu")
     path = tmp_path / "events" / "rank0.jsonl"
     for step in range(1, 6):
@@ -104,7 +104,7 @@ def test_a_steps_line_waits_until_flush_s_passed_another_event_comes_or_a_beat_f
 
 def test_waiting_lines_never_go_to_a_file_the_script_opened_under_the_events_number(tmp_path, monkeypatch):
     monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
-    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter = ScriptReporter(rank=0, run_dir=tmp_path)
     reporter.hello(mode="ddp", device="cpu")
     reporter.step(1, samples=1, loss=1.0)
     assert reporter._files is not None and reporter._files.file is not None
@@ -122,7 +122,7 @@ def test_waiting_lines_never_go_to_a_file_the_script_opened_under_the_events_num
 
 def test_a_forked_childs_copy_of_the_waiting_lines_is_the_parents_to_write(tmp_path, monkeypatch):
     monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
-    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter = ScriptReporter(rank=0, run_dir=tmp_path)
     reporter.hello(mode="ddp", device="cpu")
     reporter.step(1, samples=1, loss=1.0)
     pid = os.fork()
@@ -133,3 +133,13 @@ def test_a_forked_childs_copy_of_the_waiting_lines_is_the_parents_to_write(tmp_p
     assert os.waitpid(pid, 0)[1] == 0
     reporter.close()
     assert _kinds(tmp_path / "events" / "rank0.jsonl") == [("hello", None), ("step", 1)]  # once
+
+
+def test_a_reporter_with_no_beats_to_flush_it_writes_each_step_at_once(tmp_path, monkeypatch):
+    """A demo's (or a script's own) Reporter: a rank that hangs after a step has that step on record."""
+    monkeypatch.setattr(event_files, "FLUSH_S", 3600.0)
+    reporter = Reporter(rank=0, run_dir=tmp_path, stream=io.StringIO(), print_every=10**9)
+    reporter.hello(mode="ddp", device="cpu")
+    reporter.step(1, samples=1, loss=1.0)
+    assert _kinds(tmp_path / "events" / "rank0.jsonl") == [("hello", None), ("step", 1)]
+    reporter.close()
