@@ -20,6 +20,9 @@ class Beats:
     def beat(self, where: str | None) -> None:
         self.beats.append(where)
 
+    def flush(self) -> None:  # (each beat writes the steps waiting: none here)
+        return
+
 
 class Guard:
     """A local whose end matters, as DDPOptimizer's FakeifyFirstAOTInvocationGuard's does."""
