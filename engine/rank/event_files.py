@@ -118,17 +118,17 @@ class EventFiles:
         if kind == "step":
             self._steps.append(fields)
             self._t = now
-        digest = kind == "step" and len(self._steps) >= DIGEST_STEPS  # after the steps it sums up
         if (
             not self._waits
             or kind != "step"
-            or digest
             or now - self._written_at >= FLUSH_S
             or self._waiting_bytes >= FLUSH_BYTES
         ):
             self.flush(now)
-        if digest and self._steps:  # (a segment that ended in the flush wrote it)
-            self._write_digest()
+        if kind == "step" and len(self._steps) >= DIGEST_STEPS:
+            self.flush(now)  # (the digest follows the steps it sums up; a segment ended wrote it)
+            if self._steps:
+                self._write_digest()
         elif kind in COPIED:
             self._to_digest(line)
 

@@ -19,7 +19,8 @@ and how it is taken (docs/your-script.md says the same to users):
   GPU read without draining the stream (step_figures.py). A loop that calls backward and never
   steps (saliency maps) keeps MAX_LOSSES at most: past them, they go, and that step has no loss.
 - **memory**: on CUDA (once the script initialised it), the allocator's current and peak bytes on
-  the loss's device; otherwise the process's RSS and its peak (read at most every READ_EVERY_S).
+  the loss's device; otherwise the process's RSS and its peak, read at most every READ_EVERY_S (the
+  end's at once: step_figures.Memory); where it goes is memory/'s.
 - **about**: the process group's backend, the device the loss is on, and the batch.
 - **beats**: when the training thread (the latest backward's; the main thread before any)
   moved and nothing was written for BEAT_S (stack_signature.py).
@@ -325,8 +326,7 @@ class ScriptWatch:
     # ---- figures ------------------------------------------------------------------------
 
     def _write_ready(self, wait: bool = False) -> None:
-        if self._pending.write_ready(self.reporter, wait) and self.reporter is not None:
-            self.reporter.flush()  # the batch's lines now (they waited their FLUSH_S here)
+        if self._pending.write_ready(self.reporter, wait):
             self._last_event_at = time.monotonic()
 
     def _say_about(self, batch: int, source: str | None = None) -> None:
